@@ -1,0 +1,8 @@
+#![no_std]
+#![no_main]
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+#[xdp]
+pub fn lagran(_ctx: XdpContext) -> u32 { xdp_action::XDP_PASS }
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! { loop {} }

@@ -1,0 +1,250 @@
+//! Configuration: a TOML file, then the seed's environment names, which win.
+//!
+//! | TOML key            | environment        | default                     |
+//! |---------------------|--------------------|-----------------------------|
+//! | `dns_listen`        | `DNS_LISTEN`       | `127.0.0.1:5353`            |
+//! | `api_listen`        | `API_LISTEN`       | `127.0.0.1:8080`            |
+//! | `database_url`      | `DATABASE_URL`     | `sqlite://./lagran-data/lagran.db` |
+//! | `dns.ttl`           | `DNS_TTL`          | 30                          |
+//! | `dns.cache_secs`    | `DNS_CACHE_SECS`   | 30                          |
+//! | `dns.stale_secs`    | `DNS_STALE_SECS`   | 600                         |
+//! | `dns.fallback_ip`   | `DNS_FALLBACK_IP`  | none                        |
+//! | `schedule.ttl`      | `SCHEDULE_TTL`     | 30                          |
+//! | `agent_token`       | `AGENT_TOKEN`      | none                        |
+//! | `admin_token`       | `ADMIN_TOKEN`      | none                        |
+//! | `geo.ipv4_path`     | `GEOIP_PATH`       | `data/ip2region.xdb` if present |
+//! | `geo.ipv6_path`     | `GEOIP_IPV6_PATH`  | none                        |
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// A configuration value that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("environment variable {name}={value:?} is not valid: {reason}")]
+    Env { name: &'static str, value: String, reason: String },
+    #[error("config value {key} is not valid: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+/// What the DNS responder needs to know (SPEC §3, §7).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DnsSettings {
+    /// Upper bound of the TTL answered for scheduled names (DNS_TTL).
+    pub ttl: u32,
+    /// Lower bound of every scheduled TTL; the seed fixes it at 5 s.
+    pub min_ttl: u32,
+    /// How long an NS host reuses a fetched answer (DNS_CACHE_SECS).
+    pub cache_secs: u64,
+    /// Age of the route table after which DNS_FALLBACK_IP replaces answers (DNS_STALE_SECS).
+    pub stale_secs: u64,
+    /// Answered when no node is eligible or the table is stale (DNS_FALLBACK_IP).
+    pub fallback_ip: Option<Ipv4Addr>,
+    /// Largest UDP response we ever send, whatever the client advertises (RFC 9715 suggests 1232).
+    pub max_udp_payload: u16,
+}
+
+impl Default for DnsSettings {
+    fn default() -> Self {
+        DnsSettings {
+            ttl: 30,
+            min_ttl: 5,
+            cache_secs: 30,
+            stale_secs: 600,
+            fallback_ip: None,
+            max_udp_payload: 1232,
+        }
+    }
+}
+
+/// Scheduling knobs (SPEC §4).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScheduleSettings {
+    /// Route TTL (SCHEDULE_TTL).
+    pub ttl: u32,
+    /// Addresses per answer: the primary plus backups (1–4).
+    pub answers_per_query: u8,
+    /// Seconds between full recomputes.
+    pub recompute_secs: u64,
+}
+
+impl Default for ScheduleSettings {
+    fn default() -> Self {
+        ScheduleSettings { ttl: 30, answers_per_query: 1, recompute_secs: 30 }
+    }
+}
+
+/// Geo database files (SPEC §5).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GeoSettings {
+    pub ipv4_path: Option<PathBuf>,
+    pub ipv6_path: Option<PathBuf>,
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub dns_listen: SocketAddr,
+    pub api_listen: SocketAddr,
+    pub database_url: String,
+    pub agent_token: Option<String>,
+    pub admin_token: Option<String>,
+    pub dns: DnsSettings,
+    pub schedule: ScheduleSettings,
+    pub geo: GeoSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            dns_listen: "127.0.0.1:5353".parse().expect("static address"),
+            api_listen: "127.0.0.1:8080".parse().expect("static address"),
+            database_url: "sqlite://./lagran-data/lagran.db".to_string(),
+            agent_token: None,
+            admin_token: None,
+            dns: DnsSettings::default(),
+            schedule: ScheduleSettings::default(),
+            geo: GeoSettings::default(),
+        }
+    }
+}
+
+/// The default location of the real ip2region file fetched by `scripts/fetch-geoip.sh`.
+pub const DEFAULT_GEOIP_PATH: &str = "data/ip2region.xdb";
+
+impl Config {
+    /// Reads `path` (if given), then applies the environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut cfg = match path {
+            Some(p) => Self::from_file(p)?,
+            None => Config::default(),
+        };
+        cfg.apply_env(|k| std::env::var(k).ok())?;
+        if cfg.geo.ipv4_path.is_none() && Path::new(DEFAULT_GEOIP_PATH).exists() {
+            cfg.geo.ipv4_path = Some(PathBuf::from(DEFAULT_GEOIP_PATH));
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.to_path_buf(), source })
+    }
+
+    /// Applies the seed's environment names; `get` is `std::env::var` outside tests.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        fn parse<T: std::str::FromStr>(name: &'static str, value: String) -> Result<T, ConfigError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            value.trim().parse().map_err(|e: T::Err| ConfigError::Env { name, value, reason: e.to_string() })
+        }
+        let non_empty = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        if let Some(v) = non_empty("DNS_LISTEN") {
+            self.dns_listen = parse("DNS_LISTEN", v)?;
+        }
+        if let Some(v) = non_empty("API_LISTEN") {
+            self.api_listen = parse("API_LISTEN", v)?;
+        }
+        if let Some(v) = non_empty("DATABASE_URL") {
+            self.database_url = v;
+        }
+        if let Some(v) = non_empty("DNS_TTL") {
+            self.dns.ttl = parse("DNS_TTL", v)?;
+        }
+        if let Some(v) = non_empty("DNS_CACHE_SECS") {
+            self.dns.cache_secs = parse("DNS_CACHE_SECS", v)?;
+        }
+        if let Some(v) = non_empty("DNS_STALE_SECS") {
+            self.dns.stale_secs = parse("DNS_STALE_SECS", v)?;
+        }
+        if let Some(v) = non_empty("DNS_FALLBACK_IP") {
+            self.dns.fallback_ip = Some(parse("DNS_FALLBACK_IP", v)?);
+        }
+        if let Some(v) = non_empty("SCHEDULE_TTL") {
+            self.schedule.ttl = parse("SCHEDULE_TTL", v)?;
+        }
+        if let Some(v) = non_empty("AGENT_TOKEN") {
+            self.agent_token = Some(v);
+        }
+        if let Some(v) = non_empty("ADMIN_TOKEN") {
+            self.admin_token = Some(v);
+        }
+        if let Some(v) = non_empty("GEOIP_PATH") {
+            self.geo.ipv4_path = Some(PathBuf::from(v));
+        }
+        if let Some(v) = non_empty("GEOIP_IPV6_PATH") {
+            self.geo.ipv6_path = Some(PathBuf::from(v));
+        }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=4).contains(&self.schedule.answers_per_query) {
+            return Err(ConfigError::Invalid {
+                key: "schedule.answers_per_query",
+                reason: format!("{} is outside 1..=4", self.schedule.answers_per_query),
+            });
+        }
+        if self.dns.max_udp_payload < 512 {
+            return Err(ConfigError::Invalid {
+                key: "dns.max_udp_payload",
+                reason: "must be at least 512".into(),
+            });
+        }
+        if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
+            return Err(ConfigError::Invalid {
+                key: "database_url",
+                reason: format!("{:?} is neither sqlite://… nor postgres://…", self.database_url),
+            });
+        }
+        if self.schedule.recompute_secs == 0 {
+            return Err(ConfigError::Invalid { key: "schedule.recompute_secs", reason: "must be > 0".into() });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_wins_over_file() {
+        let mut cfg: Config = toml::from_str("[dns]\nttl = 60\n").unwrap();
+        assert_eq!(cfg.dns.ttl, 60);
+        cfg.apply_env(|k| (k == "DNS_TTL").then(|| "20".to_string())).unwrap();
+        assert_eq!(cfg.dns.ttl, 20);
+    }
+
+    #[test]
+    fn bad_environment_value_names_the_variable() {
+        let mut cfg = Config::default();
+        let err = cfg.apply_env(|k| (k == "DNS_FALLBACK_IP").then(|| "not-an-ip".to_string())).unwrap_err();
+        assert!(err.to_string().contains("DNS_FALLBACK_IP"), "{err}");
+    }
+
+    #[test]
+    fn unknown_toml_key_is_an_error() {
+        assert!(toml::from_str::<Config>("dns_ttl = 3\n").is_err());
+    }
+
+    #[test]
+    fn answers_per_query_is_bounded() {
+        let mut cfg = Config::default();
+        cfg.schedule.answers_per_query = 5;
+        assert!(cfg.validate().is_err());
+    }
+}

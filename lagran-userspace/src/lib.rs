@@ -1,0 +1,17 @@
+//! Lagran: an authoritative GeoDNS for CDNs.
+//!
+//! Layers, each depending only on the ones above it:
+//! - [`model`], [`config`]: plain data.
+//! - [`geo`]: ip2region xdb and other geo files, name canonicalisation.
+//! - [`prefix_map`], [`engine`]: the pure parts (CIDR maps, node ranking).
+//! - [`route_table`]: immutable, versioned answers per (name, client prefix).
+//! - [`store`]: persistence (SQLite or PostgreSQL through sqlx).
+//! - [`dns`]: the authoritative responder.
+
+pub mod config;
+pub mod dns;
+pub mod geo;
+pub mod model;
+pub mod prefix_map;
+pub mod route_table;
+pub mod store;

@@ -1,0 +1,260 @@
+//! Non-overlapping CIDR prefixes covering a whole address space, each mapped to a value.
+//!
+//! This is the shape both answer paths share (SPEC §2): the scheduler turns
+//! address ranges into the *coarsest* CIDR blocks that carry the same value,
+//! userspace looks a client up by binary search, and the XDP map writer copies
+//! the same prefixes into an LPM trie. Because the prefixes never nest, the
+//! matched prefix length is a correct ECS SCOPE PREFIX-LENGTH (RFC 7871 §7.2.1):
+//! every address inside the returned block maps to the same value.
+
+use std::fmt::Debug;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// An unsigned integer holding an address of one family.
+pub trait PrefixAddr: Copy + Ord + Debug + Send + Sync + 'static {
+    /// Width of the address in bits (32 or 128).
+    const BITS: u32;
+    fn to_u128(self) -> u128;
+    fn from_u128(v: u128) -> Self;
+}
+
+impl PrefixAddr for u32 {
+    const BITS: u32 = 32;
+    fn to_u128(self) -> u128 {
+        self as u128
+    }
+    fn from_u128(v: u128) -> Self {
+        v as u32
+    }
+}
+
+impl PrefixAddr for u128 {
+    const BITS: u32 = 128;
+    fn to_u128(self) -> u128 {
+        self
+    }
+    fn from_u128(v: u128) -> Self {
+        v
+    }
+}
+
+/// One CIDR block of a [`PrefixMap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefix<A> {
+    pub addr: A,
+    pub len: u8,
+    pub value: u32,
+}
+
+/// Sorted, non-overlapping CIDR blocks that cover the whole address space.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefixMap<A: PrefixAddr> {
+    starts: Vec<A>,
+    lens: Vec<u8>,
+    values: Vec<u32>,
+}
+
+pub type PrefixMapV4 = PrefixMap<u32>;
+pub type PrefixMapV6 = PrefixMap<u128>;
+
+impl<A: PrefixAddr> PrefixMap<A> {
+    /// One block, `/0`, holding `value`.
+    pub fn uniform(value: u32) -> Self {
+        PrefixMap { starts: vec![A::from_u128(0)], lens: vec![0], values: vec![value] }
+    }
+
+    /// Builds the map from inclusive ranges sorted by start, which must not overlap.
+    /// Gaps take `fill`. Adjacent ranges with equal values are merged before the
+    /// split into CIDR blocks, so every block is as wide as the data allows.
+    pub fn from_ranges(ranges: impl IntoIterator<Item = (A, A, u32)>, fill: u32) -> Self {
+        let mut merged: Vec<(u128, u128, u32)> = Vec::new();
+        let mut next: u128 = 0;
+        let max = max_addr::<A>();
+        let push = |s: u128, e: u128, v: u32, merged: &mut Vec<(u128, u128, u32)>| {
+            if let Some(last) = merged.last_mut()
+                && last.2 == v
+                && last.1.checked_add(1) == Some(s)
+            {
+                last.1 = e;
+                return;
+            }
+            merged.push((s, e, v));
+        };
+        let mut done = false;
+        for (s, e, v) in ranges {
+            let (s, e) = (s.to_u128(), e.to_u128());
+            if done || e < next || s > e {
+                continue; // overlapping or inverted input: the earlier range wins
+            }
+            let s = s.max(next);
+            if s > next {
+                push(next, s - 1, fill, &mut merged);
+            }
+            push(s, e, v, &mut merged);
+            if e == max {
+                done = true;
+            } else {
+                next = e + 1;
+            }
+        }
+        if !done {
+            push(next, max, fill, &mut merged);
+        }
+        let mut map = PrefixMap { starts: Vec::new(), lens: Vec::new(), values: Vec::new() };
+        for (s, e, v) in merged {
+            map.push_range(s, e, v);
+        }
+        map
+    }
+
+    fn push_range(&mut self, mut s: u128, e: u128, v: u32) {
+        let bits = A::BITS;
+        loop {
+            // Largest block aligned at `s` that does not pass `e`.
+            let align = if s == 0 { bits } else { s.trailing_zeros().min(bits) };
+            let span = e - s; // size - 1
+            let fit = if span == u128::MAX { 128 } else { 128 - (span + 1).leading_zeros() - 1 };
+            let host_bits = align.min(fit).min(bits);
+            self.starts.push(A::from_u128(s));
+            self.lens.push((bits - host_bits) as u8);
+            self.values.push(v);
+            let size_minus_one = if host_bits >= 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+            let block_end = s + size_minus_one;
+            if block_end >= e {
+                break;
+            }
+            s = block_end + 1;
+        }
+    }
+
+    /// The block holding `addr`: its value and prefix length.
+    pub fn lookup(&self, addr: A) -> (u32, u8) {
+        let i = self.starts.partition_point(|s| *s <= addr).saturating_sub(1);
+        (self.values[i], self.lens[i])
+    }
+
+    /// The block holding `addr`, with its start address.
+    pub fn lookup_prefix(&self, addr: A) -> Prefix<A> {
+        let i = self.starts.partition_point(|s| *s <= addr).saturating_sub(1);
+        Prefix { addr: self.starts[i], len: self.lens[i], value: self.values[i] }
+    }
+
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Prefix<A>> + '_ {
+        (0..self.starts.len()).map(|i| Prefix {
+            addr: self.starts[i],
+            len: self.lens[i],
+            value: self.values[i],
+        })
+    }
+
+    /// The covered ranges with their values, adjacent equal values merged.
+    pub fn ranges(&self) -> Vec<(A, A, u32)> {
+        let mut out: Vec<(A, A, u32)> = Vec::new();
+        for p in self.iter() {
+            let host = A::BITS - p.len as u32;
+            let size_minus_one = if host >= 128 { u128::MAX } else { (1u128 << host) - 1 };
+            let end = A::from_u128(p.addr.to_u128() + size_minus_one);
+            match out.last_mut() {
+                Some(last) if last.2 == p.value => last.1 = end,
+                _ => out.push((p.addr, end, p.value)),
+            }
+        }
+        out
+    }
+
+    /// Replaces every value through `f`, then re-merges blocks that became equal.
+    pub fn map_values(&self, mut f: impl FnMut(u32) -> u32) -> Self {
+        let ranges = self.ranges().into_iter().map(|(s, e, v)| (s, e, f(v)));
+        PrefixMap::from_ranges(ranges, u32::MAX)
+    }
+
+    /// Approximate heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.starts.capacity() * std::mem::size_of::<A>() + self.lens.capacity() + self.values.capacity() * 4
+    }
+}
+
+fn max_addr<A: PrefixAddr>() -> u128 {
+    if A::BITS >= 128 { u128::MAX } else { (1u128 << A::BITS) - 1 }
+}
+
+pub fn v4_to_u32(a: Ipv4Addr) -> u32 {
+    u32::from(a)
+}
+
+pub fn v6_to_u128(a: Ipv6Addr) -> u128 {
+    u128::from(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_map_is_one_slash_zero() {
+        let m = PrefixMapV4::uniform(7);
+        assert_eq!(m.lookup(0x0a000001), (7, 0));
+    }
+
+    #[test]
+    fn gaps_are_filled_and_blocks_are_aligned() {
+        // 10.0.0.0 - 10.0.0.255 -> 1, everything else -> 0
+        let m = PrefixMapV4::from_ranges([(0x0a000000, 0x0a0000ff, 1)], 0);
+        assert_eq!(m.lookup(0x0a000010), (1, 24));
+        assert_eq!(m.lookup(0x0a000100).0, 0);
+        assert_eq!(m.lookup(0).0, 0);
+        assert_eq!(m.lookup(u32::MAX).0, 0);
+        // 0.0.0.0/5, 8.0.0.0/7, 10.0.0.0/24 ... : every block starts aligned to its size
+        for p in m.iter() {
+            let host = 32 - p.len as u32;
+            if host < 32 {
+                assert_eq!(p.addr & ((1u32 << host) - 1), 0, "{p:?} is not aligned");
+            }
+        }
+    }
+
+    #[test]
+    fn adjacent_equal_values_merge_into_wider_blocks() {
+        let m = PrefixMapV4::from_ranges([(0, 0x7fff_ffff, 3), (0x8000_0000, u32::MAX, 3)], 0);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.lookup(12345), (3, 0));
+    }
+
+    #[test]
+    fn every_address_in_a_block_has_the_blocks_value() {
+        let ranges = [(5u32, 17u32, 1u32), (18, 1000, 2), (4000, 4095, 1)];
+        let m = PrefixMapV4::from_ranges(ranges, 9);
+        for p in m.iter().take(64) {
+            let host = 32 - p.len as u32;
+            let end = p.addr as u64 + (1u64 << host) - 1;
+            for a in [p.addr as u64, end, (p.addr as u64 + end) / 2] {
+                assert_eq!(m.lookup(a as u32).0, p.value);
+                let want = ranges.iter().find(|r| r.0 as u64 <= a && a <= r.1 as u64).map_or(9, |r| r.2);
+                assert_eq!(p.value, want, "address {a} in block {p:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn v6_full_space() {
+        let m = PrefixMapV6::from_ranges([(1u128 << 127, u128::MAX, 4)], 0);
+        assert_eq!(m.lookup(u128::MAX), (4, 1));
+        assert_eq!(m.lookup(1), (0, 1));
+        assert_eq!(m.ranges().len(), 2);
+    }
+
+    #[test]
+    fn map_values_remerges() {
+        let m = PrefixMapV4::from_ranges([(0, 0x7fff_ffff, 1), (0x8000_0000, u32::MAX, 2)], 0);
+        let n = m.map_values(|_| 5);
+        assert_eq!(n.len(), 1);
+    }
+}

@@ -1,0 +1,164 @@
+//! Immutable, versioned route tables: what every NS host answers.
+//!
+//! The scheduler produces a new [`RouteTable`] on every recompute; the DNS
+//! responder, `lagran explain` and the XDP map writer only read it. Each
+//! scheduled name carries, per address family of the *client*, a [`PrefixMap`]
+//! from client prefix to an index into its answers: the answer for a client
+//! is one binary search away, and the matched prefix length is the ECS scope.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+use crate::model::Zone;
+use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
+
+/// Why an answer has the TTL it has (SPEC §4 "TTL by state").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerState {
+    /// The best node for the partition is up and chosen.
+    #[default]
+    Steady,
+    /// The partition's preferred node is down and another one answers.
+    Failover,
+    /// A canary rule chose this answer.
+    Canary,
+    /// No node is eligible: the answer is empty (fallback or SERVFAIL).
+    Empty,
+}
+
+/// The scheduled answer for one (name, partition).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Answer {
+    /// The route TTL decided by the scheduler (before DNS_TTL and the 5 s floor).
+    pub ttl: u32,
+    /// `A` records, primary first then backups; empty when no node is eligible.
+    pub ipv4: Vec<Ipv4Addr>,
+    /// `AAAA` records, primary first then backups.
+    pub ipv6: Vec<Ipv6Addr>,
+    /// The primary node's name for the `A` answer, for logs and explanations.
+    pub node: Option<String>,
+    /// Human-readable reason for the choice (seed 000 `reason`).
+    pub reason: String,
+    pub state: AnswerState,
+}
+
+/// A name answered with scheduled addresses.
+#[derive(Clone, Debug)]
+pub struct ScheduledName {
+    /// Lowercase, no trailing dot.
+    pub name: String,
+    /// Stable small integer naming this name in the data plane maps.
+    pub id: u32,
+    /// The distinct answers; the prefix maps index into this.
+    pub answers: Vec<Answer>,
+    /// IPv4 client prefix -> index into `answers`.
+    pub v4: PrefixMapV4,
+    /// IPv6 client prefix -> index into `answers`.
+    pub v6: PrefixMapV6,
+}
+
+impl ScheduledName {
+    /// The answer for a client address and the ECS scope it is valid for.
+    pub fn answer_for(&self, client: IpAddr) -> (&Answer, u8) {
+        let (idx, len) = match client {
+            IpAddr::V4(a) => self.v4.lookup(u32::from(a)),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(v4) => {
+                    let (i, l) = self.v4.lookup(u32::from(v4));
+                    (i, l + 96)
+                }
+                None => self.v6.lookup(u128::from(a)),
+            },
+        };
+        (&self.answers[idx as usize], len)
+    }
+}
+
+/// One served zone with its scheduled names.
+#[derive(Clone, Debug)]
+pub struct ZoneRoutes {
+    pub zone: Zone,
+    pub names: Vec<ScheduledName>,
+}
+
+/// What a query name is, as far as the route table knows.
+#[derive(Debug)]
+pub enum NameLookup<'a> {
+    /// A scheduled name (the apex or a per-pool name).
+    Scheduled { zone: &'a Zone, name: &'a ScheduledName },
+    /// One of the zone's NS host names (answered with glue).
+    NsHost { zone: &'a Zone, host: &'a crate::model::NsHost },
+    /// `whoami.<zone>` (TXT: the querying address and ECS seen).
+    Whoami { zone: &'a Zone },
+    /// `_version.<zone>` (TXT: route-table version and generation time).
+    Version { zone: &'a Zone },
+    /// Inside a served zone, but no such name.
+    Missing { zone: &'a Zone },
+    /// Outside every served zone.
+    OutOfZone,
+}
+
+/// An immutable snapshot of everything the NS hosts answer.
+#[derive(Clone, Debug, Default)]
+pub struct RouteTable {
+    /// Monotonic per control plane; 0 means "no table yet".
+    pub version: u64,
+    /// Unix milliseconds when the table was computed.
+    pub generated_at_ms: i64,
+    pub zones: Vec<ZoneRoutes>,
+    /// name -> (zone index, scheduled name index)
+    index: HashMap<String, (usize, usize)>,
+}
+
+impl RouteTable {
+    pub fn new(version: u64, generated_at_ms: i64, zones: Vec<ZoneRoutes>) -> Self {
+        let mut index = HashMap::new();
+        for (zi, z) in zones.iter().enumerate() {
+            for (ni, n) in z.names.iter().enumerate() {
+                index.insert(n.name.clone(), (zi, ni));
+            }
+        }
+        RouteTable { version, generated_at_ms, zones, index }
+    }
+
+    /// Classifies a query name (any case, with or without the trailing dot).
+    pub fn lookup(&self, qname: &str) -> NameLookup<'_> {
+        let name = qname.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(&(zi, ni)) = self.index.get(&name) {
+            let z = &self.zones[zi];
+            return NameLookup::Scheduled { zone: &z.zone, name: &z.names[ni] };
+        }
+        // The most specific zone containing the name.
+        let zone = self
+            .zones
+            .iter()
+            .filter(|z| name == z.zone.name || name.ends_with(&format!(".{}", z.zone.name)))
+            .max_by_key(|z| z.zone.name.len());
+        let Some(z) = zone else { return NameLookup::OutOfZone };
+        let zone = &z.zone;
+        if let Some(host) = zone.ns_hosts.iter().find(|h| h.name == name) {
+            return NameLookup::NsHost { zone, host };
+        }
+        if name == format!("whoami.{}", zone.name) {
+            return NameLookup::Whoami { zone };
+        }
+        if name == format!("_version.{}", zone.name) {
+            return NameLookup::Version { zone };
+        }
+        NameLookup::Missing { zone }
+    }
+
+    /// The scheduled name, if `name` is one.
+    pub fn scheduled(&self, name: &str) -> Option<&ScheduledName> {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        self.index.get(&name).map(|&(zi, ni)| &self.zones[zi].names[ni])
+    }
+
+    /// Every scheduled name in every zone.
+    pub fn scheduled_names(&self) -> impl Iterator<Item = &ScheduledName> {
+        self.zones.iter().flat_map(|z| z.names.iter())
+    }
+}
