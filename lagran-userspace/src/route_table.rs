@@ -162,3 +162,12 @@ impl RouteTable {
         self.zones.iter().flat_map(|z| z.names.iter())
     }
 }
+
+/// The current route table, swapped atomically by the scheduler (or the
+/// route-table stream on an NS host) and read lock-free by every responder.
+pub type SharedRouteTable = std::sync::Arc<arc_swap::ArcSwap<RouteTable>>;
+
+/// A shared handle holding an empty table (version 0: "no table yet").
+pub fn empty_shared() -> SharedRouteTable {
+    std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(RouteTable::default()))
+}
