@@ -8,10 +8,20 @@
 //! - [`store`]: persistence (SQLite or PostgreSQL through sqlx).
 //! - [`dns`]: the authoritative responder.
 
+pub mod api;
 pub mod config;
+pub mod daemon;
+pub mod demo;
 pub mod dns;
+pub mod engine;
+pub mod explain;
 pub mod geo;
+pub mod health;
+pub mod metrics;
 pub mod model;
+pub mod partition;
 pub mod prefix_map;
 pub mod route_table;
+pub mod scheduler;
 pub mod store;
+pub mod testkit;

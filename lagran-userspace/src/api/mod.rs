@@ -1,0 +1,84 @@
+//! The control API (axum, JSON): schedule decisions, CRUD for the control
+//! plane's records, route tables, `/metrics` and `/healthz` (SPEC §6).
+//!
+//! Every write goes to the store first, then triggers a recompute and waits
+//! for it, so the next DNS answer already reflects the change.
+
+pub mod auth;
+pub mod error;
+pub mod nodes;
+pub mod routes;
+pub mod schedule;
+pub mod zones;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post, put};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::scheduler::Scheduler;
+
+pub use auth::Auth;
+pub use error::ApiError;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub scheduler: Arc<Scheduler>,
+    pub auth: Arc<Auth>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    /// Recomputes after a write; a failure is logged, the write stands.
+    pub async fn after_write(&self) {
+        if let Err(e) = self.scheduler.recompute().await {
+            tracing::error!(error = %e, "recompute after a write failed; the periodic recompute will retry");
+        }
+    }
+}
+
+/// The router with every route.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/schedule", get(schedule::get_schedule))
+        .route("/api/v1/nodes", get(nodes::list).post(nodes::create))
+        .route("/api/v1/nodes/{name}", get(nodes::get_one).patch(nodes::patch).delete(nodes::delete))
+        .route("/api/v1/zones", get(zones::list_zones))
+        .route("/api/v1/zones/{name}", put(zones::put_zone).get(zones::get_zone).delete(zones::delete_zone))
+        .route("/api/v1/domains", get(zones::list_domains))
+        .route("/api/v1/domains/{name}", put(zones::put_domain).delete(zones::delete_domain))
+        .route("/api/v1/routes", get(routes::current))
+        .route("/api/v1/routes/rollback", post(routes::rollback))
+        .fallback(|| async { ApiError::not_found("no such API route") })
+        .with_state(state)
+}
+
+/// Serves the API on `listener` until `shutdown`.
+pub async fn run(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+}
+
+async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
+    let table = state.scheduler.table().load();
+    let body = serde_json::json!({
+        "status": if table.version == 0 { "starting" } else { "ok" },
+        "route_table_version": table.version,
+        "generated_at_ms": table.generated_at_ms,
+    });
+    let status = if table.version == 0 { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    (status, axum::Json(body))
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let body = state.metrics.render(&state.scheduler).await;
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
+}

@@ -1,0 +1,44 @@
+//! `GET /api/v1/routes` (the current table, summarised) and rollback.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::route_table::RouteTable;
+
+/// A JSON summary of a route table: per name, its distinct answers and prefix counts.
+pub fn summary(t: &RouteTable) -> Value {
+    let names: Vec<Value> = t
+        .scheduled_names()
+        .map(|n| {
+            let answers: Vec<Value> = n
+                .answers
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    let v4_prefixes = n.v4.iter().filter(|p| p.value as usize == i).count();
+                    json!({
+                        "ttl": a.ttl, "ipv4": a.ipv4, "ipv6": a.ipv6, "node": a.node,
+                        "reason": a.reason, "state": a.state, "v4_prefixes": v4_prefixes,
+                    })
+                })
+                .collect();
+            json!({ "name": n.name, "id": n.id, "v4_prefixes": n.v4.len(), "v6_prefixes": n.v6.len(), "answers": answers })
+        })
+        .collect();
+    json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "names": names })
+}
+
+pub async fn current(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    state.auth.check_agent(&headers)?;
+    Ok(Json(summary(&state.scheduler.table().load())))
+}
+
+pub async fn rollback(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    state.auth.check_admin(&headers)?;
+    let t = state.scheduler.rollback()?;
+    Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms })))
+}

@@ -1,0 +1,175 @@
+//! `GET /api/v1/schedule`: the decision for one client, in seed 000 §4's shape.
+
+use std::net::IpAddr;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::engine::Candidate;
+use crate::scheduler::{ClientQuery, Decision};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleParams {
+    pub domain: Option<String>,
+    pub subnet: Option<String>,
+    pub ip: Option<String>,
+    pub country: Option<String>,
+    pub province: Option<String>,
+    pub city: Option<String>,
+    pub isp: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClientJson {
+    pub country: String,
+    pub province: String,
+    pub city: String,
+    pub isp: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeJson {
+    pub name: String,
+    pub public_ip: Option<String>,
+    pub public_ipv6: Option<String>,
+    pub province: String,
+    pub city: String,
+    pub isp: String,
+    pub weight: i64,
+    pub score: i64,
+    pub reason: String,
+    pub terms: Vec<(String, i64)>,
+}
+
+impl From<&Candidate> for NodeJson {
+    fn from(c: &Candidate) -> Self {
+        NodeJson {
+            name: c.name.clone(),
+            public_ip: c.public_ip.map(|a| a.to_string()),
+            public_ipv6: c.public_ipv6.map(|a| a.to_string()),
+            province: c.province.clone(),
+            city: c.city.clone(),
+            isp: c.isp.clone(),
+            weight: c.weight,
+            score: c.score,
+            reason: c.reason.clone(),
+            terms: c.terms.clone(),
+        }
+    }
+}
+
+/// The response body (seed 000 §4; `primary`/`backup` are null when no node is eligible, §7.2).
+#[derive(Debug, Serialize)]
+pub struct ScheduleJson {
+    pub domain: String,
+    pub ttl: u32,
+    pub client: ClientJson,
+    pub primary: Option<NodeJson>,
+    pub backup: Option<NodeJson>,
+    pub candidates: Vec<NodeJson>,
+    pub excluded: Vec<ExcludedJson>,
+    pub region: Option<String>,
+    pub partition: Option<String>,
+    pub pool: String,
+    pub note: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExcludedJson {
+    pub name: String,
+    pub why: &'static str,
+}
+
+impl From<&Decision> for ScheduleJson {
+    fn from(d: &Decision) -> Self {
+        ScheduleJson {
+            domain: d.domain.clone(),
+            ttl: d.ttl,
+            client: ClientJson {
+                country: d.client.country.clone(),
+                province: d.client.province.clone(),
+                city: d.client.city.clone(),
+                isp: d.client.isp.clone(),
+            },
+            primary: d.ranking.primary().map(NodeJson::from),
+            backup: d.ranking.backup().map(NodeJson::from),
+            candidates: d.ranking.candidates.iter().map(NodeJson::from).collect(),
+            excluded: d.ranking.excluded.iter().map(|(n, w)| ExcludedJson { name: n.clone(), why: w.as_str() }).collect(),
+            region: d.region.clone(),
+            partition: d.partition.clone(),
+            pool: d.pool.clone(),
+            note: d.note.clone(),
+        }
+    }
+}
+
+/// Turns `subnet=` / `ip=` into the address to look up.
+pub fn client_address(subnet: Option<&str>, ip: Option<&str>) -> Result<Option<IpAddr>, ApiError> {
+    match (subnet, ip) {
+        (Some(_), Some(_)) => Err(ApiError::bad_field("subnet", "give either subnet or ip, not both")),
+        (Some(s), None) => {
+            let net: ipnet::IpNet = s
+                .trim()
+                .parse()
+                .or_else(|_| s.trim().parse::<IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| ApiError::bad_field("subnet", format!("{s:?} is not a CIDR subnet like 1.2.3.0/24")))?;
+            Ok(Some(net.trunc().network()))
+        }
+        (None, Some(i)) => i
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::bad_field("ip", format!("{i:?} is not an IP address"))),
+        (None, None) => Ok(None),
+    }
+}
+
+pub async fn get_schedule(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Result<Query<ScheduleParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<ScheduleJson>, ApiError> {
+    state.auth.check_agent(&headers)?;
+    let Query(p) = params.map_err(|e| ApiError::new(axum::http::StatusCode::BAD_REQUEST, e.body_text()))?;
+    let domain = p.domain.as_deref().map(str::trim).filter(|d| !d.is_empty());
+    let Some(domain) = domain else { return Err(ApiError::bad_field("domain", "domain is required")) };
+    let client = ClientQuery {
+        address: client_address(p.subnet.as_deref(), p.ip.as_deref())?,
+        country: p.country,
+        province: p.province,
+        city: p.city,
+        isp: p.isp,
+    };
+    let decision = state.scheduler.decide(domain, &client).await?;
+    tracing::info!(
+        domain = %decision.domain,
+        client = ?client.address,
+        partition = decision.partition.as_deref().unwrap_or("-"),
+        primary = decision.primary().map_or("-", |c| c.name.as_str()),
+        reason = decision.primary().map_or("no eligible node", |c| c.reason.as_str()),
+        "schedule decision"
+    );
+    Ok(Json(ScheduleJson::from(&decision)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subnet_and_ip_parse() {
+        assert_eq!(client_address(Some("58.60.0.0/24"), None).unwrap(), Some("58.60.0.0".parse().unwrap()));
+        assert_eq!(client_address(Some("58.60.0.7/24"), None).unwrap(), Some("58.60.0.0".parse().unwrap()));
+        assert_eq!(client_address(None, Some("1.2.3.4")).unwrap(), Some("1.2.3.4".parse().unwrap()));
+        assert_eq!(client_address(None, None).unwrap(), None);
+        let e = client_address(Some("nope"), None).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("subnet"));
+        let e = client_address(None, Some("1.2.3")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("ip"));
+    }
+}

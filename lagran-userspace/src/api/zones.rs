@@ -1,0 +1,164 @@
+//! Zones (SOA + NS set + glue) and scheduled domains (name -> pool).
+
+use std::net::Ipv4Addr;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+
+use super::AppState;
+use super::error::{ApiError, parse_json};
+use crate::model::{DEFAULT_POOL, Domain, NsHost, Zone};
+
+/// `PUT /api/v1/zones/{name}` body; absent fields keep their defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneBody {
+    pub soa_mname: Option<String>,
+    pub soa_rname: Option<String>,
+    pub soa_serial: Option<u32>,
+    pub soa_refresh: Option<u32>,
+    pub soa_retry: Option<u32>,
+    pub soa_expire: Option<u32>,
+    pub soa_minimum: Option<u32>,
+    pub ns_ttl: Option<u32>,
+    #[serde(default)]
+    pub ns_hosts: Vec<NsHost>,
+}
+
+/// `PUT /api/v1/domains/{name}` body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainBody {
+    pub zone: String,
+    pub pool: Option<String>,
+    pub ttl: Option<u32>,
+    pub origin_ip: Option<Ipv4Addr>,
+}
+
+fn normalise(name: &str) -> String {
+    name.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Builds a zone from its name and body, checking what only makes sense together.
+pub fn zone_from_body(name: &str, body: ZoneBody) -> Result<Zone, ApiError> {
+    let mut z = Zone::new(normalise(name));
+    if z.name.is_empty() || !z.name.contains('.') {
+        return Err(ApiError::bad_field("name", format!("{name:?} is not a zone name like edge.example.net")));
+    }
+    if body.ns_hosts.is_empty() {
+        return Err(ApiError::bad_field("ns_hosts", "a zone needs at least one NS host"));
+    }
+    z.ns_hosts = body
+        .ns_hosts
+        .into_iter()
+        .map(|h| NsHost { name: normalise(&h.name), ..h })
+        .collect();
+    for h in &z.ns_hosts {
+        let in_zone = h.name.ends_with(&format!(".{}", z.name));
+        if in_zone && h.ipv4.is_none() && h.ipv6.is_none() {
+            return Err(ApiError::bad_field("ns_hosts", format!("in-zone NS host {} needs glue (ipv4 or ipv6)", h.name)));
+        }
+    }
+    z.soa_mname = body.soa_mname.map(|s| normalise(&s)).unwrap_or_else(|| z.ns_hosts[0].name.clone());
+    if let Some(r) = body.soa_rname {
+        z.soa_rname = normalise(&r);
+    }
+    z.soa_serial = body.soa_serial.unwrap_or(z.soa_serial);
+    z.soa_refresh = body.soa_refresh.unwrap_or(z.soa_refresh);
+    z.soa_retry = body.soa_retry.unwrap_or(z.soa_retry);
+    z.soa_expire = body.soa_expire.unwrap_or(z.soa_expire);
+    z.soa_minimum = body.soa_minimum.unwrap_or(z.soa_minimum);
+    z.ns_ttl = body.ns_ttl.unwrap_or(z.ns_ttl);
+    Ok(z)
+}
+
+pub async fn list_zones(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Zone>>, ApiError> {
+    state.auth.check_agent(&headers)?;
+    Ok(Json(state.scheduler.store().list_zones().await?))
+}
+
+pub async fn get_zone(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Zone>, ApiError> {
+    state.auth.check_agent(&headers)?;
+    let name = normalise(&name);
+    let zones = state.scheduler.store().list_zones().await?;
+    zones.into_iter().find(|z| z.name == name).map(Json).ok_or_else(|| ApiError::not_found(format!("no zone {name}")))
+}
+
+pub async fn put_zone(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Zone>, ApiError> {
+    state.auth.check_admin(&headers)?;
+    let zone = zone_from_body(&name, parse_json(&body)?)?;
+    state.scheduler.store().upsert_zone(&zone).await?;
+    state.after_write().await;
+    Ok(Json(zone))
+}
+
+pub async fn delete_zone(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.auth.check_admin(&headers)?;
+    let name = normalise(&name);
+    if !state.scheduler.store().delete_zone(&name).await? {
+        return Err(ApiError::not_found(format!("no zone {name}")));
+    }
+    state.after_write().await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn list_domains(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Domain>>, ApiError> {
+    state.auth.check_agent(&headers)?;
+    Ok(Json(state.scheduler.store().list_domains().await?))
+}
+
+pub async fn put_domain(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Domain>, ApiError> {
+    state.auth.check_admin(&headers)?;
+    let body: DomainBody = parse_json(&body)?;
+    let domain = Domain {
+        name: normalise(&name),
+        zone: normalise(&body.zone),
+        pool: body.pool.unwrap_or_else(|| DEFAULT_POOL.to_string()),
+        ttl: body.ttl,
+        origin_ip: body.origin_ip,
+    };
+    if domain.name != domain.zone && !domain.name.ends_with(&format!(".{}", domain.zone)) {
+        return Err(ApiError::bad_field("zone", format!("{} is not inside zone {}", domain.name, domain.zone)));
+    }
+    if domain.ttl == Some(0) {
+        return Err(ApiError::bad_field("ttl", "ttl must be at least 1 (answers never go below 5 s anyway)"));
+    }
+    state.scheduler.store().upsert_domain(&domain).await?;
+    state.after_write().await;
+    Ok(Json(domain))
+}
+
+pub async fn delete_domain(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.auth.check_admin(&headers)?;
+    let name = normalise(&name);
+    if !state.scheduler.store().delete_domain(&name).await? {
+        return Err(ApiError::not_found(format!("no domain {name}")));
+    }
+    state.after_write().await;
+    Ok(StatusCode::NO_CONTENT)
+}

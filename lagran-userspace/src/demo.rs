@@ -1,0 +1,54 @@
+//! `lagran serve --demo`: zone `edge.lagran.net` and seed 000 §8's three nodes.
+
+use crate::model::{Node, NsHost, Zone};
+use crate::store::{Store, StoreError};
+
+pub const DEMO_ZONE: &str = "edge.lagran.net";
+
+/// The demo zone: ns1/ns2 with glue in the documentation range.
+pub fn demo_zone() -> Zone {
+    let mut z = Zone::new(DEMO_ZONE);
+    z.ns_hosts = vec![
+        NsHost { name: format!("ns1.{DEMO_ZONE}"), ipv4: Some([198, 51, 100, 53].into()), ipv6: None },
+        NsHost { name: format!("ns2.{DEMO_ZONE}"), ipv4: Some([198, 51, 100, 54].into()), ipv6: None },
+    ];
+    z
+}
+
+/// Seed 000 §8's table, exactly.
+pub fn demo_nodes() -> Vec<Node> {
+    #[allow(clippy::too_many_arguments)]
+    fn node(name: &str, country: &str, province: &str, city: &str, isp: &str, weight: i64, cpu: f64, mem: f64, ip: [u8; 4]) -> Node {
+        let mut n = Node::new(name);
+        n.country = country.into();
+        n.province = province.into();
+        n.city = city.into();
+        n.isp = isp.into();
+        n.weight = weight;
+        n.cpu_usage = cpu;
+        n.memory_usage = mem;
+        n.public_ip = Some(ip.into());
+        n
+    }
+    vec![
+        node("gz-01", "CN", "广东", "深圳", "电信", 100, 20.0, 30.0, [203, 0, 113, 21]),
+        node("hk-01", "HK", "香港", "", "BGP", 120, 10.0, 10.0, [203, 0, 113, 22]),
+        node("kr-01", "KR", "", "", "BGP", 100, 10.0, 20.0, [203, 0, 113, 23]),
+    ]
+}
+
+/// Creates what is missing of the demo; leaves existing records as they are.
+pub async fn install(store: &Store) -> Result<(), StoreError> {
+    let zones = store.list_zones().await?;
+    if !zones.iter().any(|z| z.name == DEMO_ZONE) {
+        store.upsert_zone(&demo_zone()).await?;
+        tracing::info!(zone = DEMO_ZONE, "demo zone created");
+    }
+    for node in demo_nodes() {
+        if store.get_node(&node.name).await?.is_none() {
+            store.create_node(&node, None).await?;
+            tracing::info!(node = %node.name, "demo node created");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! Lock-free counters of the userspace responder, rendered as Prometheus text.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use super::answer::{Outcome, Reply, Transport};
+
+/// Counters shared by every listener task.
+#[derive(Debug, Default)]
+pub struct DnsCounters {
+    pub queries_udp: AtomicU64,
+    pub queries_tcp: AtomicU64,
+    pub answered: AtomicU64,
+    pub nodata: AtomicU64,
+    pub nxdomain: AtomicU64,
+    pub refused: AtomicU64,
+    pub formerr: AtomicU64,
+    pub badvers: AtomicU64,
+    pub notimp: AtomicU64,
+    pub servfail: AtomicU64,
+    pub fallback: AtomicU64,
+    pub dropped: AtomicU64,
+    /// UDP responses sent with TC=1.
+    pub truncated: AtomicU64,
+    /// Packets that could not be understood: dropped + FORMERR.
+    pub malformed: AtomicU64,
+    /// Answers served from a route table older than DNS_STALE_SECS (no fallback set).
+    pub stale_served: AtomicU64,
+    /// TCP connections refused because the connection limit was reached.
+    pub tcp_rejected: AtomicU64,
+    /// UDP datagrams larger than the receive buffer (ignored).
+    pub oversized: AtomicU64,
+    /// Socket errors (receive, send, accept), logged and survived.
+    pub io_errors: AtomicU64,
+    /// When the last "serving stale answers" warning was logged (unix ms).
+    pub(crate) last_stale_warn_ms: AtomicI64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+impl DnsCounters {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counts one query and what became of it.
+    pub fn record(&self, transport: Transport, reply: &Reply) {
+        match transport {
+            Transport::Udp => inc(&self.queries_udp),
+            Transport::Tcp => inc(&self.queries_tcp),
+        }
+        inc(self.outcome_counter(reply.outcome));
+        if matches!(reply.outcome, Outcome::Dropped | Outcome::FormErr) {
+            inc(&self.malformed);
+        }
+        if reply.truncated {
+            inc(&self.truncated);
+        }
+        if reply.stale {
+            inc(&self.stale_served);
+        }
+    }
+
+    fn outcome_counter(&self, o: Outcome) -> &AtomicU64 {
+        match o {
+            Outcome::Answered => &self.answered,
+            Outcome::NoData => &self.nodata,
+            Outcome::NxDomain => &self.nxdomain,
+            Outcome::Refused => &self.refused,
+            Outcome::FormErr => &self.formerr,
+            Outcome::BadVers => &self.badvers,
+            Outcome::NotImp => &self.notimp,
+            Outcome::ServFail => &self.servfail,
+            Outcome::Fallback => &self.fallback,
+            Outcome::Dropped => &self.dropped,
+        }
+    }
+
+    /// The count of one outcome.
+    pub fn outcome(&self, o: Outcome) -> u64 {
+        self.outcome_counter(o).load(Ordering::Relaxed)
+    }
+
+    /// Every counter by name (`queries_udp`, `answered`, …).
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("queries_udp", l(&self.queries_udp)),
+            ("queries_tcp", l(&self.queries_tcp)),
+            ("answered", l(&self.answered)),
+            ("nodata", l(&self.nodata)),
+            ("nxdomain", l(&self.nxdomain)),
+            ("refused", l(&self.refused)),
+            ("formerr", l(&self.formerr)),
+            ("badvers", l(&self.badvers)),
+            ("notimp", l(&self.notimp)),
+            ("servfail", l(&self.servfail)),
+            ("fallback", l(&self.fallback)),
+            ("dropped", l(&self.dropped)),
+            ("truncated", l(&self.truncated)),
+            ("malformed", l(&self.malformed)),
+            ("stale_served", l(&self.stale_served)),
+            ("tcp_rejected", l(&self.tcp_rejected)),
+            ("oversized", l(&self.oversized)),
+            ("io_errors", l(&self.io_errors)),
+        ]
+    }
+
+    /// Appends the counters in the Prometheus text exposition format.
+    ///
+    /// - `lagran_dns_queries_total{transport}`
+    /// - `lagran_dns_responses_total{outcome,rcode}` (dropped packets are not responses)
+    /// - `lagran_dns_dropped_total`, `lagran_dns_truncated_total`,
+    ///   `lagran_dns_malformed_total`, `lagran_dns_stale_served_total`,
+    ///   `lagran_dns_tcp_rejected_total`, `lagran_dns_oversized_total`,
+    ///   `lagran_dns_io_errors_total`
+    pub fn render_prometheus(&self, out: &mut String) {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let _ = writeln!(out, "# HELP lagran_dns_queries_total DNS queries received by the userspace responder.");
+        let _ = writeln!(out, "# TYPE lagran_dns_queries_total counter");
+        let _ = writeln!(out, "lagran_dns_queries_total{{transport=\"udp\"}} {}", l(&self.queries_udp));
+        let _ = writeln!(out, "lagran_dns_queries_total{{transport=\"tcp\"}} {}", l(&self.queries_tcp));
+        let _ = writeln!(out, "# HELP lagran_dns_responses_total DNS responses by outcome and RCODE.");
+        let _ = writeln!(out, "# TYPE lagran_dns_responses_total counter");
+        for o in Outcome::ALL {
+            if o == Outcome::Dropped {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "lagran_dns_responses_total{{outcome=\"{}\",rcode=\"{}\"}} {}",
+                o.as_str(),
+                o.rcode_name(),
+                self.outcome(o)
+            );
+        }
+        let simple: [(&str, &str, &AtomicU64); 7] = [
+            ("lagran_dns_dropped_total", "Packets dropped without a response (short, QR=1).", &self.dropped),
+            ("lagran_dns_truncated_total", "UDP responses sent with TC=1.", &self.truncated),
+            ("lagran_dns_malformed_total", "Malformed packets (dropped or FORMERR).", &self.malformed),
+            (
+                "lagran_dns_stale_served_total",
+                "Answers served from a route table older than DNS_STALE_SECS.",
+                &self.stale_served,
+            ),
+            ("lagran_dns_tcp_rejected_total", "TCP connections refused at the connection limit.", &self.tcp_rejected),
+            ("lagran_dns_oversized_total", "UDP datagrams larger than the receive buffer.", &self.oversized),
+            ("lagran_dns_io_errors_total", "Socket errors survived by the listeners.", &self.io_errors),
+        ];
+        for (name, help, c) in simple {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", l(c));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_and_renders() {
+        let c = DnsCounters::new();
+        let r = |outcome, truncated, stale| Reply { bytes: None, outcome, client: None, truncated, stale, scheduled: false };
+        c.record(Transport::Udp, &r(Outcome::Answered, true, true));
+        c.record(Transport::Tcp, &r(Outcome::FormErr, false, false));
+        c.record(Transport::Udp, &r(Outcome::Dropped, false, false));
+        let snap: std::collections::HashMap<_, _> = c.snapshot().into_iter().collect();
+        assert_eq!(snap["queries_udp"], 2);
+        assert_eq!(snap["queries_tcp"], 1);
+        assert_eq!(snap["answered"], 1);
+        assert_eq!(snap["malformed"], 2);
+        assert_eq!(snap["truncated"], 1);
+        assert_eq!(snap["stale_served"], 1);
+        let mut s = String::new();
+        c.render_prometheus(&mut s);
+        assert!(s.contains("lagran_dns_responses_total{outcome=\"answered\",rcode=\"NOERROR\"} 1"), "{s}");
+        assert!(s.contains("lagran_dns_responses_total{outcome=\"formerr\",rcode=\"FORMERR\"} 1"), "{s}");
+        assert!(s.contains("lagran_dns_dropped_total 1"), "{s}");
+        assert!(s.contains("lagran_dns_queries_total{transport=\"tcp\"} 1"), "{s}");
+    }
+}

@@ -1,0 +1,351 @@
+//! The decision engine: a pure function from (nodes, client location, policy)
+//! to a ranked list of candidates, each carrying its score and the reason for it.
+//!
+//! The default score is seed 000's, exactly:
+//!
+//! ```text
+//! score = clamp(weight, 0, 1000) + 5·same_country + 80·same_province + 20·same_city
+//!         + 40·same_isp − floor(cpu_usage·0.3) − floor(memory_usage·0.2)
+//! ```
+//!
+//! Eligible nodes: `status = online` and a non-empty public address of the
+//! family asked for, in the name's pool (the `default` pool holds every node).
+//! Ties break by node name.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+use crate::geo::Location;
+use crate::model::{DEFAULT_POOL, Node, NodeStatus};
+
+/// The address family an answer is for (`A` or `AAAA`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+/// Bonuses and penalty factors of the score (seed 000 §3 step 9).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub same_country: i64,
+    pub same_province: i64,
+    pub same_city: i64,
+    pub same_isp: i64,
+    pub cpu_factor: f64,
+    pub memory_factor: f64,
+    /// A total load penalty at or above this is called "overloaded" in reasons.
+    pub overloaded_penalty: i64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            same_country: 5,
+            same_province: 80,
+            same_city: 20,
+            same_isp: 40,
+            cpu_factor: 0.3,
+            memory_factor: 0.2,
+            overloaded_penalty: 30,
+        }
+    }
+}
+
+/// A node prepared for scoring: its location canonicalised once per recompute.
+#[derive(Clone, Debug)]
+pub struct NodeView {
+    pub node: Node,
+    pub location: Location,
+}
+
+impl NodeView {
+    pub fn new(node: Node) -> Self {
+        let location = Location::new(&node.country, &node.province, &node.city, &node.isp);
+        NodeView { node, location }
+    }
+
+    pub fn prepare(nodes: impl IntoIterator<Item = Node>) -> Vec<NodeView> {
+        nodes.into_iter().map(NodeView::new).collect()
+    }
+}
+
+/// Why a node took no part in a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Exclusion {
+    NotOnline,
+    NoPublicIp,
+    NoPublicIpv6,
+    OtherPool,
+}
+
+impl Exclusion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Exclusion::NotOnline => "not online",
+            Exclusion::NoPublicIp => "no public_ip",
+            Exclusion::NoPublicIpv6 => "no public_ipv6",
+            Exclusion::OtherPool => "not in the pool",
+        }
+    }
+}
+
+/// One scored, eligible node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Candidate {
+    pub name: String,
+    pub public_ip: Option<Ipv4Addr>,
+    pub public_ipv6: Option<Ipv6Addr>,
+    pub country: String,
+    pub province: String,
+    pub city: String,
+    pub isp: String,
+    pub weight: i64,
+    pub score: i64,
+    /// Human-readable: "same-province same-city same-isp", "overloaded -30", …
+    pub reason: String,
+    /// Every term of the score, in order, e.g. `[("weight", 100), ("same-province", 80), ("cpu", -6)]`.
+    pub terms: Vec<(String, i64)>,
+}
+
+/// The ranked decision for one client partition.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Ranking {
+    /// Best first.
+    pub candidates: Vec<Candidate>,
+    /// Nodes that were not eligible, and why.
+    pub excluded: Vec<(String, Exclusion)>,
+}
+
+impl Ranking {
+    pub fn primary(&self) -> Option<&Candidate> {
+        self.candidates.first()
+    }
+
+    pub fn backup(&self) -> Option<&Candidate> {
+        self.candidates.get(1)
+    }
+}
+
+/// Scores one node for a client (eligibility is [`exclusion`]'s business).
+pub fn score(view: &NodeView, client: &Location, policy: &Policy) -> Candidate {
+    let n = &view.node;
+    let loc = &view.location;
+    let mut terms: Vec<(String, i64)> = Vec::with_capacity(7);
+    let mut reasons: Vec<String> = Vec::new();
+    let weight = n.weight.clamp(0, 1000);
+    terms.push(("weight".into(), weight));
+    let same = |a: &str, b: &str| !a.is_empty() && a == b;
+    let same_country = same(&loc.country, &client.country);
+    let same_province = same(&loc.province, &client.province);
+    let same_city = same(&loc.city, &client.city);
+    let same_isp = same(&loc.isp, &client.isp);
+    if same_country {
+        terms.push(("same-country".into(), policy.same_country));
+    }
+    if same_province {
+        terms.push(("same-province".into(), policy.same_province));
+        reasons.push("same-province".into());
+    }
+    if same_city {
+        terms.push(("same-city".into(), policy.same_city));
+        reasons.push("same-city".into());
+    }
+    if same_isp {
+        terms.push(("same-isp".into(), policy.same_isp));
+        reasons.push("same-isp".into());
+    }
+    if same_country && reasons.is_empty() {
+        reasons.push("same-country".into());
+    }
+    // floor() of a non-negative product; usage is validated to 0..=100 on the way in.
+    let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
+    let mem = (n.memory_usage.max(0.0) * policy.memory_factor).floor() as i64;
+    if cpu > 0 {
+        terms.push(("cpu".into(), -cpu));
+    }
+    if mem > 0 {
+        terms.push(("memory".into(), -mem));
+    }
+    if cpu + mem >= policy.overloaded_penalty {
+        reasons.push(format!("overloaded -{}", cpu + mem));
+    }
+    if reasons.is_empty() {
+        reasons.push("weight and load".into());
+    }
+    let score = terms.iter().map(|(_, v)| v).sum();
+    Candidate {
+        name: n.name.clone(),
+        public_ip: n.public_ip,
+        public_ipv6: n.public_ipv6,
+        country: n.country.clone(),
+        province: n.province.clone(),
+        city: n.city.clone(),
+        isp: n.isp.clone(),
+        weight: n.weight,
+        score,
+        reason: reasons.join(" "),
+        terms,
+    }
+}
+
+/// Why `view` cannot answer for `family` in `pool`, if it cannot.
+pub fn exclusion(view: &NodeView, family: Family, pool: &str) -> Option<Exclusion> {
+    let n = &view.node;
+    if n.status != NodeStatus::Online {
+        return Some(Exclusion::NotOnline);
+    }
+    match family {
+        Family::V4 if n.public_ip.is_none() => return Some(Exclusion::NoPublicIp),
+        Family::V6 if n.public_ipv6.is_none() => return Some(Exclusion::NoPublicIpv6),
+        _ => {}
+    }
+    if pool != DEFAULT_POOL && n.pool != pool {
+        return Some(Exclusion::OtherPool);
+    }
+    None
+}
+
+/// Ranks every eligible node for a client in `pool`, best first, ties by name.
+pub fn rank(nodes: &[NodeView], client: &Location, family: Family, pool: &str, policy: &Policy) -> Ranking {
+    let mut ranking = Ranking::default();
+    for view in nodes {
+        match exclusion(view, family, pool) {
+            Some(why) => ranking.excluded.push((view.node.name.clone(), why)),
+            None => ranking.candidates.push(score(view, client, policy)),
+        }
+    }
+    ranking.candidates.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.name.cmp(&b.name)));
+    ranking
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seed 000 §8's three nodes.
+    pub(crate) fn seed_nodes() -> Vec<Node> {
+        let mk = |name: &str, country: &str, province: &str, city: &str, isp: &str, w, cpu, mem, ip: &str| {
+            let mut n = Node::new(name);
+            n.country = country.into();
+            n.province = province.into();
+            n.city = city.into();
+            n.isp = isp.into();
+            n.weight = w;
+            n.cpu_usage = cpu;
+            n.memory_usage = mem;
+            n.public_ip = Some(ip.parse().unwrap());
+            n
+        };
+        vec![
+            mk("gz-01", "CN", "广东", "深圳", "电信", 100, 20.0, 30.0, "203.0.113.21"),
+            mk("hk-01", "HK", "香港", "", "BGP", 120, 10.0, 10.0, "203.0.113.22"),
+            mk("kr-01", "KR", "韩国", "", "BGP", 100, 10.0, 20.0, "203.0.113.23"),
+        ]
+    }
+
+    fn shenzhen_telecom() -> Location {
+        Location::from_region("中国|0|广东省|深圳市|电信")
+    }
+
+    #[test]
+    fn seed_000_worked_example_shenzhen_telecom() {
+        let nodes = NodeView::prepare(seed_nodes());
+        let r = rank(&nodes, &shenzhen_telecom(), Family::V4, DEFAULT_POOL, &Policy::default());
+        let scores: Vec<(&str, i64)> = r.candidates.iter().map(|c| (c.name.as_str(), c.score)).collect();
+        assert_eq!(scores, vec![("gz-01", 233), ("hk-01", 115), ("kr-01", 93)], "seed 000 §3 step 9");
+        assert_eq!(r.primary().unwrap().reason, "same-province same-city same-isp");
+        assert_eq!(r.backup().unwrap().name, "hk-01");
+    }
+
+    #[test]
+    fn unknown_client_ranks_by_weight_and_load() {
+        // seed 000 §7.4: no geo match -> weight - cpu - mem
+        let nodes = NodeView::prepare(seed_nodes());
+        let r = rank(&nodes, &Location::default(), Family::V4, DEFAULT_POOL, &Policy::default());
+        let scores: Vec<(&str, i64)> = r.candidates.iter().map(|c| (c.name.as_str(), c.score)).collect();
+        assert_eq!(scores, vec![("hk-01", 115), ("kr-01", 93), ("gz-01", 88)]);
+        assert_eq!(r.primary().unwrap().reason, "weight and load");
+    }
+
+    #[test]
+    fn offline_and_addressless_nodes_are_excluded() {
+        // seed 000 §7.5 and §7.6
+        let mut nodes = seed_nodes();
+        nodes[0].status = NodeStatus::Offline;
+        nodes[1].public_ip = None;
+        let r = rank(&NodeView::prepare(nodes), &shenzhen_telecom(), Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!(r.candidates.len(), 1);
+        assert_eq!(r.primary().unwrap().name, "kr-01");
+        assert!(r.excluded.contains(&("gz-01".into(), Exclusion::NotOnline)));
+        assert!(r.excluded.contains(&("hk-01".into(), Exclusion::NoPublicIp)));
+    }
+
+    #[test]
+    fn no_eligible_node_gives_an_empty_ranking() {
+        // seed 000 §7.2
+        let mut nodes = seed_nodes();
+        for n in &mut nodes {
+            n.status = NodeStatus::Disabled;
+        }
+        let r = rank(&NodeView::prepare(nodes), &shenzhen_telecom(), Family::V4, DEFAULT_POOL, &Policy::default());
+        assert!(r.primary().is_none());
+        assert_eq!(r.excluded.len(), 3);
+    }
+
+    #[test]
+    fn aaaa_needs_public_ipv6() {
+        let mut nodes = seed_nodes();
+        nodes[2].public_ipv6 = Some("2001:db8::23".parse().unwrap());
+        let r = rank(&NodeView::prepare(nodes), &shenzhen_telecom(), Family::V6, DEFAULT_POOL, &Policy::default());
+        assert_eq!(r.candidates.len(), 1);
+        assert_eq!(r.primary().unwrap().name, "kr-01");
+    }
+
+    #[test]
+    fn ties_break_by_name() {
+        let mut a = Node::new("b-node");
+        a.public_ip = Some(Ipv4Addr::new(192, 0, 2, 1));
+        let mut b = Node::new("a-node");
+        b.public_ip = Some(Ipv4Addr::new(192, 0, 2, 2));
+        let r = rank(&NodeView::prepare([a, b]), &Location::default(), Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!(r.primary().unwrap().name, "a-node");
+    }
+
+    #[test]
+    fn weight_is_clamped() {
+        let mut a = Node::new("heavy");
+        a.weight = 50_000;
+        a.public_ip = Some(Ipv4Addr::new(192, 0, 2, 1));
+        let mut b = Node::new("negative");
+        b.weight = -5;
+        b.public_ip = Some(Ipv4Addr::new(192, 0, 2, 2));
+        let r = rank(&NodeView::prepare([a, b]), &Location::default(), Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!(r.candidates[0].score, 1000);
+        assert_eq!(r.candidates[1].score, 0);
+    }
+
+    #[test]
+    fn pools_filter_nodes_and_default_holds_all() {
+        let mut nodes = seed_nodes();
+        nodes[1].pool = "pool-a".into();
+        let views = NodeView::prepare(nodes);
+        let r = rank(&views, &Location::default(), Family::V4, "pool-a", &Policy::default());
+        assert_eq!(r.candidates.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["hk-01"]);
+        let r = rank(&views, &Location::default(), Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!(r.candidates.len(), 3);
+    }
+
+    #[test]
+    fn heavy_load_says_overloaded() {
+        let mut n = Node::new("busy");
+        n.public_ip = Some(Ipv4Addr::new(192, 0, 2, 1));
+        n.cpu_usage = 100.0;
+        n.memory_usage = 0.0;
+        let r = rank(&NodeView::prepare([n]), &Location::default(), Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!(r.primary().unwrap().reason, "overloaded -30");
+        assert_eq!(r.primary().unwrap().score, 70);
+    }
+}

@@ -1,0 +1,111 @@
+//! `lagran explain`: the full ranked decision for a client, readable.
+
+use std::fmt::Write;
+
+use crate::api::schedule::{ScheduleJson, client_address};
+use crate::config::Config;
+use crate::geo::GeoDb;
+use crate::route_table::empty_shared;
+use crate::scheduler::{ClientQuery, Decision, Scheduler};
+use crate::store::Store;
+
+/// Why an explanation could not be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("opening the database: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("{0}")]
+    Input(String),
+    #[error("scheduling: {0}")]
+    Scheduler(#[from] crate::scheduler::SchedulerError),
+}
+
+/// Computes the decision from the configured database and geo files.
+pub async fn run(
+    config: &Config,
+    ip: Option<&str>,
+    subnet: Option<&str>,
+    domain: Option<&str>,
+    json: bool,
+) -> Result<String, ExplainError> {
+    let address = client_address(subnet, ip).map_err(|e| ExplainError::Input(e.message))?;
+    let store = Store::connect(&config.database_url).await?;
+    let domain = match domain {
+        Some(d) => d.to_string(),
+        None => store
+            .list_zones()
+            .await?
+            .first()
+            .map(|z| z.name.clone())
+            .ok_or_else(|| ExplainError::Input("no zone configured; pass --domain".into()))?,
+    };
+    let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
+    let scheduler = Scheduler::new(store, config.schedule.clone(), geo, empty_shared());
+    let decision = scheduler.decide(&domain, &ClientQuery { address, ..Default::default() }).await?;
+    if json {
+        let mut s = serde_json::to_string_pretty(&ScheduleJson::from(&decision)).unwrap_or_default();
+        s.push('\n');
+        return Ok(s);
+    }
+    Ok(render(&decision, address))
+}
+
+/// The human-readable form.
+pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
+    let mut out = String::new();
+    let c = &d.client;
+    let show = |s: &str| if s.is_empty() { "?".to_string() } else { s.to_string() };
+    let _ = writeln!(
+        out,
+        "client    {}  ->  country={} province={} city={} isp={}",
+        address.map_or("-".to_string(), |a| a.to_string()),
+        show(&c.country),
+        show(&c.province),
+        show(&c.city),
+        show(&c.isp)
+    );
+    if let Some(r) = &d.region {
+        let _ = writeln!(out, "region    {r}");
+    }
+    if let Some(p) = &d.partition {
+        let _ = writeln!(out, "partition {p}");
+    }
+    let _ = writeln!(out, "domain    {} (pool {}, ttl {})", d.domain, d.pool, d.ttl);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{:>3}  {:<14} {:<16} {:>6}  {:<48} reason", "#", "node", "public_ip", "score", "terms");
+    for (i, cand) in d.ranking.candidates.iter().enumerate() {
+        let terms: Vec<String> = cand.terms.iter().map(|(k, v)| format!("{k} {v:+}")).collect();
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<14} {:<16} {:>6}  {:<48} {}",
+            i + 1,
+            cand.name,
+            cand.public_ip.map_or("-".to_string(), |a| a.to_string()),
+            cand.score,
+            terms.join(" "),
+            cand.reason
+        );
+    }
+    for (name, why) in &d.ranking.excluded {
+        let _ = writeln!(out, "  -  {name:<14} excluded: {}", why.as_str());
+    }
+    let _ = writeln!(out);
+    match (d.ranking.primary(), d.ranking.backup()) {
+        (Some(p), b) => {
+            let _ = writeln!(
+                out,
+                "primary   {} {} ({})",
+                p.name,
+                p.public_ip.map_or("-".to_string(), |a| a.to_string()),
+                p.reason
+            );
+            if let Some(b) = b {
+                let _ = writeln!(out, "backup    {} {}", b.name, b.public_ip.map_or("-".to_string(), |a| a.to_string()));
+            }
+        }
+        (None, _) => {
+            let _ = writeln!(out, "primary   none: {}", d.note);
+        }
+    }
+    out
+}

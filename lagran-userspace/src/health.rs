@@ -1,0 +1,341 @@
+//! Node liveness: heartbeat timeouts and active probes (SPEC §7).
+//!
+//! - Heartbeats: a node that has reported (`last_heartbeat_ms` set) and then
+//!   stays silent for `heartbeat_timeout_secs` is treated as offline until it
+//!   reports again. Nodes that never had an agent (the demo's) never time out.
+//! - Probes: L7 `GET {agent_url}/healthz` (200 within `timeout_ms`) and L4 TCP
+//!   connect to `{public_ip}:{probe_port}`, every `interval_secs`;
+//!   `fall` consecutive failures mark a node down, `rise` successes bring it up.
+//!   A node's own heartbeat never overrides a failed probe.
+//!
+//! The verdicts are an input of the pure engine ([`Liveness`]); this module
+//! only observes and reports changes to the scheduler.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::Node;
+
+/// Probe and heartbeat knobs.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthSettings {
+    pub interval_secs: u64,
+    pub timeout_ms: u64,
+    /// Consecutive failures that mark a node down.
+    pub fall: u32,
+    /// Consecutive successes that bring a down node back.
+    pub rise: u32,
+    pub heartbeat_timeout_secs: u64,
+}
+
+impl Default for HealthSettings {
+    fn default() -> Self {
+        HealthSettings { interval_secs: 5, timeout_ms: 2000, fall: 3, rise: 2, heartbeat_timeout_secs: 60 }
+    }
+}
+
+/// What the probes currently say of one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProbeState {
+    pub up: bool,
+    pub consecutive_failures: u32,
+    pub consecutive_successes: u32,
+    pub last_error: Option<String>,
+}
+
+impl ProbeState {
+    /// Folds one probe result in; returns true when `up` flipped.
+    pub fn record(&mut self, ok: Result<(), String>, settings: &HealthSettings) -> bool {
+        match ok {
+            Ok(()) => {
+                self.consecutive_successes += 1;
+                self.consecutive_failures = 0;
+                self.last_error = None;
+                if !self.up && self.consecutive_successes >= settings.rise {
+                    self.up = true;
+                    return true;
+                }
+            }
+            Err(e) => {
+                self.consecutive_failures += 1;
+                self.consecutive_successes = 0;
+                self.last_error = Some(e);
+                if self.up && self.consecutive_failures >= settings.fall {
+                    self.up = false;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// Liveness verdicts the engine reads: probe states by node name.
+#[derive(Clone, Debug, Default)]
+pub struct Liveness {
+    pub probes: HashMap<String, ProbeState>,
+    pub heartbeat_timeout_ms: i64,
+}
+
+/// Why a node is not alive, if it is not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Dead {
+    ProbeDown,
+    HeartbeatTimeout,
+}
+
+impl Liveness {
+    pub fn verdict(&self, node: &Node, now_ms: i64) -> Option<Dead> {
+        if self.probes.get(&node.name).is_some_and(|p| !p.up) {
+            return Some(Dead::ProbeDown);
+        }
+        if self.heartbeat_timeout_ms > 0
+            && let Some(t) = node.last_heartbeat_ms
+            && now_ms - t > self.heartbeat_timeout_ms
+        {
+            return Some(Dead::HeartbeatTimeout);
+        }
+        None
+    }
+}
+
+/// Whether a node has anything to probe.
+pub fn probe_targets(node: &Node) -> (Option<String>, Option<SocketAddr>) {
+    let l7 = (!node.agent_url.trim().is_empty())
+        .then(|| format!("{}/healthz", node.agent_url.trim().trim_end_matches('/')));
+    let l4 = match (node.public_ip, node.probe_port) {
+        (Some(ip), Some(port)) => Some(SocketAddr::from((ip, port))),
+        _ => None,
+    };
+    (l7, l4)
+}
+
+/// One L4 probe: a TCP connect within the timeout.
+pub async fn probe_tcp(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("tcp {addr}: {e}")),
+        Err(_) => Err(format!("tcp {addr}: no connection within {} ms", timeout.as_millis())),
+    }
+}
+
+/// One L7 probe: `GET url` answering 200 within the timeout (plain HTTP).
+pub async fn probe_http(url: &str, timeout: Duration) -> Result<(), String> {
+    let fut = async {
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: bad URL: {e}"))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(format!("{url}: only http:// agent URLs are probed"));
+        }
+        let host = uri.host().ok_or_else(|| format!("{url}: no host"))?.to_string();
+        let port = uri.port_u16().unwrap_or(80);
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await.map_err(|e| format!("{url}: {e}"))?;
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(io).await.map_err(|e| format!("{url}: handshake: {e}"))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let req = hyper::Request::get(path)
+            .header(hyper::header::HOST, host)
+            .header(hyper::header::USER_AGENT, "lagran-probe")
+            .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+            .map_err(|e| format!("{url}: {e}"))?;
+        let resp = sender.send_request(req).await.map_err(|e| format!("{url}: {e}"))?;
+        if resp.status() == hyper::StatusCode::OK {
+            Ok(())
+        } else {
+            Err(format!("{url}: status {}", resp.status()))
+        }
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("{url}: no 200 within {} ms", timeout.as_millis())),
+    }
+}
+
+/// The probe loop's shared state.
+pub struct HealthMonitor {
+    settings: HealthSettings,
+    states: Mutex<HashMap<String, ProbeState>>,
+}
+
+impl HealthMonitor {
+    pub fn new(settings: HealthSettings) -> Arc<Self> {
+        Arc::new(HealthMonitor { settings, states: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn settings(&self) -> &HealthSettings {
+        &self.settings
+    }
+
+    /// The current verdicts, for the engine.
+    pub fn liveness(&self) -> Liveness {
+        Liveness {
+            probes: self.states.lock().expect("health lock poisoned").clone(),
+            heartbeat_timeout_ms: (self.settings.heartbeat_timeout_secs * 1000) as i64,
+        }
+    }
+
+    /// Probes every node once; returns the names whose verdict flipped.
+    pub async fn probe_all(&self, nodes: &[Node]) -> Vec<String> {
+        let timeout = Duration::from_millis(self.settings.timeout_ms);
+        let mut tasks = Vec::new();
+        for n in nodes {
+            let (l7, l4) = probe_targets(n);
+            if l7.is_none() && l4.is_none() {
+                continue;
+            }
+            let name = n.name.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut result = Ok(());
+                if let Some(url) = l7 {
+                    result = probe_http(&url, timeout).await;
+                }
+                if result.is_ok()
+                    && let Some(addr) = l4
+                {
+                    result = probe_tcp(addr, timeout).await;
+                }
+                (name, result)
+            }));
+        }
+        let mut flipped = Vec::new();
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            if let Ok(r) = t.await {
+                results.push(r);
+            }
+        }
+        let mut states = self.states.lock().expect("health lock poisoned");
+        states.retain(|k, _| names.contains(&k.as_str()));
+        for (name, result) in results {
+            // A node starts "up": the first probes can only take it down after `fall` failures.
+            let st = states.entry(name.clone()).or_insert_with(|| ProbeState { up: true, ..Default::default() });
+            let err = result.as_ref().err().cloned();
+            if st.record(result, &self.settings) {
+                if st.up {
+                    tracing::info!(node = %name, "probe: node is up again");
+                } else {
+                    tracing::warn!(node = %name, error = err.as_deref().unwrap_or(""), "probe: node is down");
+                }
+                flipped.push(name);
+            }
+        }
+        flipped
+    }
+
+    /// Runs the probes every `interval_secs` until shutdown, calling `on_change`
+    /// when a verdict flips.
+    pub async fn run<F, Fut>(
+        self: Arc<Self>,
+        nodes: impl Fn() -> Fut + Send + 'static,
+        on_change: F,
+        shutdown: CancellationToken,
+    ) where
+        F: Fn() + Send + 'static,
+        Fut: std::future::Future<Output = Vec<Node>> + Send,
+    {
+        let mut tick = tokio::time::interval(Duration::from_secs(self.settings.interval_secs.max(1)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let list = nodes().await;
+            if !self.probe_all(&list).await.is_empty() {
+                on_change();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_failures_down_two_successes_up() {
+        let s = HealthSettings::default();
+        let mut st = ProbeState { up: true, ..Default::default() };
+        assert!(!st.record(Err("x".into()), &s));
+        assert!(!st.record(Err("x".into()), &s));
+        assert!(st.record(Err("x".into()), &s), "third failure flips");
+        assert!(!st.up);
+        assert!(!st.record(Ok(()), &s));
+        assert!(st.record(Ok(()), &s), "second success flips back");
+        assert!(st.up);
+    }
+
+    #[test]
+    fn a_success_resets_the_failure_count() {
+        let s = HealthSettings::default();
+        let mut st = ProbeState { up: true, ..Default::default() };
+        st.record(Err("x".into()), &s);
+        st.record(Err("x".into()), &s);
+        st.record(Ok(()), &s);
+        assert!(!st.record(Err("x".into()), &s));
+        assert!(st.up);
+    }
+
+    #[test]
+    fn heartbeat_timeout_only_for_nodes_that_reported() {
+        let l = Liveness { probes: HashMap::new(), heartbeat_timeout_ms: 60_000 };
+        let mut n = Node::new("a");
+        assert_eq!(l.verdict(&n, 1_000_000), None, "never had an agent");
+        n.last_heartbeat_ms = Some(1_000_000);
+        assert_eq!(l.verdict(&n, 1_059_000), None);
+        assert_eq!(l.verdict(&n, 1_061_000), Some(Dead::HeartbeatTimeout));
+    }
+
+    #[test]
+    fn a_failed_probe_wins_over_a_fresh_heartbeat() {
+        let mut probes = HashMap::new();
+        probes.insert("a".to_string(), ProbeState { up: false, ..Default::default() });
+        let l = Liveness { probes, heartbeat_timeout_ms: 60_000 };
+        let mut n = Node::new("a");
+        n.last_heartbeat_ms = Some(1_000);
+        assert_eq!(l.verdict(&n, 1_001), Some(Dead::ProbeDown));
+    }
+
+    #[tokio::test]
+    async fn probes_against_real_sockets() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else { return };
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut buf = [0u8; 1024];
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    let req = String::from_utf8_lossy(&buf[..n]);
+                    let resp = if req.starts_with("GET /healthz") {
+                        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                    } else {
+                        "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n"
+                    };
+                    let _ = s.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        let t = Duration::from_secs(2);
+        assert_eq!(probe_tcp(addr, t).await, Ok(()));
+        assert_eq!(probe_http(&format!("http://{addr}/healthz"), t).await, Ok(()));
+        assert!(probe_http(&format!("http://{addr}/other"), t).await.unwrap_err().contains("503"));
+        // a closed port
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        assert!(probe_tcp(closed, t).await.is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! `GET /metrics`: Prometheus text exposition of the daemon's counters.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use crate::dns::counters::DnsCounters;
+use crate::scheduler::{Scheduler, now_ms};
+
+/// Extra metric sources registered at start-up (the XDP counters, for one).
+pub type Source = Box<dyn Fn(&mut String) + Send + Sync>;
+
+/// Everything `/metrics` renders.
+pub struct Metrics {
+    pub dns: Arc<DnsCounters>,
+    sources: std::sync::Mutex<Vec<Source>>,
+}
+
+impl Metrics {
+    pub fn new(dns: Arc<DnsCounters>) -> Self {
+        Metrics { dns, sources: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    /// Adds a renderer called on every scrape.
+    pub fn add_source(&self, source: Source) {
+        self.sources.lock().expect("metrics sources lock poisoned").push(source);
+    }
+
+    pub async fn render(&self, scheduler: &Scheduler) -> String {
+        let mut out = String::with_capacity(4096);
+        let table = scheduler.table().load();
+        let (last_us, recomputes) = scheduler.stats();
+        let _ = writeln!(out, "# HELP lagran_route_table_version Version of the route table being served.");
+        let _ = writeln!(out, "# TYPE lagran_route_table_version gauge");
+        let _ = writeln!(out, "lagran_route_table_version {}", table.version);
+        let _ = writeln!(out, "# HELP lagran_route_table_age_seconds Age of the route table being served.");
+        let _ = writeln!(out, "# TYPE lagran_route_table_age_seconds gauge");
+        let age = if table.version == 0 { 0.0 } else { (now_ms() - table.generated_at_ms).max(0) as f64 / 1e3 };
+        let _ = writeln!(out, "lagran_route_table_age_seconds {age}");
+        let _ = writeln!(out, "# HELP lagran_recompute_duration_seconds Duration of the last route recompute.");
+        let _ = writeln!(out, "# TYPE lagran_recompute_duration_seconds gauge");
+        let _ = writeln!(out, "lagran_recompute_duration_seconds {}", last_us as f64 / 1e6);
+        let _ = writeln!(out, "# HELP lagran_recomputes_total Route recomputes since start.");
+        let _ = writeln!(out, "# TYPE lagran_recomputes_total counter");
+        let _ = writeln!(out, "lagran_recomputes_total {recomputes}");
+        let prefixes: usize = table.scheduled_names().map(|n| n.v4.len() + n.v6.len()).sum();
+        let _ = writeln!(out, "# HELP lagran_route_prefixes Client prefixes in the route table, all names.");
+        let _ = writeln!(out, "# TYPE lagran_route_prefixes gauge");
+        let _ = writeln!(out, "lagran_route_prefixes {prefixes}");
+        if let Ok(nodes) = scheduler.store().list_nodes().await {
+            let _ = writeln!(out, "# HELP lagran_nodes Edge nodes by status.");
+            let _ = writeln!(out, "# TYPE lagran_nodes gauge");
+            for status in ["online", "offline", "disabled"] {
+                let n = nodes.iter().filter(|n| n.status.as_str() == status).count();
+                let _ = writeln!(out, "lagran_nodes{{status=\"{status}\"}} {n}");
+            }
+        }
+        self.dns.render_prometheus(&mut out);
+        for source in self.sources.lock().expect("metrics sources lock poisoned").iter() {
+            source(&mut out);
+        }
+        out
+    }
+}

@@ -1,0 +1,8 @@
+//! End-to-end tests: the real `lagran` binary, real `dig`, real HTTP, real
+//! SQLite and PostgreSQL. Each test starts its own daemon on free ports.
+
+mod api;
+mod dns;
+mod postgres;
+mod real_geo;
+mod support;

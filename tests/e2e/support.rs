@@ -1,0 +1,317 @@
+//! Harness: starts the real `lagran` binary on free ports with its own
+//! database and geo file, drives it with `dig` and HTTP, and stops it on drop.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use lagran::geo::{IpVersion, write_xdb};
+use serde_json::Value;
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
+}
+
+/// The `lagran` binary (built by `cargo xtask test` before the tests run).
+pub fn lagran_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("LAGRAN_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    let bin = target.join("debug").join("lagran");
+    assert!(
+        bin.is_file(),
+        "the end-to-end tests drive {}, which is not built: run `cargo xtask test` (or `cargo build --bins` first)",
+        bin.display()
+    );
+    bin
+}
+
+/// Whether a missing external tool fails the test (CI) or skips it (a laptop).
+pub fn tools_required() -> bool {
+    std::env::var_os("CI").is_some() || std::env::var_os("LAGRAN_REQUIRE_TOOLS").is_some()
+}
+
+/// True when `tool` runs; otherwise panics under CI, or prints a note and returns false.
+pub fn have_tool(tool: &str, test: &str) -> bool {
+    let ok = Command::new(tool).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    if !ok {
+        assert!(!tools_required(), "{test}: `{tool}` is required (run `cargo xtask setup`)");
+        eprintln!("note: {test}: skipped, `{tool}` is not installed");
+    }
+    ok
+}
+
+fn v4(s: &str) -> u128 {
+    u32::from(s.parse::<Ipv4Addr>().expect("test address")) as u128
+}
+
+/// A small ip2region file: Shenzhen China Telecom at 58.60.0.0/14, Beijing
+/// Unicom at 123.112.0.0/12, the rest of the space in the US.
+pub fn write_small_geo(dir: &Path) -> PathBuf {
+    let ranges = vec![
+        (0, v4("58.59.255.255"), "美国|0|0|0|0".to_string()),
+        (v4("58.60.0.0"), v4("58.63.255.255"), "中国|0|广东省|深圳市|电信".to_string()),
+        (v4("58.64.0.0"), v4("123.111.255.255"), "美国|0|0|0|0".to_string()),
+        (v4("123.112.0.0"), v4("123.127.255.255"), "中国|0|北京|北京市|联通".to_string()),
+        (v4("123.128.0.0"), u32::MAX as u128, "美国|0|0|0|0".to_string()),
+    ];
+    let bytes = write_xdb(IpVersion::V4, &ranges).expect("writing the test xdb");
+    let path = dir.join("test.xdb");
+    std::fs::write(&path, bytes).expect("saving the test xdb");
+    path
+}
+
+/// Which geo file the daemon gets.
+#[derive(Clone, Debug)]
+pub enum Geo {
+    /// The small file of [`write_small_geo`].
+    Small,
+    /// The real ip2region file fetched by `scripts/fetch-geoip.sh`.
+    Real(PathBuf),
+    /// No file at all.
+    None,
+}
+
+/// How to start a daemon.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub database_url: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub geo: Geo,
+    pub demo: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { database_url: None, env: Vec::new(), geo: Geo::Small, demo: true }
+    }
+}
+
+/// A running `lagran serve`.
+pub struct Daemon {
+    child: Child,
+    pub dns: SocketAddr,
+    pub api: SocketAddr,
+    log: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    pub fn start(opts: Options) -> Daemon {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = opts.database_url.clone().unwrap_or_else(|| format!("sqlite://{}/lagran.db", dir.path().display()));
+        let mut cmd = Command::new(lagran_bin());
+        cmd.current_dir(dir.path())
+            .args(["--log-format", "json", "serve", "--dns-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
+            .env("DATABASE_URL", &db)
+            .env("RUST_LOG", "info,lagran=debug")
+            .env_remove("ADMIN_TOKEN")
+            .env_remove("AGENT_TOKEN")
+            .env_remove("GEOIP_PATH")
+            .env_remove("DNS_FALLBACK_IP")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if opts.demo {
+            cmd.arg("--demo");
+        }
+        match &opts.geo {
+            Geo::Small => {
+                cmd.env("GEOIP_PATH", write_small_geo(dir.path()));
+            }
+            Geo::Real(p) => {
+                cmd.env("GEOIP_PATH", p);
+            }
+            Geo::None => {}
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("starting lagran serve");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["fields"]["message"] == "lagran serving"
+                {
+                    let dns = v["fields"]["dns"].as_str().and_then(|s| s.parse().ok());
+                    let api = v["fields"]["api"].as_str().and_then(|s| s.parse().ok());
+                    if let (Some(d), Some(a)) = (dns, api) {
+                        let _ = tx.send((d, a));
+                    }
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let (dns, api) = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addrs) => addrs,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(200));
+                panic!("lagran serve did not start within 60 s; its log:\n{}", log.lock().unwrap());
+            }
+        };
+        Daemon { child, dns, api, log, _dir: dir }
+    }
+
+    /// Everything the daemon logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Runs `dig @127.0.0.1 -p PORT ARGS…` and parses its answer.
+    pub fn dig(&self, args: &[&str]) -> Dig {
+        let out = Command::new("dig")
+            .args([format!("@{}", self.dns.ip()), "-p".into(), self.dns.port().to_string()])
+            .args(["+time=3", "+tries=1", "+nocookie"])
+            .args(args)
+            .output()
+            .expect("running dig");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        Dig::parse(&text)
+    }
+
+    /// An HTTP request to the API; returns the status and the JSON (or text) body.
+    pub fn http(&self, method: &str, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> (u16, Value) {
+        let url = format!("http://{}{}", self.api, path);
+        let mut req = ureq::request(method, &url).timeout(Duration::from_secs(10));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let res = match body {
+            Some(b) => req.send_json(b),
+            None => req.call(),
+        };
+        let resp = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => panic!("{method} {url}: {e}\ndaemon log:\n{}", self.log()),
+        };
+        let status = resp.status();
+        let text = resp.into_string().unwrap_or_default();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        self.http("GET", path, None, &[])
+    }
+
+    /// Waits (bounded) until `check` holds, re-running dig; returns the last result.
+    pub fn dig_until(&self, args: &[&str], within: Duration, check: impl Fn(&Dig) -> bool) -> Dig {
+        let deadline = Instant::now() + within;
+        loop {
+            let d = self.dig(args);
+            if check(&d) || Instant::now() >= deadline {
+                return d;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One resource record as dig prints it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub name: String,
+    pub ttl: u32,
+    pub rtype: String,
+    pub data: String,
+}
+
+/// A parsed dig answer.
+#[derive(Clone, Debug, Default)]
+pub struct Dig {
+    pub text: String,
+    pub status: String,
+    pub flags: Vec<String>,
+    pub answer: Vec<Record>,
+    pub authority: Vec<Record>,
+    pub additional: Vec<Record>,
+    /// `; CLIENT-SUBNET: 58.60.0.0/24/14`
+    pub ecs: Option<String>,
+    pub edns: Option<String>,
+}
+
+impl Dig {
+    pub fn parse(text: &str) -> Dig {
+        let mut d = Dig { text: text.to_string(), ..Default::default() };
+        let mut section = "";
+        for line in text.lines() {
+            let l = line.trim();
+            if let Some(rest) = l.split("status: ").nth(1) {
+                d.status = rest.split(',').next().unwrap_or("").trim().to_string();
+            }
+            if let Some(rest) = l.strip_prefix(";; flags:") {
+                let flags = rest.split(';').next().unwrap_or("");
+                d.flags = flags.split_whitespace().map(str::to_string).collect();
+            }
+            if let Some(rest) = l.strip_prefix("; CLIENT-SUBNET:") {
+                d.ecs = Some(rest.trim().to_string());
+            }
+            if let Some(rest) = l.strip_prefix("; EDNS:") {
+                d.edns = Some(rest.trim().to_string());
+            }
+            if l.starts_with(";; ANSWER SECTION") {
+                section = "answer";
+                continue;
+            }
+            if l.starts_with(";; AUTHORITY SECTION") {
+                section = "authority";
+                continue;
+            }
+            if l.starts_with(";; ADDITIONAL SECTION") {
+                section = "additional";
+                continue;
+            }
+            if l.is_empty() || l.starts_with(';') {
+                if l.is_empty() {
+                    section = "";
+                }
+                continue;
+            }
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            if parts.len() >= 5 && !section.is_empty() {
+                let rec = Record {
+                    name: parts[0].to_string(),
+                    ttl: parts[1].parse().unwrap_or(u32::MAX),
+                    rtype: parts[3].to_string(),
+                    data: parts[4..].join(" "),
+                };
+                match section {
+                    "answer" => d.answer.push(rec),
+                    "authority" => d.authority.push(rec),
+                    _ => d.additional.push(rec),
+                }
+            }
+        }
+        d
+    }
+
+    pub fn has_flag(&self, f: &str) -> bool {
+        self.flags.iter().any(|x| x == f)
+    }
+
+    /// The data of every answer record of `rtype`.
+    pub fn answers(&self, rtype: &str) -> Vec<String> {
+        self.answer.iter().filter(|r| r.rtype == rtype).map(|r| r.data.clone()).collect()
+    }
+}
