@@ -1,8 +1,87 @@
+//! The Lagran XDP fast path.
+//!
+//! Answers `A` queries for scheduled names from BPF maps and hands everything
+//! else to the kernel stack (and so to the userspace responder) with `XDP_PASS`.
+//! Userspace computes every answer; this program only parses, looks up and
+//! rewrites (SPEC §8):
+//!
+//! ```text
+//! Ethernet [802.1Q] → IPv4 (no options, no fragments) → UDP to the DNS port
+//!   → DNS query, one question, A/IN, [OPT [ECS v4]]
+//!   → lagran_names (qname → name id)
+//!   → lagran_route_v4 ([name id | client] → answer id, scope)
+//!   → lagran_answers (answer id → TTL, addresses)
+//!   → response written in place, XDP_TX
+//! ```
+//!
+//! Fail open: any query it cannot answer exactly like userspace would is passed,
+//! and counted by reason in `lagran_counters`.
+//!
+//! Minimum kernel version: 5.8 (bounded loops, BTF-defined maps,
+//! `bpf_xdp_adjust_tail` growing the frame).
 #![no_std]
 #![no_main]
+
+mod csum;
+mod dns;
+mod eth;
+mod ipv4;
+mod maps;
+mod packet;
+mod response;
+mod udp;
+
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use lagran_common::counters::Counter;
+
+use crate::packet::Frame;
+
 #[xdp]
-pub fn lagran(_ctx: XdpContext) -> u32 { xdp_action::XDP_PASS }
+pub fn lagran(ctx: XdpContext) -> u32 {
+    match try_lagran(&ctx) {
+        Ok(action) => {
+            maps::count(Counter::Answered);
+            action
+        }
+        Err(reason) => {
+            maps::count(reason);
+            xdp_action::XDP_PASS
+        }
+    }
+}
+
+#[inline(always)]
+fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
+    let f = Frame::new(ctx);
+    let eth = eth::parse(&f)?;
+    let ip = ipv4::parse(&f, eth.l3)?;
+    let cfg = maps::config().ok_or(Counter::Disabled)?;
+    if cfg.enabled == 0 || cfg.dns_port == 0 {
+        return Err(Counter::Disabled);
+    }
+    let l4 = eth.l3 + ipv4::HDR_LEN;
+    let udp = udp::parse(&f, l4, ip.tot_len - ipv4::HDR_LEN, cfg.dns_port)?;
+    let scratch = maps::SCRATCH.get_ptr_mut(0).ok_or(Counter::Malformed)?;
+    let q = dns::parse(&f, l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
+
+    // SAFETY: this CPU's scratch slot, filled by `dns::parse`.
+    let name = unsafe { maps::NAMES.get(&(*scratch).key) }.ok_or(Counter::NameUnknown)?;
+    let name_id = name.id;
+    // RFC 7871 §7.1.1: the ECS address when SOURCE PREFIX-LENGTH > 0, else the sender.
+    let client = if q.has_ecs != 0 && q.ecs_source > 0 { q.ecs_addr } else { ip.src };
+    let route = maps::route_v4(name_id, client).ok_or(Counter::NoAnswer)?;
+    let answer = maps::answer(route.answer_id).ok_or(Counter::NoAnswer)?;
+    let count = answer.count as usize;
+    if count == 0 || count > lagran_common::answers::MAX_ADDRS {
+        return Err(Counter::NoAnswer);
+    }
+    let scope = if route.scope > 32 { 32 } else { route.scope as u8 };
+    let reply = response::Reply { answer: &answer, count, scope, udp_payload: cfg.udp_payload };
+    response::build(ctx, f.len(), &eth, &ip, &udp, &q, &reply)
+}
+
 #[cfg(not(test))]
 #[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! { loop {} }
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}

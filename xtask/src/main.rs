@@ -1,1 +1,41 @@
-fn main() {}
+//! `cargo xtask`: development tasks for Lagran.
+//!
+//! This file only dispatches; each subcommand lives in its own module with a
+//! documented `Options` and an `exec(opts)`.
+
+mod build_ebpf;
+mod setup;
+mod util;
+mod run;
+mod test;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "xtask", about = "Lagran development tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Subcommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Subcommand {
+    /// Install the tools, nightly rust-src, bpf-linker and the geo data (idempotent).
+    Setup(setup::Options),
+    /// Build the XDP program into a BPF object with BTF and print its path.
+    BuildEbpf(build_ebpf::Options),
+    /// Set up, build everything and start `lagran serve --demo` (the main job).
+    Run(run::Options),
+    /// Set up, build, and run every test (what CI runs).
+    Test(test::Options),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Subcommand::Setup(opts) => setup::exec(opts),
+        Subcommand::BuildEbpf(opts) => build_ebpf::exec(opts),
+        Subcommand::Run(opts) => run::exec(opts),
+        Subcommand::Test(opts) => test::exec(opts),
+    }
+}

@@ -1,0 +1,25 @@
+//! `lagran_config`: one-entry array with what the XDP program needs to know
+//! about the deployment. Written by userspace (the loader) at attach time.
+
+/// Map name as `bpftool` shows it.
+pub const MAP_NAME: &str = "lagran_config";
+/// The single index of the config array.
+pub const INDEX: u32 = 0;
+
+/// The fast path's settings.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// UDP port the DNS server listens on (host order). 0 until userspace writes it,
+    /// which makes the program pass everything.
+    pub dns_port: u16,
+    /// UDP payload size advertised in our OPT record (host order), e.g. 1232.
+    pub udp_payload: u16,
+    /// 1: answer from the maps; 0: pass every query to userspace (maps not yet
+    /// synced, or the route table is stale and a fallback applies).
+    pub enabled: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<Config>() == 8);
+
+crate::impl_pod!(Config);

@@ -1,0 +1,90 @@
+//! `lagran_counters`: per-CPU array of `u64` event counts, indexed by [`Counter`].
+//! Written by the XDP program; userspace sums the CPUs for `/metrics` and
+//! `lagran maps dump`.
+//!
+//! Every packet the program sees increments exactly one counter: `Answered`, or
+//! the reason it was passed to the kernel stack.
+
+/// Map name as `bpftool` shows it.
+pub const MAP_NAME: &str = "lagran_counters";
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $variant:ident = $name:literal ),* $(,)?) => {
+        /// What happened to a packet. The discriminant is the array index.
+        #[repr(u32)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Counter {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl Counter {
+            /// Every counter, in index order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$variant),*];
+
+            /// Stable snake_case name, used as the metrics label (`reason="…"`).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Answered from the maps with `XDP_TX`.
+    Answered = "answered",
+    /// Not IPv4 (IPv6, ARP, stacked VLAN tags, …).
+    NotIpv4 = "not_ipv4",
+    /// IPv4 header with options (IHL != 5).
+    IpOptions = "ip_options",
+    /// IPv4 fragment.
+    Fragment = "fragment",
+    /// Not UDP.
+    NotUdp = "not_udp",
+    /// UDP, but not to the configured DNS port.
+    NotDnsPort = "not_dns_port",
+    /// The packet ends before a header, the question or the OPT record it announces.
+    TooShort = "too_short",
+    /// QR=1: a response, not a query.
+    IsResponse = "is_response",
+    /// OPCODE other than QUERY.
+    Opcode = "opcode",
+    /// QDCOUNT != 1.
+    Qdcount = "qdcount",
+    /// ANCOUNT or NSCOUNT != 0, or ARCOUNT > 1, or the additional record is not OPT.
+    OtherSections = "other_sections",
+    /// A compression pointer or reserved label type in the question name.
+    NameCompressed = "name_compressed",
+    /// Question name longer than 255 octets.
+    NameTooLong = "name_too_long",
+    /// Question name not in `lagran_names`.
+    NameUnknown = "name_unknown",
+    /// QTYPE other than A.
+    Qtype = "qtype",
+    /// QCLASS other than IN.
+    Qclass = "qclass",
+    /// OPT we do not answer: not the root name, EDNS version > 0, extended RCODE
+    /// set, or options other than a single ECS.
+    OptUnsupported = "opt_unsupported",
+    /// Invalid ECS (length, family, prefix, non-zero scope or address bits beyond
+    /// the prefix): userspace answers FORMERR.
+    EcsBad = "ecs_bad",
+    /// ECS with an IPv6 subnet: not answered here yet.
+    EcsV6 = "ecs_v6",
+    /// No route or an empty answer for this client: userspace falls back.
+    NoAnswer = "no_answer",
+    /// `lagran_config` says the fast path is off (or was never configured).
+    Disabled = "disabled",
+    /// Bytes after the DNS message inside the UDP payload.
+    TrailingData = "trailing_data",
+    /// Lengths that contradict each other (IP total length, UDP length, frame size).
+    Malformed = "malformed",
+    /// `bpf_xdp_adjust_tail` refused to grow the frame for the answer.
+    TailGrowFailed = "tail_grow_failed",
+}
+
+/// Number of counters: the `lagran_counters` array size.
+pub const COUNT: u32 = Counter::ALL.len() as u32;
+
+const _: () = assert!(Counter::TailGrowFailed as u32 + 1 == COUNT);

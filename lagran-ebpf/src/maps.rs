@@ -1,0 +1,82 @@
+//! Every map of the fast path. Types, names and sizes come from `lagran-common`,
+//! which userspace shares; the `name = "…"` literals must equal each module's
+//! `MAP_NAME` (the userspace loader looks maps up by those constants, so a
+//! mismatch fails at load time).
+
+use aya_ebpf::{
+    btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, lpm_trie::Key},
+    macros::btf_map,
+};
+use lagran_common::{
+    answers::{self, AnswerV4},
+    config::{self, Config},
+    counters::{self, Counter},
+    names::{self, NameKey, NameValue},
+    route_v4::{self, RouteV4Data, RouteValue},
+};
+
+/// Deployment settings (DNS port, our UDP payload size, on/off).
+/// Written by userspace at attach time and when the fast path is switched off/on.
+#[btf_map(name = "lagran_config")]
+pub static CONFIG: Array<Config, 1> = Array::new();
+
+/// Lowercased wire-format query name -> name id.
+/// Written by the userspace map writer on every route-table sync.
+#[btf_map(name = "lagran_names")]
+pub static NAMES: HashMap<NameKey, NameValue, { names::MAX_ENTRIES as usize }> = HashMap::new();
+
+/// `[name id | IPv4 prefix]` -> (answer id, ECS scope); prefixes of one name never nest.
+/// Written by the userspace map writer with diffed inserts/deletes, never rebuilt.
+#[btf_map(name = "lagran_route_v4")]
+pub static ROUTE_V4: LpmTrie<RouteV4Data, RouteValue, { route_v4::MAX_ENTRIES as usize }> = LpmTrie::new();
+
+/// Answer id -> final TTL and up to four addresses.
+/// Written by the userspace map writer; ids stay stable while an answer is unchanged.
+#[btf_map(name = "lagran_answers")]
+pub static ANSWERS: Array<AnswerV4, { answers::MAX_ENTRIES as usize }> = Array::new();
+
+/// Per-CPU event counts indexed by [`Counter`]. Written here; summed by userspace.
+#[btf_map(name = "lagran_counters")]
+pub static COUNTERS: PerCpuArray<u64, { counters::COUNT as usize }> = PerCpuArray::new();
+
+/// Per-CPU working memory: the name key is too big for the 512-byte stack.
+/// Only this program touches it.
+#[btf_map(name = "lagran_scratch")]
+pub static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
+
+/// Per-CPU working memory of one packet.
+#[repr(C)]
+pub struct Scratch {
+    /// The lowercased query name, built while parsing; the `NAMES` lookup key.
+    pub key: NameKey,
+    /// The parsed name length, stored and reloaded so the verifier sees a bounded
+    /// range instead of one exact value per loop exit (see `dns::parse_name`).
+    pub qlen: u32,
+    /// Offset of the next label length byte while parsing the name (see
+    /// `dns::parse_name` for why it lives here rather than in a register).
+    pub next_label: u32,
+}
+
+#[inline(always)]
+pub fn count(c: Counter) {
+    if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
+        // SAFETY: per-CPU slot of this CPU; XDP programs do not nest on a CPU.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+pub fn config() -> Option<Config> {
+    CONFIG.get(config::INDEX).copied()
+}
+
+#[inline(always)]
+pub fn route_v4(name_id: u32, addr: [u8; 4]) -> Option<RouteValue> {
+    let key = Key::new(route_v4::FULL_PREFIX, RouteV4Data { name_id: name_id.to_be_bytes(), addr });
+    ROUTE_V4.get(&key).copied()
+}
+
+#[inline(always)]
+pub fn answer(id: u32) -> Option<AnswerV4> {
+    ANSWERS.get(id).copied()
+}

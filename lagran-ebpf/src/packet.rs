@@ -1,0 +1,72 @@
+//! Bounds-checked access to the frame. Every read or write of packet memory goes
+//! through [`at`], which compares the end of the access with `data_end` — the
+//! comparison the verifier needs to see before the access.
+
+use lagran_common::counters::Counter;
+
+/// The frame as the program sees it: `[data, end)`.
+#[derive(Clone, Copy)]
+pub struct Frame {
+    pub data: usize,
+    pub end: usize,
+}
+
+impl Frame {
+    #[inline(always)]
+    pub fn new(ctx: &aya_ebpf::programs::XdpContext) -> Self {
+        Frame { data: ctx.data(), end: ctx.data_end() }
+    }
+
+    /// Length of the frame in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.end - self.data
+    }
+
+    /// The address of `N` bytes at `off`, if they are inside the frame.
+    #[inline(always)]
+    pub fn at<const N: usize>(&self, off: usize) -> Result<usize, Counter> {
+        let p = self.data + off;
+        if p + N > self.end {
+            return Err(Counter::TooShort);
+        }
+        Ok(p)
+    }
+
+    /// Reads `N` bytes at `off`.
+    #[inline(always)]
+    pub fn bytes<const N: usize>(&self, off: usize) -> Result<[u8; N], Counter> {
+        let p = self.at::<N>(off)?;
+        // SAFETY: `at` checked `[p, p + N)` against the frame end.
+        Ok(unsafe { core::ptr::read_unaligned(p as *const [u8; N]) })
+    }
+
+    #[inline(always)]
+    pub fn u8(&self, off: usize) -> Result<u8, Counter> {
+        Ok(self.bytes::<1>(off)?[0])
+    }
+
+
+    /// Reads a `#[repr(C)]` header at `off`.
+    #[inline(always)]
+    pub fn header<T: Copy>(&self, off: usize) -> Result<T, Counter> {
+        let p = self.data + off;
+        if p + core::mem::size_of::<T>() > self.end {
+            return Err(Counter::TooShort);
+        }
+        // SAFETY: checked against the frame end just above.
+        Ok(unsafe { core::ptr::read_unaligned(p as *const T) })
+    }
+
+    /// Writes `bytes` at `off`.
+    #[inline(always)]
+    pub fn write<const N: usize>(&self, off: usize, bytes: [u8; N]) -> Result<(), Counter> {
+        let p = self.data + off;
+        if p + N > self.end {
+            return Err(Counter::Malformed);
+        }
+        // SAFETY: checked against the frame end just above.
+        unsafe { core::ptr::write_unaligned(p as *mut [u8; N], bytes) };
+        Ok(())
+    }
+}

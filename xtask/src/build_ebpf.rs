@@ -1,0 +1,69 @@
+//! `cargo xtask build-ebpf`: builds the XDP program (`lagran-ebpf`) into a BPF
+//! object with BTF, so the maps it pins print named fields in `bpftool`.
+//!
+//! This is the one place that knows the eBPF build flags; every other command
+//! (run, test, integration-test, bench) calls [`build_ebpf`].
+//!
+//! Needs the nightly toolchain with `rust-src` and `bpf-linker` (`cargo xtask setup`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+
+use crate::util::{self, nightly_cargo};
+
+/// The eBPF target triple (little-endian BPF).
+pub const TARGET: &str = "bpfel-unknown-none";
+/// The package and binary name of the XDP program.
+const PACKAGE: &str = "lagran-ebpf";
+const BINARY: &str = "lagran";
+
+/// Flags for the BPF object: full debug info (BPF has no DWARF use, but bpf-linker
+/// turns it into BTF) and `--btf` so the linker emits `.BTF`/`.BTF.ext`, which the
+/// loader needs to create maps with typed keys/values.
+const RUSTFLAGS: &[&str] = &["-Cdebuginfo=2", "-Clink-arg=--btf"];
+
+#[derive(Debug, Clone, Default, clap::Parser)]
+pub struct Options {
+    /// Build the release profile (what the loader embeds and the tests load).
+    #[arg(long)]
+    pub release: bool,
+}
+
+/// Builds the object and returns its path
+/// (`target/bpfel-unknown-none/{debug,release}/lagran`).
+pub fn build_ebpf(opts: &Options) -> anyhow::Result<PathBuf> {
+    if !util::succeeds(std::process::Command::new("bpf-linker").arg("--version")) {
+        bail!("bpf-linker is not installed (or does not run): run `cargo xtask setup` first");
+    }
+    let root = util::workspace_root();
+    let mut cmd = nightly_cargo();
+    cmd.current_dir(&root)
+        .env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\x1f"))
+        .args(["build", "--package", PACKAGE, "--bin", BINARY, "--target", TARGET, "-Z", "build-std=core"]);
+    if opts.release {
+        cmd.arg("--release");
+    }
+    util::run(&mut cmd)?;
+    let profile = if opts.release { "release" } else { "debug" };
+    let path = target_dir(&root).join(TARGET).join(profile).join(BINARY);
+    if !path.is_file() {
+        bail!("the build succeeded but {} is missing", path.display());
+    }
+    Ok(path)
+}
+
+/// The cargo target directory (honours CARGO_TARGET_DIR).
+fn target_dir(root: &std::path::Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+pub fn exec(opts: Options) -> anyhow::Result<()> {
+    let path = build_ebpf(&opts).context("building the eBPF object")?;
+    println!("{}", path.display());
+    Ok(())
+}

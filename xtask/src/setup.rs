@@ -1,0 +1,250 @@
+//! `cargo xtask setup`: installs what building and testing Lagran needs, and
+//! fetches the geo data. Idempotent and cached: every step first checks whether
+//! its result is already there and only then does the work, so a second run
+//! takes a second or two.
+//!
+//! Steps:
+//! 1. Debian packages for the tools the tests and benchmarks drive (`dig`, `kdig`,
+//!    `kxdpgun`, `bpftool`, `ip`, a PostgreSQL server, `dnsperf` when the archive
+//!    has it). `apt-get update` runs once, and only when something is missing.
+//! 2. `rust-src` for the nightly toolchain (the eBPF build uses `-Z build-std=core`).
+//! 3. `bpf-linker`, built against the nightly's own libLLVM so that the bitcode
+//!    rustc emits and the linker's LLVM are the same version.
+//! 4. `scripts/fetch-geoip.sh` (the real ip2region file into `data/`) when present.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+use crate::util::{self, nightly_cargo};
+
+#[derive(Debug, Clone, Default, clap::Parser)]
+pub struct Options {
+    /// Skip the Debian packages (for machines where apt is not ours to use).
+    #[arg(long)]
+    pub no_apt: bool,
+    /// Skip fetching the geo data.
+    #[arg(long)]
+    pub no_geo: bool,
+    /// Rebuild bpf-linker even when one runs.
+    #[arg(long)]
+    pub force_bpf_linker: bool,
+}
+
+/// A tool the project drives, and the Debian package that ships it.
+struct AptTool {
+    /// What `setup` checks for.
+    check: Check,
+    package: &'static str,
+    /// Installed only when the archive has a candidate (not every release ships it).
+    optional: bool,
+    why: &'static str,
+}
+
+enum Check {
+    /// An executable of this name on PATH (or in an sbin directory).
+    Bin(&'static str),
+    /// The PostgreSQL server binary, which Debian keeps under /usr/lib/postgresql/<ver>/bin.
+    PostgresServer,
+}
+
+const APT_TOOLS: &[AptTool] = &[
+    AptTool { check: Check::Bin("dig"), package: "dnsutils", optional: false, why: "DNS conformance tests" },
+    AptTool { check: Check::Bin("kdig"), package: "knot-dnsutils", optional: false, why: "EDNS/ECS queries" },
+    AptTool { check: Check::Bin("kxdpgun"), package: "knot-dnsutils", optional: true, why: "XDP load generator" },
+    AptTool { check: Check::Bin("bpftool"), package: "bpftool", optional: false, why: "map and program inspection" },
+    AptTool { check: Check::Bin("ip"), package: "iproute2", optional: false, why: "netns/veth test topologies" },
+    AptTool { check: Check::PostgresServer, package: "postgresql", optional: false, why: "PostgreSQL store tests" },
+    AptTool { check: Check::Bin("dnsperf"), package: "dnsperf", optional: true, why: "benchmarks" },
+];
+
+pub fn exec(opts: Options) -> anyhow::Result<()> {
+    if opts.no_apt {
+        step("Debian packages: skipped (--no-apt)");
+    } else {
+        apt_packages()?;
+    }
+    rust_src()?;
+    bpf_linker(opts.force_bpf_linker)?;
+    if opts.no_geo {
+        step("geo data: skipped (--no-geo)");
+    } else {
+        geo_data()?;
+    }
+    step("setup complete");
+    Ok(())
+}
+
+fn step(msg: &str) {
+    println!("==> {msg}");
+}
+
+fn is_present(check: &Check) -> bool {
+    match check {
+        Check::Bin(name) => util::which(name).is_some(),
+        Check::PostgresServer => std::fs::read_dir("/usr/lib/postgresql")
+            .map(|dir| dir.flatten().any(|v| v.path().join("bin/postgres").is_file()))
+            .unwrap_or(false),
+    }
+}
+
+fn check_name(check: &Check) -> &'static str {
+    match check {
+        Check::Bin(name) => name,
+        Check::PostgresServer => "postgres (server)",
+    }
+}
+
+fn apt_packages() -> anyhow::Result<()> {
+    let missing: Vec<&AptTool> = APT_TOOLS.iter().filter(|t| !is_present(&t.check)).collect();
+    for t in APT_TOOLS.iter().filter(|t| is_present(&t.check)) {
+        step(&format!("{}: present", check_name(&t.check)));
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if util::which("apt-get").is_none() {
+        bail!(
+            "missing tools ({}) and no apt-get: install the packages {} by hand, or rerun with --no-apt",
+            missing.iter().map(|t| check_name(&t.check)).collect::<Vec<_>>().join(", "),
+            missing.iter().map(|t| t.package).collect::<Vec<_>>().join(" ")
+        );
+    }
+    step("apt-get update (something is missing)");
+    util::run(Command::new("apt-get").args(["update", "-q"]))?;
+    let mut packages: Vec<&str> = Vec::new();
+    for t in &missing {
+        if packages.contains(&t.package) {
+            continue;
+        }
+        if t.optional && !has_candidate(t.package)? {
+            step(&format!("{}: package {} not in this archive, skipped ({})", check_name(&t.check), t.package, t.why));
+            continue;
+        }
+        step(&format!("{}: missing, installing {} ({})", check_name(&t.check), t.package, t.why));
+        packages.push(t.package);
+    }
+    if !packages.is_empty() {
+        util::run(
+            Command::new("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["install", "-y", "-q", "--no-install-recommends"])
+                .args(&packages),
+        )?;
+    }
+    for t in &missing {
+        if !is_present(&t.check) {
+            if t.optional {
+                step(&format!("{}: still missing after installing {} (optional, skipped)", check_name(&t.check), t.package));
+            } else {
+                bail!("{} is still missing after `apt-get install {}`", check_name(&t.check), t.package);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `apt-cache policy PACKAGE` shows an installable candidate.
+fn has_candidate(package: &str) -> anyhow::Result<bool> {
+    let out = util::output(Command::new("apt-cache").args(["policy", package]))?;
+    Ok(out.lines().any(|l| {
+        l.trim().strip_prefix("Candidate:").is_some_and(|c| c.trim() != "(none)")
+    }))
+}
+
+fn rust_src() -> anyhow::Result<()> {
+    let sysroot = nightly_sysroot()?;
+    if sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        step("rust-src (nightly): present");
+        return Ok(());
+    }
+    step("rust-src (nightly): installing");
+    util::run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn nightly_sysroot() -> anyhow::Result<PathBuf> {
+    let out = util::output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))
+        .context("the nightly toolchain is needed for the eBPF build: `rustup toolchain install nightly`")?;
+    Ok(PathBuf::from(out.trim()))
+}
+
+fn bpf_linker(force: bool) -> anyhow::Result<()> {
+    if !force && util::succeeds(Command::new("bpf-linker").arg("--version")) {
+        let v = util::output(Command::new("bpf-linker").arg("--version")).unwrap_or_default();
+        step(&format!("bpf-linker: present ({})", v.trim()));
+        return Ok(());
+    }
+    // bpf-linker must use the same LLVM as rustc +nightly: link against the
+    // toolchain's own libLLVM through a prefix whose lib/libLLVM.so points at it.
+    let sysroot = nightly_sysroot()?;
+    let vv = util::output(Command::new("rustc").args(["+nightly", "-vV"]))?;
+    let llvm_major = vv
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version:"))
+        .and_then(|v| v.trim().split('.').next().map(str::to_owned))
+        .with_context(|| format!("no `LLVM version:` line in `rustc +nightly -vV`:\n{vv}"))?;
+    let lib_dir = sysroot.join("lib");
+    let libllvm = find_libllvm(&lib_dir)?;
+    let prefix = llvm_prefix_dir();
+    let link = prefix.join("lib/libLLVM.so");
+    std::fs::create_dir_all(prefix.join("lib")).with_context(|| format!("creating {}", prefix.display()))?;
+    if std::fs::symlink_metadata(&link).is_ok() {
+        std::fs::remove_file(&link).with_context(|| format!("removing stale {}", link.display()))?;
+    }
+    std::os::unix::fs::symlink(&libllvm, &link)
+        .with_context(|| format!("linking {} -> {}", link.display(), libllvm.display()))?;
+    step(&format!(
+        "bpf-linker: building against {} (LLVM {llvm_major}, ~2 minutes)",
+        libllvm.display()
+    ));
+    let feature = format!("llvm-{llvm_major}");
+    let mut cmd = nightly_cargo();
+    // The rpath lets the installed binary find the toolchain's libLLVM at run time.
+    cmd.env("LLVM_PREFIX", &prefix)
+        .env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib_dir.display()))
+        .args(["install", "bpf-linker", "--no-default-features", "--features", &feature]);
+    if force {
+        cmd.arg("--force");
+    }
+    util::run(&mut cmd)?;
+    let v = util::output(Command::new("bpf-linker").arg("--version"))
+        .context("bpf-linker was installed but does not run; is ~/.cargo/bin on PATH?")?;
+    step(&format!("bpf-linker: installed ({})", v.trim()));
+    Ok(())
+}
+
+/// `libLLVM.so.<ver>-rust-<ver>-nightly` in the nightly sysroot's lib directory.
+fn find_libllvm(lib_dir: &Path) -> anyhow::Result<PathBuf> {
+    let entries = std::fs::read_dir(lib_dir).with_context(|| format!("listing {}", lib_dir.display()))?;
+    let mut candidates: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM") && n.contains(".so")))
+        .collect();
+    // Prefer the real file (`libLLVM.so.22.1-rust-…`) over the `libLLVM-22-rust-….so` alias.
+    candidates.sort_by_key(|p| !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.")));
+    candidates.into_iter().next().with_context(|| {
+        format!("no libLLVM*.so* in {}: is the nightly toolchain complete? try `rustup update nightly`", lib_dir.display())
+    })
+}
+
+/// Where the LLVM prefix for bpf-linker lives; outside the work tree so that
+/// `cargo clean` does not break the installed linker.
+fn llvm_prefix_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+    base.join("lagran/llvm-prefix")
+}
+
+fn geo_data() -> anyhow::Result<()> {
+    let script = util::workspace_root().join("scripts/fetch-geoip.sh");
+    if !script.is_file() {
+        step(&format!("geo data: {} not there yet, skipped", script.display()));
+        return Ok(());
+    }
+    step("geo data: scripts/fetch-geoip.sh");
+    util::run(Command::new("bash").arg(&script).current_dir(util::workspace_root()))
+}

@@ -1,0 +1,44 @@
+//! `cargo xtask test`: everything CI runs, from a clean clone.
+//!
+//! 1. `cargo xtask setup` (tools, PostgreSQL server, bpf-linker, geo data).
+//! 2. The XDP object (the userspace tests load it through BPF_PROG_TEST_RUN).
+//! 3. The binaries the end-to-end tests drive (`lagran`, `lagran-edge`).
+//! 4. `cargo test` over the workspace: unit tests, store tests against SQLite
+//!    and a throwaway PostgreSQL, end-to-end tests with `dig`/`kdig`.
+
+use std::process::Command;
+
+use crate::{build_ebpf, setup, util};
+
+#[derive(Debug, Clone, Default, clap::Parser)]
+pub struct Options {
+    /// Skip `cargo xtask setup`.
+    #[arg(long)]
+    pub no_setup: bool,
+    /// Extra arguments for `cargo test` (after `--`), e.g. a test name filter.
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+pub fn exec(opts: Options) -> anyhow::Result<()> {
+    if !opts.no_setup {
+        setup::exec(setup::Options::default())?;
+    }
+    let root = util::workspace_root();
+    let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true })?;
+    println!("==> XDP object: {}", obj.display());
+    let mut bins = Command::new("cargo");
+    bins.current_dir(&root).args(["build", "--workspace", "--bins"]);
+    util::run(&mut bins)?;
+    let mut test = Command::new("cargo");
+    test.current_dir(&root)
+        .args(["test", "--workspace", "--no-fail-fast"])
+        // Tests that need PostgreSQL, dig or the XDP object fail instead of skipping.
+        .env("LAGRAN_REQUIRE_PG", "1")
+        .env("LAGRAN_REQUIRE_TOOLS", "1")
+        .env("LAGRAN_EBPF_OBJECT", &obj);
+    if !opts.args.is_empty() {
+        test.arg("--").args(&opts.args);
+    }
+    util::run(&mut test)
+}
