@@ -13,6 +13,7 @@
 #![no_std]
 
 pub mod answers;
+pub mod canary;
 pub mod config;
 pub mod counters;
 pub mod names;

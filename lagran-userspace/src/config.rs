@@ -64,21 +64,59 @@ impl Default for DnsSettings {
     }
 }
 
-/// Scheduling knobs (SPEC §4).
+/// Scheduling knobs (SPEC §4). The optional stages are on when their table is present.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScheduleSettings {
-    /// Route TTL (SCHEDULE_TTL).
+    /// Route TTL in the steady state (SCHEDULE_TTL).
     pub ttl: u32,
+    /// Route TTL while a partition is served by a failover node (its best node is down).
+    pub failover_ttl: u32,
+    /// Route TTL of answers under a canary split.
+    pub canary_ttl: u32,
     /// Addresses per answer: the primary plus backups (1–4).
     pub answers_per_query: u8,
     /// Seconds between full recomputes.
     pub recompute_secs: u64,
+    /// Keep the current answer unless the new best beats it by this share (0 = off).
+    pub hysteresis: f64,
+    /// Only nodes of the client's ISP, when at least one is eligible.
+    pub isp_must_match: bool,
+    /// `[schedule.caps]`: bandwidth / connection caps as penalties.
+    pub caps: Option<crate::engine::CapPolicy>,
+    /// `[schedule.distance]`: haversine distance penalty.
+    pub distance: Option<crate::engine::DistancePolicy>,
+    /// `[schedule.spill]`: overload spill to the next best same-ISP node.
+    pub spill: Option<crate::engine::SpillPolicy>,
 }
 
 impl Default for ScheduleSettings {
     fn default() -> Self {
-        ScheduleSettings { ttl: 30, answers_per_query: 1, recompute_secs: 30 }
+        ScheduleSettings {
+            ttl: 30,
+            failover_ttl: 10,
+            canary_ttl: 20,
+            answers_per_query: 1,
+            recompute_secs: 30,
+            hysteresis: 0.15,
+            isp_must_match: false,
+            caps: None,
+            distance: None,
+            spill: None,
+        }
+    }
+}
+
+impl ScheduleSettings {
+    /// The engine policy these settings ask for.
+    pub fn policy(&self) -> crate::engine::Policy {
+        crate::engine::Policy {
+            caps: self.caps.clone(),
+            distance: self.distance.clone(),
+            isp_must_match: self.isp_must_match,
+            spill: self.spill.clone(),
+            ..Default::default()
+        }
     }
 }
 
@@ -102,6 +140,7 @@ pub struct Config {
     pub dns: DnsSettings,
     pub schedule: ScheduleSettings,
     pub geo: GeoSettings,
+    pub health: crate::health::HealthSettings,
 }
 
 impl Default for Config {
@@ -115,6 +154,7 @@ impl Default for Config {
             dns: DnsSettings::default(),
             schedule: ScheduleSettings::default(),
             geo: GeoSettings::default(),
+            health: crate::health::HealthSettings::default(),
         }
     }
 }
@@ -208,6 +248,15 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "database_url",
                 reason: format!("{:?} is neither sqlite://… nor postgres://…", self.database_url),
+            });
+        }
+        if !(0.0..=10.0).contains(&self.schedule.hysteresis) {
+            return Err(ConfigError::Invalid { key: "schedule.hysteresis", reason: "must be within 0..=10".into() });
+        }
+        if self.health.fall == 0 || self.health.rise == 0 || self.health.interval_secs == 0 {
+            return Err(ConfigError::Invalid {
+                key: "health",
+                reason: "interval_secs, fall and rise must be > 0".into(),
             });
         }
         if self.schedule.recompute_secs == 0 {

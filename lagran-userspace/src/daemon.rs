@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::dns::counters::DnsCounters;
 use crate::dns::server::{DnsServer, bind};
 use crate::geo::GeoDb;
+use crate::health::HealthMonitor;
 use crate::metrics::Metrics;
 use crate::route_table::empty_shared;
 use crate::scheduler::{Scheduler, SchedulerError};
@@ -63,7 +64,12 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     }
 
     let table = empty_shared();
-    let scheduler = Arc::new(Scheduler::new(store, config.schedule.clone(), geo, table.clone()));
+    let health = HealthMonitor::new(config.health.clone());
+    let scheduler = Arc::new(Scheduler::new(store, config.schedule.clone(), health.clone(), geo, table.clone()));
+    let overrides = scheduler.reload_overrides().await.map_err(DaemonError::FirstRecompute)?;
+    if overrides > 0 {
+        tracing::info!(overrides, "geo overrides applied");
+    }
     let first = scheduler.recompute().await.map_err(DaemonError::FirstRecompute)?;
     tracing::info!(version = first.version, names = first.scheduled_names().count(), "first route table ready");
 
@@ -92,9 +98,21 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
 
     let dns = Arc::new(DnsServer { table, settings: Arc::new(config.dns.clone()), counters });
     let state = AppState { scheduler: scheduler.clone(), auth: Arc::new(auth), metrics };
+    // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (geo::reload); listening before "lagran serving".
+    tokio::spawn(crate::geo::reload::sighup_loop(scheduler.clone(), shutdown.clone()));
     tracing::info!(dns = %dns_addr, api = %api_addr, "lagran serving");
 
     let sched_task = tokio::spawn(scheduler.clone().run(shutdown.clone()));
+    let probe_store = scheduler.store().clone();
+    let on_change = scheduler.clone();
+    let health_task = tokio::spawn(health.run(
+        move || {
+            let store = probe_store.clone();
+            async move { store.list_nodes().await.unwrap_or_default() }
+        },
+        move || on_change.trigger(),
+        shutdown.clone(),
+    ));
     let dns_task = tokio::spawn(dns.run(udp, tcp, shutdown.clone()));
     let api_task = tokio::spawn(api::run(api_listener, state, shutdown.clone()));
 
@@ -105,6 +123,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     };
     shutdown.cancel();
     let _ = sched_task.await;
+    let _ = health_task.await;
     tracing::info!("lagran stopped");
     result
 }

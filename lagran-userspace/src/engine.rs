@@ -17,6 +17,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use serde::Serialize;
 
 use crate::geo::Location;
+use crate::health::{Dead, Liveness};
 use crate::model::{DEFAULT_POOL, Node, NodeStatus};
 
 /// The address family an answer is for (`A` or `AAAA`).
@@ -37,6 +38,62 @@ pub struct Policy {
     pub memory_factor: f64,
     /// A total load penalty at or above this is called "overloaded" in reasons.
     pub overloaded_penalty: i64,
+    /// Bandwidth / connection caps as penalties, never a veto (seed 002).
+    pub caps: Option<CapPolicy>,
+    /// Distance penalty from node and client coordinates (seed 001 §3.3).
+    pub distance: Option<DistancePolicy>,
+    /// Only nodes of the client's ISP, when at least one is eligible (seed 001 §3.3).
+    pub isp_must_match: bool,
+    /// Overload spill to the next best same-ISP node (seed 001 §5.2).
+    pub spill: Option<SpillPolicy>,
+}
+
+/// Penalties for nodes near or over their bandwidth / connection caps.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CapPolicy {
+    /// Penalty at (or over) the cap.
+    pub penalty: i64,
+    /// Usage ratio from which the penalty ramps up linearly to `penalty` at 1.0.
+    pub soft_ratio: f64,
+}
+
+impl Default for CapPolicy {
+    fn default() -> Self {
+        CapPolicy { penalty: 300, soft_ratio: 0.8 }
+    }
+}
+
+/// A penalty growing with the great-circle distance between node and client.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DistancePolicy {
+    /// Penalty per 1000 km.
+    pub per_1000km: f64,
+    /// Upper bound of the penalty.
+    pub max_penalty: i64,
+}
+
+impl Default for DistancePolicy {
+    fn default() -> Self {
+        DistancePolicy { per_1000km: 10.0, max_penalty: 100 }
+    }
+}
+
+/// When the best node is overloaded, answer the next best node of the client's ISP.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SpillPolicy {
+    /// CPU percent from which a node counts as overloaded.
+    pub cpu_percent: f64,
+    /// Cap usage ratio from which a node counts as overloaded.
+    pub cap_ratio: f64,
+}
+
+impl Default for SpillPolicy {
+    fn default() -> Self {
+        SpillPolicy { cpu_percent: 90.0, cap_ratio: 1.0 }
+    }
 }
 
 impl Default for Policy {
@@ -49,6 +106,10 @@ impl Default for Policy {
             cpu_factor: 0.3,
             memory_factor: 0.2,
             overloaded_penalty: 30,
+            caps: None,
+            distance: None,
+            isp_must_match: false,
+            spill: None,
         }
     }
 }
@@ -58,12 +119,44 @@ impl Default for Policy {
 pub struct NodeView {
     pub node: Node,
     pub location: Location,
+    /// The node's own coordinates, else those of its city/province/country.
+    pub coords: Option<(f64, f64)>,
+    /// Why the node is not alive (probe down, heartbeat timeout), if it is not.
+    pub dead: Option<Dead>,
 }
 
 impl NodeView {
     pub fn new(node: Node) -> Self {
         let location = Location::new(&node.country, &node.province, &node.city, &node.isp);
-        NodeView { node, location }
+        let coords = match (node.lat, node.lon) {
+            (Some(lat), Some(lon)) => Some((lat, lon)),
+            _ => crate::coords::coordinates(&location),
+        };
+        NodeView { node, location, coords, dead: None }
+    }
+
+    /// Prepares nodes with the liveness verdicts at `now_ms`.
+    pub fn prepare_live(nodes: impl IntoIterator<Item = Node>, liveness: &Liveness, now_ms: i64) -> Vec<NodeView> {
+        nodes
+            .into_iter()
+            .map(|n| {
+                let dead = liveness.verdict(&n, now_ms);
+                NodeView { dead, ..NodeView::new(n) }
+            })
+            .collect()
+    }
+
+    /// Usage of the tighter of the bandwidth and connection caps (0 when uncapped).
+    pub fn cap_ratio(&self) -> f64 {
+        let n = &self.node;
+        let bw = if n.max_bandwidth_mbps > 0.0 { n.bandwidth_mbps / n.max_bandwidth_mbps } else { 0.0 };
+        let conns = if n.max_conns > 0 { n.conns as f64 / n.max_conns as f64 } else { 0.0 };
+        bw.max(conns)
+    }
+
+    /// Whether the spill stage counts the node as overloaded.
+    pub fn overloaded(&self, spill: &SpillPolicy) -> bool {
+        self.node.cpu_usage >= spill.cpu_percent || self.cap_ratio() >= spill.cap_ratio
     }
 
     pub fn prepare(nodes: impl IntoIterator<Item = Node>) -> Vec<NodeView> {
@@ -79,6 +172,9 @@ pub enum Exclusion {
     NoPublicIp,
     NoPublicIpv6,
     OtherPool,
+    ProbeDown,
+    HeartbeatTimeout,
+    IspMismatch,
 }
 
 impl Exclusion {
@@ -88,6 +184,9 @@ impl Exclusion {
             Exclusion::NoPublicIp => "no public_ip",
             Exclusion::NoPublicIpv6 => "no public_ipv6",
             Exclusion::OtherPool => "not in the pool",
+            Exclusion::ProbeDown => "health probe failing",
+            Exclusion::HeartbeatTimeout => "heartbeat timed out",
+            Exclusion::IspMismatch => "other ISP (isp_must_match)",
         }
     }
 }
@@ -130,7 +229,7 @@ impl Ranking {
 }
 
 /// Scores one node for a client (eligibility is [`exclusion`]'s business).
-pub fn score(view: &NodeView, client: &Location, policy: &Policy) -> Candidate {
+pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64)>, policy: &Policy) -> Candidate {
     let n = &view.node;
     let loc = &view.location;
     let mut terms: Vec<(String, i64)> = Vec::with_capacity(7);
@@ -172,6 +271,24 @@ pub fn score(view: &NodeView, client: &Location, policy: &Policy) -> Candidate {
     if cpu + mem >= policy.overloaded_penalty {
         reasons.push(format!("overloaded -{}", cpu + mem));
     }
+    if let Some(caps) = &policy.caps {
+        let ratio = view.cap_ratio();
+        if ratio > caps.soft_ratio {
+            let ramp = ((ratio - caps.soft_ratio) / (1.0 - caps.soft_ratio).max(1e-9)).min(1.0);
+            let p = (caps.penalty as f64 * ramp).round() as i64;
+            if p > 0 {
+                terms.push(("over-cap".into(), -p));
+                reasons.push(format!("over-cap -{p}"));
+            }
+        }
+    }
+    if let (Some(d), Some(a), Some(b)) = (&policy.distance, view.coords, client_coords) {
+        let km = crate::coords::haversine_km(a, b);
+        let p = ((km / 1000.0) * d.per_1000km).floor().min(d.max_penalty as f64) as i64;
+        if p > 0 {
+            terms.push((format!("distance {km:.0}km"), -p));
+        }
+    }
     if reasons.is_empty() {
         reasons.push("weight and load".into());
     }
@@ -197,6 +314,11 @@ pub fn exclusion(view: &NodeView, family: Family, pool: &str) -> Option<Exclusio
     if n.status != NodeStatus::Online {
         return Some(Exclusion::NotOnline);
     }
+    match view.dead {
+        Some(Dead::ProbeDown) => return Some(Exclusion::ProbeDown),
+        Some(Dead::HeartbeatTimeout) => return Some(Exclusion::HeartbeatTimeout),
+        None => {}
+    }
     match family {
         Family::V4 if n.public_ip.is_none() => return Some(Exclusion::NoPublicIp),
         Family::V6 if n.public_ipv6.is_none() => return Some(Exclusion::NoPublicIpv6),
@@ -210,15 +332,75 @@ pub fn exclusion(view: &NodeView, family: Family, pool: &str) -> Option<Exclusio
 
 /// Ranks every eligible node for a client in `pool`, best first, ties by name.
 pub fn rank(nodes: &[NodeView], client: &Location, family: Family, pool: &str, policy: &Policy) -> Ranking {
+    let client_coords = if policy.distance.is_some() { crate::coords::coordinates(client) } else { None };
     let mut ranking = Ranking::default();
     for view in nodes {
         match exclusion(view, family, pool) {
             Some(why) => ranking.excluded.push((view.node.name.clone(), why)),
-            None => ranking.candidates.push(score(view, client, policy)),
+            None => ranking.candidates.push(score(view, client, client_coords, policy)),
         }
     }
     ranking.candidates.sort_by(|a, b| b.score.cmp(&a.score).then_with(|| a.name.cmp(&b.name)));
+    if policy.isp_must_match {
+        isp_must_match(&mut ranking, client);
+    }
+    if let Some(spill) = &policy.spill {
+        spill_overload(&mut ranking, nodes, client, spill);
+    }
     ranking
+}
+
+/// ISP-must-match: when some candidate has the client's ISP, the others go.
+fn isp_must_match(ranking: &mut Ranking, client: &Location) {
+    if client.isp.is_empty() {
+        return;
+    }
+    let same = |c: &Candidate| Location::new("", "", "", &c.isp).isp == client.isp;
+    if !ranking.candidates.iter().any(same) {
+        return;
+    }
+    let (keep, drop): (Vec<_>, Vec<_>) = ranking.candidates.drain(..).partition(|c| same(c));
+    ranking.candidates = keep;
+    ranking.excluded.extend(drop.into_iter().map(|c| (c.name, Exclusion::IspMismatch)));
+}
+
+/// Overload spill: an overloaded best node gives way to the next best node of
+/// the client's ISP that is not overloaded.
+fn spill_overload(ranking: &mut Ranking, nodes: &[NodeView], client: &Location, spill: &SpillPolicy) {
+    let view = |name: &str| nodes.iter().find(|v| v.node.name == name);
+    let Some(first) = ranking.candidates.first() else { return };
+    if client.isp.is_empty() || !view(&first.name).is_some_and(|v| v.overloaded(spill)) {
+        return;
+    }
+    let from = first.name.clone();
+    let target = ranking.candidates.iter().skip(1).position(|c| {
+        view(&c.name).is_some_and(|v| v.location.isp == client.isp && !v.overloaded(spill))
+    });
+    if let Some(i) = target {
+        let mut c = ranking.candidates.remove(i + 1);
+        c.reason = format!("{} (spill from overloaded {from})", c.reason);
+        ranking.candidates.insert(0, c);
+    }
+}
+
+/// Hysteresis (seed 002 §5.3): keep `previous` first unless the new best beats
+/// its score by more than `margin` (0.15 = 15 %). Returns whether it held.
+pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f64) -> bool {
+    let Some(prev) = previous else { return false };
+    let Some(best) = ranking.candidates.first() else { return false };
+    if best.name == prev {
+        return false;
+    }
+    let (best_name, best_score) = (best.name.clone(), best.score);
+    let Some(i) = ranking.candidates.iter().position(|c| c.name == prev) else { return false };
+    let prev_score = ranking.candidates[i].score.max(1) as f64;
+    if (best_score as f64) > prev_score * (1.0 + margin) {
+        return false;
+    }
+    let mut c = ranking.candidates.remove(i);
+    c.reason = format!("{} (hysteresis: kept over {best_name} {best_score} vs {})", c.reason, c.score);
+    ranking.candidates.insert(0, c);
+    true
 }
 
 #[cfg(test)]

@@ -40,7 +40,11 @@ pub async fn run(
             .ok_or_else(|| ExplainError::Input("no zone configured; pass --domain".into()))?,
     };
     let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
-    let scheduler = Scheduler::new(store, config.schedule.clone(), geo, empty_shared());
+    let health = crate::health::HealthMonitor::new(config.health.clone());
+    let scheduler = Scheduler::new(store, config.schedule.clone(), health, geo, empty_shared());
+    // The same table the daemon serves (rules, lines, canaries applied), computed here.
+    scheduler.reload_overrides().await?;
+    scheduler.recompute().await?;
     let decision = scheduler.decide(&domain, &ClientQuery { address, ..Default::default() }).await?;
     if json {
         let mut s = serde_json::to_string_pretty(&ScheduleJson::from(&decision)).unwrap_or_default();

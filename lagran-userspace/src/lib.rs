@@ -9,7 +9,9 @@
 //! - [`dns`]: the authoritative responder.
 
 pub mod api;
+pub mod api_client;
 pub mod config;
+pub mod coords;
 pub mod daemon;
 pub mod demo;
 pub mod dns;
@@ -19,9 +21,11 @@ pub mod geo;
 pub mod health;
 pub mod metrics;
 pub mod model;
+pub mod ops;
 pub mod partition;
 pub mod prefix_map;
 pub mod route_table;
 pub mod scheduler;
 pub mod store;
 pub mod testkit;
+pub mod xdp;

@@ -16,6 +16,9 @@ struct Cli {
     /// TOML configuration file; environment variables (DNS_TTL, DATABASE_URL, …) win over it.
     #[arg(long, short, global = true, env = "LAGRAN_CONFIG")]
     config: Option<PathBuf>,
+    /// The control API the operator commands talk to (default: http://<api_listen>).
+    #[arg(long, global = true, env = "LAGRAN_API")]
+    api: Option<String>,
     /// Log format.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -55,33 +58,39 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Geo database tools.
+    /// Geo database tools: lookup, build, diff, partitions.
     Geo {
         #[command(subcommand)]
-        command: GeoCommand,
+        command: lagran::geo::cli::GeoCommand,
     },
-    /// Edge nodes in the database.
+    /// Edge nodes.
     Node {
         #[command(subcommand)]
         command: NodeCommand,
     },
-}
-
-#[derive(Subcommand)]
-enum GeoCommand {
-    /// Look addresses up in the configured geo files.
-    Lookup {
-        ips: Vec<std::net::IpAddr>,
-        /// One line per address: the address, a tab, the region string exactly as stored.
-        #[arg(long)]
-        raw: bool,
+    /// Scheduling rules: manual pins and canary splits (through the API).
+    Rule {
+        #[command(subcommand)]
+        command: lagran::ops::RuleCommand,
+    },
+    /// Lines: prefix lists that override the geo partition (through the API).
+    Line {
+        #[command(subcommand)]
+        command: lagran::ops::LineCommand,
+    },
+    /// Route tables: show, rollback, resume (through the API).
+    Routes {
+        #[command(subcommand)]
+        command: lagran::ops::RoutesCommand,
     },
 }
 
 #[derive(Subcommand)]
 enum NodeCommand {
-    /// List nodes.
+    /// List nodes (from the database).
     List,
+    /// Change fields of a node through the API: `lagran node set gz-01 status=offline weight=90`.
+    Set { name: String, assignments: Vec<String> },
 }
 
 fn init_tracing(format: &str) {
@@ -124,23 +133,16 @@ async fn main() -> Result<()> {
             let out = explain::run(&config, ip.as_deref(), subnet.as_deref(), domain.as_deref(), json).await?;
             print!("{out}");
         }
-        Command::Geo { command: GeoCommand::Lookup { ips, raw } } => {
-            let geo = lagran::geo::GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
-            for ip in ips {
-                let hit = geo.lookup(ip);
-                if raw {
-                    println!("{ip}\t{}", hit.as_ref().map_or("", |h| h.region.as_str()));
-                } else {
-                    match hit {
-                        Some(h) => println!(
-                            "{ip}\tcountry={} province={} city={} isp={}\t({})",
-                            h.location.country, h.location.province, h.location.city, h.location.isp, h.region
-                        ),
-                        None => println!("{ip}\tunknown"),
-                    }
-                }
-            }
+        Command::Geo { command } => {
+            let out = lagran::geo::cli::run(command, &config).await?;
+            print!("{out}");
         }
+        Command::Node { command: NodeCommand::Set { name, assignments } } => {
+            print!("{}", lagran::ops::node_set(&client(&cli.api, &config), &name, &assignments).await?);
+        }
+        Command::Rule { command } => print!("{}", lagran::ops::rule(&client(&cli.api, &config), command).await?),
+        Command::Line { command } => print!("{}", lagran::ops::line(&client(&cli.api, &config), command).await?),
+        Command::Routes { command } => print!("{}", lagran::ops::routes(&client(&cli.api, &config), command).await?),
         Command::Node { command: NodeCommand::List } => {
             let store = lagran::store::Store::connect(&config.database_url).await.context("opening the database")?;
             println!("{:<12} {:<9} {:<16} {:<4} {:<8} {:<8} {:<8} {:>6} {:>5} {:>5}", "NAME", "STATUS", "PUBLIC_IP", "CC", "PROVINCE", "CITY", "ISP", "WEIGHT", "CPU", "MEM");
@@ -162,6 +164,14 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn client(api: &Option<String>, config: &Config) -> lagran::api_client::ApiClient {
+    lagran::api_client::ApiClient {
+        base: api.clone().unwrap_or_else(|| format!("http://{}", config.api_listen)),
+        admin_token: config.admin_token.clone(),
+        agent_token: config.agent_token.clone(),
+    }
 }
 
 async fn wait_for_signal() {

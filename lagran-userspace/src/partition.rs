@@ -24,6 +24,12 @@ pub struct Override {
     pub location: Location,
 }
 
+impl From<&crate::store::GeoOverride> for Override {
+    fn from(o: &crate::store::GeoOverride) -> Self {
+        Override { prefix: o.prefix, location: Location::new(&o.country, &o.province, &o.city, &o.isp) }
+    }
+}
+
 /// The address space of both families cut into labelled ranges.
 #[derive(Clone, Debug)]
 pub struct PartitionTable {

@@ -43,6 +43,18 @@ pub struct Answer {
     /// Human-readable reason for the choice (seed 000 `reason`).
     pub reason: String,
     pub state: AnswerState,
+    /// A canary split: clients whose subnet bucket is below `percent` get the
+    /// answer at index `answer` instead (same name's `answers`).
+    pub canary: Option<Canary>,
+}
+
+/// A share of the client subnets sent to another answer (SPEC §4 canary rules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Canary {
+    /// 1–100: buckets `0..percent` of [`lagran_common::canary`] take the canary.
+    pub percent: u8,
+    /// Index of the canary answer in the same name's `answers`.
+    pub answer: u32,
 }
 
 /// A name answered with scheduled addresses.
@@ -62,18 +74,42 @@ pub struct ScheduledName {
 
 impl ScheduledName {
     /// The answer for a client address and the ECS scope it is valid for.
+    ///
+    /// A canary split answers per client subnet (/24 or /48), so its scope is
+    /// never wider than that subnet.
     pub fn answer_for(&self, client: IpAddr) -> (&Answer, u8) {
-        let (idx, len) = match client {
-            IpAddr::V4(a) => self.v4.lookup(u32::from(a)),
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => {
-                    let (i, l) = self.v4.lookup(u32::from(v4));
-                    (i, l + 96)
-                }
-                None => self.v6.lookup(u128::from(a)),
-            },
+        use lagran_common::canary::{SPLIT_PREFIX_V4, SPLIT_PREFIX_V6, bucket_v4, bucket_v6};
+        let v4 = match client {
+            IpAddr::V4(a) => Some(u32::from(a)),
+            IpAddr::V6(a) => a.to_ipv4_mapped().map(u32::from),
         };
-        (&self.answers[idx as usize], len)
+        let mapped = matches!(client, IpAddr::V6(_));
+        let (idx, len, bucket, split) = match v4 {
+            Some(a) => {
+                let (i, l) = self.v4.lookup(a);
+                (i, l, bucket_v4(a), SPLIT_PREFIX_V4)
+            }
+            None => {
+                let a = match client {
+                    IpAddr::V6(a) => u128::from(a),
+                    IpAddr::V4(_) => unreachable!("v4 handled above"),
+                };
+                let (i, l) = self.v6.lookup(a);
+                (i, l, bucket_v6((a >> 64) as u64), SPLIT_PREFIX_V6)
+            }
+        };
+        let mut answer = &self.answers[idx as usize];
+        let mut len = len;
+        if let Some(c) = answer.canary {
+            len = len.max(split);
+            if bucket < c.percent as u32 {
+                answer = &self.answers[c.answer as usize];
+            }
+        }
+        if mapped && v4.is_some() {
+            len += 96;
+        }
+        (answer, len)
     }
 }
 

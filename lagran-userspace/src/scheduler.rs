@@ -24,8 +24,10 @@ use crate::geo::{GeoDb, Location};
 use crate::model::{DEFAULT_POOL, Domain, Node, Zone};
 use crate::partition::{Override, PartitionTable};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
-use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName, SharedRouteTable, ZoneRoutes};
-use crate::store::{Store, StoreError};
+use crate::health::{HealthMonitor, Liveness};
+use crate::route_table::{Answer, AnswerState, Canary, RouteTable, ScheduledName, SharedRouteTable, ZoneRoutes};
+use crate::store::{Line, LineAnswer, Rule, RuleKind, Store, StoreError};
+use ipnet::IpNet;
 
 /// The control plane's state a route table is computed from.
 #[derive(Clone, Debug, Default)]
@@ -33,10 +35,23 @@ pub struct Inputs {
     pub nodes: Vec<Node>,
     pub zones: Vec<Zone>,
     pub domains: Vec<Domain>,
+    pub rules: Vec<Rule>,
+    pub lines: Vec<Line>,
+    pub liveness: Liveness,
+    pub now_ms: i64,
 }
 
-/// Stable small integers for scheduled names, kept across recomputes so the
-/// data-plane keys of a name never change while it exists.
+/// What a recompute carries over from the previous one.
+#[derive(Clone, Debug, Default)]
+pub struct BuildState {
+    /// Stable small integers for scheduled names, so the data-plane keys of a
+    /// name never change while it exists.
+    pub name_ids: NameIds,
+    /// The automatic primary per (name, partition location), for hysteresis.
+    pub choices: HashMap<(String, Location), String>,
+}
+
+/// Stable name ids.
 #[derive(Clone, Debug, Default)]
 pub struct NameIds {
     ids: HashMap<String, u32>,
@@ -54,88 +69,342 @@ impl NameIds {
     }
 }
 
-/// Computes a route table: one answer per (scheduled name, partition), stored as
-/// the coarsest client prefixes that share an answer.
+/// One scheduled name as the builder sees it.
+struct NameSpec<'a> {
+    name: String,
+    pool: String,
+    ttl: Option<u32>,
+    domain: Option<&'a Domain>,
+}
+
+/// Interns answers of one name.
+#[derive(Default)]
+struct Answers {
+    list: Vec<Answer>,
+    ids: HashMap<Answer, u32>,
+}
+
+impl Answers {
+    fn id(&mut self, a: Answer) -> u32 {
+        if let Some(&id) = self.ids.get(&a) {
+            return id;
+        }
+        let id = self.list.len() as u32;
+        self.ids.insert(a.clone(), id);
+        self.list.push(a);
+        id
+    }
+}
+
+/// Does a rule's region filter match a location (canonical comparison)?
+fn rule_matches(rule: &Rule, name: &str, loc: &Location) -> bool {
+    if rule.domain.as_deref().is_some_and(|d| d.trim_end_matches('.').to_ascii_lowercase() != name) {
+        return false;
+    }
+    let want = Location::new(
+        rule.country.as_deref().unwrap_or(""),
+        rule.province.as_deref().unwrap_or(""),
+        rule.city.as_deref().unwrap_or(""),
+        rule.isp.as_deref().unwrap_or(""),
+    );
+    let ok = |filter: &Option<String>, want: &str, have: &str| filter.is_none() || want == have;
+    ok(&rule.country, &want.country, &loc.country)
+        && ok(&rule.province, &want.province, &loc.province)
+        && ok(&rule.city, &want.city, &loc.city)
+        && ok(&rule.isp, &want.isp, &loc.isp)
+}
+
+/// The answer of a ranking: the first `per_answer` addresses of each family.
+fn answer_of(r4: &Ranking, r6: &Ranking, per_answer: usize, ttl: u32, state: AnswerState) -> Answer {
+    let ipv4: Vec<_> = r4.candidates.iter().filter_map(|c| c.public_ip).take(per_answer).collect();
+    let ipv6: Vec<_> = r6.candidates.iter().filter_map(|c| c.public_ipv6).take(per_answer).collect();
+    let primary = r4.primary().or(r6.primary());
+    let state = if ipv4.is_empty() && ipv6.is_empty() { AnswerState::Empty } else { state };
+    Answer {
+        ttl,
+        ipv4,
+        ipv6,
+        node: primary.map(|c| c.name.clone()),
+        reason: primary.map_or_else(|| "no eligible node".to_string(), |c| c.reason.clone()),
+        state,
+        canary: None,
+    }
+}
+
+/// Puts `node` first in a ranking (a manual pin); false when it is not eligible.
+fn pin(r: &mut Ranking, node: &str, why: &str) -> bool {
+    let Some(i) = r.candidates.iter().position(|c| c.name == node) else { return false };
+    let mut c = r.candidates.remove(i);
+    c.reason = why.to_string();
+    r.candidates.insert(0, c);
+    true
+}
+
+/// Whether a dead node (probe down, heartbeat timeout) would have beaten `chosen`.
+fn is_failover(views: &[NodeView], loc: &Location, pool: &str, chosen: Option<&Candidate>, policy: &Policy) -> bool {
+    let Some(chosen) = chosen else { return false };
+    views.iter().any(|v| {
+        v.dead.is_some() && {
+            let alive = NodeView { dead: None, ..v.clone() };
+            engine::exclusion(&alive, Family::V4, pool).is_none()
+                && engine::score(&alive, loc, None, policy).score > chosen.score
+        }
+    })
+}
+
+/// Lays `over` ranges (sorted by start, non-overlapping) on `base`, computing
+/// each covered piece's value from the value underneath.
+fn overlay_with<K>(
+    base: Vec<(u128, u128, u32)>,
+    over: &[(u128, u128, K)],
+    mut f: impl FnMut(u32, &K) -> u32,
+) -> Vec<(u128, u128, u32)> {
+    if over.is_empty() {
+        return base;
+    }
+    let mut out = Vec::with_capacity(base.len() + over.len() * 2);
+    let mut oi = 0;
+    for (mut s, e, v) in base {
+        loop {
+            while oi < over.len() && over[oi].1 < s {
+                oi += 1;
+            }
+            if oi >= over.len() || over[oi].0 > e {
+                out.push((s, e, v));
+                break;
+            }
+            let (os, oe, ref k) = over[oi];
+            if os > s {
+                out.push((s, os - 1, v));
+            }
+            let end = oe.min(e);
+            out.push((os.max(s), end, f(v, k)));
+            if end == e {
+                break;
+            }
+            s = end + 1;
+            oi += 1;
+        }
+    }
+    out
+}
+
+fn net_range(n: &IpNet) -> (bool, u128, u128) {
+    match n.trunc() {
+        IpNet::V4(n) => (true, u32::from(n.network()) as u128, u32::from(n.broadcast()) as u128),
+        IpNet::V6(n) => (false, u128::from(n.network()), u128::from(n.broadcast())),
+    }
+}
+
+/// What a client prefix gets instead of its geo partition's answer.
+#[derive(Clone, Debug)]
+enum PrefixOverride {
+    /// A line's fixed answer (beats geo).
+    Fixed(u32),
+    /// A canary rule on a prefix: `percent` % to `node`.
+    Canary { node: String, percent: u8, rule: i64 },
+    /// A manual rule on a prefix: always `node`.
+    Manual { node: String, rule: i64 },
+}
+
+/// Computes a route table: one answer per (scheduled name, partition), stored
+/// as the coarsest client prefixes that share an answer. Stage order, lowest
+/// priority first: automatic ranking (with hysteresis) → lines → canary → manual.
 pub fn build_route_table(
     version: u64,
-    now_ms: i64,
     inputs: &Inputs,
     partitions: &PartitionTable,
     settings: &ScheduleSettings,
     policy: &Policy,
-    name_ids: &mut NameIds,
+    state: &mut BuildState,
 ) -> RouteTable {
-    let views = NodeView::prepare(inputs.nodes.iter().cloned());
+    let now = inputs.now_ms;
+    let views = NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, now);
     let per_answer = settings.answers_per_query.clamp(1, 4) as usize;
-    // Rankings depend on (pool, partition) only; names sharing a pool share them.
-    let mut by_pool: HashMap<String, Vec<(Vec<std::net::Ipv4Addr>, Vec<std::net::Ipv6Addr>, Option<String>, String)>> =
-        HashMap::new();
+    let rules: Vec<&Rule> = inputs.rules.iter().filter(|r| r.is_active(now)).collect();
+    let region_rules: Vec<&Rule> = rules.iter().copied().filter(|r| r.prefix.is_none()).collect();
+    // Automatic rankings depend on (pool, partition) only: names sharing a pool share them.
+    let mut rankings: HashMap<String, Vec<(Ranking, Ranking)>> = HashMap::new();
+    let mut new_choices = HashMap::new();
     let mut zones = Vec::with_capacity(inputs.zones.len());
+
     for zone in &inputs.zones {
-        let mut names: Vec<(String, String, Option<u32>)> = Vec::new();
-        let apex_row = inputs.domains.iter().find(|d| d.name == zone.name);
-        names.push((
-            zone.name.clone(),
-            apex_row.map_or(DEFAULT_POOL.to_string(), |d| d.pool.clone()),
-            apex_row.and_then(|d| d.ttl),
-        ));
+        let apex = inputs.domains.iter().find(|d| d.name == zone.name);
+        let mut specs = vec![NameSpec {
+            name: zone.name.clone(),
+            pool: apex.map_or(DEFAULT_POOL.to_string(), |d| d.pool.clone()),
+            ttl: apex.and_then(|d| d.ttl),
+            domain: apex,
+        }];
         for d in inputs.domains.iter().filter(|d| d.zone == zone.name && d.name != zone.name) {
-            names.push((d.name.clone(), d.pool.clone(), d.ttl));
+            specs.push(NameSpec { name: d.name.clone(), pool: d.pool.clone(), ttl: d.ttl, domain: Some(d) });
         }
-        let mut scheduled = Vec::with_capacity(names.len());
-        for (name, pool, ttl) in names {
-            let per_partition = by_pool.entry(pool.clone()).or_insert_with(|| {
+        let mut scheduled = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let pool = spec.pool.clone();
+            let ranked = rankings.entry(pool.clone()).or_insert_with(|| {
                 partitions
                     .locations()
                     .iter()
                     .map(|loc| {
-                        let r4 = engine::rank(&views, loc, Family::V4, &pool, policy);
-                        let r6 = engine::rank(&views, loc, Family::V6, &pool, policy);
-                        let v4: Vec<_> = r4.candidates.iter().take(per_answer).filter_map(|c| c.public_ip).collect();
-                        let v6: Vec<_> = r6.candidates.iter().take(per_answer).filter_map(|c| c.public_ipv6).collect();
-                        let node = r4.primary().or(r6.primary()).map(|c| c.name.clone());
-                        let reason = r4.primary().or(r6.primary()).map_or_else(
-                            || format!("no eligible node in pool {pool}"),
-                            |c| c.reason.clone(),
-                        );
-                        (v4, v6, node, reason)
+                        (
+                            engine::rank(&views, loc, Family::V4, &pool, policy),
+                            engine::rank(&views, loc, Family::V6, &pool, policy),
+                        )
                     })
                     .collect()
             });
-            let route_ttl = ttl.unwrap_or(settings.ttl);
-            let mut answers: Vec<Answer> = Vec::new();
-            let mut answer_ids: HashMap<Answer, u32> = HashMap::new();
-            let partition_answer: Vec<u32> = per_partition
-                .iter()
-                .map(|(v4, v6, node, reason)| {
-                    let state = if v4.is_empty() && v6.is_empty() { AnswerState::Empty } else { AnswerState::Steady };
-                    let a = Answer {
-                        ttl: route_ttl,
-                        ipv4: v4.clone(),
-                        ipv6: v6.clone(),
-                        node: node.clone(),
-                        reason: reason.clone(),
-                        state,
-                    };
-                    *answer_ids.entry(a.clone()).or_insert_with(|| {
-                        answers.push(a);
-                        (answers.len() - 1) as u32
-                    })
+            let steady_ttl = spec.ttl.unwrap_or(settings.ttl);
+            let mut answers = Answers::default();
+            let node_answer = |answers: &mut Answers, node: &str, why: &str, r4: &Ranking, r6: &Ranking, st| {
+                let (mut a, mut b) = (r4.clone(), r6.clone());
+                (pin(&mut a, node, why) || pin(&mut b, node, why)).then(|| {
+                    let ttl = if st == AnswerState::Canary { settings.canary_ttl } else { steady_ttl };
+                    answers.id(answer_of(&a, &b, per_answer, ttl, st))
                 })
-                .collect();
-            let v4 = PrefixMapV4::from_ranges(
-                partitions.v4_ranges().iter().map(|&(s, e, p)| (s, e, partition_answer[p as usize])),
-                partition_answer[0],
-            );
-            let v6 = PrefixMapV6::from_ranges(
-                partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, partition_answer[p as usize])),
-                partition_answer[0],
-            );
-            scheduled.push(ScheduledName { id: name_ids.id(&name), name, answers, v4, v6 });
+            };
+
+            // Per partition: automatic (+ hysteresis), then region rules.
+            let mut by_partition = Vec::with_capacity(ranked.len());
+            for (pid, (r4, r6)) in ranked.iter().enumerate() {
+                let loc = &partitions.locations()[pid];
+                let mut r4 = r4.clone();
+                let key = (spec.name.clone(), loc.clone());
+                if settings.hysteresis > 0.0 {
+                    engine::apply_hysteresis(&mut r4, state.choices.get(&key).map(String::as_str), settings.hysteresis);
+                }
+                if let Some(p) = r4.primary() {
+                    new_choices.insert(key, p.name.clone());
+                }
+                let failover = is_failover(&views, loc, &pool, r4.primary(), policy);
+                let (st, ttl) = if failover {
+                    (AnswerState::Failover, settings.failover_ttl.min(steady_ttl))
+                } else {
+                    (AnswerState::Steady, steady_ttl)
+                };
+                let mut id = answers.id(answer_of(&r4, r6, per_answer, ttl, st));
+                let matching: Vec<&&Rule> = region_rules.iter().filter(|r| rule_matches(r, &spec.name, loc)).collect();
+                if let Some(rule) = matching.iter().find(|r| r.kind == RuleKind::Canary) {
+                    let why = format!("canary rule {} {}%", rule.id, rule.percent);
+                    if let Some(cid) = node_answer(&mut answers, &rule.node, &why, &r4, r6, AnswerState::Canary) {
+                        let mut base = answers.list[id as usize].clone();
+                        base.ttl = base.ttl.min(settings.canary_ttl);
+                        base.canary = Some(Canary { percent: rule.percent, answer: cid });
+                        id = answers.id(base);
+                    }
+                }
+                if let Some(rule) = matching.iter().find(|r| r.kind == RuleKind::Manual) {
+                    let why = format!("manual rule {}", rule.id);
+                    if let Some(mid) = node_answer(&mut answers, &rule.node, &why, &r4, r6, AnswerState::Steady) {
+                        id = mid;
+                    }
+                }
+                by_partition.push(id);
+            }
+
+            // Prefix overrides: lines, then canary and manual prefix rules on top.
+            let mut over4: Vec<(u128, u128, PrefixOverride)> = Vec::new();
+            let mut over6: Vec<(u128, u128, PrefixOverride)> = Vec::new();
+            let unknown = &ranked[0];
+            for line in inputs.lines.iter().filter(|l| l.domains.is_empty() || l.domains.iter().any(|d| *d == spec.name)) {
+                let answer = match line.answer {
+                    LineAnswer::Origin => match spec.domain.and_then(|d| d.origin_ip) {
+                        Some(ip) => Some(answers.id(Answer {
+                            ttl: steady_ttl,
+                            ipv4: vec![ip],
+                            ipv6: vec![],
+                            node: None,
+                            reason: format!("line {}: origin", line.name),
+                            state: AnswerState::Steady,
+                            canary: None,
+                        })),
+                        None => None,
+                    },
+                    LineAnswer::Node => line.node.as_deref().and_then(|n| {
+                        node_answer(&mut answers, n, &format!("line {}", line.name), &unknown.0, &unknown.1, AnswerState::Steady)
+                    }),
+                    LineAnswer::Schedule => {
+                        let mut a = answer_of(&unknown.0, &unknown.1, per_answer, steady_ttl, AnswerState::Steady);
+                        a.reason = format!("line {}: {}", line.name, a.reason);
+                        Some(answers.id(a))
+                    }
+                };
+                let Some(answer) = answer else {
+                    tracing::warn!(line = %line.name, name = %spec.name, "line has nothing to answer (no origin_ip / node not eligible); skipped");
+                    continue;
+                };
+                for p in &line.prefixes {
+                    let (is4, s, e) = net_range(p);
+                    let list = if is4 { &mut over4 } else { &mut over6 };
+                    list.push((s, e, PrefixOverride::Fixed(answer)));
+                }
+            }
+            // Prefix rules match by domain and prefix; their region filters do not apply.
+            for rule in &rules {
+                let Some(p) = &rule.prefix else { continue };
+                if rule.domain.as_deref().is_some_and(|d| d.trim_end_matches('.').to_ascii_lowercase() != spec.name) {
+                    continue;
+                }
+                let (is4, s, e) = net_range(p);
+                let list = if is4 { &mut over4 } else { &mut over6 };
+                let o = match rule.kind {
+                    RuleKind::Canary => PrefixOverride::Canary { node: rule.node.clone(), percent: rule.percent, rule: rule.id },
+                    RuleKind::Manual => PrefixOverride::Manual { node: rule.node.clone(), rule: rule.id },
+                };
+                list.push((s, e, o));
+            }
+            // Apply in priority order (lines, canary, manual), each layer sorted and
+            // non-overlapping within itself (a later, more specific entry wins).
+            let layer = |list: &[(u128, u128, PrefixOverride)], pick: fn(&PrefixOverride) -> bool| {
+                let mut l: Vec<(u128, u128, PrefixOverride)> = list.iter().filter(|o| pick(&o.2)).cloned().collect();
+                l.sort_by_key(|&(s, e, _)| (std::cmp::Reverse(e - s), s));
+                l
+            };
+            let mut ranges4: Vec<(u128, u128, u32)> =
+                partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, by_partition[p as usize])).collect();
+            let mut ranges6: Vec<(u128, u128, u32)> =
+                partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, by_partition[p as usize])).collect();
+            let picks: [fn(&PrefixOverride) -> bool; 3] = [
+                |o| matches!(o, PrefixOverride::Fixed(_)),
+                |o| matches!(o, PrefixOverride::Canary { .. }),
+                |o| matches!(o, PrefixOverride::Manual { .. }),
+            ];
+            for pick in picks {
+                for (ranges, over) in [(&mut ranges4, &over4), (&mut ranges6, &over6)] {
+                    for o in layer(over, pick) {
+                        let taken = std::mem::take(ranges);
+                        *ranges = overlay_with(taken, std::slice::from_ref(&o), |under, k| match k {
+                            PrefixOverride::Fixed(a) => *a,
+                            PrefixOverride::Manual { node, rule } => {
+                                let (r4, r6) = unknown;
+                                node_answer(&mut answers, node, &format!("manual rule {rule}"), r4, r6, AnswerState::Steady)
+                                    .unwrap_or(under)
+                            }
+                            PrefixOverride::Canary { node, percent, rule } => {
+                                let (r4, r6) = unknown;
+                                match node_answer(&mut answers, node, &format!("canary rule {rule} {percent}%"), r4, r6, AnswerState::Canary) {
+                                    Some(cid) => {
+                                        let mut base = answers.list[under as usize].clone();
+                                        base.ttl = base.ttl.min(settings.canary_ttl);
+                                        base.canary = Some(Canary { percent: *percent, answer: cid });
+                                        answers.id(base)
+                                    }
+                                    None => under,
+                                }
+                            }
+                        });
+                    }
+                }
+            }
+            let fill = by_partition[0];
+            let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
+            let v6 = PrefixMapV6::from_ranges(ranges6, fill);
+            scheduled.push(ScheduledName { id: state.name_ids.id(&spec.name), name: spec.name, answers: answers.list, v4, v6 });
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
-    RouteTable::new(version, now_ms, zones)
+    state.choices = new_choices;
+    RouteTable::new(version, now, zones)
 }
 
 /// A scheduling failure.
@@ -159,6 +428,13 @@ pub struct ClientQuery {
     pub isp: Option<String>,
 }
 
+impl ClientQuery {
+    /// Whether explicit location fields are given.
+    pub fn has_tuple(&self) -> bool {
+        self.country.is_some() || self.province.is_some() || self.city.is_some() || self.isp.is_some()
+    }
+}
+
 /// A fully explained decision.
 #[derive(Clone, Debug, Serialize)]
 pub struct Decision {
@@ -172,6 +448,10 @@ pub struct Decision {
     pub pool: String,
     pub ranking: Ranking,
     pub note: String,
+    /// The ECS scope the served answer is valid for.
+    pub scope: Option<u8>,
+    /// The served answer's state (steady, failover, canary, empty).
+    pub state: Option<AnswerState>,
 }
 
 impl Decision {
@@ -186,34 +466,47 @@ pub struct Scheduler {
     settings: ScheduleSettings,
     policy: Policy,
     geo: ArcSwap<GeoDb>,
+    overrides: ArcSwap<Vec<Override>>,
     partitions: ArcSwap<PartitionTable>,
     table: SharedRouteTable,
     previous: std::sync::Mutex<Option<Arc<RouteTable>>>,
-    name_ids: Mutex<NameIds>,
+    build: Mutex<BuildState>,
+    health: Arc<HealthMonitor>,
     version: AtomicU64,
     wake: Notify,
     last_duration_us: AtomicU64,
     recomputes: AtomicU64,
+    /// Set by a rollback: recomputes are held until [`Scheduler::resume`].
+    frozen: std::sync::atomic::AtomicBool,
 }
 
 impl Scheduler {
-    pub fn new(store: Store, settings: ScheduleSettings, geo: GeoDb, table: SharedRouteTable) -> Self {
+    pub fn new(
+        store: Store,
+        settings: ScheduleSettings,
+        health: Arc<HealthMonitor>,
+        geo: GeoDb,
+        table: SharedRouteTable,
+    ) -> Self {
         let partitions = PartitionTable::build(&geo, &[]);
         // Versions start at the wall clock so they keep increasing across restarts.
         let start = (now_ms().max(0) as u64).max(table.load().version);
         Scheduler {
             store,
+            policy: settings.policy(),
             settings,
-            policy: Policy::default(),
             geo: ArcSwap::from_pointee(geo),
+            overrides: ArcSwap::from_pointee(Vec::new()),
             partitions: ArcSwap::from_pointee(partitions),
             table,
             previous: std::sync::Mutex::new(None),
-            name_ids: Mutex::new(NameIds::default()),
+            build: Mutex::new(BuildState::default()),
+            health,
             version: AtomicU64::new(start),
             wake: Notify::new(),
             last_duration_us: AtomicU64::new(0),
             recomputes: AtomicU64::new(0),
+            frozen: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -237,10 +530,33 @@ impl Scheduler {
         self.partitions.load_full()
     }
 
-    /// Replaces the geo data (and recompiles the partitions).
-    pub fn set_geo(&self, geo: GeoDb, overrides: &[Override]) {
-        self.partitions.store(Arc::new(PartitionTable::build(&geo, overrides)));
+    /// Replaces the geo data and recompiles the partitions with the current
+    /// overrides. Call [`Scheduler::recompute`] afterwards to publish.
+    pub fn set_geo(&self, geo: GeoDb) {
+        let overrides = self.overrides.load();
+        self.partitions.store(Arc::new(PartitionTable::build(&geo, &overrides)));
         self.geo.store(Arc::new(geo));
+    }
+
+    /// Replaces the overrides (CIDR -> location, they win over the files) and
+    /// recompiles the partitions. Call [`Scheduler::recompute`] afterwards.
+    pub fn set_overrides(&self, overrides: Vec<Override>) {
+        let geo = self.geo.load();
+        self.partitions.store(Arc::new(PartitionTable::build(&geo, &overrides)));
+        self.overrides.store(Arc::new(overrides));
+    }
+
+    /// Reads the overrides from the store and applies them.
+    pub async fn reload_overrides(&self) -> Result<usize, SchedulerError> {
+        let list: Vec<Override> = self.store.list_geo_overrides().await?.iter().map(Override::from).collect();
+        let n = list.len();
+        self.set_overrides(list);
+        Ok(n)
+    }
+
+    /// The overrides in force.
+    pub fn overrides(&self) -> Arc<Vec<Override>> {
+        self.overrides.load_full()
     }
 
     /// Duration of the last recompute, in microseconds, and how many ran.
@@ -253,26 +569,41 @@ impl Scheduler {
         self.wake.notify_one();
     }
 
-    /// Recomputes now and publishes the new table; returns it.
+    /// Whether a rollback holds the table.
+    pub fn frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Ends a rollback's freeze; the next recompute publishes again.
+    pub fn resume(&self) {
+        if self.frozen.swap(false, Ordering::SeqCst) {
+            tracing::info!("route table unfrozen; recomputes publish again");
+        }
+    }
+
+    /// Recomputes now and publishes the new table; returns it. While a rollback
+    /// holds the table, nothing is recomputed and the held table is returned.
     pub async fn recompute(&self) -> Result<Arc<RouteTable>, SchedulerError> {
+        if self.frozen() {
+            tracing::warn!("route table frozen by a rollback: recompute skipped (POST /api/v1/routes/resume)");
+            return Ok(self.table.load_full());
+        }
+        // Serialise whole recomputes, reads included: a recompute that read the
+        // store before a write must not publish after the write's own recompute.
+        let mut state = self.build.lock().await;
         let inputs = Inputs {
             nodes: self.store.list_nodes().await?,
             zones: self.store.list_zones().await?,
             domains: self.store.list_domains().await?,
+            rules: self.store.list_rules().await?,
+            lines: self.store.list_lines().await?,
+            liveness: self.health.liveness(),
+            now_ms: now_ms(),
         };
-        let mut ids = self.name_ids.lock().await;
         let started = Instant::now();
         let version = self.version.fetch_add(1, Ordering::SeqCst) + 1;
         let partitions = self.partitions.load();
-        let table = Arc::new(build_route_table(
-            version,
-            now_ms(),
-            &inputs,
-            &partitions,
-            &self.settings,
-            &self.policy,
-            &mut ids,
-        ));
+        let table = Arc::new(build_route_table(version, &inputs, &partitions, &self.settings, &self.policy, &mut state));
         let old = self.table.swap(table.clone());
         self.log_changes(&old, &table);
         if old.version != 0 {
@@ -290,7 +621,8 @@ impl Scheduler {
         let prev = self.previous.lock().expect("previous-table lock poisoned").take().ok_or(SchedulerError::NoPrevious)?;
         let current = self.table.swap(prev.clone());
         *self.previous.lock().expect("previous-table lock poisoned") = Some(current);
-        tracing::warn!(version = prev.version, "route table rolled back");
+        self.frozen.store(true, Ordering::SeqCst);
+        tracing::warn!(version = prev.version, "route table rolled back and frozen until resumed");
         Ok(prev)
     }
 
@@ -347,7 +679,7 @@ impl Scheduler {
             }
             None => (Location::default(), None, None),
         };
-        if client.country.is_some() || client.province.is_some() || client.city.is_some() || client.isp.is_some() {
+        if client.has_tuple() {
             location = Location::new(
                 client.country.as_deref().unwrap_or(&location.country),
                 client.province.as_deref().unwrap_or(&location.province),
@@ -355,14 +687,31 @@ impl Scheduler {
                 client.isp.as_deref().unwrap_or(&location.isp),
             );
         }
-        let views = NodeView::prepare(nodes);
-        let ranking = engine::rank(&views, &location, Family::V4, &pool, &self.policy);
+        let views = NodeView::prepare_live(nodes, &self.health.liveness(), now_ms());
+        let mut ranking = engine::rank(&views, &location, Family::V4, &pool, &self.policy);
+        // What the NS hosts actually serve (rules, lines, hysteresis applied) goes first.
+        let table = self.table.load();
+        let served = match (client.address, table.scheduled(&domain)) {
+            (Some(addr), Some(name)) if !client.has_tuple() => {
+                let (a, scope) = name.answer_for(addr);
+                Some((a.clone(), scope))
+            }
+            _ => None,
+        };
+        if let Some((a, _)) = &served
+            && let Some(node) = &a.node
+        {
+            pin(&mut ranking, node, &a.reason);
+        }
         let note = if ranking.candidates.is_empty() {
             "no eligible online node".to_string()
         } else {
             format!("{} candidate node(s)", ranking.candidates.len())
         };
-        Ok(Decision { domain, ttl, client: location, region, partition, pool, ranking, note })
+        let ttl = served.as_ref().map_or(ttl, |(a, _)| a.ttl);
+        let scope = served.as_ref().map(|(_, s)| *s);
+        let state = served.map(|(a, _)| a.state);
+        Ok(Decision { domain, ttl, client: location, region, partition, pool, ranking, note, scope, state })
     }
 }
 
@@ -393,89 +742,112 @@ pub fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::NsHost;
+    use crate::health::ProbeState;
+    use crate::model::{NodeStatus, NsHost};
+    use std::net::Ipv4Addr;
+
+    const APEX: &str = "edge.lagran.net";
+
+    fn node(name: &str, country: &str, province: &str, city: &str, isp: &str, w: i64, cpu: f64, mem: f64, ip: [u8; 4]) -> Node {
+        let mut n = Node::new(name);
+        n.country = country.into();
+        n.province = province.into();
+        n.city = city.into();
+        n.isp = isp.into();
+        n.weight = w;
+        n.cpu_usage = cpu;
+        n.memory_usage = mem;
+        n.public_ip = Some(ip.into());
+        n
+    }
 
     fn seed_inputs() -> Inputs {
-        let mut zone = Zone::new("edge.lagran.net");
+        let mut zone = Zone::new(APEX);
         zone.ns_hosts = vec![NsHost { name: "ns1.edge.lagran.net".into(), ipv4: Some([192, 0, 2, 53].into()), ipv6: None }];
-        let mk = |name: &str, country: &str, province: &str, city: &str, isp: &str, w, cpu, mem, ip: &str| {
-            let mut n = Node::new(name);
-            n.country = country.into();
-            n.province = province.into();
-            n.city = city.into();
-            n.isp = isp.into();
-            n.weight = w;
-            n.cpu_usage = cpu;
-            n.memory_usage = mem;
-            n.public_ip = Some(ip.parse().unwrap());
-            n
-        };
         Inputs {
             nodes: vec![
-                mk("gz-01", "CN", "广东", "深圳", "电信", 100, 20.0, 30.0, "203.0.113.21"),
-                mk("hk-01", "HK", "香港", "", "BGP", 120, 10.0, 10.0, "203.0.113.22"),
-                mk("kr-01", "KR", "韩国", "", "BGP", 100, 10.0, 20.0, "203.0.113.23"),
+                node("gz-01", "CN", "广东", "深圳", "电信", 100, 20.0, 30.0, [203, 0, 113, 21]),
+                node("hk-01", "HK", "香港", "", "BGP", 120, 10.0, 10.0, [203, 0, 113, 22]),
+                node("kr-01", "KR", "", "", "BGP", 100, 10.0, 20.0, [203, 0, 113, 23]),
             ],
             zones: vec![zone],
-            domains: vec![],
+            now_ms: 1_000_000,
+            ..Default::default()
         }
     }
 
     fn partitions() -> PartitionTable {
         use crate::geo::{IpVersion, Xdb, write_xdb};
-        let ip = |s: &str| u32::from(s.parse::<std::net::Ipv4Addr>().unwrap()) as u128;
+        let ip = |s: &str| u32::from(s.parse::<Ipv4Addr>().unwrap()) as u128;
         let ranges = vec![
             (0, ip("58.59.255.255"), "美国|0|0|0|0".to_string()),
             (ip("58.60.0.0"), ip("58.61.255.255"), "中国|0|广东省|深圳市|电信".to_string()),
-            (ip("58.62.0.0"), u32::MAX as u128, "美国|0|0|0|0".to_string()),
+            (ip("58.62.0.0"), ip("123.111.255.255"), "美国|0|0|0|0".to_string()),
+            (ip("123.112.0.0"), ip("123.127.255.255"), "中国|0|北京|北京市|联通".to_string()),
+            (ip("123.128.0.0"), u32::MAX as u128, "美国|0|0|0|0".to_string()),
         ];
         let xdb = Xdb::from_bytes(write_xdb(IpVersion::V4, &ranges).unwrap()).unwrap();
         PartitionTable::build(&GeoDb::from_xdbs(Some(xdb), None), &[])
     }
 
+    fn build(inputs: &Inputs, settings: &ScheduleSettings) -> RouteTable {
+        build_route_table(1, inputs, &partitions(), settings, &settings.policy(), &mut BuildState::default())
+    }
+
+    fn answer(t: &RouteTable, name: &str, ip: &str) -> (Answer, u8) {
+        let (a, s) = t.scheduled(name).unwrap().answer_for(ip.parse().unwrap());
+        (a.clone(), s)
+    }
+
+    fn rule(kind: RuleKind, node: &str, percent: u8) -> Rule {
+        Rule {
+            id: 1,
+            kind,
+            domain: None,
+            country: None,
+            province: None,
+            city: None,
+            isp: None,
+            prefix: None,
+            node: node.into(),
+            percent,
+            priority: 0,
+            expires_at_ms: None,
+            note: String::new(),
+            created_at_ms: 0,
+        }
+    }
+
     #[test]
     fn shenzhen_gets_gz01_with_a_wide_scope_and_the_rest_hk01() {
-        let t = build_route_table(
-            7,
-            1000,
-            &seed_inputs(),
-            &partitions(),
-            &ScheduleSettings::default(),
-            &Policy::default(),
-            &mut NameIds::default(),
-        );
-        let apex = t.scheduled("edge.lagran.net").expect("the apex is scheduled");
-        let (a, scope) = apex.answer_for("58.60.1.1".parse().unwrap());
-        assert_eq!(a.ipv4, vec![std::net::Ipv4Addr::new(203, 0, 113, 21)]);
+        let t = build(&seed_inputs(), &ScheduleSettings::default());
+        let (a, scope) = answer(&t, APEX, "58.60.1.1");
+        assert_eq!(a.ipv4, vec![Ipv4Addr::new(203, 0, 113, 21)]);
         assert_eq!(scope, 15, "58.60.0.0/15 is one partition");
-        let (a, _) = apex.answer_for("8.8.8.8".parse().unwrap());
-        assert_eq!(a.node.as_deref(), Some("hk-01"));
-        // private addresses fall into "unknown": weight and load, hk-01 wins too
-        let (a, scope) = apex.answer_for("10.1.1.1".parse().unwrap());
-        assert_eq!(a.node.as_deref(), Some("hk-01"));
+        assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("hk-01"));
+        let (a, scope) = answer(&t, APEX, "10.1.1.1");
+        assert_eq!(a.node.as_deref(), Some("hk-01"), "private sources are unknown: weight and load");
         assert!(scope <= 8, "unknown and US merge into wide blocks, got /{scope}");
-        // every address inside a returned scope gets the same answer
+        let apex = t.scheduled(APEX).unwrap();
         for p in apex.v4.iter() {
             let host = 32 - p.len as u32;
             let last = (p.addr as u64 + (1u64 << host) - 1) as u32;
-            assert_eq!(apex.v4.lookup(last).0, p.value);
+            assert_eq!(apex.v4.lookup(last).0, p.value, "every address in a scope gets its answer");
         }
     }
 
     #[test]
     fn answers_per_query_adds_backups() {
         let settings = ScheduleSettings { answers_per_query: 2, ..Default::default() };
-        let t = build_route_table(1, 0, &seed_inputs(), &partitions(), &settings, &Policy::default(), &mut NameIds::default());
-        let (a, _) = t.scheduled("edge.lagran.net").unwrap().answer_for("58.60.1.1".parse().unwrap());
-        assert_eq!(a.ipv4, vec![std::net::Ipv4Addr::new(203, 0, 113, 21), std::net::Ipv4Addr::new(203, 0, 113, 22)]);
+        let (a, _) = answer(&build(&seed_inputs(), &settings), APEX, "58.60.1.1");
+        assert_eq!(a.ipv4, vec![Ipv4Addr::new(203, 0, 113, 21), Ipv4Addr::new(203, 0, 113, 22)]);
     }
 
     #[test]
     fn no_eligible_node_gives_empty_answers() {
         let mut inputs = seed_inputs();
-        inputs.nodes.iter_mut().for_each(|n| n.status = crate::model::NodeStatus::Offline);
-        let t = build_route_table(1, 0, &inputs, &partitions(), &ScheduleSettings::default(), &Policy::default(), &mut NameIds::default());
-        let (a, scope) = t.scheduled("edge.lagran.net").unwrap().answer_for("58.60.1.1".parse().unwrap());
+        inputs.nodes.iter_mut().for_each(|n| n.status = NodeStatus::Offline);
+        let (a, scope) = answer(&build(&inputs, &ScheduleSettings::default()), APEX, "58.60.1.1");
         assert!(a.ipv4.is_empty());
         assert_eq!(a.state, AnswerState::Empty);
         assert_eq!(scope, 0, "one empty answer everywhere");
@@ -487,19 +859,209 @@ mod tests {
         inputs.nodes[2].pool = "pool-a".into();
         inputs.domains.push(Domain {
             name: "pool-a.edge.lagran.net".into(),
-            zone: "edge.lagran.net".into(),
+            zone: APEX.into(),
             pool: "pool-a".into(),
             ttl: Some(10),
             origin_ip: None,
         });
-        let mut ids = NameIds::default();
-        let t = build_route_table(1, 0, &inputs, &partitions(), &ScheduleSettings::default(), &Policy::default(), &mut ids);
+        let mut state = BuildState::default();
+        let s = ScheduleSettings::default();
+        let t = build_route_table(1, &inputs, &partitions(), &s, &s.policy(), &mut state);
         let n = t.scheduled("pool-a.edge.lagran.net").unwrap();
         let (a, _) = n.answer_for("58.60.1.1".parse().unwrap());
         assert_eq!(a.node.as_deref(), Some("kr-01"));
         assert_eq!(a.ttl, 10);
         let id = n.id;
-        let t2 = build_route_table(2, 0, &inputs, &partitions(), &ScheduleSettings::default(), &Policy::default(), &mut ids);
+        let t2 = build_route_table(2, &inputs, &partitions(), &s, &s.policy(), &mut state);
         assert_eq!(t2.scheduled("pool-a.edge.lagran.net").unwrap().id, id);
+    }
+
+    #[test]
+    fn canary_5_percent_of_10000_subnets_and_sticky() {
+        let mut inputs = seed_inputs();
+        inputs.rules.push(rule(RuleKind::Canary, "kr-01", 5));
+        let t = build(&inputs, &ScheduleSettings::default());
+        let name = t.scheduled(APEX).unwrap();
+        let mut canary = 0;
+        for i in 0..10_000u32 {
+            // 10 000 distinct US /24s
+            let a = Ipv4Addr::from(0x4000_0000u32 + (i << 8) + 7);
+            let (ans, scope) = name.answer_for(a.into());
+            assert!(scope >= 24, "a split answer is only valid for its /24, got /{scope}");
+            if ans.node.as_deref() == Some("kr-01") {
+                canary += 1;
+                assert_eq!(ans.state, AnswerState::Canary);
+            }
+            let again = name.answer_for(Ipv4Addr::from(0x4000_0000u32 + (i << 8) + 200).into()).0;
+            assert_eq!(again.node, ans.node, "the same /24 always gets the same node");
+        }
+        assert!((400..=600).contains(&canary), "5 ± 1 % of 10 000 subnets, got {canary}");
+    }
+
+    #[test]
+    fn manual_beats_canary_beats_automatic() {
+        let mut inputs = seed_inputs();
+        let mut manual = rule(RuleKind::Manual, "kr-01", 100);
+        manual.province = Some("广东省".into());
+        inputs.rules.push(manual);
+        inputs.rules.push(rule(RuleKind::Canary, "gz-01", 100));
+        let t = build(&inputs, &ScheduleSettings::default());
+        assert_eq!(answer(&t, APEX, "58.60.1.1").0.node.as_deref(), Some("kr-01"), "manual pin for 广东");
+        assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("gz-01"), "100 % canary elsewhere");
+        assert!(answer(&t, APEX, "58.60.1.1").0.reason.contains("manual rule"));
+    }
+
+    #[test]
+    fn expired_rules_do_not_apply() {
+        let mut inputs = seed_inputs();
+        let mut r = rule(RuleKind::Manual, "kr-01", 100);
+        r.expires_at_ms = Some(inputs.now_ms - 1);
+        inputs.rules.push(r);
+        let t = build(&inputs, &ScheduleSettings::default());
+        assert_eq!(answer(&t, APEX, "58.60.1.1").0.node.as_deref(), Some("gz-01"));
+    }
+
+    #[test]
+    fn prefix_rules_pin_only_their_prefix() {
+        let mut inputs = seed_inputs();
+        let mut r = rule(RuleKind::Manual, "kr-01", 100);
+        r.prefix = Some("58.60.7.0/24".parse().unwrap());
+        inputs.rules.push(r);
+        let t = build(&inputs, &ScheduleSettings::default());
+        let (a, scope) = answer(&t, APEX, "58.60.7.9");
+        assert_eq!(a.node.as_deref(), Some("kr-01"));
+        assert_eq!(scope, 24);
+        assert_eq!(answer(&t, APEX, "58.60.8.9").0.node.as_deref(), Some("gz-01"));
+    }
+
+    #[test]
+    fn a_line_beats_geo_and_answers_the_origin() {
+        let mut inputs = seed_inputs();
+        inputs.domains.push(Domain {
+            name: APEX.into(),
+            zone: APEX.into(),
+            pool: DEFAULT_POOL.into(),
+            ttl: None,
+            origin_ip: Some(Ipv4Addr::new(198, 51, 100, 80)),
+        });
+        inputs.lines.push(Line::new("spiders", LineAnswer::Origin, vec!["58.60.0.0/20".parse().unwrap()]));
+        let t = build(&inputs, &ScheduleSettings::default());
+        let (a, scope) = answer(&t, APEX, "58.60.1.1");
+        assert_eq!(a.ipv4, vec![Ipv4Addr::new(198, 51, 100, 80)], "the spider line answers the origin");
+        assert_eq!(scope, 20);
+        assert_eq!(answer(&t, APEX, "58.61.0.1").0.node.as_deref(), Some("gz-01"), "outside the line: geo");
+    }
+
+    #[test]
+    fn hysteresis_holds_under_10_percent_and_moves_under_30() {
+        let settings = ScheduleSettings::default(); // 15 %
+        let mut inputs = seed_inputs();
+        inputs.nodes = vec![
+            node("a", "", "", "", "", 100, 0.0, 0.0, [192, 0, 2, 1]),
+            node("b", "", "", "", "", 90, 0.0, 0.0, [192, 0, 2, 2]),
+        ];
+        let mut state = BuildState::default();
+        let policy = settings.policy();
+        let t = build_route_table(1, &inputs, &partitions(), &settings, &policy, &mut state);
+        assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("a"));
+        // b is now 10 % better than a: keep a
+        inputs.nodes[1].weight = 110;
+        let t = build_route_table(2, &inputs, &partitions(), &settings, &policy, &mut state);
+        let (a, _) = answer(&t, APEX, "8.8.8.8");
+        assert_eq!(a.node.as_deref(), Some("a"), "a 10 % swing holds");
+        assert!(a.reason.contains("hysteresis"), "{}", a.reason);
+        // b is now 30 % better: move
+        inputs.nodes[1].weight = 130;
+        let t = build_route_table(3, &inputs, &partitions(), &settings, &policy, &mut state);
+        assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("b"), "a 30 % swing moves");
+    }
+
+    #[test]
+    fn an_all_overloaded_pool_still_answers() {
+        let settings = ScheduleSettings { caps: Some(Default::default()), ..Default::default() };
+        let mut inputs = seed_inputs();
+        for n in &mut inputs.nodes {
+            n.max_bandwidth_mbps = 100.0;
+            n.bandwidth_mbps = 150.0;
+            n.max_conns = 10;
+            n.conns = 50;
+        }
+        let t = build(&inputs, &settings);
+        let (a, _) = answer(&t, APEX, "58.60.1.1");
+        assert_eq!(a.node.as_deref(), Some("gz-01"), "caps penalise, never veto");
+        assert!(a.reason.contains("over-cap"), "{}", a.reason);
+    }
+
+    #[test]
+    fn over_cap_node_loses_to_one_under_cap() {
+        let settings = ScheduleSettings { caps: Some(Default::default()), ..Default::default() };
+        let mut inputs = seed_inputs();
+        inputs.nodes[0].max_bandwidth_mbps = 100.0;
+        inputs.nodes[0].bandwidth_mbps = 100.0;
+        let t = build(&inputs, &settings);
+        assert_eq!(answer(&t, APEX, "58.60.1.1").0.node.as_deref(), Some("hk-01"));
+    }
+
+    #[test]
+    fn overload_spills_to_the_next_same_isp_node() {
+        let settings = ScheduleSettings { spill: Some(Default::default()), ..Default::default() };
+        let mut inputs = seed_inputs();
+        inputs.nodes[0].cpu_usage = 95.0; // gz-01 overloaded: 100+145-28-6 = 211 still best
+        inputs.nodes.push(node("fs-01", "CN", "广东", "佛山", "电信", 50, 0.0, 0.0, [203, 0, 113, 24]));
+        let t = build(&inputs, &settings);
+        let (a, _) = answer(&t, APEX, "58.60.1.1");
+        assert_eq!(a.node.as_deref(), Some("fs-01"), "{}", a.reason);
+        assert!(a.reason.contains("spill"), "{}", a.reason);
+    }
+
+    #[test]
+    fn isp_must_match_keeps_only_the_clients_isp() {
+        let settings = ScheduleSettings { isp_must_match: true, ..Default::default() };
+        let mut inputs = seed_inputs();
+        inputs.nodes.push(node("bj-01", "CN", "北京", "北京", "联通", 10, 0.0, 0.0, [203, 0, 113, 25]));
+        let t = build(&inputs, &settings);
+        assert_eq!(answer(&t, APEX, "123.112.0.1").0.node.as_deref(), Some("bj-01"));
+        // nobody has the client's ISP: everyone stays eligible
+        assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("hk-01"));
+    }
+
+    #[test]
+    fn distance_prefers_the_nearer_node() {
+        let settings = ScheduleSettings {
+            distance: Some(crate::engine::DistancePolicy { per_1000km: 20.0, max_penalty: 200 }),
+            ..Default::default()
+        };
+        let mut inputs = seed_inputs();
+        inputs.nodes = vec![
+            node("far", "CN", "新疆", "", "", 100, 0.0, 0.0, [192, 0, 2, 1]),
+            node("near", "CN", "河北", "", "", 100, 0.0, 0.0, [192, 0, 2, 2]),
+        ];
+        let t = build(&inputs, &settings);
+        assert_eq!(answer(&t, APEX, "123.112.0.1").0.node.as_deref(), Some("near"), "Beijing is nearer Hebei");
+    }
+
+    #[test]
+    fn a_dead_best_node_is_failover_with_its_ttl() {
+        let settings = ScheduleSettings::default();
+        let mut inputs = seed_inputs();
+        inputs.liveness.probes.insert("gz-01".into(), ProbeState { up: false, ..Default::default() });
+        let t = build(&inputs, &settings);
+        let (a, _) = answer(&t, APEX, "58.60.1.1");
+        assert_eq!(a.node.as_deref(), Some("hk-01"));
+        assert_eq!(a.state, AnswerState::Failover);
+        assert_eq!(a.ttl, settings.failover_ttl);
+        assert_eq!(answer(&t, APEX, "8.8.8.8").0.state, AnswerState::Steady, "hk-01 is the best there anyway");
+    }
+
+    #[test]
+    fn heartbeat_timeout_takes_a_node_out() {
+        let mut inputs = seed_inputs();
+        inputs.liveness.heartbeat_timeout_ms = 60_000;
+        inputs.nodes[0].last_heartbeat_ms = Some(inputs.now_ms - 61_000);
+        let t = build(&inputs, &ScheduleSettings::default());
+        assert_eq!(answer(&t, APEX, "58.60.1.1").0.node.as_deref(), Some("hk-01"));
+        inputs.nodes[0].last_heartbeat_ms = Some(inputs.now_ms - 1_000);
+        let t = build(&inputs, &ScheduleSettings::default());
+        assert_eq!(answer(&t, APEX, "58.60.1.1").0.node.as_deref(), Some("gz-01"), "back when it reports");
     }
 }

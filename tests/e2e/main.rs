@@ -5,4 +5,5 @@ mod api;
 mod dns;
 mod postgres;
 mod real_geo;
+mod scheduling;
 mod support;

@@ -84,11 +84,13 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     pub geo: Geo,
     pub demo: bool,
+    /// A TOML configuration file's text (passed with `--config`).
+    pub config: Option<String>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { database_url: None, env: Vec::new(), geo: Geo::Small, demo: true }
+        Options { database_url: None, env: Vec::new(), geo: Geo::Small, demo: true, config: None }
     }
 }
 
@@ -106,6 +108,11 @@ impl Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = opts.database_url.clone().unwrap_or_else(|| format!("sqlite://{}/lagran.db", dir.path().display()));
         let mut cmd = Command::new(lagran_bin());
+        if let Some(text) = &opts.config {
+            let path = dir.path().join("lagran.toml");
+            std::fs::write(&path, text).expect("writing the test config");
+            cmd.arg("--config").arg(path);
+        }
         cmd.current_dir(dir.path())
             .args(["--log-format", "json", "serve", "--dns-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
             .env("DATABASE_URL", &db)
@@ -313,5 +320,54 @@ impl Dig {
     /// The data of every answer record of `rtype`.
     pub fn answers(&self, rtype: &str) -> Vec<String> {
         self.answer.iter().filter(|r| r.rtype == rtype).map(|r| r.data.clone()).collect()
+    }
+}
+
+/// A stand-in edge node: an HTTP server on loopback answering `GET /healthz`
+/// with 200, which can be stopped and started again on the same port.
+pub struct FakeEdge {
+    pub port: u16,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeEdge {
+    pub fn start(port: u16) -> FakeEdge {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("binding the fake edge");
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                        let mut buf = [0u8; 1024];
+                        let _ = s.read(&mut buf);
+                        let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        FakeEdge { port, stop, thread: Some(thread) }
+    }
+
+    /// Stops answering: the port refuses connections from now on.
+    pub fn stop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for FakeEdge {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

@@ -53,6 +53,11 @@ impl Auth {
         v.strip_prefix("Bearer ").map(str::trim)
     }
 
+    /// Whether `presented` is the global agent token (never true when none is set).
+    pub fn agent_token_matches(&self, presented: &str) -> bool {
+        self.agent.as_ref().is_some_and(|a| token_matches(presented, a))
+    }
+
     /// Writes: `Authorization: Bearer <ADMIN_TOKEN>`.
     pub fn check_admin(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(admin) = &self.admin else { return Ok(()) };

@@ -6,8 +6,10 @@
 
 pub mod auth;
 pub mod error;
+pub mod geo;
 pub mod nodes;
 pub mod routes;
+pub mod rules;
 pub mod schedule;
 pub mod zones;
 
@@ -52,12 +54,21 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/schedule", get(schedule::get_schedule))
         .route("/api/v1/nodes", get(nodes::list).post(nodes::create))
         .route("/api/v1/nodes/{name}", get(nodes::get_one).patch(nodes::patch).delete(nodes::delete))
+        .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
+        .route("/api/v1/rules", get(rules::list_rules).post(rules::create_rule))
+        .route("/api/v1/rules/{id}", axum::routing::delete(rules::delete_rule))
+        .route("/api/v1/lines", get(rules::list_lines))
+        .route("/api/v1/lines/{name}", put(rules::put_line).delete(rules::delete_line))
         .route("/api/v1/zones", get(zones::list_zones))
         .route("/api/v1/zones/{name}", put(zones::put_zone).get(zones::get_zone).delete(zones::delete_zone))
         .route("/api/v1/domains", get(zones::list_domains))
         .route("/api/v1/domains/{name}", put(zones::put_domain).delete(zones::delete_domain))
         .route("/api/v1/routes", get(routes::current))
         .route("/api/v1/routes/rollback", post(routes::rollback))
+        .route("/api/v1/routes/resume", post(routes::resume))
+        .route("/api/v1/geo/overrides", get(geo::list_overrides).post(geo::upsert_override))
+        .route("/api/v1/geo/overrides/{prefix}", axum::routing::delete(geo::delete_override))
+        .route("/api/v1/geo/reload", post(geo::reload))
         .fallback(|| async { ApiError::not_found("no such API route") })
         .with_state(state)
 }

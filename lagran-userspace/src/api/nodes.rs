@@ -10,7 +10,10 @@ use serde_json::Value;
 use super::AppState;
 use super::error::{ApiError, parse_json};
 use crate::model::Node;
-use crate::store::NodePatch;
+use crate::scheduler::now_ms;
+use crate::store::{Heartbeat, NodePatch, verify_token};
+
+use super::auth::AGENT_TOKEN_HEADER;
 
 /// Applies every present field of a patch to a node in memory.
 pub fn apply_patch(n: &mut Node, p: &NodePatch) {
@@ -162,4 +165,30 @@ mod tests {
         assert_eq!(n.public_ip, Some("192.0.2.1".parse().unwrap()));
         assert_eq!(tok.as_deref(), Some("t0k3n-long-enough"));
     }
+}
+
+/// `POST /api/v1/nodes/{name}/heartbeat`: an agent reports its load. Authenticated
+/// by that node's own token (or the global agent token) in `x-lagran-agent-token`.
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<Node>, ApiError> {
+    let presented = headers.get(AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok());
+    let store = state.scheduler.store();
+    let own = store.node_token_hash(&name).await?;
+    let ok = match presented {
+        Some(t) => own.as_deref().is_some_and(|h| verify_token(h, t)) || state.auth.agent_token_matches(t),
+        None => false,
+    };
+    if !ok {
+        // Same answer whether the node exists or not: no probing for node names.
+        return Err(ApiError::unauthorized(format!("heartbeats need the node's own token in `{AGENT_TOKEN_HEADER}`")));
+    }
+    let hb: Heartbeat = parse_json(&body)?;
+    let node = store.record_heartbeat(&name, &hb, now_ms()).await?;
+    tracing::debug!(node = %name, cpu = hb.cpu_usage, memory = hb.memory_usage, "heartbeat");
+    state.scheduler.trigger();
+    Ok(Json(node))
 }

@@ -32,13 +32,28 @@ pub fn summary(t: &RouteTable) -> Value {
     json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "names": names })
 }
 
+/// The summary plus whether a rollback froze the table.
+pub fn summary_with_state(t: &RouteTable, frozen: bool) -> Value {
+    let mut v = summary(t);
+    v["frozen"] = json!(frozen);
+    v
+}
+
 pub async fn current(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     state.auth.check_agent(&headers)?;
-    Ok(Json(summary(&state.scheduler.table().load())))
+    Ok(Json(summary_with_state(&state.scheduler.table().load(), state.scheduler.frozen())))
 }
 
 pub async fn rollback(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     state.auth.check_admin(&headers)?;
     let t = state.scheduler.rollback()?;
-    Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms })))
+    Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "frozen": true })))
+}
+
+/// Ends a rollback's freeze and recomputes.
+pub async fn resume(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    state.auth.check_admin(&headers)?;
+    state.scheduler.resume();
+    let t = state.scheduler.recompute().await?;
+    Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "frozen": false })))
 }

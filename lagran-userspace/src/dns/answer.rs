@@ -576,7 +576,8 @@ fn scheduled<'q>(
 }
 
 /// [`ScheduledName::answer_for`], but `None` instead of a panic when the
-/// table is inconsistent (empty prefix map, index past the answers).
+/// table is inconsistent (empty prefix map, answer or canary index past the
+/// answers).
 fn checked_answer_for(name: &ScheduledName, addr: IpAddr) -> Option<(&crate::route_table::Answer, u8)> {
     let idx = match addr {
         IpAddr::V4(a) => (!name.v4.is_empty()).then(|| name.v4.lookup(u32::from(a)).0),
@@ -585,7 +586,11 @@ fn checked_answer_for(name: &ScheduledName, addr: IpAddr) -> Option<(&crate::rou
             None => (!name.v6.is_empty()).then(|| name.v6.lookup(u128::from(a)).0),
         },
     }?;
-    ((idx as usize) < name.answers.len()).then(|| name.answer_for(addr))
+    let primary = name.answers.get(idx as usize)?;
+    if primary.canary.is_some_and(|c| c.answer as usize >= name.answers.len()) {
+        return None;
+    }
+    Some(name.answer_for(addr))
 }
 
 /// No route table yet: DNS_FALLBACK_IP for `A`, SERVFAIL otherwise.
@@ -889,14 +894,7 @@ fn finish(ctx: &Ctx, mut r: Resp<'_>, client: Option<ClientInfo>) -> Reply {
         }
         truncated = true;
     }
-    Reply {
-        bytes: Some(bytes),
-        outcome: r.outcome,
-        client,
-        truncated,
-        stale: r.stale,
-        scheduled: r.scheduled,
-    }
+    Reply { bytes: Some(bytes), outcome: r.outcome, client, truncated, stale: r.stale, scheduled: r.scheduled }
 }
 
 fn encode(ctx: &Ctx, r: &Resp<'_>, truncated: bool) -> Result<Vec<u8>, ProtoError> {
@@ -907,7 +905,8 @@ fn encode(ctx: &Ctx, r: &Resp<'_>, truncated: bool) -> Result<Vec<u8>, ProtoErro
         let ar = ar + usize::from(r.opt.is_some());
         enc.emit_u16(ctx.id)?;
         // QR=1, OPCODE copied, AA, TC, RD copied.
-        let f1 = 0x80 | ((ctx.opcode & 0x0f) << 3) | (u8::from(r.aa) << 2) | (u8::from(truncated) << 1) | u8::from(ctx.rd);
+        let f1 =
+            0x80 | ((ctx.opcode & 0x0f) << 3) | (u8::from(r.aa) << 2) | (u8::from(truncated) << 1) | u8::from(ctx.rd);
         // RA=0, Z=0, AD=0, CD copied, low 4 bits of RCODE.
         let f2 = (u8::from(ctx.cd) << 4) | (r.rcode & 0x0f) as u8;
         enc.emit(f1)?;

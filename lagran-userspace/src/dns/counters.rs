@@ -164,7 +164,14 @@ mod tests {
     #[test]
     fn records_and_renders() {
         let c = DnsCounters::new();
-        let r = |outcome, truncated, stale| Reply { bytes: None, outcome, client: None, truncated, stale, scheduled: false };
+        let r = |outcome, truncated, stale| Reply {
+            bytes: None,
+            outcome,
+            client: None,
+            truncated,
+            stale,
+            scheduled: false,
+        };
         c.record(Transport::Udp, &r(Outcome::Answered, true, true));
         c.record(Transport::Tcp, &r(Outcome::FormErr, false, false));
         c.record(Transport::Udp, &r(Outcome::Dropped, false, false));

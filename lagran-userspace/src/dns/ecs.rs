@@ -277,17 +277,11 @@ mod tests {
         assert_eq!(Ecs::parse(&[0, 1, 24]), Err(EcsError::TooShort(3)));
         assert_eq!(Ecs::parse(&[0, 3, 0, 0]), Err(EcsError::UnknownFamily(3)));
         assert_eq!(Ecs::parse(&[0, 0, 0, 0]), Err(EcsError::UnknownFamily(0)));
-        assert_eq!(
-            Ecs::parse(&[0, 1, 33, 0, 1, 2, 3, 4, 5]),
-            Err(EcsError::SourceTooLong { family: 1, source: 33 })
-        );
+        assert_eq!(Ecs::parse(&[0, 1, 33, 0, 1, 2, 3, 4, 5]), Err(EcsError::SourceTooLong { family: 1, source: 33 }));
         let mut v6 = vec![0, 2, 129, 0];
         v6.extend_from_slice(&[0; 17]);
         assert_eq!(Ecs::parse(&v6), Err(EcsError::SourceTooLong { family: 2, source: 129 }));
-        assert_eq!(
-            Ecs::parse(&[0, 1, 24, 0, 1, 2, 3, 0]),
-            Err(EcsError::AddressLength { expected: 3, got: 4 })
-        );
+        assert_eq!(Ecs::parse(&[0, 1, 24, 0, 1, 2, 3, 0]), Err(EcsError::AddressLength { expected: 3, got: 4 }));
         assert_eq!(Ecs::parse(&[0, 1, 24, 0, 1, 2]), Err(EcsError::AddressLength { expected: 3, got: 2 }));
         assert_eq!(Ecs::parse(&[0, 1, 0, 0, 0]), Err(EcsError::AddressLength { expected: 0, got: 1 }));
         assert_eq!(Ecs::parse(&[0, 1, 23, 0, 1, 2, 3]), Err(EcsError::BitsBeyondSource));

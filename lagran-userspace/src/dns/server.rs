@@ -96,12 +96,7 @@ impl DnsServer {
     }
 
     /// Serves UDP and TCP until `shutdown` is cancelled.
-    pub async fn run(
-        self: Arc<Self>,
-        udp: UdpSocket,
-        tcp: TcpListener,
-        shutdown: CancellationToken,
-    ) -> io::Result<()> {
+    pub async fn run(self: Arc<Self>, udp: UdpSocket, tcp: TcpListener, shutdown: CancellationToken) -> io::Result<()> {
         let udp = Arc::new(udp);
         if let (Ok(u), Ok(t)) = (udp.local_addr(), tcp.local_addr()) {
             tracing::info!(udp = %u, tcp = %t, "dns responder listening");
@@ -266,7 +261,8 @@ mod tests {
 
     fn table() -> RouteTable {
         let mut zone = Zone::new("edge.lagran.net");
-        zone.ns_hosts = vec![NsHost { name: "ns1.edge.lagran.net".into(), ipv4: Some(Ipv4Addr::new(192, 0, 2, 53)), ipv6: None }];
+        zone.ns_hosts =
+            vec![NsHost { name: "ns1.edge.lagran.net".into(), ipv4: Some(Ipv4Addr::new(192, 0, 2, 53)), ipv6: None }];
         let answer = |last: u8, node: &str| Answer {
             ttl: 20,
             ipv4: vec![Ipv4Addr::new(203, 0, 113, last)],
@@ -332,7 +328,8 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         for (id, ecs, want) in [(1u16, None, 10u8), (2, Some(("10.1.2.0", 24)), 1)] {
             client.send_to(&query(id, "edge.lagran.net.", RecordType::A, ecs), addr).await.unwrap();
-            let (n, _) = tokio::time::timeout(Duration::from_secs(5), client.recv_from(&mut buf)).await.unwrap().unwrap();
+            let (n, _) =
+                tokio::time::timeout(Duration::from_secs(5), client.recv_from(&mut buf)).await.unwrap().unwrap();
             let m = Message::from_vec(&buf[..n]).unwrap();
             assert_eq!(m.id(), id);
             assert!(m.authoritative());

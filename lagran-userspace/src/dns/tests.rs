@@ -49,6 +49,7 @@ fn ans(ttl: u32, a: &[&str], aaaa: &[&str], node: Option<&str>) -> Answer {
         node: node.map(str::to_string),
         reason: String::new(),
         state: if a.is_empty() && aaaa.is_empty() { AnswerState::Empty } else { AnswerState::Steady },
+        ..Answer::default()
     }
 }
 
@@ -130,11 +131,11 @@ fn edns(mut m: Message, payload: u16) -> Message {
 
 fn ecs(m: Message, addr: &str, source: u8) -> Message {
     let mut m = edns(m, 1232);
-    m.extensions_mut()
-        .as_mut()
-        .unwrap()
-        .options_mut()
-        .insert(EdnsOption::Subnet(ClientSubnet::new(ip(addr), source, 0)));
+    m.extensions_mut().as_mut().unwrap().options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(
+        ip(addr),
+        source,
+        0,
+    )));
     m
 }
 
@@ -430,6 +431,41 @@ fn aaaa_answers() {
     assert_eq!(ecs_of(&m).unwrap().scope_prefix(), 8);
 }
 
+#[test]
+fn canary_split_is_per_subnet() {
+    use crate::route_table::Canary;
+    let mut t = table();
+    // Everyone in the default partition takes the canary (answer 2).
+    t.zones[0].names[0].answers[0].canary = Some(Canary { percent: 100, answer: 2 });
+    let (r, m) = ask_with(&ecs(msg("edge.lagran.net.", RecordType::A), "5.6.7.0", 24), "9.9.9.9", &t, &settings());
+    assert_eq!(r.outcome, Outcome::Answered);
+    assert_eq!(a_addrs(&m), vec![v4("203.0.113.4")]);
+    let (_, want) = t.zones[0].names[0].answer_for(ip("5.6.7.0"));
+    assert!(want >= 24, "a canary answer is never scoped wider than the split subnet");
+    assert_eq!(ecs_of(&m).unwrap().scope_prefix(), want);
+}
+
+#[test]
+fn inconsistent_tables_do_not_panic() {
+    let q = msg("edge.lagran.net.", RecordType::A);
+    // A canary pointing past the answers.
+    let mut t = table();
+    t.zones[0].names[0].answers[0].canary = Some(crate::route_table::Canary { percent: 50, answer: 99 });
+    let (r, _) = ask_with(&q, "8.8.8.8", &t, &settings());
+    assert_eq!(r.outcome, Outcome::ServFail);
+    // No answers at all (the prefix maps point at index 0).
+    let mut t = table();
+    t.zones[0].names[0].answers.clear();
+    let (r, m) = ask_with(&q, "8.8.8.8", &t, &with_fallback());
+    assert_eq!(r.outcome, Outcome::Fallback);
+    assert_eq!(a_addrs(&m), vec![v4("198.51.100.1")]);
+    // A zone config with an unusable SOA name: SERVFAIL, not a panic.
+    let mut t = table();
+    t.zones[0].zone.soa_rname = "bad..name".into();
+    let (r, _) = ask_with(&msg("nope.edge.lagran.net.", RecordType::A), "8.8.8.8", &t, &settings());
+    assert_eq!(r.outcome, Outcome::ServFail);
+}
+
 // ---- zone data ------------------------------------------------------------------
 
 #[test]
@@ -471,11 +507,8 @@ fn apex_ns_with_glue() {
     );
     assert!(m.answers().iter().all(|rr| rr.ttl() == 3600));
     // Glue of the in-zone hosts only, A then AAAA per host; the OPT is separate.
-    let glue: Vec<(String, String)> = m
-        .additionals()
-        .iter()
-        .map(|rr| (rr.name().to_string(), rr.data().to_string()))
-        .collect();
+    let glue: Vec<(String, String)> =
+        m.additionals().iter().map(|rr| (rr.name().to_string(), rr.data().to_string())).collect();
     assert_eq!(
         glue,
         [
@@ -736,17 +769,17 @@ fn badvers() {
 #[test]
 fn malformed_ecs_is_formerr() {
     let cases: [&[u8]; 11] = [
-        &[0, 1, 33, 0, 1, 2, 3, 4, 5],     // source longer than IPv4
-        &[0, 1, 24, 0, 1, 2, 3, 4],        // address longer than the source
-        &[0, 1, 24, 0, 1, 2],              // address shorter than the source
-        &[0, 1, 0, 0, 1],                  // source 0 with an address
-        &[0, 1, 23, 0, 1, 2, 3],           // bit beyond /23
-        &[0, 3, 0, 0],                     // unknown family
-        &[0, 0, 0, 0],                     // family 0
-        &[0, 1, 24, 24, 1, 2, 3],          // scope set in a query
-        &[0, 1, 24],                       // shorter than the fixed part
+        &[0, 1, 33, 0, 1, 2, 3, 4, 5], // source longer than IPv4
+        &[0, 1, 24, 0, 1, 2, 3, 4],    // address longer than the source
+        &[0, 1, 24, 0, 1, 2],          // address shorter than the source
+        &[0, 1, 0, 0, 1],              // source 0 with an address
+        &[0, 1, 23, 0, 1, 2, 3],       // bit beyond /23
+        &[0, 3, 0, 0],                 // unknown family
+        &[0, 0, 0, 0],                 // family 0
+        &[0, 1, 24, 24, 1, 2, 3],      // scope set in a query
+        &[0, 1, 24],                   // shorter than the fixed part
         &[0, 2, 129, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], // source longer than IPv6
-        &[0, 2, 8, 0, 0x24, 0],            // IPv6 address too long
+        &[0, 2, 8, 0, 0x24, 0],        // IPv6 address too long
     ];
     for data in cases {
         let q = add_opt(raw_query(ZONE, 1, 1), 1232, 0, &ecs_option(data));
@@ -905,7 +938,17 @@ fn responses_and_short_packets_are_dropped() {
     let mut q = raw_query(ZONE, 1, 1);
     q[2] |= 0x80;
     let r = run_with(&q, "9.9.9.9", Transport::Udp, &table(), &settings());
-    assert_eq!(r, Reply { bytes: None, outcome: Outcome::Dropped, client: None, truncated: false, stale: false, scheduled: false });
+    assert_eq!(
+        r,
+        Reply {
+            bytes: None,
+            outcome: Outcome::Dropped,
+            client: None,
+            truncated: false,
+            stale: false,
+            scheduled: false
+        }
+    );
     for n in 0..12 {
         let r = run_with(&raw_query(ZONE, 1, 1)[..n], "9.9.9.9", Transport::Udp, &table(), &settings());
         assert_eq!(r.outcome, Outcome::Dropped);
@@ -1092,9 +1135,23 @@ fn mutated_queries_never_panic() {
 #[test]
 fn replies_to_well_formed_queries_are_parseable() {
     // The record types we never serve, for every kind of name.
-    let names = ["edge.lagran.net.", "pool-a.edge.lagran.net.", "ns1.edge.lagran.net.", "whoami.edge.lagran.net.", "x.edge.lagran.net."];
+    let names = [
+        "edge.lagran.net.",
+        "pool-a.edge.lagran.net.",
+        "ns1.edge.lagran.net.",
+        "whoami.edge.lagran.net.",
+        "x.edge.lagran.net.",
+    ];
     for name in names {
-        for t in [RecordType::A, RecordType::AAAA, RecordType::NS, RecordType::SOA, RecordType::TXT, RecordType::MX, RecordType::CAA] {
+        for t in [
+            RecordType::A,
+            RecordType::AAAA,
+            RecordType::NS,
+            RecordType::SOA,
+            RecordType::TXT,
+            RecordType::MX,
+            RecordType::CAA,
+        ] {
             let m = ecs(msg(name, t), "1.2.3.0", 24);
             let (r, resp) = ask(&m, "9.9.9.9");
             assert_ne!(r.outcome, Outcome::FormErr, "{name} {t}");

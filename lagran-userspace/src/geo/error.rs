@@ -1,6 +1,43 @@
-//! Errors of the geo module: reading, validating and writing ip2region xdb files.
+//! Errors of the geo module: reading, validating and writing geo files (ip2region
+//! xdb, V2Ray `geoip.dat`, CIDR CSV / JSON, ip2region source text), and the operator
+//! commands around them.
 
+use std::fmt;
 use std::path::PathBuf;
+
+use super::IpVersion;
+
+/// Where in a file a problem is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Position {
+    /// 1-based line of a text file.
+    Line(usize),
+    /// 0-based byte offset of a binary file.
+    Byte(usize),
+    /// 1-based line and column (JSON syntax errors).
+    LineColumn {
+        /// Line, from 1.
+        line: usize,
+        /// Column, from 1.
+        column: usize,
+    },
+    /// 0-based index of an element of a JSON array.
+    Entry(usize),
+    /// A key of a JSON object.
+    Key(String),
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Position::Line(l) => write!(f, "line {l}"),
+            Position::Byte(b) => write!(f, "byte offset {b}"),
+            Position::LineColumn { line, column } => write!(f, "line {line} column {column}"),
+            Position::Entry(i) => write!(f, "array entry #{i}"),
+            Position::Key(k) => write!(f, "key {k:?}"),
+        }
+    }
+}
 
 /// What went wrong with a geo database file. Every variant names the file (when
 /// there is one), the byte offset and the field that is wrong.
@@ -124,9 +161,64 @@ pub enum GeoError {
         /// The size reached.
         len: usize,
     },
+
+    /// A text, JSON or protobuf geo file is malformed at `at`.
+    #[error("{format} {at}: {reason}")]
+    Syntax {
+        /// The format being read (`CIDR CSV`, `geoip.dat`, …).
+        format: &'static str,
+        /// Where.
+        at: Position,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// Neither the file name nor the content says which format a file is in.
+    #[error("unknown geo file format: {reason}")]
+    UnknownFormat {
+        /// What was seen.
+        reason: String,
+    },
+
+    /// A file given for one address family holds no range of that family.
+    #[error("{path} holds no {family} ranges")]
+    NoData {
+        /// The file.
+        path: PathBuf,
+        /// The family that was expected.
+        family: IpVersion,
+    },
+
+    /// An operator command was given something it cannot use.
+    #[error("{0}")]
+    Usage(String),
+
+    /// The running daemon's API could not be reached or answered an error.
+    #[error("{method} {url}: {reason}")]
+    Client {
+        /// HTTP method.
+        method: &'static str,
+        /// The URL asked.
+        url: String,
+        /// What went wrong (connection error, or status and the API's error message).
+        reason: String,
+    },
+
+    /// A reload was refused or could not be applied.
+    #[error("geo reload: {0}")]
+    Reload(String),
 }
 
 impl GeoError {
+    /// A syntax error of `format` at `at`.
+    pub fn syntax(format: &'static str, at: Position, reason: impl Into<String>) -> GeoError {
+        GeoError::Syntax {
+            format,
+            at,
+            reason: reason.into(),
+        }
+    }
+
     /// Wraps a content error with the path of the file it was found in.
     pub fn in_file(self, path: impl Into<PathBuf>) -> GeoError {
         GeoError::InFile {

@@ -2,23 +2,37 @@
 //!
 //! - [`xdb`]: reader for ip2region `.xdb` files (IPv4 and IPv6), [`xdb_writer`]: the
 //!   project's own writer (test data, `lagran geo build`).
+//! - [`formats`]: every other file format SPEC §5 names (V2Ray `geoip.dat`, CIDR CSV
+//!   and JSON, ip2region source text), converted to ranges and built into xdb, so
+//!   the daemon only ever looks up xdb.
 //! - [`location`]: the canonical (country, province, city, ISP) tuple and the
 //!   canonicalisation of names from files, node records and API overrides.
 //! - [`reserved`]: special-purpose ranges that are never looked up (SPEC §3).
+//! - [`diff`]: what changes between two geo data sets (`lagran geo diff`, reload).
+//! - [`reload`]: replacing the serving data without a restart, refused above a change
+//!   ratio (seed 001 §5.2); SIGHUP and `POST /api/v1/geo/reload`.
+//! - [`bench`]: the lookup timing helper for `cargo xtask bench`.
+//! - [`cli`]: `lagran geo …`; [`client`]: its tiny HTTP client for the daemon's API.
 //! - [`GeoDb`]: the optional IPv4 and IPv6 databases a daemon runs with. A missing or
 //!   unreadable file is not fatal (SPEC §5): that family is scheduled by weight and load.
 
 mod aliases;
+pub mod bench;
+pub mod cli;
+pub mod client;
+pub mod diff;
 mod error;
+pub mod formats;
 pub mod location;
+pub mod reload;
 pub mod reserved;
 pub mod xdb;
 pub mod xdb_writer;
 
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-pub use error::GeoError;
+pub use error::{GeoError, Position};
 pub use location::{
     Location, canonical_city, canonical_country, canonical_isp, canonical_province,
 };
@@ -41,11 +55,23 @@ pub struct GeoHit {
     pub end: u128,
 }
 
-/// The geo databases in use: an optional IPv4 and an optional IPv6 xdb.
+/// The geo databases in use: an optional IPv4 and an optional IPv6 xdb, and the
+/// files they were configured from (a reload reads the same paths again).
 #[derive(Debug, Default)]
 pub struct GeoDb {
     v4: Option<Xdb>,
     v6: Option<Xdb>,
+    sources: Sources,
+}
+
+/// The configured geo file paths (GEOIP_PATH, GEOIP_IPV6_PATH), whether or not they
+/// could be read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sources {
+    /// GEOIP_PATH.
+    pub v4: Option<PathBuf>,
+    /// GEOIP_IPV6_PATH.
+    pub v6: Option<PathBuf>,
 }
 
 impl GeoDb {
@@ -54,14 +80,103 @@ impl GeoDb {
         GeoDb::default()
     }
 
-    /// Loads the given files. A missing or unreadable file, or a file of the other
-    /// address family, is logged with `tracing::warn!` (naming the path and the error)
+    /// Loads the given files, any format (the reader is picked by extension, else by
+    /// content: see [`formats`]). A missing or unreadable file, or a file without data
+    /// of the family, is logged with `tracing::warn!` (naming the path and the error)
     /// and leaves that family without a database; it never fails the caller.
+    ///
+    /// Families: the IPv4 database is the IPv4 part of `v4`; the IPv6 database is the
+    /// IPv6 part of `v6`, or, when `v6` is not given, the IPv6 part of `v4` (so one
+    /// `geoip.dat` or CIDR file serves both families).
     pub fn load(v4: Option<&Path>, v6: Option<&Path>) -> GeoDb {
-        GeoDb {
-            v4: v4.and_then(|p| load_one(p, IpVersion::V4)),
-            v6: v6.and_then(|p| load_one(p, IpVersion::V6)),
+        let read = |p: &Path| match formats::read_file(p) {
+            Ok(f) => Some(f),
+            Err(err) => {
+                tracing::warn!(
+                    path = %p.display(),
+                    error = %err,
+                    "geo database not loaded; scheduling its clients by weight and load"
+                );
+                None
+            }
+        };
+        let mut f4 = v4.and_then(read);
+        let mut f6 = v6.and_then(read);
+        let v4_db = f4.as_mut().and_then(|f| f.take(IpVersion::V4));
+        let v6_db = match (&mut f6, &mut f4) {
+            (Some(f), _) => f.take(IpVersion::V6),
+            (None, Some(f)) if v6.is_none() => f.take(IpVersion::V6),
+            _ => None,
+        };
+        if let (Some(p), Some(_), None) = (v4, &f4, &v4_db) {
+            tracing::warn!(path = %p.display(), "geo file has no IPv4 ranges; scheduling IPv4 clients by weight and load");
         }
+        if let (Some(p), Some(_), None) = (v6, &f6, &v6_db) {
+            tracing::warn!(path = %p.display(), "geo file has no IPv6 ranges; scheduling IPv6 clients by weight and load");
+        }
+        let db = GeoDb {
+            v4: v4_db,
+            v6: v6_db,
+            sources: Sources {
+                v4: v4.map(Path::to_path_buf),
+                v6: v6.map(Path::to_path_buf),
+            },
+        };
+        db.log_loaded();
+        db
+    }
+
+    /// Like [`load`](Self::load), but every problem is an error: a given file that
+    /// cannot be read or parsed, or that has no range of its family (the v6 file may
+    /// be absent, see the family rule of `load`). For reloads, where a bad file must
+    /// not replace the serving data.
+    pub fn try_load(v4: Option<&Path>, v6: Option<&Path>) -> Result<GeoDb, GeoError> {
+        let mut f4 = v4.map(formats::read_file).transpose()?;
+        let mut f6 = v6.map(formats::read_file).transpose()?;
+        let v4_db = match (v4, f4.as_mut()) {
+            (Some(p), Some(f)) => Some(f.take(IpVersion::V4).ok_or_else(|| GeoError::NoData {
+                path: p.to_path_buf(),
+                family: IpVersion::V4,
+            })?),
+            _ => None,
+        };
+        let v6_db = match (v6, f6.as_mut(), f4.as_mut()) {
+            (Some(p), Some(f), _) => Some(f.take(IpVersion::V6).ok_or_else(|| GeoError::NoData {
+                path: p.to_path_buf(),
+                family: IpVersion::V6,
+            })?),
+            (None, _, Some(f)) => f.take(IpVersion::V6),
+            _ => None,
+        };
+        let db = GeoDb {
+            v4: v4_db,
+            v6: v6_db,
+            sources: Sources {
+                v4: v4.map(Path::to_path_buf),
+                v6: v6.map(Path::to_path_buf),
+            },
+        };
+        db.log_loaded();
+        Ok(db)
+    }
+
+    fn log_loaded(&self) {
+        let v6_path = self.sources.v6.as_ref().or(self.sources.v4.as_ref());
+        for (x, path) in [(self.v4.as_ref(), self.sources.v4.as_ref()), (self.v6.as_ref(), v6_path)] {
+            let Some(x) = x else { continue };
+            tracing::info!(
+                path = %path.map_or_else(|| "-".to_string(), |p| p.display().to_string()),
+                family = %x.ip_version(),
+                segments = x.len(),
+                created_at = x.created_at(),
+                "geo database loaded"
+            );
+        }
+    }
+
+    /// The configured paths this data was loaded from (empty for [`from_xdbs`](Self::from_xdbs)).
+    pub fn sources(&self) -> &Sources {
+        &self.sources
     }
 
     /// Uses already loaded databases. An xdb of the wrong family in a slot is
@@ -83,7 +198,14 @@ impl GeoDb {
         GeoDb {
             v4: check(v4, IpVersion::V4),
             v6: check(v6, IpVersion::V6),
+            sources: Sources::default(),
         }
+    }
+
+    /// The same data, recorded as loaded from `sources` (so a reload reads them).
+    pub fn with_sources(mut self, sources: Sources) -> GeoDb {
+        self.sources = sources;
+        self
     }
 
     /// The IPv4 database, if loaded.
@@ -119,38 +241,6 @@ impl GeoDb {
             start: seg.start,
             end: seg.end,
         })
-    }
-}
-
-fn load_one(path: &Path, want: IpVersion) -> Option<Xdb> {
-    match Xdb::open(path) {
-        Ok(x) if x.ip_version() == want => {
-            tracing::info!(
-                path = %path.display(),
-                family = %want,
-                segments = x.len(),
-                created_at = x.created_at(),
-                "geo database loaded"
-            );
-            Some(x)
-        }
-        Ok(x) => {
-            tracing::warn!(
-                path = %path.display(),
-                expected = %want,
-                found = %x.ip_version(),
-                "geo database is of the wrong address family; scheduling {want} clients by weight and load"
-            );
-            None
-        }
-        Err(err) => {
-            tracing::warn!(
-                path = %path.display(),
-                error = %err,
-                "geo database not loaded; scheduling {want} clients by weight and load"
-            );
-            None
-        }
     }
 }
 

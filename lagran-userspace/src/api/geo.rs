@@ -1,0 +1,114 @@
+//! `/api/v1/geo/…`: geo overrides (CIDR → tuple, they win over the files; seed 001
+//! "增量修正表") and reloading the geo files without a restart.
+//!
+//! - `GET /api/v1/geo/overrides` — every override (agent or admin token).
+//! - `POST /api/v1/geo/overrides` — create or replace the override of a prefix
+//!   (admin): `{"prefix": "1.2.3.0/24", "country": "CN", "province": "广东",
+//!   "city": "深圳", "isp": "电信", "note": "ticket 42", "created_by": "alice"}`.
+//! - `DELETE /api/v1/geo/overrides/{prefix}` — the prefix URL-encoded
+//!   (`1.2.3.0%2F24`) (admin).
+//! - `POST /api/v1/geo/reload` — re-read GEOIP_PATH / GEOIP_IPV6_PATH (admin); body
+//!   optional, `{"force": true}` skips the change-ratio check. 200 with the report
+//!   when the new data serves, 409 with the report when refused, 422 naming the file
+//!   and position when a file cannot be used. The serving data stays unless 200.
+//!
+//! After an override write the overrides are re-read into the partitions and the
+//! route table is recomputed before answering, so the next DNS answer (and the XDP
+//! maps) already use it.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use super::AppState;
+use super::error::{ApiError, parse_json};
+use crate::geo::GeoError;
+use crate::geo::reload::{max_change_ratio_from_env, reload_configured};
+use crate::store::GeoOverride;
+
+/// Re-reads the overrides into the partitions and publishes a new route table.
+async fn apply_overrides(state: &AppState) -> Result<(), ApiError> {
+    let n = state.scheduler.reload_overrides().await?;
+    tracing::debug!(overrides = n, "geo overrides applied");
+    state.after_write().await;
+    Ok(())
+}
+
+pub async fn list_overrides(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<GeoOverride>>, ApiError> {
+    state.auth.check_agent(&headers)?;
+    Ok(Json(state.scheduler.store().list_geo_overrides().await?))
+}
+
+pub async fn upsert_override(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<GeoOverride>), ApiError> {
+    state.auth.check_admin(&headers)?;
+    let mut o: GeoOverride = parse_json(&body)?;
+    o.validate()?;
+    if o.created_by.trim().is_empty() {
+        o.created_by = "api".into();
+    }
+    let store = state.scheduler.store();
+    let existed = store.get_geo_override(&o.prefix).await?.is_some();
+    let saved = store.upsert_geo_override(&o).await?;
+    tracing::info!(
+        prefix = %saved.prefix,
+        country = %saved.country,
+        province = %saved.province,
+        city = %saved.city,
+        isp = %saved.isp,
+        by = %saved.created_by,
+        "geo override written"
+    );
+    apply_overrides(&state).await?;
+    Ok((if existed { StatusCode::OK } else { StatusCode::CREATED }, Json(saved)))
+}
+
+pub async fn delete_override(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(prefix): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.auth.check_admin(&headers)?;
+    let net: IpNet = prefix
+        .parse()
+        .map_err(|_| ApiError::bad_field("prefix", format!("{prefix:?} is not a CIDR prefix (URL-encode the '/': 1.2.3.0%2F24)")))?;
+    if !state.scheduler.store().delete_geo_override(&net).await? {
+        return Err(ApiError::not_found(format!("no geo override for {net}")));
+    }
+    tracing::info!(prefix = %net, "geo override deleted");
+    apply_overrides(&state).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReloadBody {
+    #[serde(default)]
+    force: bool,
+}
+
+pub async fn reload(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    state.auth.check_admin(&headers)?;
+    let req: ReloadBody = if body.iter().all(u8::is_ascii_whitespace) { ReloadBody::default() } else { parse_json(&body)? };
+    match reload_configured(&state.scheduler, req.force, max_change_ratio_from_env()).await {
+        Ok(report) => {
+            let status = if report.accepted { StatusCode::OK } else { StatusCode::CONFLICT };
+            Ok((status, Json(report)).into_response())
+        }
+        Err(e @ GeoError::Usage(_)) | Err(e @ GeoError::Reload(_)) => Err(ApiError::new(StatusCode::CONFLICT, e.to_string())),
+        Err(e) => {
+            tracing::warn!(error = %e, "geo reload failed; the serving data stays");
+            Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "file", e.to_string()))
+        }
+    }
+}

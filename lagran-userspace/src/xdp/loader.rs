@@ -1,0 +1,310 @@
+//! Loading the XDP program, attaching it, pinning its maps.
+//!
+//! The BPF object is read at run time (see [`object_path`]): `cargo xtask
+//! build-ebpf --release` writes it to `target/bpfel-unknown-none/release/lagran`,
+//! and `LAGRAN_EBPF_OBJECT` points anywhere else. `lagran serve --xdp IFACE`
+//! calls [`XdpHandle::attach`]; dropping the handle detaches the program and
+//! removes the pins, so a stopped server leaves the interface to the kernel
+//! stack (fail open).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
+use aya::{Ebpf, EbpfLoader};
+
+use super::XdpError;
+use super::maps::{MAP_NAMES, MapWriter, Maps};
+
+/// The program's name in the object (the `#[xdp]` function).
+pub const PROGRAM: &str = "lagran";
+/// Environment variable naming the BPF object to load.
+pub const OBJECT_ENV: &str = "LAGRAN_EBPF_OBJECT";
+/// Where `cargo xtask build-ebpf --release` puts the object in this source tree.
+const BUILT_OBJECT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/bpfel-unknown-none/release/lagran");
+/// Where a packaged install keeps it.
+const INSTALLED_OBJECT: &str = "/usr/lib/lagran/lagran.bpf.o";
+/// `statfs` magic of bpffs.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// The BPF object to load: `$LAGRAN_EBPF_OBJECT`, else the one built in this
+/// source tree, else the packaged one.
+pub fn object_path() -> PathBuf {
+    if let Some(p) = std::env::var_os(OBJECT_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let built = PathBuf::from(BUILT_OBJECT);
+    if built.is_file() || !Path::new(INSTALLED_OBJECT).is_file() { built } else { PathBuf::from(INSTALLED_OBJECT) }
+}
+
+/// The bytes of the object at [`object_path`].
+pub fn object_bytes() -> Result<Vec<u8>, XdpError> {
+    let path = object_path();
+    if !path.is_file() {
+        return Err(XdpError::ObjectMissing { path });
+    }
+    std::fs::read(&path).map_err(|source| XdpError::ObjectRead { path, source })
+}
+
+/// How the program runs on the interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// In the driver, before any socket buffer exists (`XDP_FLAGS_DRV_MODE`).
+    Native,
+    /// In the kernel stack after the driver (`XDP_FLAGS_SKB_MODE`): works on any
+    /// interface, at a fraction of native speed.
+    Generic,
+}
+
+impl fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AttachMode::Native => "native",
+            AttachMode::Generic => "generic",
+        })
+    }
+}
+
+impl AttachMode {
+    fn aya(self) -> XdpMode {
+        match self {
+            AttachMode::Native => XdpMode::Driver,
+            AttachMode::Generic => XdpMode::Skb,
+        }
+    }
+}
+
+/// How to load and attach.
+#[derive(Clone, Debug)]
+pub struct XdpOptions {
+    /// Where to pin the maps; `None` pins nothing (tests running side by side).
+    pub pin_dir: Option<PathBuf>,
+    /// `None`: native, falling back to generic.
+    pub mode: Option<AttachMode>,
+    /// The UDP payload size our OPT records advertise (`dns.max_udp_payload`).
+    pub udp_payload: u16,
+}
+
+impl Default for XdpOptions {
+    fn default() -> Self {
+        XdpOptions { pin_dir: Some(PathBuf::from(super::PIN_DIR)), mode: None, udp_payload: 1232 }
+    }
+}
+
+/// The program loaded into the kernel (verified), not attached to anything.
+pub struct LoadedXdp {
+    ebpf: Ebpf,
+    pins: Vec<PathBuf>,
+    pin_dir: Option<PathBuf>,
+}
+
+/// What `BPF_PROG_TEST_RUN` returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestRunOutput {
+    /// `XDP_PASS` (2), `XDP_TX` (3), …
+    pub action: u32,
+    /// The frame as the program left it.
+    pub frame: Vec<u8>,
+}
+
+impl LoadedXdp {
+    /// Loads the object and the program (this is where the verifier runs).
+    pub fn load(obj: &[u8]) -> Result<LoadedXdp, XdpError> {
+        let mut ebpf = EbpfLoader::new().load(obj).map_err(|e| XdpError::Load(Box::new(e)))?;
+        let prog = program_mut(&mut ebpf)?;
+        prog.load().map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+        Ok(LoadedXdp { ebpf, pins: Vec::new(), pin_dir: None })
+    }
+
+    /// Pins every map under `dir` (mounting bpffs on /sys/fs/bpf if needed).
+    /// Pins left by a process that did not exit cleanly are replaced.
+    pub fn pin_maps(&mut self, dir: &Path) -> Result<(), XdpError> {
+        ensure_bpffs(dir)?;
+        std::fs::create_dir_all(dir).map_err(|source| XdpError::Bpffs { path: dir.to_path_buf(), source })?;
+        self.pin_dir = Some(dir.to_path_buf());
+        for name in MAP_NAMES {
+            let path = dir.join(name);
+            if path.exists() {
+                tracing::warn!(path = %path.display(), "replacing a stale pinned map");
+                std::fs::remove_file(&path).map_err(|source| XdpError::Bpffs { path: path.clone(), source })?;
+            }
+            let map = self.ebpf.map(name).ok_or(XdpError::NoMap(name))?;
+            map.pin(&path).map_err(|source| XdpError::Pin { map: name, path: path.clone(), source: Box::new(source) })?;
+            self.pins.push(path);
+        }
+        Ok(())
+    }
+
+    /// Takes the maps and writes the config (fast path off until the first sync).
+    pub fn map_writer(&mut self, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
+        MapWriter::new(Maps::from_ebpf(&mut self.ebpf)?, dns_port, udp_payload)
+    }
+
+    /// Runs the program once on `frame` (`BPF_PROG_TEST_RUN`).
+    pub fn test_run(&self, frame: &[u8]) -> Result<TestRunOutput, XdpError> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROGRAM)
+            .ok_or(XdpError::NoProgram(PROGRAM))?
+            .try_into()
+            .map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+        // Room for the answers the program appends.
+        let mut out = vec![0u8; frame.len() + 512];
+        let opts = TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::default() };
+        let res = prog.test_run(opts).map_err(|e| XdpError::TestRun(Box::new(e)))?;
+        out.truncate(res.data_size_out as usize);
+        Ok(TestRunOutput { action: res.return_value, frame: out })
+    }
+
+    fn unpin(&mut self) {
+        for path in self.pins.drain(..) {
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove a pinned map");
+            }
+        }
+        if let Some(dir) = self.pin_dir.take() {
+            // Only if empty: someone else's pins stay.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+impl Drop for LoadedXdp {
+    fn drop(&mut self) {
+        self.unpin();
+    }
+}
+
+fn program_mut(ebpf: &mut Ebpf) -> Result<&mut Xdp, XdpError> {
+    ebpf.program_mut(PROGRAM)
+        .ok_or(XdpError::NoProgram(PROGRAM))?
+        .try_into()
+        .map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })
+}
+
+/// Makes sure `dir` is (or will be) on a bpffs; mounts one on /sys/fs/bpf when
+/// that is where `dir` lives and nothing is mounted there.
+fn ensure_bpffs(dir: &Path) -> Result<(), XdpError> {
+    let mut probe = dir;
+    while !probe.exists() {
+        probe = probe.parent().unwrap_or(Path::new("/"));
+    }
+    if fs_type(probe)? == BPF_FS_MAGIC {
+        return Ok(());
+    }
+    let root = Path::new("/sys/fs/bpf");
+    if dir.starts_with(root) && fs_type(root).ok() != Some(BPF_FS_MAGIC) {
+        std::fs::create_dir_all(root).map_err(|source| XdpError::Bpffs { path: root.to_path_buf(), source })?;
+        tracing::info!("mounting bpffs on /sys/fs/bpf");
+        // SAFETY: plain mount(2) with NUL-terminated constant strings.
+        let rc = unsafe {
+            libc::mount(c"bpf".as_ptr(), c"/sys/fs/bpf".as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null())
+        };
+        if rc != 0 {
+            return Err(XdpError::Bpffs { path: root.to_path_buf(), source: std::io::Error::last_os_error() });
+        }
+        return Ok(());
+    }
+    Err(XdpError::Bpffs {
+        path: dir.to_path_buf(),
+        source: std::io::Error::other("not on a bpffs: choose a pin directory under /sys/fs/bpf"),
+    })
+}
+
+fn fs_type(path: &Path) -> Result<i64, XdpError> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| XdpError::Bpffs { path: path.to_path_buf(), source: std::io::Error::other(e) })?;
+    // SAFETY: `st` is plain data filled by statfs(2).
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(XdpError::Bpffs { path: path.to_path_buf(), source: std::io::Error::last_os_error() });
+    }
+    Ok(st.f_type as i64)
+}
+
+/// The fast path attached to an interface, with its map writer.
+pub struct XdpHandle {
+    iface: String,
+    mode: AttachMode,
+    link: Option<XdpLinkId>,
+    writer: MapWriter,
+    loaded: LoadedXdp,
+}
+
+impl XdpHandle {
+    /// Loads `obj`, pins the maps under `/sys/fs/bpf/lagran/`, and attaches to
+    /// `iface` in native mode, else generic. Answers only UDP to `dns_port`.
+    pub fn attach(iface: &str, dns_port: u16, obj: &[u8]) -> Result<XdpHandle, XdpError> {
+        XdpHandle::attach_with(iface, dns_port, obj, &XdpOptions::default())
+    }
+
+    pub fn attach_with(iface: &str, dns_port: u16, obj: &[u8], opts: &XdpOptions) -> Result<XdpHandle, XdpError> {
+        let mut loaded = LoadedXdp::load(obj)?;
+        if let Some(dir) = &opts.pin_dir {
+            loaded.pin_maps(dir)?;
+        }
+        let writer = loaded.map_writer(dns_port, opts.udp_payload)?;
+        let prog = program_mut(&mut loaded.ebpf)?;
+        let (link, mode) = match opts.mode {
+            Some(mode) => {
+                let link = prog.attach(iface, mode.aya()).map_err(|e| XdpError::AttachMode {
+                    iface: iface.to_string(),
+                    mode,
+                    source: Box::new(e),
+                })?;
+                (link, mode)
+            }
+            None => match prog.attach(iface, XdpMode::Driver) {
+                Ok(link) => (link, AttachMode::Native),
+                Err(native) => {
+                    tracing::warn!(iface, error = %native, "native XDP attach failed; trying generic mode");
+                    match prog.attach(iface, XdpMode::Skb) {
+                        Ok(link) => (link, AttachMode::Generic),
+                        Err(generic) => {
+                            return Err(XdpError::Attach {
+                                iface: iface.to_string(),
+                                native: native.to_string(),
+                                generic: generic.to_string(),
+                            });
+                        }
+                    }
+                }
+            },
+        };
+        tracing::info!(iface, %mode, dns_port, pins = ?opts.pin_dir, "XDP fast path attached");
+        Ok(XdpHandle { iface: iface.to_string(), mode, link: Some(link), writer, loaded })
+    }
+
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    pub fn mode(&self) -> AttachMode {
+        self.mode
+    }
+
+    /// The writer that keeps the maps equal to the route table.
+    pub fn writer(&mut self) -> &mut MapWriter {
+        &mut self.writer
+    }
+
+    /// Detaches the program; the maps stay pinned until the handle is dropped.
+    pub fn detach(&mut self) -> Result<(), XdpError> {
+        if let Some(link) = self.link.take() {
+            let prog = program_mut(&mut self.loaded.ebpf)?;
+            prog.detach(link).map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+            tracing::info!(iface = %self.iface, "XDP fast path detached");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for XdpHandle {
+    fn drop(&mut self) {
+        if let Err(e) = self.detach() {
+            tracing::warn!(iface = %self.iface, error = %e, "detaching XDP failed");
+        }
+        // `loaded` unpins the maps when it drops.
+    }
+}

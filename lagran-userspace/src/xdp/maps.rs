@@ -1,0 +1,737 @@
+//! The fast path's maps: the only module that imports aya map types.
+//!
+//! [`MapWriter::sync`] makes the maps say what a [`RouteTable`] says, with
+//! *diffed* writes: it remembers what it last wrote and only inserts, updates or
+//! deletes what changed. Answer ids are content-addressed, so an answer that did
+//! not change keeps its id and the trie entries pointing at it are not touched.
+//! The LPM trie is never rebuilt (SPEC §2: freeing a large trie stalls a CPU).
+//!
+//! Write order, so that a packet racing a sync sees either the old answer, the
+//! new answer, or no answer (and is passed to userspace), never a wrong one:
+//! new answers → trie inserts/updates → name inserts → name deletes → trie
+//! deletes → answer ids freed (they are reused only by a later sync, after
+//! every trie entry pointing at them is gone).
+//!
+//! A failed write leaves the maps in an unknown state: the writer switches the
+//! fast path off (every query goes to userspace, which answers correctly) and
+//! the next sync clears the maps and writes everything again.
+
+use std::collections::HashMap as StdHashMap;
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use aya::Ebpf;
+use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, MapError, PerCpuArray, lpm_trie::Key};
+use lagran_common::{
+    answers::{self, AnswerV4, MAX_ADDRS},
+    config::{self, Config},
+    counters::{self, Counter},
+    names::{self, KEY_LEN, NAME_MAX, NameKey, NameValue},
+    route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
+};
+
+use super::XdpError;
+use crate::config::DnsSettings;
+use crate::route_table::{Answer, RouteTable, ScheduledName};
+
+/// The map names the loader pins, in a stable order.
+pub const MAP_NAMES: [&str; 5] =
+    [config::MAP_NAME, names::MAP_NAME, route_v4::MAP_NAME, answers::MAP_NAME, counters::MAP_NAME];
+
+fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
+    move |source| XdpError::Map { map, source: Box::new(source) }
+}
+
+/// Typed handles on the fast path's maps.
+pub struct Maps {
+    config: Array<MapData, Config>,
+    names: HashMap<MapData, NameKey, NameValue>,
+    routes: LpmTrie<MapData, RouteV4Data, RouteValue>,
+    answers: Array<MapData, AnswerV4>,
+    counters: PerCpuArray<MapData, u64>,
+}
+
+impl Maps {
+    /// Takes the maps out of a loaded object.
+    pub fn from_ebpf(ebpf: &mut Ebpf) -> Result<Maps, XdpError> {
+        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(XdpError::NoMap(name));
+        let config = take(config::MAP_NAME)?;
+        let names = take(names::MAP_NAME)?;
+        let routes = take(route_v4::MAP_NAME)?;
+        let answers = take(answers::MAP_NAME)?;
+        let counters = take(counters::MAP_NAME)?;
+        Maps::from_maps(config, names, routes, answers, counters)
+    }
+
+    /// Opens the maps pinned under `dir` by a running `lagran serve --xdp`
+    /// (for `lagran maps dump` and the metrics of another process).
+    pub fn open_pinned(dir: &Path) -> Result<Maps, XdpError> {
+        let open = |name: &'static str| {
+            let path = dir.join(name);
+            let data = MapData::from_pin(&path)
+                .map_err(|source| XdpError::OpenPinned { path: path.clone(), source: Box::new(source) })?;
+            Map::from_map_data(data).map_err(|source| XdpError::OpenPinned { path, source: Box::new(source) })
+        };
+        Maps::from_maps(
+            open(config::MAP_NAME)?,
+            open(names::MAP_NAME)?,
+            open(route_v4::MAP_NAME)?,
+            open(answers::MAP_NAME)?,
+            open(counters::MAP_NAME)?,
+        )
+    }
+
+    fn from_maps(config: Map, names: Map, routes: Map, answers: Map, counters: Map) -> Result<Maps, XdpError> {
+        Ok(Maps {
+            config: Array::try_from(config).map_err(map_err(config::MAP_NAME))?,
+            names: HashMap::try_from(names).map_err(map_err(names::MAP_NAME))?,
+            routes: LpmTrie::try_from(routes).map_err(map_err(route_v4::MAP_NAME))?,
+            answers: Array::try_from(answers).map_err(map_err(answers::MAP_NAME))?,
+            counters: PerCpuArray::try_from(counters).map_err(map_err(counters::MAP_NAME))?,
+        })
+    }
+
+    /// The counters, summed over the CPUs.
+    pub fn counters(&self) -> Result<CounterSnapshot, XdpError> {
+        let mut values = Vec::with_capacity(Counter::ALL.len());
+        for &c in Counter::ALL {
+            let per_cpu = self.counters.get(&(c as u32), 0).map_err(map_err(counters::MAP_NAME))?;
+            values.push((c, per_cpu.iter().sum()));
+        }
+        Ok(CounterSnapshot { values })
+    }
+
+    /// The config entry.
+    pub fn config(&self) -> Result<Config, XdpError> {
+        self.config.get(&config::INDEX, 0).map_err(map_err(config::MAP_NAME))
+    }
+
+    fn set_config(&mut self, c: &Config) -> Result<(), XdpError> {
+        self.config.set(config::INDEX, c, 0).map_err(map_err(config::MAP_NAME))
+    }
+
+    /// A human-readable dump of every map (`lagran maps dump`). At most
+    /// `route_limit` trie entries are listed (the trie can hold millions).
+    pub fn dump(&self, route_limit: usize) -> Result<String, XdpError> {
+        let mut out = String::new();
+        let c = self.config()?;
+        let _ = writeln!(
+            out,
+            "{}: dns_port={} udp_payload={} enabled={}",
+            config::MAP_NAME,
+            c.dns_port,
+            c.udp_payload,
+            c.enabled
+        );
+        let mut names: Vec<(String, u32)> = Vec::new();
+        for item in self.names.iter() {
+            let (k, v) = item.map_err(map_err(names::MAP_NAME))?;
+            names.push((wire_to_text(&k.name), v.id));
+        }
+        names.sort();
+        let _ = writeln!(out, "{} ({} entries):", names::MAP_NAME, names.len());
+        for (n, id) in &names {
+            let _ = writeln!(out, "  {n:<40} id={id}");
+        }
+        let mut used = Vec::new();
+        for (id, item) in self.answers.iter().enumerate() {
+            let a = item.map_err(map_err(answers::MAP_NAME))?;
+            if a != AnswerV4::default() {
+                used.push((id, a));
+            }
+        }
+        let _ = writeln!(out, "{} ({} in use):", answers::MAP_NAME, used.len());
+        for (id, a) in &used {
+            let addrs: Vec<String> =
+                a.addrs.iter().take((a.count as usize).min(MAX_ADDRS)).map(|b| Ipv4Addr::from(*b).to_string()).collect();
+            let canary = if a.canary_percent > 0 {
+                format!(" canary={}%->#{}", a.canary_percent, a.canary_id)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(out, "  #{id:<6} ttl={:<6} [{}]{canary}", a.ttl, addrs.join(", "));
+        }
+        let mut total = 0usize;
+        let mut shown = Vec::new();
+        for item in self.routes.iter() {
+            let (k, v) = item.map_err(map_err(route_v4::MAP_NAME))?;
+            total += 1;
+            if shown.len() < route_limit {
+                let (plen, data) = (k.prefix_len(), k.data());
+                shown.push((
+                    u32::from_be_bytes(data.name_id),
+                    Ipv4Addr::from(data.addr),
+                    plen.saturating_sub(NAME_BITS),
+                    v,
+                ));
+            }
+        }
+        shown.sort_by_key(|s| (s.0, s.1, s.2));
+        let _ = writeln!(out, "{} ({total} entries, {} shown):", route_v4::MAP_NAME, shown.len());
+        for (name_id, addr, len, v) in shown {
+            let _ = writeln!(
+                out,
+                "  name={name_id:<4} {:<18} -> answer #{} scope /{}",
+                format!("{addr}/{len}"),
+                v.answer_id,
+                v.scope
+            );
+        }
+        let _ = writeln!(out, "{}:", counters::MAP_NAME);
+        for (c, v) in self.counters()?.iter() {
+            let _ = writeln!(out, "  {:<18} {v}", c.name());
+        }
+        Ok(out)
+    }
+}
+
+/// The counters of the fast path, summed over the CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CounterSnapshot {
+    values: Vec<(Counter, u64)>,
+}
+
+impl CounterSnapshot {
+    pub fn get(&self, c: Counter) -> u64 {
+        self.values.iter().find(|(k, _)| *k == c).map_or(0, |(_, v)| *v)
+    }
+
+    /// Every counter in index order.
+    pub fn iter(&self) -> impl Iterator<Item = (Counter, u64)> + '_ {
+        self.values.iter().copied()
+    }
+
+    /// Packets answered with `XDP_TX`.
+    pub fn answered(&self) -> u64 {
+        self.get(Counter::Answered)
+    }
+
+    /// Packets passed to the kernel stack, all reasons.
+    pub fn passed(&self) -> u64 {
+        self.values.iter().filter(|(c, _)| *c != Counter::Answered).map(|(_, v)| v).sum()
+    }
+
+    /// The counters as Prometheus text: one `lagran_xdp_packets_total` series per
+    /// counter, `result="answered"` or `result="passed",reason="…"`.
+    pub fn render_prometheus(&self, out: &mut String) {
+        out.push_str("# HELP lagran_xdp_packets_total Packets seen by the XDP fast path, by outcome.\n");
+        out.push_str("# TYPE lagran_xdp_packets_total counter\n");
+        for (c, v) in self.iter() {
+            if c == Counter::Answered {
+                let _ = writeln!(out, "lagran_xdp_packets_total{{result=\"answered\"}} {v}");
+            } else {
+                let _ = writeln!(out, "lagran_xdp_packets_total{{result=\"passed\",reason=\"{}\"}} {v}", c.name());
+            }
+        }
+    }
+}
+
+/// What one [`MapWriter::sync`] changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    pub names_upserted: usize,
+    pub names_deleted: usize,
+    pub routes_upserted: usize,
+    pub routes_deleted: usize,
+    /// Trie entries for the table after the sync.
+    pub routes_total: usize,
+    pub answers_written: usize,
+    pub answers_freed: usize,
+    /// Scheduled names left to userspace (name not representable, too many addresses…).
+    pub names_skipped: usize,
+    pub elapsed: Duration,
+}
+
+impl SyncStats {
+    /// Map writes (inserts, updates and deletes) done by the sync.
+    pub fn writes(&self) -> usize {
+        self.names_upserted
+            + self.names_deleted
+            + self.routes_upserted
+            + self.routes_deleted
+            + self.answers_written
+            + self.answers_freed
+    }
+}
+
+/// One trie entry as last written: block start (host order), CIDR length, value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Route {
+    addr: u32,
+    len: u8,
+    value: RouteValue,
+}
+
+/// Keeps the maps equal to the route table, writing only differences.
+pub struct MapWriter {
+    maps: Maps,
+    config: Config,
+    /// Whether the fast path may answer (false: stale table with a fallback, or
+    /// switched off by the operator). Answering also needs a synced table.
+    allowed: bool,
+    synced: bool,
+    /// Written names: wire key -> name id.
+    names: StdHashMap<Vec<u8>, u32>,
+    /// Written trie entries per name id, sorted by (addr, len).
+    routes: StdHashMap<u32, Vec<Route>>,
+    /// Written answers: content -> id.
+    answers: StdHashMap<AnswerV4, u32>,
+    free_ids: Vec<u32>,
+    next_id: u32,
+    /// A write failed: clear and rewrite everything on the next sync.
+    needs_reset: bool,
+}
+
+impl MapWriter {
+    /// Writes the config (fast path off until the first successful sync).
+    pub fn new(mut maps: Maps, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
+        let config = Config { dns_port, udp_payload, enabled: 0 };
+        maps.set_config(&config)?;
+        Ok(MapWriter {
+            maps,
+            config,
+            allowed: true,
+            synced: false,
+            names: StdHashMap::new(),
+            routes: StdHashMap::new(),
+            answers: StdHashMap::new(),
+            free_ids: Vec::new(),
+            next_id: 0,
+            // Maps reused from a previous run may hold anything.
+            needs_reset: true,
+        })
+    }
+
+    pub fn maps(&self) -> &Maps {
+        &self.maps
+    }
+
+    pub fn counters(&self) -> Result<CounterSnapshot, XdpError> {
+        self.maps.counters()
+    }
+
+    /// Whether the fast path currently answers.
+    pub fn enabled(&self) -> bool {
+        self.config.enabled != 0
+    }
+
+    /// Allows or forbids the fast path to answer (it answers only when allowed
+    /// and synced). Forbid it when userspace would answer differently from the
+    /// maps — see [`MapWriter::update_staleness`].
+    pub fn set_allowed(&mut self, allowed: bool) -> Result<(), XdpError> {
+        self.allowed = allowed;
+        self.apply_enabled()
+    }
+
+    /// SPEC §7: once the table is older than DNS_STALE_SECS and DNS_FALLBACK_IP
+    /// is set, userspace answers the fallback; the maps still hold the stale
+    /// answers, so the fast path must stand aside. Call it periodically.
+    pub fn update_staleness(&mut self, table: &RouteTable, settings: &DnsSettings, now_ms: i64) -> Result<(), XdpError> {
+        let stale = crate::dns::answer::is_stale(table, settings, now_ms) && settings.fallback_ip.is_some();
+        if stale == self.allowed {
+            self.set_allowed(!stale)?;
+        }
+        Ok(())
+    }
+
+    fn apply_enabled(&mut self) -> Result<(), XdpError> {
+        let want = u32::from(self.allowed && self.synced && !self.needs_reset);
+        if want != self.config.enabled {
+            let c = Config { enabled: want, ..self.config };
+            self.maps.set_config(&c)?;
+            self.config = c;
+        }
+        Ok(())
+    }
+
+    /// Makes the maps answer what `table` answers, for `A` queries over IPv4.
+    pub fn sync(&mut self, table: &RouteTable, settings: &DnsSettings) -> Result<SyncStats, XdpError> {
+        let started = Instant::now();
+        if self.needs_reset {
+            self.reset()?;
+        }
+        match self.sync_inner(table, settings) {
+            Ok(mut stats) => {
+                // Version 0 is "no table": userspace answers fallback or SERVFAIL.
+                self.synced = table.version != 0;
+                self.apply_enabled()?;
+                stats.elapsed = started.elapsed();
+                Ok(stats)
+            }
+            Err(e) => {
+                self.needs_reset = true;
+                self.synced = false;
+                let _ = self.apply_enabled();
+                Err(e)
+            }
+        }
+    }
+
+    fn sync_inner(&mut self, table: &RouteTable, settings: &DnsSettings) -> Result<SyncStats, XdpError> {
+        let mut stats = SyncStats::default();
+
+        // 1. Desired names, answers (written now, before anything points at them)
+        //    and trie entries.
+        let mut want_names: StdHashMap<Vec<u8>, u32> = StdHashMap::new();
+        let mut owner: StdHashMap<u32, &str> = StdHashMap::new();
+        let mut want_routes: StdHashMap<u32, Vec<Route>> = StdHashMap::new();
+        let mut used: StdHashMap<AnswerV4, u32> = StdHashMap::new();
+        for name in table.scheduled_names() {
+            let Some(key) = wire_key(&name.name) else {
+                tracing::warn!(name = %name.name, "name cannot be a fast-path key; userspace answers it");
+                stats.names_skipped += 1;
+                continue;
+            };
+            if let Some(other) = owner.insert(name.id, &name.name) {
+                return Err(XdpError::DuplicateNameId { id: name.id, a: other.to_string(), b: name.name.clone() });
+            }
+            let ids = self.answer_ids(name, settings, &mut used, &mut stats)?;
+            let mut routes = Vec::with_capacity(name.v4.len());
+            for p in name.v4.iter() {
+                // Blocks without a valid answer get no entry: the program passes them.
+                if let Some(Some(id)) = ids.get(p.value as usize) {
+                    routes.push(Route { addr: p.addr, len: p.len, value: RouteValue { answer_id: *id, scope: p.len as u32 } });
+                }
+            }
+            want_routes.insert(name.id, routes);
+            want_names.insert(key, name.id);
+        }
+
+        // 2. Trie inserts, updates and deletes for every name still served.
+        let empty = Vec::new();
+        for (&id, want) in &want_routes {
+            let have = self.routes.get(&id).unwrap_or(&empty);
+            let (up, del) = diff_routes(have, want);
+            for r in &up {
+                self.maps
+                    .routes
+                    .insert(&route_key(id, r.addr, r.len), r.value, 0)
+                    .map_err(|e| full_or(route_v4::MAP_NAME, route_v4::MAX_ENTRIES, e, "trie entries"))?;
+            }
+            for r in &del {
+                remove_route(&mut self.maps.routes, id, r)?;
+            }
+            stats.routes_upserted += up.len();
+            stats.routes_deleted += del.len();
+            stats.routes_total += want.len();
+        }
+
+        // 3. Names.
+        for (key, &id) in &want_names {
+            if self.names.get(key) != Some(&id) {
+                self.maps
+                    .names
+                    .insert(name_key(key), NameValue { id }, 0)
+                    .map_err(|e| full_or(names::MAP_NAME, names::MAX_ENTRIES, e, "names"))?;
+                stats.names_upserted += 1;
+            }
+        }
+        for key in self.names.keys() {
+            if !want_names.contains_key(key) {
+                remove_ok_if_missing(self.maps.names.remove(&name_key(key)), names::MAP_NAME)?;
+                stats.names_deleted += 1;
+            }
+        }
+
+        // 4. Trie entries of names no longer served.
+        for (&id, have) in &self.routes {
+            if !want_routes.contains_key(&id) {
+                for r in have {
+                    remove_route(&mut self.maps.routes, id, r)?;
+                }
+                stats.routes_deleted += have.len();
+            }
+        }
+
+        // 5. Answers nothing points at any more: cleared, and their ids reusable
+        //    from the next sync on.
+        let unused: Vec<(AnswerV4, u32)> =
+            self.answers.iter().filter(|(a, _)| !used.contains_key(*a)).map(|(a, id)| (*a, *id)).collect();
+        for (a, id) in unused {
+            self.maps.answers.set(id, AnswerV4::default(), 0).map_err(map_err(answers::MAP_NAME))?;
+            self.answers.remove(&a);
+            self.free_ids.push(id);
+            stats.answers_freed += 1;
+        }
+        // Lowest ids first, so the array stays dense.
+        self.free_ids.sort_unstable_by(|a, b| b.cmp(a));
+
+        self.names = want_names;
+        self.routes = want_routes;
+        Ok(stats)
+    }
+
+    /// The answer id of every answer of `name` (index -> id; `None` for an answer
+    /// the fast path must leave to userspace), writing new answers to the map.
+    fn answer_ids(
+        &mut self,
+        name: &ScheduledName,
+        settings: &DnsSettings,
+        used: &mut StdHashMap<AnswerV4, u32>,
+        stats: &mut SyncStats,
+    ) -> Result<Vec<Option<u32>>, XdpError> {
+        // Plain answers first: a canary answer refers to its target's id.
+        let mut ids: Vec<Option<u32>> = Vec::with_capacity(name.answers.len());
+        for a in &name.answers {
+            let content = plain_answer(a, settings);
+            ids.push(Some(self.ensure_answer(content, used, stats)?));
+        }
+        for (i, a) in name.answers.iter().enumerate() {
+            let Some(c) = a.canary else { continue };
+            let target = ids.get(c.answer as usize).copied().flatten();
+            ids[i] = match target {
+                Some(target_id) if (1..=100).contains(&c.percent) => {
+                    let content = AnswerV4 { canary_percent: c.percent as u32, canary_id: target_id, ..plain_answer(a, settings) };
+                    Some(self.ensure_answer(content, used, stats)?)
+                }
+                // An inconsistent split: userspace decides (it treats it as no table).
+                _ => None,
+            };
+        }
+        Ok(ids)
+    }
+
+    fn ensure_answer(
+        &mut self,
+        content: AnswerV4,
+        used: &mut StdHashMap<AnswerV4, u32>,
+        stats: &mut SyncStats,
+    ) -> Result<u32, XdpError> {
+        if let Some(&id) = used.get(&content) {
+            return Ok(id);
+        }
+        let id = match self.answers.get(&content) {
+            Some(&id) => id,
+            None => {
+                let id = match self.free_ids.pop() {
+                    Some(id) => id,
+                    None if self.next_id < answers::MAX_ENTRIES => {
+                        self.next_id += 1;
+                        self.next_id - 1
+                    }
+                    None => {
+                        return Err(XdpError::Full {
+                            map: answers::MAP_NAME,
+                            max: answers::MAX_ENTRIES,
+                            what: "too many distinct answers".into(),
+                        });
+                    }
+                };
+                if let Err(e) = self.maps.answers.set(id, content, 0) {
+                    self.free_ids.push(id);
+                    return Err(map_err(answers::MAP_NAME)(e));
+                }
+                self.answers.insert(content, id);
+                stats.answers_written += 1;
+                id
+            }
+        };
+        used.insert(content, id);
+        Ok(id)
+    }
+
+    /// Empties the maps (every key, including entries from an earlier process)
+    /// and forgets what was written.
+    fn reset(&mut self) -> Result<(), XdpError> {
+        let keys: Vec<NameKey> =
+            self.maps.names.keys().collect::<Result<_, _>>().map_err(map_err(names::MAP_NAME))?;
+        for k in keys {
+            remove_ok_if_missing(self.maps.names.remove(&k), names::MAP_NAME)?;
+        }
+        let keys: Vec<Key<RouteV4Data>> =
+            self.maps.routes.keys().collect::<Result<_, _>>().map_err(map_err(route_v4::MAP_NAME))?;
+        for k in keys {
+            remove_ok_if_missing(self.maps.routes.remove(&k), route_v4::MAP_NAME)?;
+        }
+        for id in 0..answers::MAX_ENTRIES {
+            let a = self.maps.answers.get(&id, 0).map_err(map_err(answers::MAP_NAME))?;
+            if a != AnswerV4::default() {
+                self.maps.answers.set(id, AnswerV4::default(), 0).map_err(map_err(answers::MAP_NAME))?;
+            }
+        }
+        self.names.clear();
+        self.routes.clear();
+        self.answers.clear();
+        self.free_ids.clear();
+        self.next_id = 0;
+        self.needs_reset = false;
+        Ok(())
+    }
+
+}
+
+/// A failed insert: "map full" when the kernel says so, the raw error otherwise.
+fn full_or(map: &'static str, max: u32, e: MapError, what: &str) -> XdpError {
+    let full = matches!(&e, MapError::SyscallError(s)
+        if matches!(s.io_error.raw_os_error(), Some(libc::E2BIG) | Some(libc::ENOSPC)));
+    if full { XdpError::Full { map, max, what: what.to_string() } } else { map_err(map)(e) }
+}
+
+/// The answer as the fast path sends it: the TTL the responder would answer
+/// (`dns::scheduled_ttl`), at most four addresses (the responder takes the same
+/// four), no canary.
+fn plain_answer(a: &Answer, settings: &DnsSettings) -> AnswerV4 {
+    let mut addrs = [[0u8; 4]; MAX_ADDRS];
+    for (slot, ip) in addrs.iter_mut().zip(a.ipv4.iter()) {
+        *slot = ip.octets();
+    }
+    AnswerV4 {
+        ttl: crate::dns::scheduled_ttl(a.ttl, settings),
+        count: a.ipv4.len().min(MAX_ADDRS) as u32,
+        canary_percent: 0,
+        canary_id: 0,
+        addrs,
+    }
+}
+
+/// Trie entries to insert or update, and to delete, to go from `have` to `want`
+/// (both sorted by address, then length).
+fn diff_routes(have: &[Route], want: &[Route]) -> (Vec<Route>, Vec<Route>) {
+    let (mut up, mut del) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < have.len() || j < want.len() {
+        match (have.get(i), want.get(j)) {
+            (Some(h), Some(w)) if (h.addr, h.len) == (w.addr, w.len) => {
+                if h.value != w.value {
+                    up.push(*w);
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(h), Some(w)) if (h.addr, h.len) < (w.addr, w.len) => {
+                del.push(*h);
+                i += 1;
+            }
+            (Some(_), Some(w)) => {
+                up.push(*w);
+                j += 1;
+            }
+            (Some(h), None) => {
+                del.push(*h);
+                i += 1;
+            }
+            (None, Some(w)) => {
+                up.push(*w);
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    (up, del)
+}
+
+fn route_key(name_id: u32, addr: u32, len: u8) -> Key<RouteV4Data> {
+    Key::new(NAME_BITS + len as u32, RouteV4Data::new(name_id, addr))
+}
+
+fn remove_route(
+    trie: &mut LpmTrie<MapData, RouteV4Data, RouteValue>,
+    name_id: u32,
+    r: &Route,
+) -> Result<(), XdpError> {
+    remove_ok_if_missing(trie.remove(&route_key(name_id, r.addr, r.len)), route_v4::MAP_NAME)
+}
+
+/// A delete of an entry that is already gone is not an error.
+fn remove_ok_if_missing(res: Result<(), MapError>, map: &'static str) -> Result<(), XdpError> {
+    match res {
+        Ok(()) | Err(MapError::KeyNotFound) => Ok(()),
+        Err(MapError::SyscallError(s)) if s.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(map_err(map)(e)),
+    }
+}
+
+/// The map key of a name: DNS wire format, ASCII lowercased, root label
+/// included, zero-padded. `None` when the name cannot be one (label over 63
+/// octets, empty label, over 255 octets).
+pub fn wire_key(name: &str) -> Option<Vec<u8>> {
+    let name = name.trim_end_matches('.');
+    let mut out = Vec::with_capacity(name.len() + 2);
+    if !name.is_empty() {
+        for label in name.split('.') {
+            let bytes = label.as_bytes();
+            if bytes.is_empty() || bytes.len() > 63 {
+                return None;
+            }
+            out.push(bytes.len() as u8);
+            out.extend(bytes.iter().map(u8::to_ascii_lowercase));
+        }
+    }
+    out.push(0);
+    (out.len() <= NAME_MAX).then_some(out)
+}
+
+fn name_key(wire: &[u8]) -> NameKey {
+    let mut k = NameKey::zeroed();
+    k.name[..wire.len()].copy_from_slice(wire);
+    k
+}
+
+/// `04 e d g e 03 n e t 00 …` back to `edge.net` (for dumps).
+fn wire_to_text(key: &[u8; KEY_LEN]) -> String {
+    let mut labels = Vec::new();
+    let mut i = 0;
+    while i < key.len() && key[i] != 0 {
+        let n = key[i] as usize;
+        let end = (i + 1 + n).min(key.len());
+        labels.push(String::from_utf8_lossy(&key[i + 1..end]).into_owned());
+        i = end;
+    }
+    if labels.is_empty() { ".".to_string() } else { labels.join(".") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(addr: u32, len: u8, id: u32) -> Route {
+        Route { addr, len, value: RouteValue { answer_id: id, scope: len as u32 } }
+    }
+
+    #[test]
+    fn wire_key_is_lowercase_wire_format() {
+        assert_eq!(wire_key("Edge.Lagran.NET").unwrap(), b"\x04edge\x06lagran\x03net\x00".to_vec());
+        assert_eq!(wire_key("edge.lagran.net.").unwrap(), b"\x04edge\x06lagran\x03net\x00".to_vec());
+        assert_eq!(wire_key("").unwrap(), vec![0]);
+        assert!(wire_key("a..b").is_none(), "empty label");
+        assert!(wire_key(&"x".repeat(64)).is_none(), "label over 63 octets");
+        let long = ["abcdefghi"; 26].join(".");
+        assert_eq!(long.len(), 259);
+        assert!(wire_key(&long).is_none(), "name over 255 octets");
+    }
+
+    #[test]
+    fn wire_key_round_trips_for_dumps() {
+        let k = name_key(&wire_key("pool-a.edge.lagran.net").unwrap());
+        assert_eq!(wire_to_text(&k.name), "pool-a.edge.lagran.net");
+    }
+
+    #[test]
+    fn diff_touches_only_changes() {
+        let have = [r(0, 1, 1), r(0x8000_0000, 2, 2), r(0xc000_0000, 2, 3)];
+        let want = [r(0, 1, 1), r(0x8000_0000, 2, 9), r(0xc000_0000, 3, 3), r(0xe000_0000, 3, 3)];
+        let (up, del) = diff_routes(&have, &want);
+        assert_eq!(up, vec![r(0x8000_0000, 2, 9), r(0xc000_0000, 3, 3), r(0xe000_0000, 3, 3)]);
+        assert_eq!(del, vec![r(0xc000_0000, 2, 3)]);
+        let (up, del) = diff_routes(&want, &want);
+        assert!(up.is_empty() && del.is_empty(), "no change, no writes");
+    }
+
+    #[test]
+    fn plain_answer_applies_the_responders_ttl_and_four_addresses() {
+        let settings = DnsSettings { ttl: 30, min_ttl: 5, ..DnsSettings::default() };
+        let a = Answer {
+            ttl: 300,
+            ipv4: (1..=6).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect(),
+            ..Answer::default()
+        };
+        let v = plain_answer(&a, &settings);
+        assert_eq!(v.ttl, 30, "min(route ttl, DNS_TTL)");
+        assert_eq!(v.count, 4);
+        assert_eq!(v.addrs[3], [10, 0, 0, 4]);
+        let a = Answer { ttl: 1, ..a };
+        assert_eq!(plain_answer(&a, &settings).ttl, 5, "never below 5 s");
+    }
+}

@@ -1,0 +1,67 @@
+//! The XDP fast path, seen from userspace: loading and attaching the program
+//! (`lagran-ebpf`), pinning its maps, and keeping the maps equal to the route
+//! table with diffed writes.
+//!
+//! - [`loader`]: finds the BPF object, loads it, attaches it to an interface
+//!   (native mode, else generic), pins the maps under [`PIN_DIR`]; detaches and
+//!   unpins on drop.
+//! - [`maps`]: the only module that touches aya map types. [`MapWriter::sync`]
+//!   turns a [`RouteTable`](crate::route_table::RouteTable) into map entries,
+//!   writing only what changed; [`Maps`] reads counters and dumps the maps.
+//! - [`netns`]: network-namespace and veth helpers for tests.
+//!
+//! Minimum kernel version: 5.8 (BTF-defined maps, bounded loops, growing
+//! frames with `bpf_xdp_adjust_tail`); the tests run `BPF_PROG_TEST_RUN`.
+
+pub mod loader;
+pub mod maps;
+pub mod netns;
+
+use std::path::PathBuf;
+
+pub use lagran_common::PIN_DIR;
+pub use loader::{AttachMode, LoadedXdp, TestRunOutput, XdpHandle, XdpOptions, object_bytes, object_path};
+pub use maps::{CounterSnapshot, MapWriter, Maps, SyncStats};
+
+/// Something the fast path could not do. Each variant names the object and, where
+/// there is one, what to try next.
+#[derive(Debug, thiserror::Error)]
+pub enum XdpError {
+    #[error(
+        "the XDP object {path} does not exist: build it with `cargo xtask build-ebpf --release`, \
+         or point LAGRAN_EBPF_OBJECT at a built object"
+    )]
+    ObjectMissing { path: PathBuf },
+    #[error("cannot read the XDP object {path}: {source}")]
+    ObjectRead { path: PathBuf, source: std::io::Error },
+    #[error("loading the XDP object failed (is this kernel ≥ 5.8, and do we have CAP_BPF/CAP_SYS_ADMIN?): {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("the XDP program `{name}` was rejected: {source}")]
+    Program { name: &'static str, source: Box<aya::programs::ProgramError> },
+    #[error("the XDP object has no program `{0}`: was it built from this tree?")]
+    NoProgram(&'static str),
+    #[error("the XDP object has no map `{0}`: was it built from this tree?")]
+    NoMap(&'static str),
+    #[error("map `{map}`: {source}")]
+    Map { map: &'static str, source: Box<aya::maps::MapError> },
+    #[error("pinning map `{map}` at {path}: {source}")]
+    Pin { map: &'static str, path: PathBuf, source: Box<aya::pin::PinError> },
+    #[error("opening pinned map {path}: {source} (is `lagran serve --xdp` running, and are we root?)")]
+    OpenPinned { path: PathBuf, source: Box<aya::maps::MapError> },
+    #[error("bpffs at {path}: {source}")]
+    Bpffs { path: PathBuf, source: std::io::Error },
+    #[error(
+        "attaching XDP to {iface} failed in native mode ({native}) and in generic mode ({generic}); \
+         check that the interface exists, that no other XDP program holds it (`ip link show {iface}`), \
+         and that we have CAP_NET_ADMIN — or serve without --xdp"
+    )]
+    Attach { iface: String, native: String, generic: String },
+    #[error("attaching XDP to {iface} in {mode} mode failed: {source}")]
+    AttachMode { iface: String, mode: AttachMode, source: Box<aya::programs::ProgramError> },
+    #[error("BPF_PROG_TEST_RUN failed: {0}")]
+    TestRun(#[source] Box<aya::programs::ProgramError>),
+    #[error("map `{map}` is full ({max} entries): {what}")]
+    Full { map: &'static str, max: u32, what: String },
+    #[error("scheduled names {a:?} and {b:?} share the name id {id}")]
+    DuplicateNameId { id: u32, a: String, b: String },
+}

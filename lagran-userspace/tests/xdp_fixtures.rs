@@ -1,0 +1,804 @@
+//! Packet fixtures for the XDP fast path, run through `BPF_PROG_TEST_RUN` on the
+//! real object built by `cargo xtask build-ebpf --release` (katran style: input
+//! packet → expected action → expected output packet).
+//!
+//! Every answered fixture is also answered by the userspace responder
+//! (`lagran::dns::answer`) from the same route table, and the two DNS messages
+//! must be identical byte for byte (SPEC §3 parity).
+//!
+//! Needs root (CAP_BPF) and the object; without them the tests fail with a
+//! message saying what to do (they never skip).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use lagran::config::DnsSettings;
+use lagran::dns::{self, Query, Transport};
+use lagran::model::Zone;
+use lagran::prefix_map::{PrefixMapV4, PrefixMapV6};
+use lagran::route_table::{Answer, Canary, RouteTable, ScheduledName, ZoneRoutes};
+use lagran::xdp::{LoadedXdp, MapWriter, TestRunOutput};
+use lagran_common::counters::Counter;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const DNS_PORT: u16 = 53;
+
+// ---------------------------------------------------------------- the table
+
+const RESOLVER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 5);
+const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 53);
+
+fn v4(a: &str) -> u32 {
+    u32::from(a.parse::<Ipv4Addr>().unwrap())
+}
+
+fn answer(ttl: u32, ips: &[&str]) -> Answer {
+    Answer { ttl, ipv4: ips.iter().map(|s| s.parse().unwrap()).collect(), reason: "fixture".into(), ..Answer::default() }
+}
+
+/// `edge.lagran.net` (id 1): 10/8 → two addresses (TTL 10), 58.60/16 → nobody
+/// eligible, the rest → one address (route TTL 300, answered as DNS_TTL 30).
+/// `pool-a.edge.lagran.net` (id 2): four addresses everywhere.
+/// `canary.edge.lagran.net` (id 3): 50 % of the /24s get the canary answer.
+fn table() -> RouteTable {
+    let edge = ScheduledName {
+        name: "edge.lagran.net".into(),
+        id: 1,
+        answers: vec![answer(300, &["192.0.2.10"]), answer(10, &["192.0.2.20", "192.0.2.21"]), answer(30, &[])],
+        v4: PrefixMapV4::from_ranges([(v4("10.0.0.0"), v4("10.255.255.255"), 1), (v4("58.60.0.0"), v4("58.60.255.255"), 2)], 0),
+        v6: PrefixMapV6::uniform(0),
+    };
+    let pool = ScheduledName {
+        name: "pool-a.edge.lagran.net".into(),
+        id: 2,
+        answers: vec![answer(20, &["198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4"])],
+        v4: PrefixMapV4::uniform(0),
+        v6: PrefixMapV6::uniform(0),
+    };
+    let mut primary = answer(30, &["192.0.2.100"]);
+    primary.canary = Some(Canary { percent: 50, answer: 1 });
+    let canary = ScheduledName {
+        name: "canary.edge.lagran.net".into(),
+        id: 3,
+        answers: vec![primary, answer(30, &["192.0.2.200"])],
+        v4: PrefixMapV4::from_ranges([(v4("100.0.0.0"), v4("100.255.255.255"), 0)], 0),
+        v6: PrefixMapV6::uniform(0),
+    };
+    let zone = ZoneRoutes { zone: Zone::new("edge.lagran.net"), names: vec![edge, pool, canary] };
+    RouteTable::new(7, now_ms(), vec![zone])
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn settings() -> DnsSettings {
+    DnsSettings::default()
+}
+
+// ------------------------------------------------------------ the program
+
+struct Fixture {
+    prog: LoadedXdp,
+    writer: MapWriter,
+    table: RouteTable,
+}
+
+impl Fixture {
+    /// Loads the real object (the verifier runs here) and syncs the fixture table.
+    fn new() -> Fixture {
+        let obj = lagran::xdp::object_bytes().unwrap_or_else(|e| {
+            panic!("the XDP fixture tests need the BPF object: {e} (`cargo xtask test` builds it first)")
+        });
+        let mut prog = LoadedXdp::load(&obj).unwrap_or_else(|e| {
+            panic!("loading the XDP program must succeed (root/CAP_BPF needed; verifier output follows): {e}")
+        });
+        let mut writer = prog.map_writer(DNS_PORT, 1232).expect("map writer");
+        let table = table();
+        writer.sync(&table, &settings()).expect("first sync");
+        assert!(writer.enabled(), "a synced table with a version enables the fast path");
+        Fixture { prog, writer, table }
+    }
+
+    /// Runs one frame; checks that exactly `expect` was counted.
+    fn run(&self, frame: &[u8], expect: Counter) -> TestRunOutput {
+        let before = self.writer.counters().unwrap();
+        let out = self.prog.test_run(frame).expect("BPF_PROG_TEST_RUN");
+        let after = self.writer.counters().unwrap();
+        let moved: Vec<(Counter, u64)> =
+            after.iter().zip(before.iter()).filter(|(a, b)| a.1 != b.1).map(|(a, b)| (a.0, a.1 - b.1)).collect();
+        assert_eq!(moved, vec![(expect, 1)], "exactly one counter ({expect:?}) moves for this packet");
+        let want = if expect == Counter::Answered { XDP_TX } else { XDP_PASS };
+        assert_eq!(out.action, want, "action for a packet counted as {expect:?}");
+        if want == XDP_PASS {
+            assert_eq!(out.frame, frame, "a passed packet is not modified");
+        }
+        out
+    }
+
+    /// Runs an answerable frame and returns the response's DNS message after
+    /// checking every header below it and the parity with userspace.
+    fn answered(&self, frame: &[u8]) -> Vec<u8> {
+        let out = self.run(frame, Counter::Answered);
+        let dns_out = check_tx_headers(frame, &out.frame);
+        let parsed_in = parse_frame(frame).unwrap();
+        let reply = dns::answer(
+            &Query { bytes: parsed_in.dns, source: IpAddr::V4(parsed_in.src), transport: Transport::Udp },
+            &self.table,
+            &settings(),
+            now_ms(),
+        );
+        let user = reply.bytes.expect("userspace answers what XDP answers");
+        assert_eq!(
+            hex(dns_out),
+            hex(&user),
+            "the XDP response must equal the userspace response byte for byte"
+        );
+        dns_out.to_vec()
+    }
+
+    fn pass(&self, frame: &[u8], reason: Counter) {
+        self.run(frame, reason);
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ")
+}
+
+// ------------------------------------------------------------ packet building
+
+fn wire(name: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    for l in name.trim_end_matches('.').split('.').filter(|l| !l.is_empty()) {
+        out.push(l.len() as u8);
+        out.extend_from_slice(l.as_bytes());
+    }
+    out.push(0);
+    out
+}
+
+/// A DNS query message.
+#[derive(Clone)]
+struct Dns {
+    id: u16,
+    flags: u16,
+    counts: Option<[u16; 4]>,
+    qname: Vec<u8>,
+    qtype: u16,
+    qclass: u16,
+    additional: Vec<u8>,
+    arcount: u16,
+}
+
+impl Dns {
+    fn a(name: &str) -> Dns {
+        Dns { id: 0xbeef, flags: 0x0100, counts: None, qname: wire(name), qtype: 1, qclass: 1, additional: vec![], arcount: 0 }
+    }
+    fn flags(mut self, f: u16) -> Dns {
+        self.flags = f;
+        self
+    }
+    fn qtype(mut self, t: u16) -> Dns {
+        self.qtype = t;
+        self
+    }
+    fn qclass(mut self, c: u16) -> Dns {
+        self.qclass = c;
+        self
+    }
+    fn counts(mut self, c: [u16; 4]) -> Dns {
+        self.counts = Some(c);
+        self
+    }
+    /// Adds an OPT record: payload size, version, DO, raw options.
+    fn opt(mut self, payload: u16, version: u8, do_bit: bool, options: &[u8]) -> Dns {
+        self.additional.extend_from_slice(&opt_rr(payload, 0, version, do_bit, options));
+        self.arcount += 1;
+        self
+    }
+    fn raw_additional(mut self, rr: &[u8]) -> Dns {
+        self.additional.extend_from_slice(rr);
+        self.arcount += 1;
+        self
+    }
+    fn bytes(&self) -> Vec<u8> {
+        let [qd, an, ns, ar] = self.counts.unwrap_or([1, 0, 0, self.arcount]);
+        let mut m = Vec::new();
+        for v in [self.id, self.flags, qd, an, ns, ar] {
+            m.extend_from_slice(&v.to_be_bytes());
+        }
+        m.extend_from_slice(&self.qname);
+        m.extend_from_slice(&self.qtype.to_be_bytes());
+        m.extend_from_slice(&self.qclass.to_be_bytes());
+        m.extend_from_slice(&self.additional);
+        m
+    }
+}
+
+fn opt_rr(payload: u16, ext_rcode: u8, version: u8, do_bit: bool, options: &[u8]) -> Vec<u8> {
+    let mut r = vec![0, 0, 41];
+    r.extend_from_slice(&payload.to_be_bytes());
+    r.extend_from_slice(&[ext_rcode, version, if do_bit { 0x80 } else { 0 }, 0]);
+    r.extend_from_slice(&(options.len() as u16).to_be_bytes());
+    r.extend_from_slice(options);
+    r
+}
+
+/// An ECS option (RFC 7871 §6) with the address bytes as given.
+fn ecs(family: u16, source: u8, scope: u8, addr: &[u8]) -> Vec<u8> {
+    let mut o = vec![0, 8];
+    o.extend_from_slice(&((4 + addr.len()) as u16).to_be_bytes());
+    o.extend_from_slice(&family.to_be_bytes());
+    o.extend_from_slice(&[source, scope]);
+    o.extend_from_slice(addr);
+    o
+}
+
+/// An ECS option for an IPv4 subnet, address truncated to the prefix.
+fn ecs4(subnet: &str) -> Vec<u8> {
+    let (a, l) = subnet.split_once('/').unwrap();
+    let a: Ipv4Addr = a.parse().unwrap();
+    let l: u8 = l.parse().unwrap();
+    ecs(1, l, 0, &a.octets()[..(l as usize).div_ceil(8)])
+}
+
+/// Everything below DNS.
+#[derive(Clone)]
+struct Frame {
+    vlan: Option<u16>,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    sport: u16,
+    dport: u16,
+    proto: u8,
+    frags: u16,
+    ip_options: bool,
+    /// Bytes after the IP datagram (Ethernet padding).
+    padding: usize,
+}
+
+impl Frame {
+    fn new() -> Frame {
+        Frame { vlan: None, src: RESOLVER, dst: SERVER, sport: 40000, dport: DNS_PORT, proto: 17, frags: 0x4000, ip_options: false, padding: 0 }
+    }
+    fn from(mut self, src: &str) -> Frame {
+        self.src = src.parse().unwrap();
+        self
+    }
+    fn build(&self, dns: &[u8]) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02];
+        if let Some(vid) = self.vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&vid.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let opts: &[u8] = if self.ip_options { &[1, 1, 1, 0] } else { &[] };
+        let ihl = 5 + opts.len() / 4;
+        let total = ihl * 4 + 8 + dns.len();
+        let mut ip = vec![0x40 | ihl as u8, 0];
+        ip.extend_from_slice(&(total as u16).to_be_bytes());
+        ip.extend_from_slice(&[0x12, 0x34]);
+        ip.extend_from_slice(&self.frags.to_be_bytes());
+        ip.extend_from_slice(&[61, self.proto, 0, 0]);
+        ip.extend_from_slice(&self.src.octets());
+        ip.extend_from_slice(&self.dst.octets());
+        ip.extend_from_slice(opts);
+        let c = checksum(&ip, 0);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        let ulen = (8 + dns.len()) as u16;
+        let mut udp = Vec::new();
+        udp.extend_from_slice(&self.sport.to_be_bytes());
+        udp.extend_from_slice(&self.dport.to_be_bytes());
+        udp.extend_from_slice(&ulen.to_be_bytes());
+        udp.extend_from_slice(&[0, 0]);
+        udp.extend_from_slice(dns);
+        let c = checksum(&udp, pseudo(self.src, self.dst, ulen));
+        udp[6..8].copy_from_slice(&c.to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&udp);
+        f.extend(std::iter::repeat_n(0, self.padding));
+        f
+    }
+}
+
+fn sum16(b: &[u8], mut s: u32) -> u32 {
+    for c in b.chunks(2) {
+        s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    s
+}
+
+fn fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+fn checksum(b: &[u8], seed: u32) -> u16 {
+    !fold(sum16(b, seed))
+}
+
+fn pseudo(src: Ipv4Addr, dst: Ipv4Addr, ulen: u16) -> u32 {
+    let mut p = Vec::new();
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    p.extend_from_slice(&[0, 17]);
+    p.extend_from_slice(&ulen.to_be_bytes());
+    sum16(&p, 0)
+}
+
+struct Parsed<'a> {
+    l2: usize,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    dns: &'a [u8],
+}
+
+fn parse_frame(f: &[u8]) -> Option<Parsed<'_>> {
+    let l2 = if f.get(12..14)? == [0x81, 0x00] { 18 } else { 14 };
+    let ip = f.get(l2..l2 + 20)?;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+    let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+    let dns = f.get(l2 + 28..l2 + total)?;
+    Some(Parsed { l2, src, dst, dns })
+}
+
+/// Checks Ethernet, IPv4 and UDP of a response against its query; returns the DNS message.
+fn check_tx_headers<'a>(input: &[u8], out: &'a [u8]) -> &'a [u8] {
+    let q = parse_frame(input).unwrap();
+    let l2 = q.l2;
+    assert_eq!(&out[0..6], &input[6..12], "destination MAC = query's source MAC");
+    assert_eq!(&out[6..12], &input[0..6], "source MAC = query's destination MAC");
+    assert_eq!(&out[12..l2], &input[12..l2], "ethertype and VLAN tag kept");
+    let ip = &out[l2..l2 + 20];
+    assert_eq!(ip[0], 0x45);
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    assert_eq!(l2 + total, out.len(), "IP total length covers the frame exactly (no padding left)");
+    assert_eq!(&ip[12..16], &q.dst.octets(), "source IP = query's destination");
+    assert_eq!(&ip[16..20], &q.src.octets(), "destination IP = query's source");
+    assert_eq!(ip[8], 64, "IP TTL");
+    assert_eq!(ip[9], 17);
+    assert_eq!(fold(sum16(ip, 0)), 0xffff, "IPv4 header checksum verifies");
+    let udp = &out[l2 + 20..];
+    assert_eq!(&udp[0..2], &input[l2 + 22..l2 + 24], "source port = query's destination port");
+    assert_eq!(&udp[2..4], &input[l2 + 20..l2 + 22], "destination port = query's source port");
+    let ulen = u16::from_be_bytes([udp[4], udp[5]]);
+    assert_eq!(ulen as usize, total - 20, "UDP length");
+    assert_ne!(&udp[6..8], &[0, 0], "UDP checksum is computed, not omitted");
+    assert_eq!(
+        fold(sum16(udp, pseudo(q.dst, q.src, ulen))),
+        0xffff,
+        "UDP checksum verifies over the pseudo-header and the whole datagram"
+    );
+    &out[l2 + 28..]
+}
+
+// ----------------------------------------------------------- response reading
+
+struct Resp {
+    flags: u16,
+    ancount: u16,
+    arcount: u16,
+    /// (ttl, address)
+    answers: Vec<(u32, Ipv4Addr)>,
+    /// OPT: (payload, ttl field, ECS (family, source, scope, addr bytes))
+    opt: Option<(u16, u32, Option<(u16, u8, u8, Vec<u8>)>)>,
+}
+
+fn read_resp(m: &[u8], qlen: usize) -> Resp {
+    let be16 = |o: usize| u16::from_be_bytes([m[o], m[o + 1]]);
+    let flags = be16(2);
+    let ancount = be16(6);
+    let arcount = be16(10);
+    let mut o = 12 + qlen + 4;
+    let mut answers = Vec::new();
+    for _ in 0..ancount {
+        assert_eq!(&m[o..o + 6], &[0xc0, 0x0c, 0, 1, 0, 1], "answer owner is a pointer to the question, A IN");
+        let ttl = u32::from_be_bytes([m[o + 6], m[o + 7], m[o + 8], m[o + 9]]);
+        assert_eq!(be16(o + 10), 4);
+        answers.push((ttl, Ipv4Addr::new(m[o + 12], m[o + 13], m[o + 14], m[o + 15])));
+        o += 16;
+    }
+    let mut opt = None;
+    if arcount == 1 {
+        assert_eq!(&m[o..o + 3], &[0, 0, 41], "OPT record");
+        let payload = be16(o + 3);
+        let ttl = u32::from_be_bytes([m[o + 5], m[o + 6], m[o + 7], m[o + 8]]);
+        let rdlen = be16(o + 9) as usize;
+        let rd = &m[o + 11..o + 11 + rdlen];
+        let ecs = (!rd.is_empty()).then(|| {
+            assert_eq!(&rd[0..2], &[0, 8]);
+            (u16::from_be_bytes([rd[4], rd[5]]), rd[6], rd[7], rd[8..].to_vec())
+        });
+        opt = Some((payload, ttl, ecs));
+        o += 11 + rdlen;
+    }
+    assert_eq!(o, m.len(), "nothing after the last record");
+    Resp { flags, ancount, arcount, answers, opt }
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+// ------------------------------------------------------------------ fixtures
+
+#[test]
+fn plain_query_is_answered_in_place() {
+    let fx = Fixture::new();
+    let dns = Dns::a("edge.lagran.net").bytes();
+    let m = fx.answered(&Frame::new().from("10.1.2.3").build(&dns));
+    let r = read_resp(&m, wire("edge.lagran.net").len());
+    assert_eq!(&m[0..2], &[0xbe, 0xef], "ID kept");
+    assert_eq!(r.flags, 0x8500, "QR AA RD, RCODE 0");
+    assert_eq!(&m[12..12 + 17], &dns[12..12 + 17], "question as received");
+    assert_eq!(r.answers, vec![(10, ip("192.0.2.20")), (10, ip("192.0.2.21"))], "10/8 gets the two-address answer");
+    assert_eq!(r.arcount, 0);
+    assert!(r.opt.is_none(), "no OPT without one in the query");
+}
+
+#[test]
+fn ttl_is_capped_by_dns_ttl_and_rd_cd_are_copied() {
+    let fx = Fixture::new();
+    let dns = Dns::a("edge.lagran.net").flags(0x0010).bytes(); // CD, no RD
+    let m = fx.answered(&Frame::new().build(&dns));
+    let r = read_resp(&m, 17);
+    assert_eq!(r.flags, 0x8410, "QR AA CD");
+    assert_eq!(r.answers, vec![(30, ip("192.0.2.10"))], "route TTL 300 is answered as DNS_TTL 30");
+}
+
+#[test]
+fn four_addresses_and_mixed_case_names() {
+    let fx = Fixture::new();
+    let dns = Dns::a("Pool-A.EDGE.lagran.Net").bytes();
+    let m = fx.answered(&Frame::new().build(&dns));
+    let qlen = wire("pool-a.edge.lagran.net").len();
+    assert_eq!(&m[12..12 + qlen], &wire("Pool-A.EDGE.lagran.Net")[..], "question keeps the client's case");
+    let r = read_resp(&m, qlen);
+    assert_eq!(r.ancount, 4);
+    assert_eq!(r.answers.iter().map(|a| a.1.octets()[3]).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn edns_without_ecs_echoes_opt_and_do() {
+    let fx = Fixture::new();
+    let dns = Dns::a("edge.lagran.net").opt(4096, 0, true, &[]).bytes();
+    let m = fx.answered(&Frame::new().build(&dns));
+    let r = read_resp(&m, 17);
+    assert_eq!(r.arcount, 1);
+    let (payload, ttl, ecs) = r.opt.unwrap();
+    assert_eq!(payload, 1232, "our UDP payload size");
+    assert_eq!(ttl, 0x0000_8000, "EXTENDED-RCODE 0, VERSION 0, DO copied");
+    assert!(ecs.is_none());
+}
+
+#[test]
+fn ecs_address_is_used_and_scope_is_the_matched_block() {
+    let fx = Fixture::new();
+    let dns = Dns::a("edge.lagran.net").opt(1232, 0, false, &ecs4("10.9.0.0/16")).bytes();
+    let m = fx.answered(&Frame::new().from("198.51.100.77").build(&dns));
+    let r = read_resp(&m, 17);
+    assert_eq!(r.answers.len(), 2, "the ECS subnet (10/8), not the resolver, decides");
+    let (_, ttl, ecs) = r.opt.unwrap();
+    assert_eq!(ttl, 0);
+    assert_eq!(ecs, Some((1, 16, 8, vec![10, 9])), "family, SOURCE echoed, SCOPE = /8 block, address echoed");
+}
+
+#[test]
+fn ecs_source_zero_uses_the_packet_source_and_scope_zero() {
+    let fx = Fixture::new();
+    let dns = Dns::a("edge.lagran.net").opt(1232, 0, false, &ecs(1, 0, 0, &[])).bytes();
+    let m = fx.answered(&Frame::new().from("10.7.7.7").build(&dns));
+    let r = read_resp(&m, 17);
+    assert_eq!(r.answers.len(), 2, "source 10.7.7.7 is in 10/8");
+    assert_eq!(r.opt.unwrap().2, Some((1, 0, 0, vec![])), "SCOPE 0 when SOURCE is 0");
+}
+
+#[test]
+fn ecs_with_odd_sizes() {
+    let fx = Fixture::new();
+    for subnet in ["10.0.0.0/1", "10.128.0.0/9", "10.1.2.0/23", "10.1.2.3/32", "100.1.2.0/24", "58.61.0.0/17"] {
+        let dns = Dns::a("edge.lagran.net").opt(512, 0, true, &ecs4(subnet)).bytes();
+        fx.answered(&Frame::new().build(&dns));
+    }
+}
+
+#[test]
+fn vlan_tagged_query_is_answered_with_the_tag() {
+    let fx = Fixture::new();
+    let mut f = Frame::new();
+    f.vlan = Some(42);
+    fx.answered(&f.build(&Dns::a("edge.lagran.net").opt(1232, 0, false, &ecs4("10.0.0.0/24")).bytes()));
+}
+
+#[test]
+fn ethernet_padding_is_trimmed() {
+    let fx = Fixture::new();
+    let mut f = Frame::new();
+    f.padding = 7;
+    fx.answered(&f.build(&Dns::a("edge.lagran.net").bytes()));
+}
+
+#[test]
+fn canary_split_is_per_slash_24_like_userspace() {
+    let fx = Fixture::new();
+    let mut seen = std::collections::HashSet::new();
+    for third in 0..16u8 {
+        let src = format!("100.20.{third}.9");
+        let dns = Dns::a("canary.edge.lagran.net").opt(1232, 0, false, &ecs(1, 0, 0, &[])).bytes();
+        let m = fx.answered(&Frame::new().from(&src).build(&dns));
+        let r = read_resp(&m, wire("canary.edge.lagran.net").len());
+        seen.insert(r.answers[0].1);
+        // The name has one /0 block; the split narrows the scope to /24.
+        let dns = Dns::a("canary.edge.lagran.net").opt(1232, 0, false, &ecs4(&format!("{src}/32"))).bytes();
+        let m = fx.answered(&Frame::new().build(&dns));
+        let r = read_resp(&m, wire("canary.edge.lagran.net").len());
+        assert_eq!(r.opt.unwrap().2.unwrap().2, 24, "scope: max(block /0, split /24)");
+        let dns = Dns::a("canary.edge.lagran.net").opt(1232, 0, false, &ecs4(&format!("100.20.{third}.0/24"))).bytes();
+        let m = fx.answered(&Frame::new().build(&dns));
+        let r = read_resp(&m, wire("canary.edge.lagran.net").len());
+        assert_eq!(r.opt.unwrap().2.unwrap().2, 24, "a split answers at least scope /24");
+    }
+    assert_eq!(seen.len(), 2, "16 subnets at 50 % see both answers");
+}
+
+#[test]
+fn queries_userspace_must_answer_are_passed() {
+    let fx = Fixture::new();
+    let f = Frame::new();
+    let a = || Dns::a("edge.lagran.net");
+    let cases: Vec<(&str, Vec<u8>, Counter)> = vec![
+        ("AAAA", f.build(&a().qtype(28).bytes()), Counter::Qtype),
+        ("ANY", f.build(&a().qtype(255).bytes()), Counter::Qtype),
+        ("class CH", f.build(&a().qclass(3).bytes()), Counter::Qclass),
+        ("unknown name", f.build(&Dns::a("nope.edge.lagran.net").bytes()), Counter::NameUnknown),
+        ("root name", f.build(&Dns::a(".").bytes()), Counter::NameUnknown),
+        ("no eligible node (58.60/16)", f.clone().from("58.60.1.1").build(&a().bytes()), Counter::NoAnswer),
+        ("response", f.build(&a().flags(0x8100).bytes()), Counter::IsResponse),
+        ("NOTIFY", f.build(&a().flags(4 << 11).bytes()), Counter::Opcode),
+        ("two questions", f.build(&a().counts([2, 0, 0, 0]).bytes()), Counter::Qdcount),
+        ("no question", f.build(&a().counts([0, 0, 0, 0]).bytes()), Counter::Qdcount),
+        ("answer section", f.build(&a().counts([1, 1, 0, 0]).bytes()), Counter::OtherSections),
+        ("authority section", f.build(&a().counts([1, 0, 1, 0]).bytes()), Counter::OtherSections),
+        ("two additional", f.build(&a().opt(1232, 0, false, &[]).opt(1232, 0, false, &[]).bytes()), Counter::OtherSections),
+        (
+            "additional not OPT",
+            f.build(&a().raw_additional(&[0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 1, 2, 3, 4]).bytes()),
+            Counter::OtherSections,
+        ),
+        ("EDNS version 1", f.build(&a().opt(1232, 1, false, &[]).bytes()), Counter::OptUnsupported),
+        ("extended rcode", f.build(&a().raw_additional(&opt_rr(1232, 1, 0, false, &[])).bytes()), Counter::OptUnsupported),
+        ("COOKIE option", f.build(&a().opt(1232, 0, false, &[0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]).bytes()), Counter::OptUnsupported),
+        (
+            "ECS then COOKIE",
+            f.build(&a().opt(1232, 0, false, &[ecs4("10.0.0.0/8"), vec![0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]].concat()).bytes()),
+            Counter::OptUnsupported,
+        ),
+        ("ECS source 33", f.build(&a().opt(1232, 0, false, &ecs(1, 33, 0, &[10, 0, 0, 0, 0])).bytes()), Counter::EcsBad),
+        ("ECS bits past source", f.build(&a().opt(1232, 0, false, &ecs(1, 8, 0, &[10 | 1])).bytes()), Counter::EcsBad),
+        ("ECS bits past /20", f.build(&a().opt(1232, 0, false, &ecs(1, 20, 0, &[10, 1, 0x18])).bytes()), Counter::EcsBad),
+        ("ECS scope set", f.build(&a().opt(1232, 0, false, &ecs(1, 8, 8, &[10])).bytes()), Counter::EcsBad),
+        ("ECS address too long", f.build(&a().opt(1232, 0, false, &ecs(1, 8, 0, &[10, 0])).bytes()), Counter::EcsBad),
+        ("ECS address too short", f.build(&a().opt(1232, 0, false, &ecs(1, 24, 0, &[10, 0])).bytes()), Counter::EcsBad),
+        ("ECS family 3", f.build(&a().opt(1232, 0, false, &ecs(3, 8, 0, &[10])).bytes()), Counter::EcsBad),
+        ("ECS option too short", f.build(&a().opt(1232, 0, false, &[0, 8, 0, 2, 0, 1]).bytes()), Counter::EcsBad),
+        (
+            "ECS length past RDATA",
+            f.build(&a().opt(1232, 0, false, &[0, 8, 0, 9, 0, 1, 8, 0, 10]).bytes()),
+            Counter::EcsBad,
+        ),
+        ("ECS IPv6", f.build(&a().opt(1232, 0, false, &ecs(2, 48, 0, &[0x20, 1, 0xd, 0xb8, 0, 0])).bytes()), Counter::EcsV6),
+        ("OPT RDLEN short", f.build(&a().opt(1232, 0, false, &[0, 8]).bytes()), Counter::OptUnsupported),
+        ("trailing bytes", f.build(&[a().bytes(), vec![0; 5]].concat()), Counter::TrailingData),
+        ("trailing after OPT", f.build(&[a().opt(1232, 0, false, &[]).bytes(), vec![0]].concat()), Counter::TrailingData),
+        ("oversized payload", f.build(&[a().bytes(), vec![0xaa; 1400]].concat()), Counter::TrailingData),
+    ];
+    for (what, frame, reason) in cases {
+        eprintln!("case: {what}");
+        fx.pass(&frame, reason);
+    }
+}
+
+#[test]
+fn malformed_names_are_passed() {
+    let fx = Fixture::new();
+    let f = Frame::new();
+    // A compression pointer in the question.
+    let mut d = Dns::a("x.edge.lagran.net");
+    d.qname = vec![1, b'x', 0xc0, 0x0c];
+    fx.pass(&f.build(&d.bytes()), Counter::NameCompressed);
+    // Extended label type 0x40.
+    d.qname = vec![0x41, 0];
+    fx.pass(&f.build(&d.bytes()), Counter::NameCompressed);
+    // 256 octets of labels without the root: longer than any name.
+    let mut long = Vec::new();
+    for _ in 0..4 {
+        long.push(63);
+        long.extend(std::iter::repeat_n(b'a', 63));
+    }
+    long.push(0);
+    d.qname = long.clone();
+    fx.pass(&f.build(&d.bytes()), Counter::NameTooLong);
+    // Exactly 255 octets: a valid name, just not ours.
+    let mut ok = Vec::new();
+    for _ in 0..3 {
+        ok.push(63);
+        ok.extend(std::iter::repeat_n(b'b', 63));
+    }
+    ok.push(61);
+    ok.extend(std::iter::repeat_n(b'c', 61));
+    ok.push(0);
+    assert_eq!(ok.len(), 255);
+    d.qname = ok;
+    fx.pass(&f.build(&d.bytes()), Counter::NameUnknown);
+    // A label running past the end of the message.
+    d.qname = vec![20, b'a', b'b'];
+    let mut m = d.bytes();
+    m.truncate(12 + 3);
+    fx.pass(&f.build(&m), Counter::TooShort);
+}
+
+#[test]
+fn truncated_frames_are_passed() {
+    let fx = Fixture::new();
+    let full = Frame::new().build(&Dns::a("edge.lagran.net").opt(1232, 0, false, &ecs4("10.0.0.0/8")).bytes());
+    // Cut anywhere: the headers still announce the full length.
+    for cut in 0..full.len() {
+        let frame = &full[..cut];
+        let before = fx.writer.counters().unwrap();
+        let out = fx.prog.test_run(frame).expect("test run");
+        assert_eq!(out.action, XDP_PASS, "a frame cut at {cut} bytes is passed");
+        let after = fx.writer.counters().unwrap();
+        assert_eq!(after.passed(), before.passed() + 1, "and counted once");
+    }
+    // Consistent lengths, but the DNS message ends inside the question.
+    let dns = Dns::a("edge.lagran.net").bytes();
+    for cut in [12, 13, 20, 28, 30] {
+        fx.pass(&Frame::new().build(&dns[..cut]), Counter::TooShort);
+    }
+    // DNS header shorter than 12 octets.
+    fx.pass(&Frame::new().build(&dns[..11]), Counter::TooShort);
+}
+
+#[test]
+fn other_traffic_is_passed() {
+    let fx = Fixture::new();
+    let dns = Dns::a("edge.lagran.net").bytes();
+    let mut f = Frame::new();
+    f.dport = 5353;
+    fx.pass(&f.build(&dns), Counter::NotDnsPort);
+    let mut f = Frame::new();
+    f.proto = 6;
+    fx.pass(&f.build(&dns), Counter::NotUdp);
+    let mut f = Frame::new();
+    f.ip_options = true;
+    fx.pass(&f.build(&dns), Counter::IpOptions);
+    let mut f = Frame::new();
+    f.frags = 0x2000; // MF
+    fx.pass(&f.build(&dns), Counter::Fragment);
+    f.frags = 0x0010; // offset
+    fx.pass(&f.build(&dns), Counter::Fragment);
+    // IPv6, ARP, QinQ.
+    let mut v6 = Frame::new().build(&dns);
+    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    fx.pass(&v6, Counter::NotIpv4);
+    let mut arp = vec![0xff; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
+    arp.extend(std::iter::repeat_n(0, 28));
+    fx.pass(&arp, Counter::NotIpv4);
+    let mut qinq = Frame::new();
+    qinq.vlan = Some(7);
+    let mut q = qinq.build(&dns);
+    q[16..18].copy_from_slice(&[0x81, 0x00]);
+    fx.pass(&q, Counter::NotIpv4);
+    // IP total length larger than the frame; UDP length disagreeing with IP.
+    let mut bad = Frame::new().build(&dns);
+    bad[16..18].copy_from_slice(&2000u16.to_be_bytes());
+    fx.pass(&bad, Counter::Malformed);
+    let mut bad = Frame::new().build(&dns);
+    bad[38..40].copy_from_slice(&9u16.to_be_bytes());
+    fx.pass(&bad, Counter::Malformed);
+}
+
+#[test]
+fn disabled_fast_path_passes_everything() {
+    let fx = Fixture::new();
+    let mut fx = fx;
+    fx.writer.set_allowed(false).unwrap();
+    assert!(!fx.writer.enabled());
+    fx.pass(&Frame::new().build(&Dns::a("edge.lagran.net").bytes()), Counter::Disabled);
+    fx.writer.set_allowed(true).unwrap();
+    fx.answered(&Frame::new().build(&Dns::a("edge.lagran.net").bytes()));
+}
+
+#[test]
+fn resync_changes_answers_without_touching_unchanged_entries() {
+    let mut fx = Fixture::new();
+    let frame = Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes());
+    fx.answered(&frame);
+    // Same table again: nothing to write.
+    let stats = fx.writer.sync(&fx.table, &settings()).unwrap();
+    assert_eq!(stats.writes(), 0, "an unchanged table writes nothing: {stats:?}");
+    // One answer's addresses change: one answer written, no trie entry touched.
+    let mut t = table();
+    t.zones[0].names[0].answers[1].ipv4 = vec![ip("192.0.2.99")];
+    let t = RouteTable::new(8, now_ms(), t.zones);
+    let stats = fx.writer.sync(&t, &settings()).unwrap();
+    assert_eq!((stats.answers_written, stats.routes_upserted, stats.routes_deleted), (1, 1, 0), "{stats:?}");
+    fx.table = t;
+    let m = fx.answered(&frame);
+    assert_eq!(read_resp(&m, 17).answers, vec![(10, ip("192.0.2.99"))]);
+    // A name disappears: its name entry and trie entries go, the others stay.
+    let mut t = table();
+    t.zones[0].names.remove(1);
+    let t = RouteTable::new(9, now_ms(), t.zones);
+    let stats = fx.writer.sync(&t, &settings()).unwrap();
+    assert_eq!(stats.names_deleted, 1, "{stats:?}");
+    assert_eq!(stats.routes_deleted, 1 + 0, "pool-a had one /0 entry: {stats:?}");
+    fx.table = t;
+    fx.pass(&Frame::new().build(&Dns::a("pool-a.edge.lagran.net").bytes()), Counter::NameUnknown);
+    fx.answered(&Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes()));
+}
+
+#[test]
+fn random_packets_are_passed_or_answered_correctly() {
+    let fx = Fixture::new();
+    let mut rng = StdRng::seed_from_u64(0x1a9_a4);
+    let names = ["edge.lagran.net", "pool-a.edge.lagran.net", "canary.edge.lagran.net", "nope.lagran.net"];
+    let (mut tx, mut pass) = (0, 0);
+    for i in 0..3000 {
+        let name = names[rng.gen_range(0..names.len())];
+        let mut d = Dns::a(name);
+        if rng.gen_bool(0.5) {
+            let subnet = format!("{}.{}.0.0/{}", rng.gen_range(0..=255u8), rng.gen_range(0..=255u8), rng.gen_range(0..=32u8));
+            let (a, l) = subnet.split_once('/').unwrap();
+            let l: u8 = l.parse().unwrap();
+            let mask = if l == 0 { 0 } else { u32::MAX << (32 - l) };
+            let a = Ipv4Addr::from(u32::from(a.parse::<Ipv4Addr>().unwrap()) & mask);
+            d = d.opt(rng.gen_range(0..=4096), 0, rng.gen_bool(0.5), &ecs4(&format!("{a}/{l}")));
+        } else if rng.gen_bool(0.3) {
+            d = d.opt(1232, 0, false, &[]);
+        }
+        let mut dns = d.bytes();
+        // Mutate: flip bytes, truncate or extend.
+        match rng.gen_range(0..4) {
+            0 => {}
+            1 => {
+                for _ in 0..rng.gen_range(1..4) {
+                    let at = rng.gen_range(0..dns.len());
+                    dns[at] = rng.r#gen();
+                }
+            }
+            2 => dns.truncate(rng.gen_range(0..dns.len())),
+            _ => dns.extend((0..rng.gen_range(1..40)).map(|_| rng.r#gen::<u8>())),
+        }
+        let src = Ipv4Addr::from(rng.r#gen::<u32>());
+        let mut frame = Frame::new();
+        frame.src = src;
+        frame.vlan = rng.gen_bool(0.1).then_some(5);
+        let mut bytes = frame.build(&dns);
+        if rng.gen_bool(0.1) {
+            // Corrupt the lower layers too.
+            let at = rng.gen_range(0..bytes.len().min(50));
+            bytes[at] = rng.r#gen();
+        }
+        let out = fx.prog.test_run(&bytes).unwrap_or_else(|e| panic!("packet {i}: {e}"));
+        match out.action {
+            XDP_PASS => {
+                assert_eq!(out.frame, bytes, "packet {i}: passed packets are untouched");
+                pass += 1;
+            }
+            XDP_TX => {
+                // Must be exactly what userspace answers.
+                fx.answered(&bytes);
+                tx += 1;
+            }
+            other => panic!("packet {i}: unexpected action {other}"),
+        }
+    }
+    assert!(tx > 300 && pass > 300, "the mutations exercise both outcomes (tx {tx}, pass {pass})");
+}
