@@ -1,1 +1,74 @@
-fn main() {}
+//! `lagran-edge`: the CDN edge node. Reads a TOML config, serves until SIGTERM/ctrl-c.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use lagran_edge::config::Config;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+/// Lagran CDN edge node: TLS, WAF, rate limit, cache and origin fetch per site.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// TOML configuration file.
+    #[arg(short, long, env = "LAGRAN_EDGE_CONFIG", default_value = "edge.toml")]
+    config: PathBuf,
+    /// Validate the configuration (and load certificates), then exit.
+    #[arg(long)]
+    check: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let mut config = Config::load(&args.config)?;
+    // The seed's environment name wins over the file.
+    if let Ok(token) = std::env::var("AGENT_TOKEN") {
+        config.agent_token = Some(token);
+    }
+    if args.check {
+        if config.listen_https.is_some() {
+            lagran_edge::tls::server_config(&config.sites)?;
+        }
+        println!(
+            "{}: {} site(s), configuration ok",
+            args.config.display(),
+            config.sites.len()
+        );
+        return Ok(());
+    }
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    lagran_edge::serve(config, shutdown)
+        .await
+        .context("lagran-edge stopped")
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            },
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}

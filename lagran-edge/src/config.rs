@@ -1,0 +1,288 @@
+//! The edge's TOML configuration: listeners, the agent's control-plane settings and
+//! one `[[site]]` per customer host. Unknown keys are errors naming the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::host;
+use crate::origin::Origin;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot parse config {origin}")]
+    Parse {
+        origin: String,
+        source: toml::de::Error,
+    },
+    #[error("config {origin}: `{key}`: {reason}")]
+    Invalid {
+        origin: String,
+        key: String,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "default_listen_http")]
+    pub listen_http: SocketAddr,
+    pub listen_https: Option<SocketAddr>,
+    /// The node's name in the control plane; heartbeats go to `/api/v1/nodes/{node_name}`.
+    #[serde(default = "default_node_name")]
+    pub node_name: String,
+    /// Control plane base URL (`http://host:port`); without it no heartbeats are sent.
+    pub control_url: Option<String>,
+    /// Sent as `x-lagran-agent-token`; the `AGENT_TOKEN` environment variable wins.
+    pub agent_token: Option<String>,
+    #[serde(default = "default_heartbeat_secs")]
+    pub heartbeat_secs: u64,
+    /// Memory budget of the response cache (bodies, headers and keys).
+    #[serde(default = "default_cache_max_bytes")]
+    pub cache_max_bytes: usize,
+    /// Larger responses are streamed through and not stored.
+    #[serde(default = "default_cache_max_object_bytes")]
+    pub cache_max_object_bytes: usize,
+    /// Deadline for connecting to an origin and receiving its response head.
+    #[serde(default = "default_origin_timeout_secs")]
+    pub origin_timeout_secs: u64,
+    /// Client addresses each site's rate limiter remembers at most.
+    #[serde(default = "default_rate_limit_max_clients")]
+    pub rate_limit_max_clients: usize,
+    #[serde(default, rename = "site")]
+    pub sites: Vec<SiteConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SiteConfig {
+    /// `cdn.example.com` or `*.example.com` (one label).
+    pub host: String,
+    pub origin: Origin,
+    pub cert_pem: Option<PathBuf>,
+    pub key_pem: Option<PathBuf>,
+    /// TTL for responses without `max-age`; 0 disables caching for the site.
+    #[serde(default = "default_cache_ttl_secs")]
+    pub cache_ttl_secs: u64,
+    /// When non-empty, only these client networks are served.
+    #[serde(default)]
+    pub allow_cidrs: Vec<IpNet>,
+    #[serde(default)]
+    pub deny_cidrs: Vec<IpNet>,
+    /// Path prefixes answered 403.
+    #[serde(default)]
+    pub deny_paths: Vec<String>,
+    /// Case-insensitive substrings of `User-Agent` answered 403.
+    #[serde(default)]
+    pub deny_user_agents: Vec<String>,
+    /// Requests per second per client address (IPv6: per /64); absent = unlimited.
+    pub rate_limit_rps: Option<f64>,
+    /// Bucket size; defaults to one second's worth (at least 1).
+    pub rate_limit_burst: Option<u32>,
+    /// Hotlink protection: when non-empty, a `Referer` must name one of these host
+    /// patterns or the site itself; requests without `Referer` pass.
+    #[serde(default)]
+    pub referer_allow: Vec<String>,
+}
+
+fn default_listen_http() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8081))
+}
+fn default_node_name() -> String {
+    "edge".to_owned()
+}
+fn default_heartbeat_secs() -> u64 {
+    10
+}
+fn default_cache_max_bytes() -> usize {
+    256 << 20
+}
+fn default_cache_max_object_bytes() -> usize {
+    16 << 20
+}
+fn default_origin_timeout_secs() -> u64 {
+    10
+}
+fn default_rate_limit_max_clients() -> usize {
+    100_000
+}
+fn default_cache_ttl_secs() -> u64 {
+    60
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates `text`; `origin` names the source in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            origin: origin.to_owned(),
+            source,
+        })?;
+        config
+            .validate()
+            .map_err(|(key, reason)| ConfigError::Invalid {
+                origin: origin.to_owned(),
+                key,
+                reason,
+            })?;
+        Ok(config)
+    }
+
+    pub fn heartbeat_interval(&self) -> Duration {
+        Duration::from_secs(self.heartbeat_secs)
+    }
+
+    pub fn origin_timeout(&self) -> Duration {
+        Duration::from_secs(self.origin_timeout_secs)
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |key: &str, reason: &str| Err((key.to_owned(), reason.to_owned()));
+        if self.heartbeat_secs == 0 {
+            return err("heartbeat_secs", "must be at least 1");
+        }
+        if self.origin_timeout_secs == 0 {
+            return err("origin_timeout_secs", "must be at least 1");
+        }
+        if self.rate_limit_max_clients == 0 {
+            return err("rate_limit_max_clients", "must be at least 1");
+        }
+        if self.cache_max_object_bytes > self.cache_max_bytes {
+            return err("cache_max_object_bytes", "must not exceed cache_max_bytes");
+        }
+        if !self
+            .node_name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            || self.node_name.is_empty()
+        {
+            return err(
+                "node_name",
+                "must be non-empty letters, digits, '-', '_' or '.'",
+            );
+        }
+        if let Some(url) = &self.control_url
+            && (!url.starts_with("http://") || url.parse::<hyper::Uri>().is_err())
+        {
+            return err(
+                "control_url",
+                "must be an http:// URL such as http://127.0.0.1:8080",
+            );
+        }
+        if self.listen_https.is_some() && !self.sites.iter().any(|s| s.cert_pem.is_some()) {
+            return err(
+                "listen_https",
+                "is set but no [[site]] has cert_pem/key_pem",
+            );
+        }
+        let mut seen = host::HostMap::default();
+        for (i, site) in self.sites.iter().enumerate() {
+            let key = |field: &str| format!("site[{i}].{field}");
+            let fail = |field: &str, reason: String| {
+                Err((key(field), format!("{reason} (site {})", site.host)))
+            };
+            if !host::valid_pattern(&site.host) {
+                return fail("host", "must be a host name or *.suffix".into());
+            }
+            if seen.insert(&site.host, ()).is_some() {
+                return fail("host", "is configured twice".into());
+            }
+            if site.cert_pem.is_some() != site.key_pem.is_some() {
+                return fail("cert_pem", "cert_pem and key_pem go together".into());
+            }
+            match (site.rate_limit_rps, site.rate_limit_burst) {
+                (Some(rps), _) if !(rps.is_finite() && rps > 0.0) => {
+                    return fail("rate_limit_rps", "must be a positive number".into());
+                }
+                (None, Some(_)) => return fail("rate_limit_burst", "needs rate_limit_rps".into()),
+                (_, Some(0)) => return fail("rate_limit_burst", "must be at least 1".into()),
+                _ => {}
+            }
+            if let Some(p) = site.deny_paths.iter().find(|p| !p.starts_with('/')) {
+                return fail("deny_paths", format!("{p:?} must start with '/'"));
+            }
+            if site.deny_user_agents.iter().any(|ua| ua.is_empty()) {
+                return fail(
+                    "deny_user_agents",
+                    "an empty pattern would match every client".into(),
+                );
+            }
+            if let Some(p) = site.referer_allow.iter().find(|p| !host::valid_pattern(p)) {
+                return fail(
+                    "referer_allow",
+                    format!("{p:?} must be a host name or *.suffix"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../edge.example.toml");
+
+    #[test]
+    fn parses_the_documented_example() {
+        let c = Config::parse(EXAMPLE, "example").unwrap();
+        assert_eq!(c.sites.len(), 2);
+        assert_eq!(c.node_name, "gz-01");
+        assert_eq!(c.sites[0].rate_limit_rps, Some(50.0));
+        assert_eq!(c.sites[1].cache_ttl_secs, 60, "the default TTL applies");
+        assert_eq!(c.rate_limit_max_clients, 100_000);
+    }
+
+    #[test]
+    fn defaults_need_nothing() {
+        let c = Config::parse("", "empty").unwrap();
+        assert_eq!(c.listen_http, "127.0.0.1:8081".parse().unwrap());
+        assert_eq!(c.heartbeat_secs, 10);
+        assert!(c.sites.is_empty());
+    }
+
+    fn error(text: &str) -> String {
+        crate::error_chain(&Config::parse(text, "t").expect_err("config must be rejected"))
+    }
+
+    #[test]
+    fn errors_name_the_bad_key() {
+        let e = error("listen_htp = \"127.0.0.1:1\"");
+        assert!(e.contains("listen_htp"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\ncache_tll = 1\n");
+        assert!(e.contains("cache_tll"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigin = \"https://o\"\n");
+        assert!(e.contains("origin") && e.contains("only http://"), "{e}");
+        let e = error(
+            "[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\ndeny_cidrs = [\"10.0.0.0/33\"]\n",
+        );
+        assert!(e.contains("deny_cidrs"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\nrate_limit_burst = 5\n");
+        assert!(e.contains("site[0].rate_limit_burst"), "{e}");
+        let e = error(
+            "[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\n[[site]]\nhost = \"A.test\"\norigin = \"http://o\"\n",
+        );
+        assert!(e.contains("site[1].host") && e.contains("twice"), "{e}");
+        let e = error(
+            "listen_https = \"127.0.0.1:0\"\n[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\n",
+        );
+        assert!(e.contains("listen_https"), "{e}");
+    }
+}

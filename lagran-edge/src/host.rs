@@ -1,0 +1,121 @@
+//! Host names as sites, certificates and Referer rules are keyed by.
+//!
+//! A name is compared lower-case, without port or trailing dot. A pattern is an exact
+//! name or `*.suffix`; the wildcard stands for exactly one label, as in certificates
+//! (RFC 6125 §6.4.3: "the client SHOULD NOT attempt to match a presented identifier
+//! where the wildcard character is embedded within an A-label or U-label"; one label
+//! only). Exact entries win over wildcard ones.
+
+use std::collections::HashMap;
+
+/// Lower-cases `host` and strips a `:port` suffix, IPv6 brackets and a trailing dot.
+pub fn normalize(host: &str) -> String {
+    let host = host.trim();
+    let host = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or(rest)
+    } else if host.matches(':').count() == 1 {
+        host.split(':').next().unwrap_or(host)
+    } else {
+        host
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Whether `pattern` is a name or `*.suffix` made of non-empty labels of letters,
+/// digits, `-` and `_`.
+pub fn valid_pattern(pattern: &str) -> bool {
+    let name = pattern.strip_prefix("*.").unwrap_or(pattern);
+    !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// Values keyed by host pattern.
+#[derive(Debug)]
+pub struct HostMap<T> {
+    exact: HashMap<String, T>,
+    wildcard: HashMap<String, T>,
+}
+
+impl<T> Default for HostMap<T> {
+    fn default() -> Self {
+        HostMap {
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+        }
+    }
+}
+
+impl<T> HostMap<T> {
+    /// Adds `value` under `pattern`; returns the value it replaces, if any.
+    pub fn insert(&mut self, pattern: &str, value: T) -> Option<T> {
+        let pattern = normalize(pattern);
+        match pattern.strip_prefix("*.") {
+            Some(suffix) => self.wildcard.insert(suffix.to_owned(), value),
+            None => self.exact.insert(pattern, value),
+        }
+    }
+
+    /// The value for `host` (any case, with or without port): exact, then wildcard.
+    pub fn get(&self, host: &str) -> Option<&T> {
+        let host = normalize(host);
+        self.exact.get(&host).or_else(|| {
+            let (label, suffix) = host.split_once('.')?;
+            if label.is_empty() {
+                None
+            } else {
+                self.wildcard.get(suffix)
+            }
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_case_port_and_trailing_dot() {
+        assert_eq!(normalize("CDN.Example.com:8080"), "cdn.example.com");
+        assert_eq!(normalize("cdn.example.com."), "cdn.example.com");
+        assert_eq!(normalize("[2001:db8::1]:443"), "2001:db8::1");
+        assert_eq!(normalize("2001:db8::1"), "2001:db8::1");
+    }
+
+    #[test]
+    fn exact_wins_and_wildcard_covers_one_label() {
+        let mut m = HostMap::default();
+        m.insert("*.example.com", "wild");
+        m.insert("www.example.com", "www");
+        assert_eq!(m.get("www.example.com"), Some(&"www"));
+        assert_eq!(m.get("img.example.com:443"), Some(&"wild"));
+        assert_eq!(
+            m.get("example.com"),
+            None,
+            "a wildcard does not cover its own suffix"
+        );
+        assert_eq!(
+            m.get("a.b.example.com"),
+            None,
+            "a wildcard covers exactly one label"
+        );
+    }
+
+    #[test]
+    fn validates_patterns() {
+        assert!(valid_pattern("cdn.example.com"));
+        assert!(valid_pattern("*.example.com"));
+        assert!(!valid_pattern("*"));
+        assert!(!valid_pattern("a..b"));
+        assert!(!valid_pattern("foo.*.com"));
+        assert!(!valid_pattern("http://x"));
+    }
+}

@@ -1,0 +1,169 @@
+//! `lagran-edge`: the CDN edge node clients reach after Lagran's GeoDNS answered.
+//!
+//! A request goes Host/SNI → site → WAF → rate limit → hotlink check → cache → origin
+//! (see [`server`]); the [`agent`] reports the node's load to the control plane.
+
+pub mod agent;
+pub mod body;
+pub mod cache;
+pub mod config;
+pub mod host;
+pub mod origin;
+pub mod rate_limit;
+pub mod server;
+pub mod tls;
+pub mod waf;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::cache::Cache;
+use crate::config::{Config, ConfigError};
+use crate::host::HostMap;
+use crate::origin::{Origin, OriginClient};
+use crate::rate_limit::RateLimiter;
+use crate::tls::TlsError;
+use crate::waf::Waf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("a listener failed")]
+    Serve(#[source] std::io::Error),
+}
+
+/// `error: cause: cause…` — an error with its whole `source()` chain, for logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
+}
+
+/// Counters shared by the servers and the agent.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub bytes_served: AtomicU64,
+    pub open_conns: AtomicI64,
+    pub requests: AtomicU64,
+}
+
+/// One customer host as the request path sees it.
+#[derive(Debug)]
+pub struct Site {
+    pub host: String,
+    pub origin: Origin,
+    pub cache_ttl: Duration,
+    pub waf: Waf,
+    pub limiter: Option<RateLimiter>,
+}
+
+/// Everything a request handler needs.
+pub struct Edge {
+    sites: HostMap<Arc<Site>>,
+    pub cache: Cache,
+    pub origin: OriginClient,
+    pub stats: Arc<Stats>,
+}
+
+impl Edge {
+    pub fn new(config: &Config) -> Edge {
+        let mut sites = HostMap::default();
+        for s in &config.sites {
+            let limiter = s.rate_limit_rps.map(|rps| {
+                let burst = s.rate_limit_burst.unwrap_or(rps.ceil() as u32);
+                RateLimiter::new(rps, burst, config.rate_limit_max_clients)
+            });
+            let site = Site {
+                host: s.host.clone(),
+                origin: s.origin.clone(),
+                cache_ttl: Duration::from_secs(s.cache_ttl_secs),
+                waf: Waf::new(s),
+                limiter,
+            };
+            sites.insert(&s.host, Arc::new(site));
+        }
+        Edge {
+            sites,
+            cache: Cache::new(config.cache_max_bytes, config.cache_max_object_bytes),
+            origin: OriginClient::new(config.origin_timeout()),
+            stats: Arc::default(),
+        }
+    }
+
+    /// The site serving `host` (any case, port ignored).
+    pub fn site(&self, host: &str) -> Option<&Arc<Site>> {
+        self.sites.get(host)
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, EdgeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| EdgeError::Bind { addr, source })
+}
+
+/// Runs the HTTP listener, the HTTPS listener when configured and the heartbeat
+/// agent until `shutdown`, then drains connections.
+pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), EdgeError> {
+    let edge = Arc::new(Edge::new(&config));
+    let acceptor = config
+        .listen_https
+        .map(|_| tls::acceptor(&config.sites))
+        .transpose()?;
+    let mut tasks = JoinSet::new();
+
+    let http = bind(config.listen_http).await?;
+    let addr = http.local_addr().map_err(EdgeError::Serve)?;
+    info!(%addr, sites = config.sites.len(), "serving http");
+    tasks.spawn(server::run(http, edge.clone(), shutdown.clone()));
+    if let (Some(addr), Some(acceptor)) = (config.listen_https, acceptor) {
+        let https = bind(addr).await?;
+        let addr = https.local_addr().map_err(EdgeError::Serve)?;
+        info!(%addr, "serving https");
+        tasks.spawn(server::run_tls(
+            https,
+            acceptor,
+            edge.clone(),
+            shutdown.clone(),
+        ));
+    }
+    match agent::AgentConfig::from_config(&config) {
+        Some(agent) => {
+            let (stats, shutdown) = (edge.stats.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                agent::run(agent, stats, shutdown).await;
+                Ok(())
+            });
+        }
+        None => info!("no control_url: heartbeats are off"),
+    }
+
+    let mut result = Ok(());
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done.unwrap_or_else(|join| Err(std::io::Error::other(join))) {
+            shutdown.cancel();
+            result = result.and(Err(EdgeError::Serve(e)));
+        }
+    }
+    result
+}
