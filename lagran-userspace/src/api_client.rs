@@ -31,6 +31,27 @@ pub struct ApiClient {
 impl ApiClient {
     /// Sends a request; a non-2xx status is an error carrying the API's message.
     pub async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        let (status, bytes, url) = self.send(method, path, body).await?;
+        let value: Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        if !(200..300).contains(&status) {
+            let message = value["error"].as_str().map_or_else(|| value.to_string(), str::to_string);
+            let message = match value["field"].as_str() {
+                Some(f) => format!("{message} (field `{f}`)"),
+                None => message,
+            };
+            return Err(ClientError::Status { method: method.into(), url, status, message });
+        }
+        Ok(value)
+    }
+
+    /// Sends a GET and returns the status and the raw body.
+    pub async fn get_raw(&self, path: &str) -> Result<(u16, Bytes), ClientError> {
+        let (status, bytes, _) = self.send("GET", path, None).await?;
+        Ok((status, bytes))
+    }
+
+    async fn send(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Bytes, String), ClientError> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
         let uri: hyper::Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| ClientError::Url {
             url: url.clone(),
@@ -62,16 +83,6 @@ impl ApiClient {
         let resp = sender.send_request(req).await.map_err(|e| connect(e.to_string()))?;
         let status = resp.status().as_u16();
         let bytes = resp.into_body().collect().await.map_err(|e| connect(e.to_string()))?.to_bytes();
-        let value: Value = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        if !(200..300).contains(&status) {
-            let message = value["error"].as_str().map_or_else(|| value.to_string(), str::to_string);
-            let message = match value["field"].as_str() {
-                Some(f) => format!("{message} (field `{f}`)"),
-                None => message,
-            };
-            return Err(ClientError::Status { method: method.into(), url, status, message });
-        }
-        Ok(value)
+        Ok((status, bytes, url))
     }
 }

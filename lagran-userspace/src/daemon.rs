@@ -1,5 +1,7 @@
-//! `lagran serve`: everything in one process — store, scheduler, DNS responder,
-//! control API — wired together and stopped by one cancellation token.
+//! The daemon's roles, each stopped by one cancellation token:
+//! - `lagran serve`: everything in one process (store, scheduler, DNS, API);
+//! - `lagran control`: the control plane only;
+//! - `lagran dns`: an NS host following a control plane's route-table stream.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,8 +50,23 @@ pub enum DaemonError {
     Task { what: &'static str, source: std::io::Error },
 }
 
-/// Runs until `shutdown` is cancelled.
-pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
+/// Flags of `lagran dns` (an NS host following a control plane).
+#[derive(Clone, Debug)]
+pub struct DnsHostOptions {
+    /// The control plane's API, e.g. `http://10.0.0.1:8080`.
+    pub control: String,
+    /// Where the last received table is saved, so a restart without the control plane still answers.
+    pub state_file: Option<std::path::PathBuf>,
+}
+
+/// The control plane's running parts.
+struct ControlPlane {
+    scheduler: Arc<Scheduler>,
+    health: Arc<HealthMonitor>,
+    auth: Auth,
+}
+
+async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPlane, DaemonError> {
     let store = Store::connect(&config.database_url)
         .await
         .map_err(|source| DaemonError::Store { url: redact(&config.database_url), source })?;
@@ -57,15 +74,12 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     if opts.demo {
         crate::demo::install(&store).await.map_err(DaemonError::Demo)?;
     }
-
     let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
     if geo.v4().is_none() && geo.v6().is_none() {
         tracing::warn!("no geo database loaded: every client is scheduled by weight and load (run scripts/fetch-geoip.sh)");
     }
-
-    let table = empty_shared();
     let health = HealthMonitor::new(config.health.clone());
-    let scheduler = Arc::new(Scheduler::new(store, config.schedule.clone(), health.clone(), geo, table.clone()));
+    let scheduler = Arc::new(Scheduler::new(store, config.schedule.clone(), health.clone(), geo, empty_shared()));
     let overrides = scheduler.reload_overrides().await.map_err(DaemonError::FirstRecompute)?;
     if overrides > 0 {
         tracing::info!(overrides, "geo overrides applied");
@@ -85,47 +99,161 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
             "the control API runs OPEN: set ADMIN_TOKEN and AGENT_TOKEN to require tokens"
         );
     }
+    Ok(ControlPlane { scheduler, health, auth })
+}
 
-    let counters = Arc::new(DnsCounters::default());
-    let metrics = Arc::new(Metrics::new(counters.clone()));
-    let (udp, tcp) =
-        bind(config.dns_listen).await.map_err(|source| DaemonError::BindDns { addr: config.dns_listen, source })?;
-    let dns_addr = udp.local_addr().map_err(|source| DaemonError::BindDns { addr: config.dns_listen, source })?;
-    let api_listener = TcpListener::bind(config.api_listen)
+async fn bind_api(config: &Config) -> Result<(TcpListener, SocketAddr), DaemonError> {
+    let l = TcpListener::bind(config.api_listen)
         .await
         .map_err(|source| DaemonError::BindApi { addr: config.api_listen, source })?;
-    let api_addr = api_listener.local_addr().map_err(|source| DaemonError::BindApi { addr: config.api_listen, source })?;
+    let addr = l.local_addr().map_err(|source| DaemonError::BindApi { addr: config.api_listen, source })?;
+    Ok((l, addr))
+}
 
-    let dns = Arc::new(DnsServer { table, settings: Arc::new(config.dns.clone()), counters });
-    let state = AppState { scheduler: scheduler.clone(), auth: Arc::new(auth), metrics };
-    // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (geo::reload); listening before "lagran serving".
-    tokio::spawn(crate::geo::reload::sighup_loop(scheduler.clone(), shutdown.clone()));
-    tracing::info!(dns = %dns_addr, api = %api_addr, "lagran serving");
+async fn bind_dns(config: &Config) -> Result<(tokio::net::UdpSocket, TcpListener, SocketAddr), DaemonError> {
+    let (udp, tcp) =
+        bind(config.dns_listen).await.map_err(|source| DaemonError::BindDns { addr: config.dns_listen, source })?;
+    let addr = udp.local_addr().map_err(|source| DaemonError::BindDns { addr: config.dns_listen, source })?;
+    Ok((udp, tcp, addr))
+}
 
-    let sched_task = tokio::spawn(scheduler.clone().run(shutdown.clone()));
+/// Starts the control plane's background loops (recompute, probes, SIGHUP reload).
+fn spawn_control_loops(cp: &ControlPlane, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+    let scheduler = cp.scheduler.clone();
     let probe_store = scheduler.store().clone();
     let on_change = scheduler.clone();
-    let health_task = tokio::spawn(health.run(
-        move || {
-            let store = probe_store.clone();
-            async move { store.list_nodes().await.unwrap_or_default() }
-        },
-        move || on_change.trigger(),
-        shutdown.clone(),
-    ));
+    vec![
+        tokio::spawn(scheduler.clone().run(shutdown.clone())),
+        tokio::spawn(cp.health.clone().run(
+            move || {
+                let store = probe_store.clone();
+                async move { store.list_nodes().await.unwrap_or_default() }
+            },
+            move || on_change.trigger(),
+            shutdown.clone(),
+        )),
+        // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (geo::reload).
+        tokio::spawn(crate::geo::reload::sighup_loop(scheduler, shutdown.clone())),
+    ]
+}
+
+/// `lagran serve`: control plane and DNS responder in one process. Runs until `shutdown`.
+pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
+    let cp = start_control(&config, &opts).await?;
+    let counters = Arc::new(DnsCounters::default());
+    let metrics = Arc::new(Metrics::new(counters.clone()));
+    let (udp, tcp, dns_addr) = bind_dns(&config).await?;
+    let (api_listener, api_addr) = bind_api(&config).await?;
+    let table = cp.scheduler.table().clone();
+    let dns = Arc::new(DnsServer { table, settings: Arc::new(config.dns.clone()), counters });
+    let loops = spawn_control_loops(&cp, &shutdown);
+    let state = AppState { scheduler: cp.scheduler.clone(), auth: Arc::new(cp.auth), metrics };
+    tracing::info!(dns = %dns_addr, api = %api_addr, "lagran serving");
+
     let dns_task = tokio::spawn(dns.run(udp, tcp, shutdown.clone()));
     let api_task = tokio::spawn(api::run(api_listener, state, shutdown.clone()));
-
     let result = tokio::select! {
         r = dns_task => flatten("the DNS responder", r),
         r = api_task => flatten("the control API", r),
         _ = shutdown.cancelled() => Ok(()),
     };
     shutdown.cancel();
-    let _ = sched_task.await;
-    let _ = health_task.await;
+    for l in loops {
+        let _ = l.await;
+    }
     tracing::info!("lagran stopped");
     result
+}
+
+/// `lagran control`: the control plane without a DNS responder (production:
+/// one control plane with PostgreSQL, N NS hosts running `lagran dns`).
+pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
+    let cp = start_control(&config, &opts).await?;
+    let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
+    let (api_listener, api_addr) = bind_api(&config).await?;
+    let loops = spawn_control_loops(&cp, &shutdown);
+    let state = AppState { scheduler: cp.scheduler.clone(), auth: Arc::new(cp.auth), metrics };
+    tracing::info!(api = %api_addr, "lagran control plane serving");
+    let result = flatten("the control API", tokio::spawn(api::run(api_listener, state, shutdown.clone())).await);
+    shutdown.cancel();
+    for l in loops {
+        let _ = l.await;
+    }
+    result
+}
+
+/// `lagran dns --control URL`: an NS host. Answers from the tables the control
+/// plane streams, keeps the last one when it is gone, and serves `/metrics`
+/// and `/healthz` on the API address.
+pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
+    let table = empty_shared();
+    let counters = Arc::new(DnsCounters::default());
+    let metrics = Arc::new(Metrics::new(counters.clone()));
+    let stats = Arc::new(crate::nshost::FollowerStats::default());
+    let follower = crate::nshost::Follower {
+        client: crate::api_client::ApiClient {
+            base: opts.control.clone(),
+            admin_token: None,
+            agent_token: config.agent_token.clone(),
+        },
+        table: table.clone(),
+        versions: tokio::sync::watch::Sender::new(0),
+        state_file: opts.state_file.clone(),
+        stats: stats.clone(),
+    };
+    let (udp, tcp, dns_addr) = bind_dns(&config).await?;
+    let (api_listener, api_addr) = bind_api(&config).await?;
+    let dns = Arc::new(DnsServer { table: table.clone(), settings: Arc::new(config.dns.clone()), counters });
+    let follow_task = tokio::spawn(follower.run(shutdown.clone()));
+    let ops = ns_router(table, metrics, stats);
+    tracing::info!(dns = %dns_addr, api = %api_addr, control = %opts.control, "lagran NS host serving");
+    let dns_task = tokio::spawn(dns.run(udp, tcp, shutdown.clone()));
+    let token = shutdown.clone();
+    let api_task = tokio::spawn(async move {
+        axum::serve(api_listener, ops).with_graceful_shutdown(async move { token.cancelled().await }).await
+    });
+    let result = tokio::select! {
+        r = dns_task => flatten("the DNS responder", r),
+        r = api_task => flatten("the metrics listener", r),
+        _ = shutdown.cancelled() => Ok(()),
+    };
+    shutdown.cancel();
+    let _ = follow_task.await;
+    result
+}
+
+/// `/healthz` and `/metrics` of an NS host.
+fn ns_router(
+    table: crate::route_table::SharedRouteTable,
+    metrics: Arc<Metrics>,
+    stats: Arc<crate::nshost::FollowerStats>,
+) -> axum::Router {
+    use axum::routing::get;
+    let t = table.clone();
+    axum::Router::new()
+        .route(
+            "/healthz",
+            get(move || {
+                let t = t.load();
+                let body = serde_json::json!({ "route_table_version": t.version, "generated_at_ms": t.generated_at_ms });
+                // An NS host with a table is healthy even when the control plane is gone.
+                let status = if t.version == 0 { axum::http::StatusCode::SERVICE_UNAVAILABLE } else { axum::http::StatusCode::OK };
+                async move { (status, axum::Json(body)) }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let table = table.load_full();
+                let metrics = metrics.clone();
+                let stats = stats.clone();
+                async move {
+                    let mut body = metrics.render(&table, None).await;
+                    stats.render_prometheus(&mut body);
+                    body
+                }
+            }),
+        )
 }
 
 fn flatten(what: &'static str, r: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), DaemonError> {

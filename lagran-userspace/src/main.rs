@@ -43,6 +43,29 @@ enum Command {
         #[arg(long)]
         insecure_open_api: bool,
     },
+    /// The control plane only (store, scheduler, probes, API); NS hosts run `lagran dns`.
+    Control {
+        #[arg(long)]
+        api_listen: Option<std::net::SocketAddr>,
+        #[arg(long)]
+        demo: bool,
+        #[arg(long)]
+        insecure_open_api: bool,
+    },
+    /// An NS host: answers DNS from the route tables a control plane streams.
+    Dns {
+        /// The control plane's API, e.g. http://10.0.0.1:8080.
+        #[arg(long, env = "LAGRAN_CONTROL")]
+        control: String,
+        #[arg(long)]
+        dns_listen: Option<std::net::SocketAddr>,
+        /// Address for /metrics and /healthz.
+        #[arg(long)]
+        api_listen: Option<std::net::SocketAddr>,
+        /// Where the last route table is saved (served after a restart while the control plane is away).
+        #[arg(long, default_value = "lagran-data/routes.json")]
+        state_file: PathBuf,
+    },
     /// Show the full ranked decision for a client, with scores and reasons.
     Explain {
         /// The client address (resolver or ECS address).
@@ -117,14 +140,23 @@ async fn main() -> Result<()> {
             if let Some(a) = api_listen {
                 config.api_listen = a;
             }
-            let shutdown = CancellationToken::new();
-            let on_signal = shutdown.clone();
-            tokio::spawn(async move {
-                wait_for_signal().await;
-                tracing::info!("shutting down");
-                on_signal.cancel();
-            });
-            daemon::serve(config, ServeOptions { demo, insecure_open_api }, shutdown).await?;
+            daemon::serve(config, ServeOptions { demo, insecure_open_api }, shutdown_on_signal()).await?;
+        }
+        Command::Control { api_listen, demo, insecure_open_api } => {
+            if let Some(a) = api_listen {
+                config.api_listen = a;
+            }
+            daemon::control(config, ServeOptions { demo, insecure_open_api }, shutdown_on_signal()).await?;
+        }
+        Command::Dns { control, dns_listen, api_listen, state_file } => {
+            if let Some(a) = dns_listen {
+                config.dns_listen = a;
+            }
+            if let Some(a) = api_listen {
+                config.api_listen = a;
+            }
+            let opts = daemon::DnsHostOptions { control, state_file: Some(state_file) };
+            daemon::dns_host(config, opts, shutdown_on_signal()).await?;
         }
         Command::Explain { ip, subnet, domain, json } => {
             if ip.is_none() && subnet.is_none() {
@@ -172,6 +204,18 @@ fn client(api: &Option<String>, config: &Config) -> lagran::api_client::ApiClien
         admin_token: config.admin_token.clone(),
         agent_token: config.agent_token.clone(),
     }
+}
+
+/// A token cancelled on SIGINT/SIGTERM.
+fn shutdown_on_signal() -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        on_signal.cancel();
+    });
+    shutdown
 }
 
 async fn wait_for_signal() {

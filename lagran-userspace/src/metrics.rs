@@ -4,6 +4,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 use crate::dns::counters::DnsCounters;
+use crate::route_table::RouteTable;
 use crate::scheduler::{Scheduler, now_ms};
 
 /// Extra metric sources registered at start-up (the XDP counters, for one).
@@ -25,10 +26,10 @@ impl Metrics {
         self.sources.lock().expect("metrics sources lock poisoned").push(source);
     }
 
-    pub async fn render(&self, scheduler: &Scheduler) -> String {
+    /// Renders everything; `scheduler` is `None` on an NS host (`lagran dns`).
+    pub async fn render(&self, table: &RouteTable, scheduler: Option<&Scheduler>) -> String {
         let mut out = String::with_capacity(4096);
-        let table = scheduler.table().load();
-        let (last_us, recomputes) = scheduler.stats();
+        let (last_us, recomputes) = scheduler.map_or((0, 0), |s| s.stats());
         let _ = writeln!(out, "# HELP lagran_route_table_version Version of the route table being served.");
         let _ = writeln!(out, "# TYPE lagran_route_table_version gauge");
         let _ = writeln!(out, "lagran_route_table_version {}", table.version);
@@ -46,7 +47,10 @@ impl Metrics {
         let _ = writeln!(out, "# HELP lagran_route_prefixes Client prefixes in the route table, all names.");
         let _ = writeln!(out, "# TYPE lagran_route_prefixes gauge");
         let _ = writeln!(out, "lagran_route_prefixes {prefixes}");
-        if let Ok(nodes) = scheduler.store().list_nodes().await {
+        if let Some(Ok(nodes)) = match scheduler {
+            Some(s) => Some(s.store().list_nodes().await),
+            None => None,
+        } {
             let _ = writeln!(out, "# HELP lagran_nodes Edge nodes by status.");
             let _ = writeln!(out, "# TYPE lagran_nodes gauge");
             for status in ["online", "offline", "disabled"] {

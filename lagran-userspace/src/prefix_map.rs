@@ -47,7 +47,8 @@ pub struct Prefix<A> {
 }
 
 /// Sorted, non-overlapping CIDR blocks that cover the whole address space.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(bound(serialize = "A: serde::Serialize", deserialize = "A: serde::de::DeserializeOwned"))]
 pub struct PrefixMap<A: PrefixAddr> {
     starts: Vec<A>,
     lens: Vec<u8>,
@@ -176,6 +177,39 @@ impl<A: PrefixAddr> PrefixMap<A> {
         PrefixMap::from_ranges(ranges, u32::MAX)
     }
 
+    /// Checks a map that came from outside (a route-table stream): blocks
+    /// sorted, aligned, contiguous from 0 to the end of the space, values
+    /// below `values`.
+    pub fn check(&self, values: u32) -> Result<(), String> {
+        if self.starts.is_empty() || self.starts.len() != self.lens.len() || self.starts.len() != self.values.len() {
+            return Err("prefix map is empty or its columns differ in length".into());
+        }
+        let mut next: u128 = 0;
+        for (i, p) in self.iter().enumerate() {
+            if p.len as u32 > A::BITS {
+                return Err(format!("block {i}: /{} is longer than the family allows", p.len));
+            }
+            if p.value >= values {
+                return Err(format!("block {i}: value {} has no answer (only {values})", p.value));
+            }
+            let start = p.addr.to_u128();
+            if start != next {
+                return Err(format!("block {i} starts at {start}, expected {next}"));
+            }
+            let host = A::BITS - p.len as u32;
+            let size_minus_one = if host >= 128 { u128::MAX } else { (1u128 << host) - 1 };
+            if start & size_minus_one != 0 {
+                return Err(format!("block {i} is not aligned to its /{}", p.len));
+            }
+            let end = start + size_minus_one;
+            if end == max_addr::<A>() {
+                return if i + 1 == self.len() { Ok(()) } else { Err(format!("blocks after the end of the space at {i}")) };
+            }
+            next = end + 1;
+        }
+        Err("prefix map does not cover the whole address space".into())
+    }
+
     /// Approximate heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.starts.capacity() * std::mem::size_of::<A>() + self.lens.capacity() + self.values.capacity() * 4
@@ -249,6 +283,20 @@ mod tests {
         assert_eq!(m.lookup(u128::MAX), (4, 1));
         assert_eq!(m.lookup(1), (0, 1));
         assert_eq!(m.ranges().len(), 2);
+    }
+
+    #[test]
+    fn check_accepts_built_maps_and_rejects_broken_ones() {
+        let m = PrefixMapV4::from_ranges([(5u32, 17u32, 1u32), (18, 1000, 2)], 0);
+        assert_eq!(m.check(3), Ok(()));
+        assert!(m.check(2).is_err(), "value 2 has no answer");
+        let mut broken = m.clone();
+        broken.starts[1] += 1;
+        assert!(broken.check(3).is_err());
+        let mut short = m.clone();
+        short.starts.pop();
+        assert!(short.check(3).is_err());
+        assert_eq!(PrefixMapV6::uniform(0).check(1), Ok(()));
     }
 
     #[test]

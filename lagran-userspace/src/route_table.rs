@@ -9,13 +9,13 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::Zone;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 
 /// Why an answer has the TTL it has (SPEC §4 "TTL by state").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AnswerState {
     /// The best node for the partition is up and chosen.
@@ -30,7 +30,7 @@ pub enum AnswerState {
 }
 
 /// The scheduled answer for one (name, partition).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Answer {
     /// The route TTL decided by the scheduler (before DNS_TTL and the 5 s floor).
     pub ttl: u32,
@@ -49,7 +49,7 @@ pub struct Answer {
 }
 
 /// A share of the client subnets sent to another answer (SPEC §4 canary rules).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Canary {
     /// 1–100: buckets `0..percent` of [`lagran_common::canary`] take the canary.
     pub percent: u8,
@@ -58,7 +58,7 @@ pub struct Canary {
 }
 
 /// A name answered with scheduled addresses.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ScheduledName {
     /// Lowercase, no trailing dot.
     pub name: String,
@@ -114,7 +114,7 @@ impl ScheduledName {
 }
 
 /// One served zone with its scheduled names.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ZoneRoutes {
     pub zone: Zone,
     pub names: Vec<ScheduledName>,
@@ -138,7 +138,11 @@ pub enum NameLookup<'a> {
 }
 
 /// An immutable snapshot of everything the NS hosts answer.
-#[derive(Clone, Debug, Default)]
+///
+/// It travels as JSON from the control plane to the NS hosts
+/// (`GET /api/v1/routes/table`); a received table is checked before use.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(try_from = "RouteTableWire")]
 pub struct RouteTable {
     /// Monotonic per control plane; 0 means "no table yet".
     pub version: u64,
@@ -146,7 +150,34 @@ pub struct RouteTable {
     pub generated_at_ms: i64,
     pub zones: Vec<ZoneRoutes>,
     /// name -> (zone index, scheduled name index)
+    #[serde(skip)]
     index: HashMap<String, (usize, usize)>,
+}
+
+/// A route table as received, before it is checked.
+#[derive(Deserialize)]
+struct RouteTableWire {
+    version: u64,
+    generated_at_ms: i64,
+    zones: Vec<ZoneRoutes>,
+}
+
+impl TryFrom<RouteTableWire> for RouteTable {
+    type Error = String;
+
+    fn try_from(w: RouteTableWire) -> Result<Self, String> {
+        for z in &w.zones {
+            for n in &z.names {
+                let count = n.answers.len() as u32;
+                n.v4.check(count).map_err(|e| format!("{} (IPv4): {e}", n.name))?;
+                n.v6.check(count).map_err(|e| format!("{} (IPv6): {e}", n.name))?;
+                if let Some(a) = n.answers.iter().find(|a| a.canary.is_some_and(|c| c.answer >= count)) {
+                    return Err(format!("{}: canary of {:?} points past the answers", n.name, a.node));
+                }
+            }
+        }
+        Ok(RouteTable::new(w.version, w.generated_at_ms, w.zones))
+    }
 }
 
 impl RouteTable {

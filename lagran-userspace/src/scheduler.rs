@@ -478,6 +478,8 @@ pub struct Scheduler {
     recomputes: AtomicU64,
     /// Set by a rollback: recomputes are held until [`Scheduler::resume`].
     frozen: std::sync::atomic::AtomicBool,
+    /// The version of every table published, for followers (map writer, NS-host stream).
+    versions: tokio::sync::watch::Sender<u64>,
 }
 
 impl Scheduler {
@@ -507,6 +509,7 @@ impl Scheduler {
             last_duration_us: AtomicU64::new(0),
             recomputes: AtomicU64::new(0),
             frozen: std::sync::atomic::AtomicBool::new(false),
+            versions: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -569,6 +572,11 @@ impl Scheduler {
         self.wake.notify_one();
     }
 
+    /// Wakes on every published table (its version).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.versions.subscribe()
+    }
+
     /// Whether a rollback holds the table.
     pub fn frozen(&self) -> bool {
         self.frozen.load(Ordering::SeqCst)
@@ -605,6 +613,7 @@ impl Scheduler {
         let partitions = self.partitions.load();
         let table = Arc::new(build_route_table(version, &inputs, &partitions, &self.settings, &self.policy, &mut state));
         let old = self.table.swap(table.clone());
+        self.versions.send_replace(table.version);
         self.log_changes(&old, &table);
         if old.version != 0 {
             *self.previous.lock().expect("previous-table lock poisoned") = Some(old);
@@ -620,6 +629,7 @@ impl Scheduler {
     pub fn rollback(&self) -> Result<Arc<RouteTable>, SchedulerError> {
         let prev = self.previous.lock().expect("previous-table lock poisoned").take().ok_or(SchedulerError::NoPrevious)?;
         let current = self.table.swap(prev.clone());
+        self.versions.send_replace(prev.version);
         *self.previous.lock().expect("previous-table lock poisoned") = Some(current);
         self.frozen.store(true, Ordering::SeqCst);
         tracing::warn!(version = prev.version, "route table rolled back and frozen until resumed");

@@ -3,6 +3,8 @@
 
 mod api;
 mod dns;
+mod nshost;
+mod geo;
 mod postgres;
 mod real_geo;
 mod scheduling;

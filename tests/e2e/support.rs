@@ -86,11 +86,24 @@ pub struct Options {
     pub demo: bool,
     /// A TOML configuration file's text (passed with `--config`).
     pub config: Option<String>,
+    pub role: Role,
+}
+
+/// Which `lagran` subcommand runs.
+#[derive(Clone, Debug, Default)]
+pub enum Role {
+    /// `lagran serve`: everything in one process.
+    #[default]
+    Serve,
+    /// `lagran control`: no DNS listener.
+    Control,
+    /// `lagran dns --control URL --state-file PATH`: an NS host.
+    Dns { control: String, state_file: PathBuf },
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { database_url: None, env: Vec::new(), geo: Geo::Small, demo: true, config: None }
+        Options { database_url: None, env: Vec::new(), geo: Geo::Small, demo: true, config: None, role: Role::Serve }
     }
 }
 
@@ -113,9 +126,21 @@ impl Daemon {
             std::fs::write(&path, text).expect("writing the test config");
             cmd.arg("--config").arg(path);
         }
-        cmd.current_dir(dir.path())
-            .args(["--log-format", "json", "serve", "--dns-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
-            .env("DATABASE_URL", &db)
+        cmd.current_dir(dir.path()).args(["--log-format", "json"]);
+        match &opts.role {
+            Role::Serve => {
+                cmd.args(["serve", "--dns-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"]);
+            }
+            Role::Control => {
+                cmd.args(["control", "--api-listen", "127.0.0.1:0"]);
+            }
+            Role::Dns { control, state_file } => {
+                cmd.args(["dns", "--control", control, "--dns-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
+                    .arg("--state-file")
+                    .arg(state_file);
+            }
+        }
+        cmd.env("DATABASE_URL", &db)
             .env("RUST_LOG", "info,lagran=debug")
             .env_remove("ADMIN_TOKEN")
             .env_remove("AGENT_TOKEN")
@@ -124,7 +149,7 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if opts.demo {
+        if opts.demo && !matches!(opts.role, Role::Dns { .. }) {
             cmd.arg("--demo");
         }
         match &opts.geo {
@@ -147,10 +172,11 @@ impl Daemon {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["fields"]["message"] == "lagran serving"
+                    && v["fields"]["message"].as_str().is_some_and(|m| m.starts_with("lagran") && m.ends_with("serving"))
                 {
-                    let dns = v["fields"]["dns"].as_str().and_then(|s| s.parse().ok());
-                    let api = v["fields"]["api"].as_str().and_then(|s| s.parse().ok());
+                    let api: Option<SocketAddr> = v["fields"]["api"].as_str().and_then(|s| s.parse().ok());
+                    // `lagran control` has no DNS listener: its "dns" is the API address, unused.
+                    let dns = v["fields"]["dns"].as_str().and_then(|s| s.parse().ok()).or(api);
                     if let (Some(d), Some(a)) = (dns, api) {
                         let _ = tx.send((d, a));
                     }
@@ -164,6 +190,7 @@ impl Daemon {
             Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
+                let _ = &log;
                 let _ = child.wait();
                 std::thread::sleep(Duration::from_millis(200));
                 panic!("lagran serve did not start within 60 s; its log:\n{}", log.lock().unwrap());

@@ -66,6 +66,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/routes", get(routes::current))
         .route("/api/v1/routes/rollback", post(routes::rollback))
         .route("/api/v1/routes/resume", post(routes::resume))
+        .route("/api/v1/routes/table", get(routes::table))
         .route("/api/v1/geo/overrides", get(geo::list_overrides).post(geo::upsert_override))
         .route("/api/v1/geo/overrides/{prefix}", axum::routing::delete(geo::delete_override))
         .route("/api/v1/geo/reload", post(geo::reload))
@@ -90,6 +91,7 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let body = state.metrics.render(&state.scheduler).await;
+    let table = state.scheduler.table().load_full();
+    let body = state.metrics.render(&table, Some(&state.scheduler)).await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
 }

@@ -57,3 +57,38 @@ pub async fn resume(State(state): State<AppState>, headers: HeaderMap) -> Result
     let t = state.scheduler.recompute().await?;
     Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "frozen": false })))
 }
+
+/// `GET /api/v1/routes/table?since=V&wait_ms=M` parameters.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct TableParams {
+    /// The version the NS host serves; the call waits while the table is still that one.
+    #[serde(default)]
+    pub since: u64,
+    /// How long to wait for a newer table (at most 30 s).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// The route table stream for NS hosts: long-polls for a table newer than
+/// `since`, answers it whole (JSON), or 304 when none came within `wait_ms`.
+pub async fn table(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Query(p): axum::extract::Query<TableParams>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    state.auth.check_agent(&headers)?;
+    let mut rx = state.scheduler.subscribe();
+    let wait = std::time::Duration::from_millis(p.wait_ms.min(30_000));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let t = state.scheduler.table().load_full();
+        if t.version != 0 && t.version != p.since {
+            return Ok(Json(&*t).into_response());
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => continue,
+            _ => return Ok(axum::http::StatusCode::NOT_MODIFIED.into_response()),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The NS-host side of the route-table stream (`lagran dns --control URL`).
+//!
+//! An NS host long-polls the control plane for newer tables, checks each one,
+//! publishes it to its responders and saves it to disk. When the control plane
+//! is unreachable it keeps answering from the last table it has — also across
+//! its own restarts, from the saved copy — and never withdraws itself (seed
+//! 003: the 2021 Facebook outage). How stale the table is shows in
+//! `_version.<zone>` and in `/metrics`; past DNS_STALE_SECS the responder
+//! answers DNS_FALLBACK_IP when one is set.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::api_client::ApiClient;
+use crate::route_table::{RouteTable, SharedRouteTable};
+use crate::scheduler::now_ms;
+
+/// What the follower has seen, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct FollowerStats {
+    /// Unix ms of the last successful exchange with the control plane (0 = never).
+    pub last_contact_ms: AtomicI64,
+    pub tables_received: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+impl FollowerStats {
+    pub fn render_prometheus(&self, out: &mut String) {
+        use std::fmt::Write;
+        let last = self.last_contact_ms.load(Ordering::Relaxed);
+        let since = if last == 0 { -1.0 } else { (now_ms() - last).max(0) as f64 / 1e3 };
+        let _ = writeln!(out, "# HELP lagran_control_plane_last_contact_seconds Seconds since the control plane last answered (-1: never).");
+        let _ = writeln!(out, "# TYPE lagran_control_plane_last_contact_seconds gauge");
+        let _ = writeln!(out, "lagran_control_plane_last_contact_seconds {since}");
+        let _ = writeln!(out, "# TYPE lagran_route_tables_received_total counter");
+        let _ = writeln!(out, "lagran_route_tables_received_total {}", self.tables_received.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE lagran_control_plane_failures_total counter");
+        let _ = writeln!(out, "lagran_control_plane_failures_total {}", self.failures.load(Ordering::Relaxed));
+    }
+}
+
+/// Reads a table saved by an earlier run; `None` (logged) when there is none or it is unusable.
+pub fn load_saved(path: &Path) -> Option<RouteTable> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read the saved route table");
+            return None;
+        }
+    };
+    match serde_json::from_slice::<RouteTable>(&bytes) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "the saved route table is not usable; ignored");
+            None
+        }
+    }
+}
+
+/// Saves a table atomically (write to a temporary file, then rename).
+pub fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The follower loop.
+pub struct Follower {
+    pub client: ApiClient,
+    pub table: SharedRouteTable,
+    pub versions: tokio::sync::watch::Sender<u64>,
+    pub state_file: Option<PathBuf>,
+    pub stats: Arc<FollowerStats>,
+}
+
+impl Follower {
+    /// Publishes a saved table first (if any), then follows the control plane until shutdown.
+    pub async fn run(self, shutdown: CancellationToken) {
+        if let Some(path) = &self.state_file
+            && let Some(t) = load_saved(path)
+        {
+            tracing::info!(version = t.version, path = %path.display(), "serving the saved route table until the control plane answers");
+            let v = t.version;
+            self.table.store(Arc::new(t));
+            self.versions.send_replace(v);
+        }
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let since = self.table.load().version;
+            let path = format!("/api/v1/routes/table?since={since}&wait_ms=25000");
+            let res = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = tokio::time::timeout(Duration::from_secs(35), self.client.get_raw(&path)) => r,
+            };
+            let outcome = match res {
+                Err(_) => Err("no answer within 35 s".to_string()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Ok(Ok((304, _))) => Ok(()),
+                Ok(Ok((200, body))) => match serde_json::from_slice::<RouteTable>(&body) {
+                    Ok(t) if t.version != since => {
+                        let v = t.version;
+                        tracing::info!(version = v, "route table received");
+                        self.table.store(Arc::new(t));
+                        self.versions.send_replace(v);
+                        self.stats.tables_received.fetch_add(1, Ordering::Relaxed);
+                        if let Some(p) = &self.state_file
+                            && let Err(e) = save(p, &body)
+                        {
+                            tracing::warn!(path = %p.display(), error = %e, "cannot save the route table");
+                        }
+                        Ok(())
+                    }
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(format!("the control plane sent an unusable table: {e}")),
+                },
+                Ok(Ok((status, body))) => Err(format!("status {status}: {}", String::from_utf8_lossy(&body))),
+            };
+            match outcome {
+                Ok(()) => {
+                    self.stats.last_contact_ms.store(now_ms(), Ordering::Relaxed);
+                    backoff = Duration::from_millis(500);
+                }
+                Err(e) => {
+                    let n = self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                    if n % 10 == 0 {
+                        tracing::warn!(error = %e, version = since, "control plane unreachable; still serving the last table");
+                    }
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_tables_round_trip_and_bad_ones_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("routes.json");
+        assert!(load_saved(&path).is_none());
+        let t = RouteTable::new(42, 1000, vec![]);
+        save(&path, &serde_json::to_vec(&t).unwrap()).unwrap();
+        assert_eq!(load_saved(&path).unwrap().version, 42);
+        std::fs::write(&path, br#"{"version": 1, "generated_at_ms": 0, "zones": [{"zone": 5}]}"#).unwrap();
+        assert!(load_saved(&path).is_none());
+    }
+}

@@ -1,0 +1,78 @@
+//! Production split: `lagran control` + `lagran dns --control URL`. An NS host
+//! follows the route-table stream, keeps answering when the control plane is
+//! gone (also after its own restart), and answers DNS_FALLBACK_IP once stale.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{Daemon, Options, Role, have_tool};
+
+const SHENZHEN: [&str; 3] = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
+
+fn ns_host(control: &Daemon, state_file: &std::path::Path, env: Vec<(String, String)>) -> Daemon {
+    Daemon::start(Options {
+        role: Role::Dns { control: format!("http://{}", control.api), state_file: state_file.to_path_buf() },
+        env,
+        ..Options::default()
+    })
+}
+
+#[test]
+fn ns_host_follows_the_control_plane_and_survives_its_loss() {
+    if !have_tool("dig", "ns_host") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("routes.json");
+    let control = Daemon::start(Options { role: Role::Control, ..Options::default() });
+    let ns = ns_host(&control, &state, vec![]);
+    let r = ns.dig_until(&SHENZHEN, Duration::from_secs(10), |r| !r.answers("A").is_empty());
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "the NS host answers from the streamed table\n{}", ns.log());
+
+    // A change on the control plane reaches the NS host promptly.
+    let (s, _) = control.http("PATCH", "/api/v1/nodes/gz-01", Some(json!({"status": "offline"})), &[]);
+    assert_eq!(s, 200);
+    let r = ns.dig_until(&SHENZHEN, Duration::from_secs(5), |r| r.answers("A") == vec!["203.0.113.22"]);
+    assert_eq!(r.answers("A"), vec!["203.0.113.22"], "{}", ns.log());
+
+    // The control plane goes away: the NS host keeps answering.
+    drop(control);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(ns.dig(&SHENZHEN).answers("A"), vec!["203.0.113.22"], "answers survive the control plane");
+    let (s, v) = ns.get("/healthz");
+    assert_eq!(s, 200, "an NS host with a table stays healthy: {v}");
+    let (_, m) = ns.get("/metrics");
+    assert!(m.as_str().unwrap_or("").contains("lagran_control_plane_failures_total"), "{m}");
+
+    // Restarted with no control plane at all: it serves the saved table.
+    drop(ns);
+    assert!(state.is_file(), "the last table was saved");
+    let gone = Daemon::start(Options { role: Role::Control, ..Options::default() });
+    let addr = gone.api;
+    drop(gone); // an address where nothing listens any more
+    let ns = Daemon::start(Options {
+        role: Role::Dns { control: format!("http://{addr}"), state_file: state.clone() },
+        ..Options::default()
+    });
+    assert_eq!(ns.dig(&SHENZHEN).answers("A"), vec!["203.0.113.22"], "the saved table answers\n{}", ns.log());
+}
+
+#[test]
+fn a_stale_table_answers_the_fallback_when_one_is_set() {
+    if !have_tool("dig", "stale") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("routes.json");
+    let control = Daemon::start(Options { role: Role::Control, ..Options::default() });
+    let env = vec![("DNS_STALE_SECS".to_string(), "2".to_string()), ("DNS_FALLBACK_IP".to_string(), "192.0.2.99".to_string())];
+    let ns = ns_host(&control, &state, env);
+    let r = ns.dig_until(&SHENZHEN, Duration::from_secs(10), |r| !r.answers("A").is_empty());
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"]);
+    drop(control);
+    let r = ns.dig_until(&SHENZHEN, Duration::from_secs(8), |r| r.answers("A") == vec!["192.0.2.99"]);
+    assert_eq!(r.answers("A"), vec!["192.0.2.99"], "past DNS_STALE_SECS the fallback answers\n{}", r.text);
+    let r = ns.dig(&["_version.edge.lagran.net", "TXT"]);
+    assert!(r.answers("TXT").join(" ").contains("age_ms="), "{}", r.text);
+}
