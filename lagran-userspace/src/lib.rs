@@ -21,6 +21,7 @@ pub mod geo;
 pub mod health;
 pub mod metrics;
 pub mod model;
+pub mod monitor;
 pub mod nshost;
 pub mod ops;
 pub mod partition;

@@ -66,6 +66,17 @@ enum Command {
         #[arg(long, default_value = "lagran-data/routes.json")]
         state_file: PathBuf,
     },
+    /// How far each NS host lags behind the control plane (`_version.<zone>` TXT).
+    Monitor {
+        /// NS host DNS addresses (repeat), e.g. 10.0.0.2:53.
+        #[arg(long = "ns", required = true)]
+        ns: Vec<std::net::SocketAddr>,
+        #[arg(long, default_value = "edge.lagran.net")]
+        zone: String,
+        /// Repeat every N seconds until interrupted.
+        #[arg(long)]
+        watch: Option<u64>,
+    },
     /// Show the full ranked decision for a client, with scores and reasons.
     Explain {
         /// The client address (resolver or ECS address).
@@ -171,6 +182,14 @@ async fn main() -> Result<()> {
         }
         Command::Node { command: NodeCommand::Set { name, assignments } } => {
             print!("{}", lagran::ops::node_set(&client(&cli.api, &config), &name, &assignments).await?);
+        }
+        Command::Monitor { ns, zone, watch } => {
+            let c = client(&cli.api, &config);
+            loop {
+                print!("{}", lagran::monitor::report(Some(&c), &ns, &zone).await);
+                let Some(secs) = watch else { break };
+                tokio::time::sleep(std::time::Duration::from_secs(secs.max(1))).await;
+            }
         }
         Command::Rule { command } => print!("{}", lagran::ops::rule(&client(&cli.api, &config), command).await?),
         Command::Line { command } => print!("{}", lagran::ops::line(&client(&cli.api, &config), command).await?),

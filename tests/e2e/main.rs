@@ -2,6 +2,7 @@
 //! SQLite and PostgreSQL. Each test starts its own daemon on free ports.
 
 mod api;
+mod cli;
 mod dns;
 mod nshost;
 mod geo;

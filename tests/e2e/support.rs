@@ -112,6 +112,10 @@ pub struct Daemon {
     child: Child,
     pub dns: SocketAddr,
     pub api: SocketAddr,
+    /// The database the daemon uses.
+    pub db_url: String,
+    /// The geo file it was given, if any.
+    pub geo_path: Option<PathBuf>,
     log: Arc<Mutex<String>>,
     _dir: tempfile::TempDir,
 }
@@ -152,14 +156,13 @@ impl Daemon {
         if opts.demo && !matches!(opts.role, Role::Dns { .. }) {
             cmd.arg("--demo");
         }
-        match &opts.geo {
-            Geo::Small => {
-                cmd.env("GEOIP_PATH", write_small_geo(dir.path()));
-            }
-            Geo::Real(p) => {
-                cmd.env("GEOIP_PATH", p);
-            }
-            Geo::None => {}
+        let geo_path = match &opts.geo {
+            Geo::Small => Some(write_small_geo(dir.path())),
+            Geo::Real(p) => Some(p.clone()),
+            Geo::None => None,
+        };
+        if let Some(p) = &geo_path {
+            cmd.env("GEOIP_PATH", p);
         }
         for (k, v) in &opts.env {
             cmd.env(k, v);
@@ -196,7 +199,7 @@ impl Daemon {
                 panic!("lagran serve did not start within 60 s; its log:\n{}", log.lock().unwrap());
             }
         };
-        Daemon { child, dns, api, log, _dir: dir }
+        Daemon { child, dns, api, db_url: db, geo_path, log, _dir: dir }
     }
 
     /// Everything the daemon logged so far.
@@ -397,4 +400,25 @@ impl Drop for FakeEdge {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Runs `lagran ARGS…` against a daemon's database, geo file and API; returns (success, stdout, stderr).
+pub fn lagran_cli(d: &Daemon, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(lagran_bin());
+    cmd.args(args)
+        .env("DATABASE_URL", &d.db_url)
+        .env("LAGRAN_API", format!("http://{}", d.api))
+        .env_remove("ADMIN_TOKEN")
+        .env_remove("AGENT_TOKEN")
+        .env("RUST_LOG", "warn");
+    match &d.geo_path {
+        Some(p) => cmd.env("GEOIP_PATH", p),
+        None => cmd.env_remove("GEOIP_PATH"),
+    };
+    let out = cmd.output().expect("running lagran");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

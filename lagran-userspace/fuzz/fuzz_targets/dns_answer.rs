@@ -65,7 +65,11 @@ fuzz_target!(|data: &[u8]| {
         stale_secs: if mode & 4 != 0 { 0 } else { 600 },
         ..DnsSettings::default()
     };
-    let source = if mode & 8 != 0 { IpAddr::V6(Ipv6Addr::new(0x2400, 0xcb00, 0, 0, 0, 0, 0, 1)) } else { IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4)) };
+    let source = if mode & 8 != 0 {
+        IpAddr::V6(Ipv6Addr::new(0x2400, 0xcb00, 0, 0, 0, 0, 0, 1))
+    } else {
+        IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4))
+    };
     let reply = answer(&Query { bytes: msg, source, transport }, table(), &settings, NOW);
     if let Some(bytes) = reply.bytes {
         assert!(bytes.len() >= 12);

@@ -8,7 +8,7 @@
 //! readable to answer NOTIMP), the question name with hickory-proto's
 //! `Name::read` (which handles compression and rejects names longer than 255
 //! octets); the other records of a query are walked without decoding them
-//! (their names are checked by [`skip_name`]) so that a packet claiming 65 535
+//! (their names are checked by `skip_name`) so that a packet claiming 65 535
 //! records costs nothing, and the single OPT record is read from its raw bytes
 //! ([`super::ecs`] validates the ECS option hickory would accept too leniently).
 //!

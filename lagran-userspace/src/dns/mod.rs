@@ -29,10 +29,39 @@
 //! max(512, min(client size, max_udp_payload)) is sent with TC=1 and only the
 //! question and OPT.
 //!
-//! Fallback: an empty answer (no eligible node) is answered with
-//! DNS_FALLBACK_IP as one `A` record, same TTL rule and scope; without a
-//! fallback it is SERVFAIL (AA=0, no records). A table older than
-//! DNS_STALE_SECS with a fallback set answers the fallback with SCOPE 0.
+//! SCOPE is [`ScheduledName::answer_for`]'s prefix length (the matched
+//! partition block; at least /24 under a canary split; +96 for an
+//! IPv4-mapped IPv6 ECS address). The TTL and addresses come from the
+//! partition's [`Answer`]; at most [`answer::MAX_ANSWERS`] addresses.
+//!
+//! # Everything else
+//!
+//! | query | response |
+//! |---|---|
+//! | < 12 octets, or QR=1 | dropped |
+//! | unreadable question, bad records, 2 OPTs, OPT outside additional / non-root | FORMERR (AA=0), question echoed when readable, no OPT |
+//! | OPT VERSION > 0 | BADVERS (RCODE 16: OPT TTL high octet 1), OPT without ECS |
+//! | malformed or repeated ECS, truncated option list | FORMERR with OPT, no ECS |
+//! | OPCODE ≠ QUERY | NOTIMP (opcode echoed) |
+//! | QDCOUNT ≠ 1 | FORMERR, no question |
+//! | class ≠ IN, ANY, AXFR, IXFR, name outside every zone | REFUSED (AA=0) |
+//! | apex SOA / NS | SOA (TTL ns_ttl) / NS set + in-zone glue (A then AAAA per host) in additional |
+//! | NS host A/AAAA | glue (TTL ns_ttl); other types NODATA |
+//! | `whoami.Z` / `_version.Z` TXT | one TXT, TTL 0 |
+//! | missing name / existing name, other type | NXDOMAIN / NODATA (AA=1), SOA in authority, TTL min(ns_ttl, soa_minimum) |
+//! | scheduled A, empty answer | DNS_FALLBACK_IP (same TTL rule and scope), else SERVFAIL |
+//! | scheduled AAAA, no IPv6 | NODATA + SOA, SCOPE of the partition |
+//! | table older than DNS_STALE_SECS | fallback set: A → fallback (SCOPE 0), AAAA → NODATA; else the stale answer (counted) |
+//! | no table (version 0) | A → fallback with TTL max(DNS_TTL, min_ttl), SCOPE 0; else SERVFAIL |
+//!
+//! RA=0, AD=0 and Z=0 always; RD, CD and the ID are copied; the question is
+//! echoed as received. Every response to a query with OPT has an OPT (our
+//! payload size, version 0, DO copied) as its last record, with the ECS
+//! option echoed when the query had a valid one (SCOPE 0 unless the answer
+//! was tailored). Cookies and other options are not echoed.
+//!
+//! [`ScheduledName::answer_for`]: crate::route_table::ScheduledName::answer_for
+//! [`Answer`]: crate::route_table::Answer
 
 pub mod answer;
 pub mod counters;
