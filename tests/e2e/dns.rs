@@ -151,6 +151,18 @@ fn node_offline_moves_the_answer_at_once_and_back() {
     assert_eq!(s, 200, "{body}");
     let r = d.dig(&q);
     assert_eq!(r.answers("A"), vec!["203.0.113.22"], "the next answer already reflects the PATCH\n{}", r.text);
+    // One structured line explains the change: from, to, partitions, reason.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let line = loop {
+        let log = d.log();
+        let found = log.lines().find(|l| l.contains("answer changed") && l.contains("\"from\":\"gz-01\"")).map(str::to_string);
+        if found.is_some() || std::time::Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let line = line.unwrap_or_else(|| panic!("no 'answer changed' line from gz-01:\n{}", d.log()));
+    assert!(line.contains("\"to\":\"hk-01\"") && line.contains("CN/广东/深圳/电信"), "{line}");
     let (s, _) = d.http("PATCH", "/api/v1/nodes/gz-01", Some(json!({"status": "online"})), &[]);
     assert_eq!(s, 200);
     assert_eq!(d.dig(&q).answers("A"), vec!["203.0.113.21"]);
