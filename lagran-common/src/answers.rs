@@ -19,10 +19,18 @@ pub struct AnswerV4 {
     /// means "no answer here": the program passes the query to userspace, which
     /// answers the fallback address or SERVFAIL.
     pub count: u32,
+    /// Canary split (SPEC §4): clients whose subnet bucket
+    /// (`canary::bucket_v4`) is below this percentage, 1–100, get the answer
+    /// `canary_id` instead, and the ECS scope is at least
+    /// `canary::SPLIT_PREFIX_V4`. 0: no split.
+    pub canary_percent: u32,
+    /// Answer id of the canary answer (only read when `canary_percent` > 0; its
+    /// own canary fields are not followed).
+    pub canary_id: u32,
     /// IPv4 addresses in network order, primary first.
     pub addrs: [[u8; 4]; MAX_ADDRS],
 }
 
-const _: () = assert!(core::mem::size_of::<AnswerV4>() == 24);
+const _: () = assert!(core::mem::size_of::<AnswerV4>() == 32);
 
 crate::impl_pod!(AnswerV4);

@@ -53,7 +53,13 @@ pub struct Query {
 /// Parses the message at `dns` (frame offset) of `len` bytes; the name goes into
 /// `scratch.key`, lowercased.
 #[inline(always)]
-pub fn parse(f: &Frame, dns: usize, len: usize, scratch: *mut Scratch) -> Result<Query, Counter> {
+pub fn parse(
+    ctx: &aya_ebpf::programs::XdpContext,
+    f: &Frame,
+    dns: usize,
+    len: usize,
+    scratch: *mut Scratch,
+) -> Result<Query, Counter> {
     let hdr = f.bytes::<HDR_LEN>(dns)?;
     let id = [hdr[0], hdr[1]];
     let flags = u16::from_be_bytes([hdr[2], hdr[3]]);
@@ -75,6 +81,7 @@ pub fn parse(f: &Frame, dns: usize, len: usize, scratch: *mut Scratch) -> Result
     }
 
     let (qlen, qsum) = parse_name(f, dns + HDR_LEN, scratch)?;
+    let f = &Frame::reload(ctx);
 
     // QTYPE, QCLASS
     let q_end = HDR_LEN + qlen + 4;
@@ -89,18 +96,8 @@ pub fn parse(f: &Frame, dns: usize, len: usize, scratch: *mut Scratch) -> Result
         return Err(Counter::Qclass);
     }
 
-    let mut q = Query {
-        id,
-        flags,
-        arcount,
-        qlen,
-        qsum,
-        has_opt: 0,
-        do_bit: 0,
-        has_ecs: 0,
-        ecs_source: 0,
-        ecs_addr: [0; 4],
-    };
+    let mut q =
+        Query { id, flags, arcount, qlen, qsum, has_opt: 0, do_bit: 0, has_ecs: 0, ecs_source: 0, ecs_addr: [0; 4] };
     if arcount == 0 {
         if q_end != len {
             return Err(Counter::TrailingData);

@@ -10,7 +10,7 @@
 //!   → DNS query, one question, A/IN, [OPT [ECS v4]]
 //!   → lagran_names (qname → name id)
 //!   → lagran_route_v4 ([name id | client] → answer id, scope)
-//!   → lagran_answers (answer id → TTL, addresses)
+//!   → lagran_answers (answer id → TTL, addresses, canary split)
 //!   → response written in place, XDP_TX
 //! ```
 //!
@@ -32,7 +32,7 @@ mod response;
 mod udp;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-use lagran_common::counters::Counter;
+use lagran_common::{canary, counters::Counter};
 
 use crate::packet::Frame;
 
@@ -62,22 +62,32 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
     let l4 = eth.l3 + ipv4::HDR_LEN;
     let udp = udp::parse(&f, l4, ip.tot_len - ipv4::HDR_LEN, cfg.dns_port)?;
     let scratch = maps::SCRATCH.get_ptr_mut(0).ok_or(Counter::Malformed)?;
-    let q = dns::parse(&f, l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
+    let q = dns::parse(ctx, &f, l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
 
     // SAFETY: this CPU's scratch slot, filled by `dns::parse`.
+    #[allow(clippy::needless_borrows_for_generic_args, reason = "by value would copy 256 bytes to the stack")]
     let name = unsafe { maps::NAMES.get(&(*scratch).key) }.ok_or(Counter::NameUnknown)?;
     let name_id = name.id;
     // RFC 7871 §7.1.1: the ECS address when SOURCE PREFIX-LENGTH > 0, else the sender.
     let client = if q.has_ecs != 0 && q.ecs_source > 0 { q.ecs_addr } else { ip.src };
     let route = maps::route_v4(name_id, client).ok_or(Counter::NoAnswer)?;
-    let answer = maps::answer(route.answer_id).ok_or(Counter::NoAnswer)?;
+    let mut answer = maps::answer(route.answer_id).ok_or(Counter::NoAnswer)?;
+    let mut scope = if route.scope > 32 { 32 } else { route.scope as u8 };
+    if answer.canary_percent != 0 {
+        // Canary split per client subnet, exactly as `ScheduledName::answer_for`.
+        if scope < canary::SPLIT_PREFIX_V4 {
+            scope = canary::SPLIT_PREFIX_V4;
+        }
+        if canary::bucket_v4(u32::from_be_bytes(client)) < answer.canary_percent {
+            answer = maps::answer(answer.canary_id).ok_or(Counter::NoAnswer)?;
+        }
+    }
     let count = answer.count as usize;
     if count == 0 || count > lagran_common::answers::MAX_ADDRS {
         return Err(Counter::NoAnswer);
     }
-    let scope = if route.scope > 32 { 32 } else { route.scope as u8 };
     let reply = response::Reply { answer: &answer, count, scope, udp_payload: cfg.udp_payload };
-    response::build(ctx, f.len(), &eth, &ip, &udp, &q, &reply)
+    response::build(ctx, &eth, &ip, &udp, &q, &reply)
 }
 
 #[cfg(not(test))]

@@ -17,6 +17,24 @@ impl Frame {
         Frame { data: ctx.data(), end: ctx.data_end() }
     }
 
+    /// The same frame, with `data` and `data_end` read again from the context.
+    ///
+    /// For the verifier: a packet pointer carries the range already checked
+    /// through it, and a state with a wider range does not cover one with a
+    /// narrower range. After a loop that reads a variable number of bytes, each
+    /// exit would be verified on its own; fresh pointers make the exits equal.
+    /// The reads are volatile so the compiler keeps them.
+    #[inline(always)]
+    pub fn reload(ctx: &aya_ebpf::programs::XdpContext) -> Self {
+        // SAFETY: `ctx.ctx` is the program's context pointer.
+        unsafe {
+            let md = ctx.ctx;
+            let data = core::ptr::read_volatile(&(*md).data) as usize;
+            let end = core::ptr::read_volatile(&(*md).data_end) as usize;
+            Frame { data, end }
+        }
+    }
+
     /// Length of the frame in bytes.
     #[inline(always)]
     pub fn len(&self) -> usize {
@@ -45,7 +63,6 @@ impl Frame {
     pub fn u8(&self, off: usize) -> Result<u8, Counter> {
         Ok(self.bytes::<1>(off)?[0])
     }
-
 
     /// Reads a `#[repr(C)]` header at `off`.
     #[inline(always)]

@@ -44,20 +44,13 @@ pub struct Reply<'a> {
 }
 
 #[inline(always)]
-pub fn build(
-    ctx: &XdpContext,
-    old_len: usize,
-    eth: &Eth,
-    ip: &Ipv4,
-    udp: &Udp,
-    q: &Query,
-    r: &Reply,
-) -> Result<u32, Counter> {
+pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &Reply) -> Result<u32, Counter> {
     let count = r.count;
     let dns_len = udp.payload_len + RR_LEN * count;
     let udp_len = udp::HDR_LEN + dns_len;
     let ip_len = ipv4::HDR_LEN + udp_len;
     let new_len = eth.l3 + ip_len;
+    let old_len = Frame::reload(ctx).len();
     let delta = new_len as i32 - old_len as i32;
     // SAFETY: the helper only resizes the frame; every packet pointer is derived
     // again from the context below.
@@ -92,8 +85,26 @@ pub fn build(
     f.write::<20>(
         l3,
         [
-            0x45, ip.tos, il[0], il[1], ip.id[0], ip.id[1], ip.frags[0], ip.frags[1], IP_TTL, IPPROTO_UDP,
-            ipc[0], ipc[1], src[0], src[1], src[2], src[3], dst[0], dst[1], dst[2], dst[3],
+            0x45,
+            ip.tos,
+            il[0],
+            il[1],
+            ip.id[0],
+            ip.id[1],
+            ip.frags[0],
+            ip.frags[1],
+            IP_TTL,
+            IPPROTO_UDP,
+            ipc[0],
+            ipc[1],
+            src[0],
+            src[1],
+            src[2],
+            src[3],
+            dst[0],
+            dst[1],
+            dst[2],
+            dst[3],
         ],
     )?;
 

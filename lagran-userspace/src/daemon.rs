@@ -27,6 +27,8 @@ pub struct ServeOptions {
     pub demo: bool,
     /// Allow an open (token-less) API on a non-loopback address.
     pub insecure_open_api: bool,
+    /// Attach the XDP fast path to this interface.
+    pub xdp: Option<String>,
 }
 
 /// Why the daemon could not start or stopped.
@@ -48,6 +50,8 @@ pub enum DaemonError {
     OpenApi(SocketAddr),
     #[error("{what} stopped: {source}")]
     Task { what: &'static str, source: std::io::Error },
+    #[error("attaching the XDP fast path to {iface}: {source}")]
+    Xdp { iface: String, source: crate::xdp::XdpError },
 }
 
 /// Flags of `lagran dns` (an NS host following a control plane).
@@ -57,6 +61,8 @@ pub struct DnsHostOptions {
     pub control: String,
     /// Where the last received table is saved, so a restart without the control plane still answers.
     pub state_file: Option<std::path::PathBuf>,
+    /// Attach the XDP fast path to this interface.
+    pub xdp: Option<String>,
 }
 
 /// The control plane's running parts.
@@ -145,8 +151,21 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let (udp, tcp, dns_addr) = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
     let table = cp.scheduler.table().clone();
+    let mut loops = spawn_control_loops(&cp, &shutdown);
+    if let Some(iface) = &opts.xdp {
+        let task = crate::fastpath::start(
+            iface,
+            dns_addr.port(),
+            config.dns.clone(),
+            table.clone(),
+            cp.scheduler.subscribe(),
+            &metrics,
+            shutdown.clone(),
+        )
+        .map_err(|source| DaemonError::Xdp { iface: iface.clone(), source })?;
+        loops.push(task);
+    }
     let dns = Arc::new(DnsServer { table, settings: Arc::new(config.dns.clone()), counters });
-    let loops = spawn_control_loops(&cp, &shutdown);
     let state = AppState { scheduler: cp.scheduler.clone(), auth: Arc::new(cp.auth), metrics };
     tracing::info!(dns = %dns_addr, api = %api_addr, "lagran serving");
 
@@ -203,6 +222,21 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     };
     let (udp, tcp, dns_addr) = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
+    let xdp_task = match &opts.xdp {
+        Some(iface) => Some(
+            crate::fastpath::start(
+                iface,
+                dns_addr.port(),
+                config.dns.clone(),
+                table.clone(),
+                follower.versions.subscribe(),
+                &metrics,
+                shutdown.clone(),
+            )
+            .map_err(|source| DaemonError::Xdp { iface: iface.clone(), source })?,
+        ),
+        None => None,
+    };
     let dns = Arc::new(DnsServer { table: table.clone(), settings: Arc::new(config.dns.clone()), counters });
     let follow_task = tokio::spawn(follower.run(shutdown.clone()));
     let ops = ns_router(table, metrics, stats);
@@ -219,6 +253,9 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     };
     shutdown.cancel();
     let _ = follow_task.await;
+    if let Some(t) = xdp_task {
+        let _ = t.await;
+    }
     result
 }
 

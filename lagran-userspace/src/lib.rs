@@ -17,6 +17,7 @@ pub mod demo;
 pub mod dns;
 pub mod engine;
 pub mod explain;
+pub mod fastpath;
 pub mod geo;
 pub mod health;
 pub mod metrics;

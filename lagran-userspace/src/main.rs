@@ -42,6 +42,9 @@ enum Command {
         /// Allow a token-less API on a non-loopback address.
         #[arg(long)]
         insecure_open_api: bool,
+        /// Attach the XDP fast path to this interface (native mode, else generic).
+        #[arg(long)]
+        xdp: Option<String>,
     },
     /// The control plane only (store, scheduler, probes, API); NS hosts run `lagran dns`.
     Control {
@@ -65,6 +68,14 @@ enum Command {
         /// Where the last route table is saved (served after a restart while the control plane is away).
         #[arg(long, default_value = "lagran-data/routes.json")]
         state_file: PathBuf,
+        /// Attach the XDP fast path to this interface (native mode, else generic).
+        #[arg(long)]
+        xdp: Option<String>,
+    },
+    /// The XDP fast path's pinned maps (names, routes, answers, counters), readable.
+    Maps {
+        #[command(subcommand)]
+        command: MapsCommand,
     },
     /// How far each NS host lags behind the control plane (`_version.<zone>` TXT).
     Monitor {
@@ -120,6 +131,16 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum MapsCommand {
+    /// Print the maps pinned under /sys/fs/bpf/lagran (run as root on the NS host).
+    Dump {
+        /// At most this many route entries.
+        #[arg(long, default_value_t = 200)]
+        limit: usize,
+    },
+}
+
+#[derive(Subcommand)]
 enum NodeCommand {
     /// List nodes (from the database).
     List,
@@ -144,29 +165,29 @@ async fn main() -> Result<()> {
     init_tracing(&cli.log_format);
     let mut config = Config::load(cli.config.as_deref()).context("loading the configuration")?;
     match cli.command {
-        Command::Serve { dns_listen, api_listen, demo, insecure_open_api } => {
+        Command::Serve { dns_listen, api_listen, demo, insecure_open_api, xdp } => {
             if let Some(a) = dns_listen {
                 config.dns_listen = a;
             }
             if let Some(a) = api_listen {
                 config.api_listen = a;
             }
-            daemon::serve(config, ServeOptions { demo, insecure_open_api }, shutdown_on_signal()).await?;
+            daemon::serve(config, ServeOptions { demo, insecure_open_api, xdp }, shutdown_on_signal()).await?;
         }
         Command::Control { api_listen, demo, insecure_open_api } => {
             if let Some(a) = api_listen {
                 config.api_listen = a;
             }
-            daemon::control(config, ServeOptions { demo, insecure_open_api }, shutdown_on_signal()).await?;
+            daemon::control(config, ServeOptions { demo, insecure_open_api, xdp: None }, shutdown_on_signal()).await?;
         }
-        Command::Dns { control, dns_listen, api_listen, state_file } => {
+        Command::Dns { control, dns_listen, api_listen, state_file, xdp } => {
             if let Some(a) = dns_listen {
                 config.dns_listen = a;
             }
             if let Some(a) = api_listen {
                 config.api_listen = a;
             }
-            let opts = daemon::DnsHostOptions { control, state_file: Some(state_file) };
+            let opts = daemon::DnsHostOptions { control, state_file: Some(state_file), xdp };
             daemon::dns_host(config, opts, shutdown_on_signal()).await?;
         }
         Command::Explain { ip, subnet, domain, json } => {
@@ -182,6 +203,11 @@ async fn main() -> Result<()> {
         }
         Command::Node { command: NodeCommand::Set { name, assignments } } => {
             print!("{}", lagran::ops::node_set(&client(&cli.api, &config), &name, &assignments).await?);
+        }
+        Command::Maps { command: MapsCommand::Dump { limit } } => {
+            let maps = lagran::xdp::Maps::open_pinned(std::path::Path::new(lagran::xdp::PIN_DIR))
+                .context("opening the pinned maps (is `lagran serve --xdp IFACE` running on this host?)")?;
+            print!("{}", maps.dump(limit)?);
         }
         Command::Monitor { ns, zone, watch } => {
             let c = client(&cli.api, &config);

@@ -38,9 +38,17 @@ pub fn build_ebpf(opts: &Options) -> anyhow::Result<PathBuf> {
     }
     let root = util::workspace_root();
     let mut cmd = nightly_cargo();
-    cmd.current_dir(&root)
-        .env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\x1f"))
-        .args(["build", "--package", PACKAGE, "--bin", BINARY, "--target", TARGET, "-Z", "build-std=core"]);
+    cmd.current_dir(&root).env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\x1f")).args([
+        "build",
+        "--package",
+        PACKAGE,
+        "--bin",
+        BINARY,
+        "--target",
+        TARGET,
+        "-Z",
+        "build-std=core",
+    ]);
     if opts.release {
         cmd.arg("--release");
     }

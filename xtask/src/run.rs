@@ -29,7 +29,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         setup::exec(setup::Options::default())?;
     }
     let root = util::workspace_root();
-    // The userspace binary embeds the XDP object when it exists, so build it first.
+    // `lagran serve --xdp IFACE` loads this object (target/bpfel-unknown-none/release/lagran).
     let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true })?;
     println!("==> XDP object: {}", obj.display());
     let mut build = Command::new("cargo");

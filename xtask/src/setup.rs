@@ -136,7 +136,11 @@ fn apt_packages() -> anyhow::Result<()> {
     for t in &missing {
         if !is_present(&t.check) {
             if t.optional {
-                step(&format!("{}: still missing after installing {} (optional, skipped)", check_name(&t.check), t.package));
+                step(&format!(
+                    "{}: still missing after installing {} (optional, skipped)",
+                    check_name(&t.check),
+                    t.package
+                ));
             } else {
                 bail!("{} is still missing after `apt-get install {}`", check_name(&t.check), t.package);
             }
@@ -148,9 +152,7 @@ fn apt_packages() -> anyhow::Result<()> {
 /// Whether `apt-cache policy PACKAGE` shows an installable candidate.
 fn has_candidate(package: &str) -> anyhow::Result<bool> {
     let out = util::output(Command::new("apt-cache").args(["policy", package]))?;
-    Ok(out.lines().any(|l| {
-        l.trim().strip_prefix("Candidate:").is_some_and(|c| c.trim() != "(none)")
-    }))
+    Ok(out.lines().any(|l| l.trim().strip_prefix("Candidate:").is_some_and(|c| c.trim() != "(none)")))
 }
 
 fn rust_src() -> anyhow::Result<()> {
@@ -194,16 +196,17 @@ fn bpf_linker(force: bool) -> anyhow::Result<()> {
     }
     std::os::unix::fs::symlink(&libllvm, &link)
         .with_context(|| format!("linking {} -> {}", link.display(), libllvm.display()))?;
-    step(&format!(
-        "bpf-linker: building against {} (LLVM {llvm_major}, ~2 minutes)",
-        libllvm.display()
-    ));
+    step(&format!("bpf-linker: building against {} (LLVM {llvm_major}, ~2 minutes)", libllvm.display()));
     let feature = format!("llvm-{llvm_major}");
     let mut cmd = nightly_cargo();
     // The rpath lets the installed binary find the toolchain's libLLVM at run time.
-    cmd.env("LLVM_PREFIX", &prefix)
-        .env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib_dir.display()))
-        .args(["install", "bpf-linker", "--no-default-features", "--features", &feature]);
+    cmd.env("LLVM_PREFIX", &prefix).env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib_dir.display())).args([
+        "install",
+        "bpf-linker",
+        "--no-default-features",
+        "--features",
+        &feature,
+    ]);
     if force {
         cmd.arg("--force");
     }
@@ -220,12 +223,17 @@ fn find_libllvm(lib_dir: &Path) -> anyhow::Result<PathBuf> {
     let mut candidates: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM") && n.contains(".so")))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM") && n.contains(".so"))
+        })
         .collect();
     // Prefer the real file (`libLLVM.so.22.1-rust-…`) over the `libLLVM-22-rust-….so` alias.
     candidates.sort_by_key(|p| !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libLLVM.so.")));
     candidates.into_iter().next().with_context(|| {
-        format!("no libLLVM*.so* in {}: is the nightly toolchain complete? try `rustup update nightly`", lib_dir.display())
+        format!(
+            "no libLLVM*.so* in {}: is the nightly toolchain complete? try `rustup update nightly`",
+            lib_dir.display()
+        )
     })
 }
 

@@ -9,10 +9,8 @@ use anyhow::{Context as _, bail};
 
 /// The command line as a shell would show it: `KEY=VALUE program arg …`.
 pub fn display(cmd: &Command) -> String {
-    let mut parts: Vec<String> = cmd
-        .get_envs()
-        .filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), quote(v))))
-        .collect();
+    let mut parts: Vec<String> =
+        cmd.get_envs().filter_map(|(k, v)| v.map(|v| format!("{}={}", k.to_string_lossy(), quote(v)))).collect();
     parts.push(quote(cmd.get_program()));
     parts.extend(cmd.get_args().map(quote));
     let line = parts.join(" ");
@@ -45,27 +43,16 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
 /// Runs `cmd` and returns its stdout; fails naming the whole command (with its stderr).
 pub fn output(cmd: &mut Command) -> anyhow::Result<String> {
     let line = display(cmd);
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("failed to start `{line}`"))?;
+    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("failed to start `{line}`"))?;
     if !out.status.success() {
-        bail!(
-            "`{line}` failed with {}:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim_end()
-        );
+        bail!("`{line}` failed with {}:\n{}", out.status, String::from_utf8_lossy(&out.stderr).trim_end());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// True when `cmd` starts and exits 0 (its output is discarded).
 pub fn succeeds(cmd: &mut Command) -> bool {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 /// The first executable called `name` on `PATH` (plus the sbin directories, which a

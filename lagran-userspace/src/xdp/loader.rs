@@ -129,7 +129,11 @@ impl LoadedXdp {
                 std::fs::remove_file(&path).map_err(|source| XdpError::Bpffs { path: path.clone(), source })?;
             }
             let map = self.ebpf.map(name).ok_or(XdpError::NoMap(name))?;
-            map.pin(&path).map_err(|source| XdpError::Pin { map: name, path: path.clone(), source: Box::new(source) })?;
+            map.pin(&path).map_err(|source| XdpError::Pin {
+                map: name,
+                path: path.clone(),
+                source: Box::new(source),
+            })?;
             self.pins.push(path);
         }
         Ok(())
@@ -197,9 +201,7 @@ fn ensure_bpffs(dir: &Path) -> Result<(), XdpError> {
         std::fs::create_dir_all(root).map_err(|source| XdpError::Bpffs { path: root.to_path_buf(), source })?;
         tracing::info!("mounting bpffs on /sys/fs/bpf");
         // SAFETY: plain mount(2) with NUL-terminated constant strings.
-        let rc = unsafe {
-            libc::mount(c"bpf".as_ptr(), c"/sys/fs/bpf".as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null())
-        };
+        let rc = unsafe { libc::mount(c"bpf".as_ptr(), c"/sys/fs/bpf".as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null()) };
         if rc != 0 {
             return Err(XdpError::Bpffs { path: root.to_path_buf(), source: std::io::Error::last_os_error() });
         }
@@ -306,5 +308,18 @@ impl Drop for XdpHandle {
             tracing::warn!(iface = %self.iface, error = %e, "detaching XDP failed");
         }
         // `loaded` unpins the maps when it drops.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_can_move_to_another_task() {
+        fn send<T: Send>() {}
+        send::<XdpHandle>();
+        send::<MapWriter>();
+        send::<Maps>();
     }
 }

@@ -144,8 +144,12 @@ impl Maps {
         }
         let _ = writeln!(out, "{} ({} in use):", answers::MAP_NAME, used.len());
         for (id, a) in &used {
-            let addrs: Vec<String> =
-                a.addrs.iter().take((a.count as usize).min(MAX_ADDRS)).map(|b| Ipv4Addr::from(*b).to_string()).collect();
+            let addrs: Vec<String> = a
+                .addrs
+                .iter()
+                .take((a.count as usize).min(MAX_ADDRS))
+                .map(|b| Ipv4Addr::from(*b).to_string())
+                .collect();
             let canary = if a.canary_percent > 0 {
                 format!(" canary={}%->#{}", a.canary_percent, a.canary_id)
             } else {
@@ -328,7 +332,12 @@ impl MapWriter {
     /// SPEC §7: once the table is older than DNS_STALE_SECS and DNS_FALLBACK_IP
     /// is set, userspace answers the fallback; the maps still hold the stale
     /// answers, so the fast path must stand aside. Call it periodically.
-    pub fn update_staleness(&mut self, table: &RouteTable, settings: &DnsSettings, now_ms: i64) -> Result<(), XdpError> {
+    pub fn update_staleness(
+        &mut self,
+        table: &RouteTable,
+        settings: &DnsSettings,
+        now_ms: i64,
+    ) -> Result<(), XdpError> {
         let stale = crate::dns::answer::is_stale(table, settings, now_ms) && settings.fallback_ip.is_some();
         if stale == self.allowed {
             self.set_allowed(!stale)?;
@@ -392,7 +401,11 @@ impl MapWriter {
             for p in name.v4.iter() {
                 // Blocks without a valid answer get no entry: the program passes them.
                 if let Some(Some(id)) = ids.get(p.value as usize) {
-                    routes.push(Route { addr: p.addr, len: p.len, value: RouteValue { answer_id: *id, scope: p.len as u32 } });
+                    routes.push(Route {
+                        addr: p.addr,
+                        len: p.len,
+                        value: RouteValue { answer_id: *id, scope: p.len as u32 },
+                    });
                 }
             }
             want_routes.insert(name.id, routes);
@@ -483,7 +496,11 @@ impl MapWriter {
             let target = ids.get(c.answer as usize).copied().flatten();
             ids[i] = match target {
                 Some(target_id) if (1..=100).contains(&c.percent) => {
-                    let content = AnswerV4 { canary_percent: c.percent as u32, canary_id: target_id, ..plain_answer(a, settings) };
+                    let content = AnswerV4 {
+                        canary_percent: c.percent as u32,
+                        canary_id: target_id,
+                        ..plain_answer(a, settings)
+                    };
                     Some(self.ensure_answer(content, used, stats)?)
                 }
                 // An inconsistent split: userspace decides (it treats it as no table).
@@ -535,8 +552,7 @@ impl MapWriter {
     /// Empties the maps (every key, including entries from an earlier process)
     /// and forgets what was written.
     fn reset(&mut self) -> Result<(), XdpError> {
-        let keys: Vec<NameKey> =
-            self.maps.names.keys().collect::<Result<_, _>>().map_err(map_err(names::MAP_NAME))?;
+        let keys: Vec<NameKey> = self.maps.names.keys().collect::<Result<_, _>>().map_err(map_err(names::MAP_NAME))?;
         for k in keys {
             remove_ok_if_missing(self.maps.names.remove(&k), names::MAP_NAME)?;
         }
@@ -559,7 +575,6 @@ impl MapWriter {
         self.needs_reset = false;
         Ok(())
     }
-
 }
 
 /// A failed insert: "map full" when the kernel says so, the raw error otherwise.
@@ -626,11 +641,7 @@ fn route_key(name_id: u32, addr: u32, len: u8) -> Key<RouteV4Data> {
     Key::new(NAME_BITS + len as u32, RouteV4Data::new(name_id, addr))
 }
 
-fn remove_route(
-    trie: &mut LpmTrie<MapData, RouteV4Data, RouteValue>,
-    name_id: u32,
-    r: &Route,
-) -> Result<(), XdpError> {
+fn remove_route(trie: &mut LpmTrie<MapData, RouteV4Data, RouteValue>, name_id: u32, r: &Route) -> Result<(), XdpError> {
     remove_ok_if_missing(trie.remove(&route_key(name_id, r.addr, r.len)), route_v4::MAP_NAME)
 }
 
@@ -722,11 +733,7 @@ mod tests {
     #[test]
     fn plain_answer_applies_the_responders_ttl_and_four_addresses() {
         let settings = DnsSettings { ttl: 30, min_ttl: 5, ..DnsSettings::default() };
-        let a = Answer {
-            ttl: 300,
-            ipv4: (1..=6).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect(),
-            ..Answer::default()
-        };
+        let a = Answer { ttl: 300, ipv4: (1..=6).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect(), ..Answer::default() };
         let v = plain_answer(&a, &settings);
         assert_eq!(v.ttl, 30, "min(route ttl, DNS_TTL)");
         assert_eq!(v.count, 4);

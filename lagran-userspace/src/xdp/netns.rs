@@ -119,7 +119,17 @@ impl VethPair {
         let client = NetNs::create("cli")?;
         let (server_if, client_if) = ("lgr-s", "lgr-c");
         ip(&[
-            "link", "add", server_if, "netns", server.name(), "type", "veth", "peer", "name", client_if, "netns",
+            "link",
+            "add",
+            server_if,
+            "netns",
+            server.name(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            client_if,
+            "netns",
             client.name(),
         ])?;
         server.ip(&["addr", "add", "198.18.0.1/30", "dev", server_if])?;

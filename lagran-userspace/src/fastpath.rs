@@ -1,0 +1,72 @@
+//! Keeps the XDP fast path in step with the route table: attaches the program
+//! (`--xdp IFACE`), syncs the maps on every published table (diffed writes),
+//! tracks staleness, exports the per-CPU counters, and detaches on shutdown.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::DnsSettings;
+use crate::metrics::Metrics;
+use crate::route_table::SharedRouteTable;
+use crate::scheduler::now_ms;
+use crate::xdp::{XdpError, XdpHandle, XdpOptions, object_bytes};
+
+/// Attaches to `iface` for DNS on `dns_port` and spawns the sync loop.
+pub fn start(
+    iface: &str,
+    dns_port: u16,
+    settings: DnsSettings,
+    table: SharedRouteTable,
+    mut versions: watch::Receiver<u64>,
+    metrics: &Metrics,
+    shutdown: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, XdpError> {
+    let obj = object_bytes()?;
+    let opts = XdpOptions { udp_payload: settings.max_udp_payload, ..XdpOptions::default() };
+    let handle = Arc::new(Mutex::new(XdpHandle::attach_with(iface, dns_port, &obj, &opts)?));
+    sync(&handle, &table, &settings);
+    let for_metrics = handle.clone();
+    metrics.add_source(Box::new(move |out| {
+        let mut h = for_metrics.lock().expect("xdp handle lock poisoned");
+        if let Ok(c) = h.writer().counters() {
+            c.render_prometheus(out);
+        }
+    }));
+    Ok(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = versions.changed() => {
+                    if r.is_err() {
+                        break;
+                    }
+                    sync(&handle, &table, &settings);
+                }
+                _ = tick.tick() => {
+                    let t = table.load();
+                    let mut h = handle.lock().expect("xdp handle lock poisoned");
+                    if let Err(e) = h.writer().update_staleness(&t, &settings, now_ms()) {
+                        tracing::error!(error = %e, "updating the XDP staleness switch failed");
+                    }
+                }
+            }
+        }
+        let mut h = handle.lock().expect("xdp handle lock poisoned");
+        if let Err(e) = h.detach() {
+            tracing::error!(error = %e, "detaching XDP failed");
+        }
+    }))
+}
+
+fn sync(handle: &Mutex<XdpHandle>, table: &SharedRouteTable, settings: &DnsSettings) {
+    let t = table.load_full();
+    let mut h = handle.lock().expect("xdp handle lock poisoned");
+    match h.writer().sync(&t, settings) {
+        Ok(stats) => tracing::debug!(version = t.version, writes = stats.writes(), took_us = stats.elapsed.as_micros() as u64, "XDP maps synced"),
+        Err(e) => tracing::error!(version = t.version, error = %e, "XDP map sync failed; the fast path passes queries up until the next sync"),
+    }
+}
