@@ -25,7 +25,12 @@ pub fn start(
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, XdpError> {
     let obj = object_bytes()?;
-    let opts = XdpOptions { udp_payload: settings.max_udp_payload, ..XdpOptions::default() };
+    // LAGRAN_PIN_DIR moves the pins (tests and benchmarks running beside a production instance).
+    let pin_dir = std::env::var_os("LAGRAN_PIN_DIR").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
+    let mut opts = XdpOptions { udp_payload: settings.max_udp_payload, ..XdpOptions::default() };
+    if pin_dir.is_some() {
+        opts.pin_dir = pin_dir;
+    }
     let handle = Arc::new(Mutex::new(XdpHandle::attach_with(iface, dns_port, &obj, &opts)?));
     sync(&handle, &table, &settings);
     let for_metrics = handle.clone();

@@ -10,3 +10,4 @@ mod postgres;
 mod real_geo;
 mod scheduling;
 mod support;
+mod xdp;

@@ -87,6 +87,12 @@ pub struct Options {
     /// A TOML configuration file's text (passed with `--config`).
     pub config: Option<String>,
     pub role: Role,
+    /// Run the daemon inside this network namespace (`ip netns exec`).
+    pub netns: Option<String>,
+    /// Extra arguments after the role's own.
+    pub args: Vec<String>,
+    /// The DNS listen address (default 127.0.0.1:0).
+    pub dns_listen: Option<String>,
 }
 
 /// Which `lagran` subcommand runs.
@@ -103,7 +109,17 @@ pub enum Role {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { database_url: None, env: Vec::new(), geo: Geo::Small, demo: true, config: None, role: Role::Serve }
+        Options {
+            database_url: None,
+            env: Vec::new(),
+            geo: Geo::Small,
+            demo: true,
+            config: None,
+            role: Role::Serve,
+            netns: None,
+            args: Vec::new(),
+            dns_listen: None,
+        }
     }
 }
 
@@ -124,7 +140,14 @@ impl Daemon {
     pub fn start(opts: Options) -> Daemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = opts.database_url.clone().unwrap_or_else(|| format!("sqlite://{}/lagran.db", dir.path().display()));
-        let mut cmd = Command::new(lagran_bin());
+        let mut cmd = match &opts.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(lagran_bin());
+                c
+            }
+            None => Command::new(lagran_bin()),
+        };
         if let Some(text) = &opts.config {
             let path = dir.path().join("lagran.toml");
             std::fs::write(&path, text).expect("writing the test config");
@@ -133,7 +156,8 @@ impl Daemon {
         cmd.current_dir(dir.path()).args(["--log-format", "json"]);
         match &opts.role {
             Role::Serve => {
-                cmd.args(["serve", "--dns-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"]);
+                let dns = opts.dns_listen.as_deref().unwrap_or("127.0.0.1:0");
+                cmd.args(["serve", "--dns-listen", dns, "--api-listen", "127.0.0.1:0"]);
             }
             Role::Control => {
                 cmd.args(["control", "--api-listen", "127.0.0.1:0"]);
@@ -156,6 +180,7 @@ impl Daemon {
         if opts.demo && !matches!(opts.role, Role::Dns { .. }) {
             cmd.arg("--demo");
         }
+        cmd.args(&opts.args);
         let geo_path = match &opts.geo {
             Geo::Small => Some(write_small_geo(dir.path())),
             Geo::Real(p) => Some(p.clone()),
@@ -259,7 +284,16 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// SIGTERM first, so the daemon detaches XDP and removes its pins; SIGKILL after 5 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,0 +1,104 @@
+//! The XDP fast path in the real daemon: `lagran serve --xdp` in a server
+//! namespace, `dig` in a client namespace across a veth pair.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use lagran::xdp::netns::VethPair;
+use lagran::xdp::{XdpHandle, XdpOptions, object_bytes};
+
+use crate::support::{Daemon, Dig, Options, have_tool};
+
+fn dig(pair: &VethPair, args: &[&str]) -> Dig {
+    let server = format!("@{}", pair.server_addr);
+    let mut all = vec![server.as_str(), "+tries=1", "+time=2"];
+    all.extend_from_slice(args);
+    let out = pair.client_run("dig", &all).expect("running dig in the client namespace");
+    Dig::parse(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+#[test]
+fn the_daemon_answers_through_xdp_and_userspace_agrees() {
+    for tool in ["dig", "ip"] {
+        if !have_tool(tool, "xdp_daemon") {
+            return;
+        }
+    }
+    let obj = object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
+    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
+    // XDP_TX on a veth reaches the peer only when the peer runs XDP too.
+    let _client_prog = pair
+        .client
+        .enter(|| XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() }))
+        .expect("entering the client namespace")
+        .expect("a pass-through program on the client veth");
+
+    let pins = format!("/sys/fs/bpf/lagran-e2e-{}", std::process::id());
+    let d = Daemon::start(Options {
+        netns: Some(pair.server.name().to_string()),
+        args: vec!["--xdp".into(), pair.server_if.into()],
+        env: vec![("LAGRAN_PIN_DIR".into(), pins.clone())],
+        dns_listen: Some(format!("{}:53", pair.server_addr)),
+        ..Options::default()
+    });
+    let metrics = || -> String {
+        let (_, v): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
+        v.as_str().unwrap_or_default().to_string()
+    };
+    let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
+
+    // Through XDP: no COOKIE option, so the fast path owns the query.
+    let fast = dig(&pair, &[&shenzhen[..], &["+nocookie"]].concat());
+    assert_eq!(fast.answers("A"), vec!["203.0.113.21"], "{}\n{}", fast.text, d.log());
+    let m = metrics();
+    assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 1, "XDP answered it:\n{m}");
+    assert_eq!(metric(&m, "lagran_dns_queries_total{transport=\"udp\"}"), 0, "userspace saw nothing:\n{m}");
+
+    // The same question with a cookie goes to userspace: same meaning.
+    let slow = dig(&pair, &shenzhen);
+    let m = metrics();
+    assert_eq!(metric(&m, "lagran_dns_queries_total{transport=\"udp\"}"), 1, "userspace answered it:\n{m}");
+    assert_eq!(slow.status, fast.status);
+    assert_eq!(slow.flags, fast.flags, "same flags");
+    assert_eq!(slow.answer, fast.answer, "same records and TTL");
+    assert_eq!(slow.ecs, fast.ecs, "same ECS scope");
+
+    // What XDP must not answer is passed and answered by userspace.
+    assert_eq!(dig(&pair, &["edge.lagran.net", "AAAA", "+nocookie"]).status, "NOERROR");
+    assert!(dig(&pair, &["whoami.edge.lagran.net", "TXT", "+nocookie"]).answers("TXT").join(" ").contains("198.18.0.2"));
+    assert_eq!(dig(&pair, &["nope.edge.lagran.net", "A", "+nocookie"]).status, "NXDOMAIN");
+    let tcp = dig(&pair, &[&shenzhen[..], &["+tcp"]].concat());
+    assert_eq!(tcp.answers("A"), vec!["203.0.113.21"]);
+    let m = metrics();
+    assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 1, "still only the one:\n{m}");
+
+    // A node going down changes the XDP answer without a restart.
+    let (s, _) = pair
+        .server
+        .enter(|| d.http("PATCH", "/api/v1/nodes/gz-01", Some(json!({"status": "offline"})), &[]))
+        .expect("entering the server namespace");
+    assert_eq!(s, 200);
+    let mut moved = Dig::default();
+    for _ in 0..50 {
+        moved = dig(&pair, &[&shenzhen[..], &["+nocookie"]].concat());
+        if moved.answers("A") == vec!["203.0.113.22"] {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(moved.answers("A"), vec!["203.0.113.22"], "{}", moved.text);
+    let m = metrics();
+    assert!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}") >= 2, "answered by XDP:\n{m}");
+
+    drop(d);
+    assert!(!std::path::Path::new(&pins).exists(), "a clean shutdown removes the pins");
+}
