@@ -141,6 +141,8 @@ pub struct Config {
     pub schedule: ScheduleSettings,
     pub geo: GeoSettings,
     pub health: crate::health::HealthSettings,
+    /// Public-resolver prefixes beyond the built-in list; a line covering one needs `force`.
+    pub public_resolvers: Vec<ipnet::IpNet>,
 }
 
 impl Default for Config {
@@ -155,6 +157,7 @@ impl Default for Config {
             schedule: ScheduleSettings::default(),
             geo: GeoSettings::default(),
             health: crate::health::HealthSettings::default(),
+            public_resolvers: Vec::new(),
         }
     }
 }

@@ -166,7 +166,12 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         loops.push(task);
     }
     let dns = Arc::new(DnsServer { table, settings: Arc::new(config.dns.clone()), counters });
-    let state = AppState { scheduler: cp.scheduler.clone(), auth: Arc::new(cp.auth), metrics };
+    let state = AppState {
+        scheduler: cp.scheduler.clone(),
+        auth: Arc::new(cp.auth),
+        metrics,
+        public_resolvers: Arc::new(config.public_resolvers.clone()),
+    };
     tracing::info!(dns = %dns_addr, api = %api_addr, "lagran serving");
 
     let dns_task = tokio::spawn(dns.run(udp, tcp, shutdown.clone()));
@@ -191,7 +196,12 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
     let (api_listener, api_addr) = bind_api(&config).await?;
     let loops = spawn_control_loops(&cp, &shutdown);
-    let state = AppState { scheduler: cp.scheduler.clone(), auth: Arc::new(cp.auth), metrics };
+    let state = AppState {
+        scheduler: cp.scheduler.clone(),
+        auth: Arc::new(cp.auth),
+        metrics,
+        public_resolvers: Arc::new(config.public_resolvers.clone()),
+    };
     tracing::info!(api = %api_addr, "lagran control plane serving");
     let result = flatten("the control API", tokio::spawn(api::run(api_listener, state, shutdown.clone())).await);
     shutdown.cancel();

@@ -35,6 +35,9 @@ pub struct AppState {
     pub scheduler: Arc<Scheduler>,
     pub auth: Arc<Auth>,
     pub metrics: Arc<Metrics>,
+    /// Public-resolver prefixes beyond the built-in list (config `public_resolvers`);
+    /// a line covering one needs `force`.
+    pub public_resolvers: Arc<Vec<ipnet::IpNet>>,
 }
 
 impl AppState {

@@ -100,7 +100,7 @@ pub async fn put_line(
         obj.insert("name".into(), serde_json::Value::String(name));
     }
     let line: Line = parse_json(value.to_string().as_bytes())?;
-    let overlaps = resolver_overlaps(&line.prefixes, &[]);
+    let overlaps = resolver_overlaps(&line.prefixes, &state.public_resolvers);
     if !overlaps.is_empty() && !q.force {
         let list: Vec<String> = overlaps.iter().map(|(p, r)| format!("{p} overlaps public resolver {r}")).collect();
         return Err(ApiError::field(
