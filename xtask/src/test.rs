@@ -3,7 +3,8 @@
 //! 1. `cargo xtask setup` (tools, PostgreSQL server, bpf-linker, geo data).
 //! 2. The XDP object (the userspace tests load it through BPF_PROG_TEST_RUN).
 //! 3. The binaries the end-to-end tests drive (`lagran`, `lagran-edge`).
-//! 4. `cargo test` over the workspace: unit tests, store tests against SQLite
+//! 4. `cargo test` over the default members (not `--workspace`: that would build
+//!    `lagran-ebpf` for the host): unit tests, store tests against SQLite
 //!    and a throwaway PostgreSQL, end-to-end tests with `dig`/`kdig`.
 
 use std::process::Command;
@@ -28,11 +29,11 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true })?;
     println!("==> XDP object: {}", obj.display());
     let mut bins = Command::new("cargo");
-    bins.current_dir(&root).args(["build", "--workspace", "--bins"]);
+    bins.current_dir(&root).args(["build", "--bins"]);
     util::run(&mut bins)?;
     let mut test = Command::new("cargo");
     test.current_dir(&root)
-        .args(["test", "--workspace", "--no-fail-fast"])
+        .args(["test", "--no-fail-fast"])
         // Tests that need PostgreSQL, dig or the XDP object fail instead of skipping.
         .env("LAGRAN_REQUIRE_PG", "1")
         .env("LAGRAN_REQUIRE_TOOLS", "1")
