@@ -45,6 +45,18 @@ impl ApiClient {
         Ok(value)
     }
 
+    /// Sends a request and returns the status with the JSON body (`Null` when
+    /// empty, a string when not JSON), whatever the status.
+    pub async fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value), ClientError> {
+        let (status, bytes, _) = self.send(method, path, body).await?;
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        Ok((status, value))
+    }
+
     /// Sends a GET and returns the status and the raw body.
     pub async fn get_raw(&self, path: &str) -> Result<(u16, Bytes), ClientError> {
         let (status, bytes, _) = self.send("GET", path, None).await?;

@@ -90,7 +90,10 @@ impl GeoDb {
     /// `geoip.dat` or CIDR file serves both families).
     pub fn load(v4: Option<&Path>, v6: Option<&Path>) -> GeoDb {
         let read = |p: &Path| match formats::read_file(p) {
-            Ok(f) => Some(f),
+            Ok(f) => {
+                log_skipped(p, &f);
+                Some(f)
+            }
             Err(err) => {
                 tracing::warn!(
                     path = %p.display(),
@@ -131,8 +134,13 @@ impl GeoDb {
     /// be absent, see the family rule of `load`). For reloads, where a bad file must
     /// not replace the serving data.
     pub fn try_load(v4: Option<&Path>, v6: Option<&Path>) -> Result<GeoDb, GeoError> {
-        let mut f4 = v4.map(formats::read_file).transpose()?;
-        let mut f6 = v6.map(formats::read_file).transpose()?;
+        let read = |p: &Path| {
+            let f = formats::read_file(p)?;
+            log_skipped(p, &f);
+            Ok::<_, GeoError>(f)
+        };
+        let mut f4 = v4.map(read).transpose()?;
+        let mut f6 = v6.map(read).transpose()?;
         let v4_db = match (v4, f4.as_mut()) {
             (Some(p), Some(f)) => Some(f.take(IpVersion::V4).ok_or_else(|| GeoError::NoData {
                 path: p.to_path_buf(),
@@ -141,10 +149,12 @@ impl GeoDb {
             _ => None,
         };
         let v6_db = match (v6, f6.as_mut(), f4.as_mut()) {
-            (Some(p), Some(f), _) => Some(f.take(IpVersion::V6).ok_or_else(|| GeoError::NoData {
-                path: p.to_path_buf(),
-                family: IpVersion::V6,
-            })?),
+            (Some(p), Some(f), _) => {
+                Some(f.take(IpVersion::V6).ok_or_else(|| GeoError::NoData {
+                    path: p.to_path_buf(),
+                    family: IpVersion::V6,
+                })?)
+            }
             (None, _, Some(f)) => f.take(IpVersion::V6),
             _ => None,
         };
@@ -162,7 +172,10 @@ impl GeoDb {
 
     fn log_loaded(&self) {
         let v6_path = self.sources.v6.as_ref().or(self.sources.v4.as_ref());
-        for (x, path) in [(self.v4.as_ref(), self.sources.v4.as_ref()), (self.v6.as_ref(), v6_path)] {
+        for (x, path) in [
+            (self.v4.as_ref(), self.sources.v4.as_ref()),
+            (self.v6.as_ref(), v6_path),
+        ] {
             let Some(x) = x else { continue };
             tracing::info!(
                 path = %path.map_or_else(|| "-".to_string(), |p| p.display().to_string()),
@@ -244,5 +257,20 @@ impl GeoDb {
     }
 }
 
+/// Logs what a reader left out (e.g. the non-country lists of a `geoip.dat`).
+fn log_skipped(path: &Path, f: &formats::GeoFile) {
+    if !f.stats.skipped.is_empty() {
+        tracing::info!(
+            path = %path.display(),
+            format = %f.format,
+            lists = f.stats.skipped.len(),
+            skipped = ?f.stats.skipped,
+            "geo file: records not used"
+        );
+    }
+}
+
+#[cfg(test)]
+mod real_tests;
 #[cfg(test)]
 mod tests;

@@ -54,7 +54,10 @@ pub fn max_change_ratio_from_env() -> f64 {
 }
 
 fn parse_ratio(v: &str) -> Option<f64> {
-    v.trim().parse::<f64>().ok().filter(|r| r.is_finite() && (0.0..=1.0).contains(r))
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|r| r.is_finite() && (0.0..=1.0).contains(r))
 }
 
 /// The outcome of a reload: the comparison and whether the new data serves.
@@ -98,7 +101,9 @@ pub async fn reload(
     max_change_ratio: f64,
 ) -> Result<ReloadReport, GeoError> {
     if !(max_change_ratio.is_finite() && max_change_ratio >= 0.0) {
-        return Err(GeoError::Usage(format!("max_change_ratio {max_change_ratio} is not a fraction >= 0")));
+        return Err(GeoError::Usage(format!(
+            "max_change_ratio {max_change_ratio} is not a fraction >= 0"
+        )));
     }
     let _one_at_a_time = RELOAD.lock().await;
     let serving = scheduler.geo();
@@ -158,7 +163,9 @@ pub async fn reload(
     scheduler.set_geo(new);
     match scheduler.recompute().await {
         Ok(table) => report.route_table_version = Some(table.version),
-        Err(e) => tracing::error!(error = %e, "recompute after a geo reload failed; the periodic recompute will retry"),
+        Err(e) => {
+            tracing::error!(error = %e, "recompute after a geo reload failed; the periodic recompute will retry")
+        }
     }
     report.message = format!(
         "accepted{}: {} of {} sampled addresses ({:.3} %) change tuple, {} ranges changed",
@@ -184,12 +191,25 @@ pub async fn reload(
 
 /// [`reload`] from the paths the serving data was configured with (GEOIP_PATH,
 /// GEOIP_IPV6_PATH), so an operator replaces the file in place and signals.
-pub async fn reload_configured(scheduler: &Scheduler, force: bool, max_change_ratio: f64) -> Result<ReloadReport, GeoError> {
+pub async fn reload_configured(
+    scheduler: &Scheduler,
+    force: bool,
+    max_change_ratio: f64,
+) -> Result<ReloadReport, GeoError> {
     let Sources { v4, v6 } = scheduler.geo().sources().clone();
     if v4.is_none() && v6.is_none() {
-        return Err(GeoError::Reload("no geo file is configured (GEOIP_PATH / GEOIP_IPV6_PATH)".into()));
+        return Err(GeoError::Reload(
+            "no geo file is configured (GEOIP_PATH / GEOIP_IPV6_PATH)".into(),
+        ));
     }
-    reload(scheduler, v4.as_deref(), v6.as_deref(), force, max_change_ratio).await
+    reload(
+        scheduler,
+        v4.as_deref(),
+        v6.as_deref(),
+        force,
+        max_change_ratio,
+    )
+    .await
 }
 
 /// Reloads the configured files on every SIGHUP until `shutdown` (never forced; the
@@ -197,7 +217,10 @@ pub async fn reload_configured(scheduler: &Scheduler, force: bool, max_change_ra
 /// is called, before the returned future first runs, so the daemon can say it is
 /// serving only once a SIGHUP no longer kills it. Call inside the runtime; spawn the
 /// future.
-pub fn sighup_loop(scheduler: Arc<Scheduler>, shutdown: CancellationToken) -> impl Future<Output = ()> + Send + 'static {
+pub fn sighup_loop(
+    scheduler: Arc<Scheduler>,
+    shutdown: CancellationToken,
+) -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     async move {
@@ -220,7 +243,9 @@ pub fn sighup_loop(scheduler: Arc<Scheduler>, shutdown: CancellationToken) -> im
                 match reload_configured(&scheduler, false, ratio).await {
                     Ok(r) if r.accepted => {}
                     Ok(r) => tracing::warn!(message = %r.message, "SIGHUP geo reload refused"),
-                    Err(e) => tracing::error!(error = %e, "SIGHUP geo reload failed; the serving data stays"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP geo reload failed; the serving data stays")
+                    }
                 }
             }
         }

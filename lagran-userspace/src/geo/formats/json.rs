@@ -106,7 +106,8 @@ pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
         }
         Value::Object(map) => {
             for (key, value) in &map {
-                let bad = |reason: String| GeoError::syntax(FORMAT, Position::Key(key.clone()), reason);
+                let bad =
+                    |reason: String| GeoError::syntax(FORMAT, Position::Key(key.clone()), reason);
                 if let Ok(net) = parse_cidr(key) {
                     let region = match value {
                         Value::String(r) => {
@@ -134,7 +135,10 @@ pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
                 let region = region_from_fields(key, "", "", "").map_err(bad)?;
                 for (j, item) in list.iter().enumerate() {
                     let Value::String(s) = item else {
-                        return Err(bad(format!("element #{j}: expected a CIDR string, found {}", kind(item))));
+                        return Err(bad(format!(
+                            "element #{j}: expected a CIDR string, found {}",
+                            kind(item)
+                        )));
                     };
                     let net = parse_cidr(s).map_err(|e| bad(format!("element #{j}: {e}")))?;
                     b.stats.records += 1;
@@ -191,11 +195,20 @@ mod tests {
     #[test]
     fn errors_name_the_position() {
         for (text, want) in [
-            ("[{\"cidr\": \"1.2.3.0/24\"},\n {\"cidr\": 5}]", "array entry #1"),
+            (
+                "[{\"cidr\": \"1.2.3.0/24\"},\n {\"cidr\": 5}]",
+                "array entry #1",
+            ),
             ("[{\"country\": \"CN\"}]", "no \"cidr\""),
             ("[1]", "expected an object"),
-            ("[{\"cidr\": \"1.2.3.0/24\",\n \"country\": ", "line 2 column"),
-            ("{\"CN\": [\"1.0.1.0/24\", \"x\"]}", "key \"CN\": element #1"),
+            (
+                "[{\"cidr\": \"1.2.3.0/24\",\n \"country\": ",
+                "line 2 column",
+            ),
+            (
+                "{\"CN\": [\"1.0.1.0/24\", \"x\"]}",
+                "key \"CN\": element #1",
+            ),
             ("{\"nope\": 3}", "key \"nope\""),
             ("\"str\"", "expected an array or an object"),
         ] {

@@ -106,7 +106,11 @@ impl Format {
 
     /// The format the content looks like (rule 2 of the module docs), if any.
     pub fn sniff(bytes: &[u8]) -> Option<Format> {
-        let u16_at = |off: usize| bytes.get(off..off + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let u16_at = |off: usize| {
+            bytes
+                .get(off..off + 2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        };
         if bytes.len() >= DATA_START
             && matches!(u16_at(0), Some(2 | 3))
             && matches!(u16_at(16), Some(0 | 4 | 6))
@@ -153,7 +157,11 @@ fn text_prefix(bytes: &[u8]) -> Option<&str> {
         Err(e) if e.error_len().is_none() => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
         Err(_) => return None,
     };
-    if text.is_empty() || text.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\r' | '\n')) {
+    if text.is_empty()
+        || text
+            .chars()
+            .any(|c| c.is_control() && !matches!(c, '\t' | '\r' | '\n'))
+    {
         return None;
     }
     Some(text)
@@ -305,11 +313,21 @@ pub use super::Position;
 /// A region string `Country|Province|City|ISP` from separate fields: each trimmed,
 /// empty → `0`. A field holding `|` or a control character is refused (it would
 /// shift the fields of the region string).
-pub fn region_from_fields(country: &str, province: &str, city: &str, isp: &str) -> Result<String, String> {
+pub fn region_from_fields(
+    country: &str,
+    province: &str,
+    city: &str,
+    isp: &str,
+) -> Result<String, String> {
     let mut out = String::new();
-    for (i, (name, v)) in [("country", country), ("province", province), ("city", city), ("isp", isp)]
-        .into_iter()
-        .enumerate()
+    for (i, (name, v)) in [
+        ("country", country),
+        ("province", province),
+        ("city", city),
+        ("isp", isp),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let v = v.trim();
         if v.contains('|') || v.chars().any(char::is_control) {
@@ -331,7 +349,10 @@ pub fn check_region(region: &str) -> Result<(), String> {
         return Err("empty region".into());
     }
     if region.len() > usize::from(u16::MAX) {
-        return Err(format!("region is {} bytes, more than the 65535 an xdb can store", region.len()));
+        return Err(format!(
+            "region is {} bytes, more than the 65535 an xdb can store",
+            region.len()
+        ));
     }
     if region.contains(['\n', '\r', '\0']) {
         return Err("region contains a line break or NUL".into());

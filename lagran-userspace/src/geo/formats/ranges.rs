@@ -251,7 +251,11 @@ mod tests {
 
     #[test]
     fn order_of_records_does_not_matter_but_duplicates_keep_the_last() {
-        let r = build(&[("10.1.2.0/24", "C"), ("10.0.0.0/8", "A"), ("10.1.2.0/24", "D")]);
+        let r = build(&[
+            ("10.1.2.0/24", "C"),
+            ("10.0.0.0/8", "A"),
+            ("10.1.2.0/24", "D"),
+        ]);
         assert_eq!(
             r.v4,
             vec![
@@ -264,10 +268,18 @@ mod tests {
 
     #[test]
     fn whole_space_and_last_address() {
-        let r = build(&[("0.0.0.0/0", "W"), ("255.255.255.255/32", "L"), ("::/0", "W6"), ("ffff::/16", "L6")]);
+        let r = build(&[
+            ("0.0.0.0/0", "W"),
+            ("255.255.255.255/32", "L"),
+            ("::/0", "W6"),
+            ("ffff::/16", "L6"),
+        ]);
         assert_eq!(
             r.v4,
-            vec![(0, u32::MAX as u128 - 1, "W".into()), (u32::MAX as u128, u32::MAX as u128, "L".into())]
+            vec![
+                (0, u32::MAX as u128 - 1, "W".into()),
+                (u32::MAX as u128, u32::MAX as u128, "L".into())
+            ]
         );
         assert_eq!(r.v6.len(), 2);
         assert_eq!(r.v6[1], (0xffff << 112, u128::MAX, "L6".into()));
@@ -313,10 +325,21 @@ mod tests {
 
     #[test]
     fn explicit_ranges_merge_and_overlaps_name_both_lines() {
-        let e = |s, e, r: &str, at| Explicit { start: s, end: e, region: r.into(), at };
-        let out = from_explicit("t", vec![e(10, 19, "B", 2), e(0, 9, "A", 1), e(20, 29, "B", 3)]).unwrap();
+        let e = |s, e, r: &str, at| Explicit {
+            start: s,
+            end: e,
+            region: r.into(),
+            at,
+        };
+        let out = from_explicit(
+            "t",
+            vec![e(10, 19, "B", 2), e(0, 9, "A", 1), e(20, 29, "B", 3)],
+        )
+        .unwrap();
         assert_eq!(out, vec![(0, 9, "A".into()), (10, 29, "B".into())]);
-        let err = from_explicit("t", vec![e(0, 9, "A", 1), e(5, 12, "B", 2)]).unwrap_err().to_string();
+        let err = from_explicit("t", vec![e(0, 9, "A", 1), e(5, 12, "B", 2)])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("line 2") && err.contains("line 1"), "{err}");
     }
 }

@@ -39,9 +39,15 @@ pub fn parse(text: &str) -> Result<Ranges, GeoError> {
         let region = region.trim();
         check_region(region).map_err(&bad)?;
         let (start, end, list) = match (start, end) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => (u128::from(u32::from(a)), u128::from(u32::from(b)), &mut v4),
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                (u128::from(u32::from(a)), u128::from(u32::from(b)), &mut v4)
+            }
             (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), &mut v6),
-            _ => return Err(bad("start_ip and end_ip are of different address families".into())),
+            _ => {
+                return Err(bad(
+                    "start_ip and end_ip are of different address families".into()
+                ));
+            }
         };
         if start > end {
             return Err(bad(format!("start_ip {s} is after end_ip {e}")));
@@ -91,7 +97,10 @@ mod tests {
             ("1.0.0.9|1.0.0.1|a\n", "after end_ip"),
             ("1.0.0.0|::1|a\n", "different address families"),
             ("1.0.0.0|1.0.0.255|  \n", "empty region"),
-            ("1.0.0.0|1.0.0.255|a\n1.0.0.128|1.0.1.0|b\n", "line 2: range overlaps the range of line 1"),
+            (
+                "1.0.0.0|1.0.0.255|a\n1.0.0.128|1.0.1.0|b\n",
+                "line 2: range overlaps the range of line 1",
+            ),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(want), "{text:?}: {err}");
