@@ -29,6 +29,7 @@ const PROVINCES: &[(&str, f64, f64)] = &[
 ];
 
 /// (ISO country, lat, lon) — a central or capital city.
+#[allow(clippy::approx_constant)] // Kuala Lumpur is at 3.14 N, not at π.
 const COUNTRIES: &[(&str, f64, f64)] = &[
     ("CN", 34.75, 113.63), ("HK", 22.32, 114.17), ("MO", 22.20, 113.54), ("TW", 25.03, 121.57),
     ("JP", 35.68, 139.69), ("KR", 37.57, 126.98), ("SG", 1.35, 103.82), ("MY", 3.14, 101.69),

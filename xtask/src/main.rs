@@ -3,6 +3,7 @@
 //! This file only dispatches; each subcommand lives in its own module with a
 //! documented `Options` and an `exec(opts)`.
 
+mod bench;
 mod build_ebpf;
 mod setup;
 mod util;
@@ -28,6 +29,9 @@ enum Subcommand {
     Run(run::Options),
     /// Set up, build, and run every test (what CI runs).
     Test(test::Options),
+    /// Measure SPEC §10: XDP vs userspace QPS in namespaces, node-down → map,
+    /// kernel lookup cost, ECS scopes, geo lookup, xdb load, recompute (root, ~10 min).
+    Bench(bench::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,5 +41,6 @@ fn main() -> anyhow::Result<()> {
         Subcommand::BuildEbpf(opts) => build_ebpf::exec(opts),
         Subcommand::Run(opts) => run::exec(opts),
         Subcommand::Test(opts) => test::exec(opts),
+        Subcommand::Bench(opts) => bench::exec(opts),
     }
 }

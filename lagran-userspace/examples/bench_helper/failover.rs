@@ -1,0 +1,160 @@
+//! Node-state change → updated map entry: `PATCH /api/v1/nodes/{node}` with
+//! `{"status":"offline"}` (then back `online`), while the pinned maps are polled
+//! for the answer of a client the node serves. Run it inside the daemon's mount
+//! and network namespaces (`nsenter -t PID -m -n`), where its API and its bpffs are.
+
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, lpm_trie::Key};
+use lagran_common::{
+    answers::AnswerV4,
+    names::{NameKey, NameValue},
+    route_v4::{FULL_PREFIX, RouteV4Data, RouteValue},
+};
+
+use crate::result;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    api: SocketAddr,
+    /// Where the daemon pinned its maps (LAGRAN_PIN_DIR).
+    #[arg(long)]
+    pin_dir: PathBuf,
+    /// The node switched off and on again.
+    #[arg(long, default_value = "gz-01")]
+    node: String,
+    /// A client the node answers for (Shenzhen China Telecom for gz-01).
+    #[arg(long, default_value = "58.60.1.1")]
+    client: Ipv4Addr,
+    #[arg(long, default_value = "edge.lagran.net")]
+    name: String,
+    /// Offline/online rounds.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Give up on one change after this many milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    timeout_ms: u64,
+}
+
+struct Pinned {
+    routes: LpmTrie<MapData, RouteV4Data, RouteValue>,
+    answers: Array<MapData, AnswerV4>,
+    name_id: u32,
+    client: u32,
+}
+
+impl Pinned {
+    fn open(a: &Args) -> anyhow::Result<Pinned> {
+        let open = |name: &str| -> anyhow::Result<Map> {
+            let path = a.pin_dir.join(name);
+            let data = MapData::from_pin(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
+            Ok(Map::from_map_data(data)?)
+        };
+        let names: HashMap<MapData, NameKey, NameValue> = HashMap::try_from(open(lagran_common::names::MAP_NAME)?)?;
+        let wire = lagran::xdp::maps::wire_key(&a.name).context("name is not a valid key")?;
+        let mut key = NameKey::zeroed();
+        key.name[..wire.len()].copy_from_slice(&wire);
+        let name_id = names.get(&key, 0).with_context(|| format!("{} is not in lagran_names", a.name))?.id;
+        Ok(Pinned {
+            routes: LpmTrie::try_from(open(lagran_common::route_v4::MAP_NAME)?)?,
+            answers: Array::try_from(open(lagran_common::answers::MAP_NAME)?)?,
+            name_id,
+            client: u32::from(a.client),
+        })
+    }
+
+    /// The first address the fast path answers for the client right now.
+    fn answer(&self) -> Option<Ipv4Addr> {
+        let v = self.routes.get(&Key::new(FULL_PREFIX, RouteV4Data::new(self.name_id, self.client)), 0).ok()?;
+        let a = self.answers.get(&v.answer_id, 0).ok()?;
+        (a.count > 0).then(|| Ipv4Addr::from(a.addrs[0]))
+    }
+}
+
+/// One HTTP/1.1 request; returns the status code.
+fn http(api: SocketAddr, method: &str, path: &str, body: &str) -> anyhow::Result<u16> {
+    let mut s =
+        TcpStream::connect_timeout(&api, Duration::from_secs(2)).with_context(|| format!("connecting to {api}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {api}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status line")?;
+    Ok(status)
+}
+
+/// Sends the PATCH on another thread and polls the maps until the answer is no
+/// longer `from`; returns (map change ms, API response ms, new answer).
+fn change(a: &Args, maps: &Pinned, status: &str, from: Ipv4Addr) -> anyhow::Result<(f64, f64, Ipv4Addr)> {
+    let (api, path, body) = (a.api, format!("/api/v1/nodes/{}", a.node), format!("{{\"status\":\"{status}\"}}"));
+    let t0 = Instant::now();
+    let req = std::thread::spawn(move || {
+        let code = http(api, "PATCH", &path, &body);
+        (code, t0.elapsed())
+    });
+    let timeout = Duration::from_millis(a.timeout_ms);
+    let (took, now) = loop {
+        let now = maps.answer();
+        if now.is_some_and(|n| n != from) {
+            break (t0.elapsed(), now.unwrap());
+        }
+        if t0.elapsed() > timeout {
+            bail!("the map still answers {from:?} {} ms after PATCH status={status}", a.timeout_ms);
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    };
+    let (code, api_took) = req.join().map_err(|_| anyhow::anyhow!("the PATCH thread panicked"))?;
+    let code = code?;
+    if code != 200 {
+        bail!("PATCH /api/v1/nodes/{} status={status} answered HTTP {code}", a.node);
+    }
+    Ok((took.as_secs_f64() * 1e3, api_took.as_secs_f64() * 1e3, now))
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let maps = Pinned::open(&a)?;
+    let before = maps.answer().context("no fast-path answer for the client before the change")?;
+    eprintln!("failover: {} for {} answers {before} (node {})", a.name, a.client, a.node);
+    let (mut down, mut up) = (Vec::new(), Vec::new());
+    let mut api_ms = Vec::new();
+    for round in 0..a.rounds {
+        let (ms, api, other) = change(&a, &maps, "offline", before)?;
+        eprintln!("failover: round {round}: offline → map says {other} after {ms:.2} ms (API answered in {api:.2} ms)");
+        down.push(ms);
+        api_ms.push(api);
+        let (ms, api, back) = change(&a, &maps, "online", other)?;
+        if back != before {
+            bail!("after status=online the map answers {back}, expected {before} again");
+        }
+        eprintln!("failover: round {round}: online → map says {back} after {ms:.2} ms (API answered in {api:.2} ms)");
+        up.push(ms);
+        api_ms.push(api);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stats = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[v.len() - 1])
+    };
+    let (down_med, down_max) = stats(&mut down);
+    let (up_med, up_max) = stats(&mut up);
+    let (api_med, _) = stats(&mut api_ms);
+    result("answer_before", before);
+    result("offline_median_ms", format!("{down_med:.2}"));
+    result("offline_max_ms", format!("{down_max:.2}"));
+    result("online_median_ms", format!("{up_med:.2}"));
+    result("online_max_ms", format!("{up_max:.2}"));
+    result("api_median_ms", format!("{api_med:.2}"));
+    result("rounds", a.rounds);
+    Ok(())
+}

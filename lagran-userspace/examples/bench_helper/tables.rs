@@ -1,0 +1,484 @@
+//! The measurements that need the real data but no network: xdb load and
+//! compile, geo lookup, the route table on the real data with the demo nodes,
+//! the kernel LPM trie it becomes, its per-packet cost (`BPF_PROG_TEST_RUN`),
+//! ECS scopes and their correctness, and the recompute benchmark.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use aya::programs::{TestRun as _, TestRunOptions, Xdp};
+use lagran::config::{DnsSettings, ScheduleSettings};
+use lagran::engine::{self, Family, NodeView};
+use lagran::geo::{GeoDb, IpVersion, Xdb};
+use lagran::model::{DEFAULT_POOL, Domain, Node, Zone};
+use lagran::partition::PartitionTable;
+use lagran::prefix_map::PrefixMapV4;
+use lagran::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
+use lagran::scheduler::{BuildState, Inputs, build_route_table};
+use lagran::xdp::{MapWriter, Maps};
+use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
+
+use crate::frames::{self, Addrs};
+use crate::result;
+
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The real ip2region file.
+    #[arg(long)]
+    xdb: PathBuf,
+    /// Random public IPv4 addresses for the ECS scope statistics.
+    #[arg(long, default_value_t = 10_000)]
+    samples: usize,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Query packets (one per real client /24) run through BPF_PROG_TEST_RUN per table.
+    #[arg(long, default_value_t = 2_000)]
+    packets: usize,
+    /// BPF_PROG_TEST_RUN repeat count per packet for the lookup-only runs.
+    #[arg(long, default_value_t = 2_000)]
+    repeat: u32,
+    /// Skip everything that needs the BPF object and root.
+    #[arg(long)]
+    no_kernel: bool,
+    /// Skip the unmerged (one answer per geo partition) trie: the slowest part.
+    #[arg(long)]
+    no_unmerged: bool,
+    /// Only the recompute benchmark.
+    #[arg(long)]
+    only_recompute: bool,
+    /// Skip the recompute benchmark.
+    #[arg(long)]
+    no_recompute: bool,
+    /// Recompute benchmark size: nodes, partitions, names.
+    #[arg(long, default_value_t = 1_000)]
+    nodes: usize,
+    #[arg(long, default_value_t = 5_000)]
+    partitions: usize,
+    #[arg(long, default_value_t = 10)]
+    names: usize,
+    /// Timed builds per recompute configuration (the median is reported).
+    #[arg(long, default_value_t = 1)]
+    builds: usize,
+    /// Recompute configurations: `1pool` (every name in the default pool) and/or
+    /// `10pools` (each name its own pool of a tenth of the nodes).
+    #[arg(long, value_delimiter = ',', default_value = "1pool")]
+    configs: Vec<String>,
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The demo's zone and nodes, as `lagran serve --demo` installs them.
+fn demo_inputs() -> Inputs {
+    Inputs {
+        nodes: lagran::demo::demo_nodes(),
+        zones: vec![lagran::demo::demo_zone()],
+        now_ms: now_ms(),
+        ..Inputs::default()
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    if a.only_recompute {
+        return recompute(&a);
+    }
+    // ---- 1. load and compile the real xdb
+    let t = Instant::now();
+    let xdb = Xdb::open(&a.xdb).with_context(|| format!("opening {}", a.xdb.display()))?;
+    let load = t.elapsed();
+    result("xdb_segments", xdb.len());
+    result("xdb_load_ms", ms(load));
+
+    let per_lookup = lagran::geo::bench::bench_lookup(&xdb, 2_000_000);
+    result("geo_lookup_ns", per_lookup.as_nanos());
+
+    let geo = GeoDb::from_xdbs(Some(xdb), None);
+    let t = Instant::now();
+    let partitions = PartitionTable::build(&geo, &[]);
+    let compile = t.elapsed();
+    result("partitions", partitions.locations().len());
+    result("partition_ranges_v4", partitions.v4_ranges().len());
+    result("partitions_build_ms", ms(compile));
+
+    let inputs = demo_inputs();
+    let settings = ScheduleSettings::default();
+    let policy = settings.policy();
+    let t = Instant::now();
+    let table = build_route_table(1, &inputs, &partitions, &settings, &policy, &mut BuildState::default());
+    let route = t.elapsed();
+    result("route_build_ms", ms(route));
+    let edge = table.scheduled(lagran::demo::DEMO_ZONE).context("the demo zone apex is not scheduled")?;
+    result("prefixes_merged", edge.v4.len());
+    result("answers_distinct", edge.answers.len());
+    let unmerged = unmerged_name(&partitions);
+    result("prefixes_unmerged", unmerged.v4.len());
+
+    // ---- 2. ECS scopes over real addresses, and their correctness
+    ecs_scopes(&a, &partitions, &inputs, &settings, edge, &unmerged)?;
+
+    // ---- 3. the kernel: trie size after a sync, per-packet cost
+    if !a.no_kernel {
+        kernel(&a, &geo, &table, unmerged, load + compile + route)?;
+    }
+
+    // ---- 4. recompute: 1 000 nodes × 5 000 partitions × 10 names
+    if !a.no_recompute {
+        recompute(&a)?;
+    }
+    Ok(())
+}
+
+/// One answer per geo partition, no merging by answer: what the trie would hold
+/// without SPEC §2's merge (every partition its own entry set).
+fn unmerged_name(p: &PartitionTable) -> ScheduledName {
+    const MAX_ANSWERS: u32 = 60_000; // lagran_answers holds 65 536
+    let n = (p.locations().len() as u32).min(MAX_ANSWERS);
+    let answers = (0..n)
+        .map(|i| Answer {
+            ttl: 30,
+            ipv4: vec![Ipv4Addr::from(0x0a00_0000 + i)],
+            reason: format!("partition {i}"),
+            ..Answer::default()
+        })
+        .collect();
+    let v4 = PrefixMapV4::from_ranges(p.v4_ranges().iter().map(|&(s, e, id)| (s, e, id % n)), 0);
+    ScheduledName {
+        name: lagran::demo::DEMO_ZONE.into(),
+        id: 1,
+        answers,
+        v4,
+        v6: lagran::prefix_map::PrefixMapV6::uniform(0),
+    }
+}
+
+fn random_public(rng: &mut StdRng) -> Ipv4Addr {
+    loop {
+        let ip = Ipv4Addr::from(rng.r#gen::<u32>());
+        if !lagran::geo::reserved::is_special_v4(ip) {
+            return ip;
+        }
+    }
+}
+
+fn ecs_scopes(
+    a: &Args,
+    partitions: &PartitionTable,
+    inputs: &Inputs,
+    settings: &ScheduleSettings,
+    edge: &ScheduledName,
+    unmerged: &ScheduledName,
+) -> anyhow::Result<()> {
+    // Independent oracle: partition → location → engine::rank → addresses.
+    let views = NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, inputs.now_ms);
+    let policy = settings.policy();
+    let per = settings.answers_per_query.clamp(1, 4) as usize;
+    let oracle: Vec<Vec<Ipv4Addr>> = partitions
+        .locations()
+        .iter()
+        .map(|loc| {
+            engine::rank(&views, loc, Family::V4, DEFAULT_POOL, &policy)
+                .candidates
+                .iter()
+                .filter_map(|c| c.public_ip)
+                .take(per)
+                .collect()
+        })
+        .collect();
+    let ranges = partitions.v4_ranges();
+    // run_end[i]: the last range index j ≥ i with the same oracle answer as range i.
+    let mut run_end = vec![0usize; ranges.len()];
+    for i in (0..ranges.len()).rev() {
+        run_end[i] = if i + 1 < ranges.len() && oracle[ranges[i].2 as usize] == oracle[ranges[i + 1].2 as usize] {
+            run_end[i + 1]
+        } else {
+            i
+        };
+    }
+
+    let mut rng = StdRng::seed_from_u64(a.seed);
+    let (mut sum, mut sum_unmerged, mut violations) = (0u64, 0u64, 0usize);
+    let mut first_violation = None;
+    for _ in 0..a.samples {
+        let ip = random_public(&mut rng);
+        let (ans, scope) = edge.answer_for(IpAddr::V4(ip));
+        sum += scope as u64;
+        sum_unmerged += unmerged.answer_for(IpAddr::V4(ip)).1 as u64;
+        let host = 32 - scope as u32;
+        let s = if host >= 32 { 0 } else { u32::from(ip) & !((1u32 << host) - 1) };
+        let e = if host >= 32 { u32::MAX } else { s | ((1u32 << host) - 1) };
+        // Every address in [s, e] must get `ans`: the partition ranges overlapping it
+        // all have the oracle answer `ans.ipv4`, and both ends answer the same.
+        let i0 = ranges.partition_point(|r| r.1 < s);
+        let i1 = ranges.partition_point(|r| r.0 <= e) - 1;
+        let ok = oracle[ranges[i0].2 as usize] == ans.ipv4
+            && run_end[i0] >= i1
+            && edge.answer_for(IpAddr::V4(Ipv4Addr::from(s))) == (ans, scope)
+            && edge.answer_for(IpAddr::V4(Ipv4Addr::from(e))) == (ans, scope);
+        if !ok {
+            violations += 1;
+            first_violation.get_or_insert(format!("{ip} scope /{scope} answer {:?}", ans.ipv4));
+        }
+    }
+    let n = a.samples.max(1) as f64;
+    result("ecs_samples", a.samples);
+    result("ecs_mean_scope", format!("{:.2}", sum as f64 / n));
+    result("ecs_mean_scope_unmerged", format!("{:.2}", sum_unmerged as f64 / n));
+    result("ecs_scope_violations", violations);
+    if let Some(v) = first_violation {
+        eprintln!("tables: first ECS scope violation: {v}");
+    }
+    Ok(())
+}
+
+/// The program loaded (verified) with a map writer on its maps.
+struct Kernel {
+    ebpf: aya::Ebpf,
+    writer: MapWriter,
+}
+
+impl Kernel {
+    fn load() -> anyhow::Result<Kernel> {
+        let obj = lagran::xdp::object_bytes()?;
+        let mut ebpf = aya::EbpfLoader::new().load(&obj).context("loading the BPF object (root needed)")?;
+        let prog: &mut Xdp = ebpf.program_mut(lagran::xdp::loader::PROGRAM).context("no program")?.try_into()?;
+        prog.load().context("the verifier rejected the program")?;
+        let maps = Maps::from_ebpf(&mut ebpf)?;
+        let writer = MapWriter::new(maps, 53, 1232)?;
+        Ok(Kernel { ebpf, writer })
+    }
+
+    fn prog(&self) -> anyhow::Result<&Xdp> {
+        Ok(self.ebpf.program(lagran::xdp::loader::PROGRAM).context("no program")?.try_into()?)
+    }
+
+    /// Runs `frame` `repeat` times; (action, ns per run as the kernel measured it, output).
+    fn run(&self, frame: &[u8], repeat: u32) -> anyhow::Result<(u32, f64, Vec<u8>)> {
+        let mut out = vec![0u8; 2048];
+        let opts =
+            TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), repeat, ..TestRunOptions::default() };
+        let r = self.prog()?.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+        out.truncate(r.data_size_out as usize);
+        Ok((r.return_value, r.duration.as_nanos() as f64, out))
+    }
+}
+
+fn table_of(name: ScheduledName) -> RouteTable {
+    RouteTable::new(1, now_ms(), vec![ZoneRoutes { zone: Zone::new(lagran::demo::DEMO_ZONE), names: vec![name] }])
+}
+
+/// The same prefixes with every answer emptied: the program finds the route and
+/// the answer, then passes the packet unchanged — so `repeat` runs the full
+/// lookup path each time (an answered packet is rewritten in place, and a
+/// repeated run would see a response).
+fn emptied(name: &ScheduledName) -> ScheduledName {
+    let mut n = name.clone();
+    for a in &mut n.answers {
+        a.ipv4.clear();
+        a.canary = None;
+    }
+    n
+}
+
+fn stats(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    (mean, v[v.len() / 2])
+}
+
+fn kernel(a: &Args, geo: &GeoDb, real: &RouteTable, unmerged: ScheduledName, compiled: Duration) -> anyhow::Result<()> {
+    let mut k = Kernel::load()?;
+    let settings = DnsSettings::default();
+    let t = Instant::now();
+    let s = k.writer.sync(real, &settings)?;
+    let sync = t.elapsed();
+    result("map_sync_ms", ms(sync));
+    result("trie_entries", s.routes_total);
+    result("full_load_ms", ms(compiled + sync));
+
+    // Query frames: one per real client /24 (ECS /24), as the load generator sends.
+    let subnets = crate::gun::real_subnets(geo.v4().context("no v4 xdb")?, a.packets, a.seed);
+    let addrs = |i: usize| Addrs {
+        src_mac: [0x02, 0, 0, 0, 0, 2],
+        dst_mac: [0x02, 0, 0, 0, 0, 1],
+        src_ip: Ipv4Addr::new(198, 18, 0, 2),
+        dst_ip: Ipv4Addr::new(198, 18, 0, 1),
+        src_port: 10_000 + i as u16,
+        dst_port: 53,
+    };
+    let packets: Vec<(Ipv4Addr, Vec<u8>)> = subnets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            (*s, frames::udp_frame(&addrs(i), &frames::dns_query("edge.lagran.net", i as u16, Some((*s, 24)))))
+        })
+        .collect();
+    // Baseline: a frame passed at the first check (ARP), for the test-run overhead.
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[0x02, 0, 0, 0, 0, 2, 0x08, 0x06]);
+    arp.resize(60, 0);
+    let (_, base, _) = k.run(&arp, a.repeat)?;
+    result("testrun_baseline_ns", format!("{base:.1}"));
+
+    let edge = real.scheduled(lagran::demo::DEMO_ZONE).context("no apex")?.clone();
+    let tiny = ScheduledName {
+        answers: vec![Answer { ttl: 30, ipv4: vec![Ipv4Addr::new(203, 0, 113, 22)], ..Answer::default() }],
+        v4: PrefixMapV4::uniform(0),
+        ..edge.clone()
+    };
+    // 1 024 /10 blocks over 7 answers (adjacent blocks differ, so none merge).
+    let small = ScheduledName {
+        answers: (0..7u8)
+            .map(|i| Answer { ttl: 30, ipv4: vec![Ipv4Addr::new(203, 0, 113, 20 + i)], ..Answer::default() })
+            .collect(),
+        v4: PrefixMapV4::from_ranges((0..1024u32).map(|i| (i << 22, (i << 22) | 0x3f_ffff, i % 7)), 0),
+        ..edge.clone()
+    };
+    let mut sets = vec![("tiny", tiny), ("small", small), ("full", edge)];
+    if !a.no_unmerged {
+        sets.push(("unmerged", unmerged));
+    }
+    for (label, name) in sets {
+        let t = Instant::now();
+        let table = table_of(name.clone());
+        let st = k.writer.sync(&table, &settings)?;
+        result(&format!("{label}_sync_ms"), ms(t.elapsed()));
+        result(&format!("{label}_entries"), st.routes_total);
+        // Answered (XDP_TX): one run per packet (a repeat would see the response),
+        // checked against the userspace answer and scope.
+        let mut answered = Vec::with_capacity(packets.len() * 5);
+        let mut mismatches = 0usize;
+        // Pass 0 checks parity and warms up; passes 1–5 are timed.
+        for pass in 0..6 {
+            for (subnet, f) in &packets {
+                let (action, ns, out) = k.run(f, 1)?;
+                if action != XDP_TX {
+                    bail!("{label}: a query for ECS {subnet}/24 was not answered by XDP (action {action})");
+                }
+                if pass > 0 {
+                    answered.push(ns);
+                }
+                if pass == 0 {
+                    let reply = frames::frame_payload(&out).and_then(frames::parse_reply);
+                    let (want, scope) = name.answer_for(IpAddr::V4(*subnet));
+                    let ok = reply.is_some_and(|r| r.a == want.ipv4 && r.scope == Some(scope));
+                    mismatches += usize::from(!ok);
+                }
+            }
+        }
+        let (mean, median) = stats(answered);
+        result(&format!("{label}_answered_mean_ns"), format!("{mean:.1}"));
+        result(&format!("{label}_answered_median_ns"), format!("{median:.1}"));
+        result(&format!("{label}_parity_mismatches"), mismatches);
+        // Lookup only: answers emptied, so the packet is passed after the lookups.
+        k.writer.sync(&table_of(emptied(&name)), &settings)?;
+        let mut lookup = Vec::with_capacity(packets.len());
+        for (subnet, f) in &packets {
+            let (action, ns, _) = k.run(f, a.repeat)?;
+            if action != XDP_PASS {
+                bail!("{label}: lookup-only run for {subnet}/24 returned action {action}, expected XDP_PASS");
+            }
+            lookup.push(ns);
+        }
+        let (mean, median) = stats(lookup);
+        result(&format!("{label}_lookup_mean_ns"), format!("{mean:.1}"));
+        result(&format!("{label}_lookup_median_ns"), format!("{median:.1}"));
+        eprintln!("tables: {label}: {} trie entries measured", st.routes_total);
+    }
+    // Leave the maps small before they are freed (SPEC §2: freeing a large trie stalls a CPU).
+    let t = Instant::now();
+    k.writer.sync(&RouteTable::new(1, now_ms(), vec![]), &settings)?;
+    result("trie_drain_ms", ms(t.elapsed()));
+    Ok(())
+}
+
+/// 1 000 nodes × 5 000 partitions × 10 names through `build_route_table`, with
+/// the names sharing one pool and with ten pools (ten times the rankings).
+fn recompute(a: &Args) -> anyhow::Result<()> {
+    let (parts_n, nodes_n, names_n) = (a.partitions, a.nodes, a.names);
+    let mut rng = StdRng::seed_from_u64(5000);
+    // 5 000 distinct (province, city, ISP) tuples.
+    let tuples: Vec<(String, String, String)> = (0..parts_n)
+        .map(|i| (format!("P{}", i % 34), format!("C{}-{}", i % 34, (i / 34) % 40), format!("I{}", i / (34 * 40))))
+        .collect();
+    // 50 000 ranges over the address space, each tuple used ten times.
+    let ranges_n = parts_n * 10;
+    let step = (1u128 << 32) / ranges_n as u128;
+    let ranges: Vec<(u128, u128, String)> = (0..ranges_n)
+        .map(|i| {
+            let (p, c, isp) = &tuples[(i * 7919) % parts_n];
+            let end = if i + 1 == ranges_n { u32::MAX as u128 } else { (i as u128 + 1) * step - 1 };
+            (i as u128 * step, end, format!("CN|{p}|{c}|{isp}"))
+        })
+        .collect();
+    let xdb = Xdb::from_bytes(lagran::geo::write_xdb(IpVersion::V4, &ranges)?)?;
+    let partitions = PartitionTable::build(&GeoDb::from_xdbs(Some(xdb), None), &[]);
+    result("recompute_partitions", partitions.locations().len());
+    result("recompute_nodes", nodes_n);
+    result("recompute_names", names_n);
+
+    let settings = ScheduleSettings::default();
+    let policy = settings.policy();
+    for (label, pools) in [("recompute_1pool", false), ("recompute_10pools", true)] {
+        if !a.configs.iter().any(|c| label.ends_with(c.as_str())) {
+            continue;
+        }
+        let nodes: Vec<Node> = (0..nodes_n)
+            .map(|i| {
+                let (p, c, isp) = &tuples[rng.gen_range(0..parts_n)];
+                let mut n = Node::new(format!("node-{i:04}"));
+                n.country = "CN".into();
+                n.province = p.clone();
+                n.city = c.clone();
+                n.isp = isp.clone();
+                n.weight = rng.gen_range(50..150);
+                n.cpu_usage = rng.gen_range(0.0..80.0);
+                n.memory_usage = rng.gen_range(0.0..80.0);
+                n.public_ip = Some(Ipv4Addr::from(0x0a00_0000 + i as u32));
+                if pools {
+                    n.pool = format!("p{}", i % names_n);
+                }
+                n
+            })
+            .collect();
+        let zone = Zone::new("bench.lagran.net");
+        let domains: Vec<Domain> = (0..names_n)
+            .map(|i| Domain {
+                name: if i == 0 { zone.name.clone() } else { format!("n{i}.{}", zone.name) },
+                zone: zone.name.clone(),
+                pool: if pools { format!("p{i}") } else { DEFAULT_POOL.to_string() },
+                ttl: None,
+                origin_ip: None,
+            })
+            .collect();
+        let inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
+        let mut state = BuildState::default();
+        let mut times = Vec::new();
+        for v in 0..a.builds.max(1) as u64 {
+            let t = Instant::now();
+            let table = build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state);
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            if table.scheduled_names().count() != names_n {
+                bail!("{label}: expected {names_n} scheduled names, got {}", table.scheduled_names().count());
+            }
+        }
+        let first = times[0];
+        let (_, median) = stats(times.clone());
+        result(&format!("{label}_first_ms"), format!("{first:.1}"));
+        result(&format!("{label}_ms"), format!("{median:.1}"));
+        eprintln!(
+            "tables: {label}: {nodes_n} nodes × {} partitions × {names_n} names: {times:?} ms",
+            partitions.locations().len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,1131 @@
+//! `cargo xtask bench`: the numbers of SPEC §10, measured on this box, side by
+//! side, each with how it was measured.
+//!
+//! 1. QPS of the XDP path vs the userspace path, same box, same generator: two
+//!    network namespaces joined by a veth pair; `lagran serve --demo` (release
+//!    build, real xdb) in the server namespace, first with `--xdp`, then
+//!    restarted without; the generator in the client namespace. Generators:
+//!    `gun` (bench_helper's AF_PACKET generator: `edge.lagran.net A` with ECS for
+//!    4 096 real client /24s, no COOKIE), `kxdpgun` (knot-dnsutils; its 3.2 query
+//!    file has no ECS, so EDNS without options and the lookup is by source
+//!    address), or `dnsperf` (ECS queries in its binary format) when kxdpgun is
+//!    missing. Each load run is bounded (`--duration` seconds, rate × duration
+//!    queries); the rate steps up ×2 until fewer than 95 % are answered, then
+//!    bisects; the highest rate answered at ≥ 95 % is reported. A peer
+//!    authoritative server (`knotd`, Debian package `knot`) serving an
+//!    equivalent static zone is measured beside it when installed.
+//! 2. Node-state change → updated map entry: `PATCH /api/v1/nodes/gz-01`
+//!    `{"status":"offline"}` and back, polling the pinned maps (`bench_helper
+//!    failover`, run inside the daemon's namespaces).
+//! 3. Kernel lookup cost at full real-database size: LPM trie entries after a
+//!    sync with the real xdb and the demo nodes; `BPF_PROG_TEST_RUN` per-packet
+//!    cost for a tiny, a 1 024-entry, the full real, and an unmerged
+//!    (one answer per geo partition) table (`bench_helper tables`).
+//! 4. Mean ECS scope over 10 000 random public IPv4 addresses (fixed seed) and
+//!    the scope-correctness check against an independent oracle.
+//! 5. Userspace: geo lookup ns/op on the real file; the full real xdb loaded,
+//!    compiled and synced into the kernel maps; a route recompute for 1 000
+//!    nodes × 5 000 partitions × 10 names.
+//!
+//! Everything it creates — namespaces, the veth pair, pinned maps, background
+//! processes — is owned by a guard that removes it on drop, also on error,
+//! panic or Ctrl-C. Needs root, `ip`, `taskset`, `nsenter` (and `cargo xtask
+//! setup` for kxdpgun, dnsperf, the geo data, bpf-linker).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use crate::{build_ebpf, util};
+
+/// Server and client namespace ends of the veth pair (fixed names: they exist
+/// only inside the bench's own namespaces).
+const SRV_IF: &str = "lgb-s";
+const CLI_IF: &str = "lgb-c";
+const SRV_IP: &str = "198.18.0.1";
+const CLI_IP: &str = "198.18.0.2";
+/// Where the daemon pins its maps, inside its own mount namespace (`ip netns
+/// exec` gives it a private /sys, where it mounts a bpffs that disappears with it).
+const PIN_DIR: &str = "/sys/fs/bpf/lagran-bench";
+const NS_PREFIX: &str = "lagran-bench-";
+/// A Shenzhen China Telecom subnet: the demo answers gz-01 (203.0.113.21) there.
+const PROBE_SUBNET: &str = "58.60.1.0/24";
+const PROBE_ANSWER: &str = "203.0.113.21";
+
+#[derive(Debug, Clone, clap::Parser)]
+pub struct Options {
+    /// Seconds per load run.
+    #[arg(long, default_value_t = 3)]
+    pub duration: u32,
+    /// CPU of the server (daemon and the server veth's NAPI thread).
+    #[arg(long, default_value_t = 1)]
+    pub server_cpu: u32,
+    /// CPU of the generator (and the client veth's NAPI thread).
+    #[arg(long, default_value_t = 0)]
+    pub gen_cpu: u32,
+    /// Load generators, comma-separated: gun, kxdpgun, dnsperf.
+    /// Default: gun, plus kxdpgun when installed (else dnsperf when installed).
+    #[arg(long, value_delimiter = ',')]
+    pub generators: Vec<String>,
+    /// Skip the load tests (namespaces, daemon, generators, failover).
+    #[arg(long)]
+    pub no_load: bool,
+    /// Skip the peer authoritative server.
+    #[arg(long)]
+    pub no_peer: bool,
+    /// Skip the recompute benchmark (it takes minutes while it misses its target).
+    #[arg(long)]
+    pub no_recompute: bool,
+    /// Give the recompute benchmark at most this many seconds.
+    #[arg(long, default_value_t = 150)]
+    pub recompute_timeout: u64,
+    /// Skip the unmerged-partition trie (1M entries; ~10 s).
+    #[arg(long)]
+    pub no_unmerged: bool,
+    /// Do not build; use the release binaries and BPF object already there.
+    #[arg(long)]
+    pub no_build: bool,
+    /// Highest rate tried, queries per second.
+    #[arg(long, default_value_t = 3_200_000)]
+    pub max_rate: u64,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn check_interrupted() -> anyhow::Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted (Ctrl-C): cleaning up");
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ guards
+
+/// A background process, stopped (SIGTERM, then SIGKILL after 5 s) on drop.
+struct Bg {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Bg {
+    fn spawn(name: &str, cmd: &mut Command, log: &Path) -> anyhow::Result<Bg> {
+        let line = util::display(cmd);
+        eprintln!("+ {line} &> {}", log.display());
+        let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("failed to start `{line}`"))?;
+        Ok(Bg { name: name.to_string(), child: Some(child), log: log.to_path_buf() })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Fails (with the log's tail) when the process has exited.
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(c) = &mut self.child
+            && let Some(status) = c.try_wait()?
+        {
+            self.child = None;
+            bail!(
+                "{} exited early ({status}); last lines of {}:\n{}",
+                self.name,
+                self.log.display(),
+                tail(&self.log, 20)
+            );
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else { return };
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("warning: {} did not stop on SIGTERM within 5 s; killing it", self.name);
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Two namespaces joined by a veth pair; both namespaces (and with them the
+/// veth ends, their XDP programs and every process-less trace) are deleted on drop.
+struct Topology {
+    srv: String,
+    cli: String,
+    srv_mac: String,
+    cli_mac: String,
+    created: Vec<String>,
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    util::output(Command::new("ip").args(args)).map(|_| ())
+}
+
+impl Topology {
+    fn create(opts: &Options, helper: &Path) -> anyhow::Result<Topology> {
+        let pid = std::process::id();
+        let mut t = Topology {
+            srv: format!("{NS_PREFIX}srv-{pid}"),
+            cli: format!("{NS_PREFIX}cli-{pid}"),
+            srv_mac: String::new(),
+            cli_mac: String::new(),
+            created: Vec::new(),
+        };
+        for ns in [t.srv.clone(), t.cli.clone()] {
+            ip(&["netns", "add", &ns])?;
+            t.created.push(ns.clone());
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        ip(&["link", "add", SRV_IF, "netns", &t.srv, "type", "veth", "peer", "name", CLI_IF, "netns", &t.cli])?;
+        ip(&["-n", &t.srv, "addr", "add", &format!("{SRV_IP}/30"), "dev", SRV_IF])?;
+        ip(&["-n", &t.cli, "addr", "add", &format!("{CLI_IP}/30"), "dev", CLI_IF])?;
+        ip(&["-n", &t.srv, "link", "set", SRV_IF, "up"])?;
+        ip(&["-n", &t.cli, "link", "set", CLI_IF, "up"])?;
+        t.srv_mac = t.exec_out(&t.srv, &["cat", &format!("/sys/class/net/{SRV_IF}/address")])?.trim().to_string();
+        t.cli_mac = t.exec_out(&t.cli, &["cat", &format!("/sys/class/net/{CLI_IF}/address")])?.trim().to_string();
+        // Static neighbours: the generators drop everything arriving at the client
+        // veth (ARP replies too) while they run.
+        ip(&["-n", &t.srv, "neigh", "replace", CLI_IP, "lladdr", &t.cli_mac, "dev", SRV_IF, "nud", "permanent"])?;
+        ip(&["-n", &t.cli, "neigh", "replace", SRV_IP, "lladdr", &t.srv_mac, "dev", CLI_IF, "nud", "permanent"])?;
+        // NAPI threading (with GRO, so the veths have NAPI without XDP too), the
+        // NAPI kthreads pinned: the server's receive work on the server CPU.
+        for (ns, dev, cpu) in [(&t.srv, SRV_IF, opts.server_cpu), (&t.cli, CLI_IF, opts.gen_cpu)] {
+            let cpu = cpu.to_string();
+            t.exec_out(ns, &[&helper.display().to_string(), "napi", "--iface", dev, "--cpu", &cpu])?;
+        }
+        Ok(t)
+    }
+
+    /// `ip netns exec NS args…`.
+    fn exec(&self, ns: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).args(args);
+        c
+    }
+
+    fn exec_out(&self, ns: &str, args: &[&str]) -> anyhow::Result<String> {
+        util::output(&mut self.exec(ns, args))
+    }
+
+    /// Removes whatever XDP program a generator left on the client veth.
+    fn client_xdp_off(&self) {
+        let _ = util::output(Command::new("ip").args(["-n", &self.cli, "link", "set", "dev", CLI_IF, "xdp", "off"]));
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for ns in self.created.drain(..).rev() {
+            if let Err(e) = ip(&["netns", "delete", &ns]) {
+                eprintln!("warning: {e}");
+            }
+        }
+    }
+}
+
+/// Deletes namespaces left by a bench whose process is gone (killed with -9).
+fn remove_stale_namespaces() {
+    let Ok(list) = util::output(Command::new("ip").args(["netns", "list"])) else { return };
+    for line in list.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix(NS_PREFIX) else { continue };
+        let pid = rest.rsplit('-').next().unwrap_or("");
+        if !pid.is_empty() && !Path::new("/proc").join(pid).exists() {
+            eprintln!("removing stale namespace {name} (its bench is gone)");
+            let _ = ip(&["netns", "delete", name]);
+        }
+    }
+}
+
+// ------------------------------------------------------------------ results
+
+type Results = BTreeMap<String, String>;
+
+/// The `RESULT key value` lines of a helper's output.
+fn parse_results(out: &str) -> Results {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("RESULT "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn num(r: &Results, key: &str) -> Option<f64> {
+    r.get(key).and_then(|v| v.parse().ok())
+}
+
+/// One load run.
+#[derive(Clone, Debug, Default)]
+struct Run {
+    target: u64,
+    sent: u64,
+    received: u64,
+    secs: f64,
+    /// Answered by XDP / by the userspace responder during the run (our daemon only).
+    xdp_answered: Option<u64>,
+    udp_queries: Option<u64>,
+}
+
+impl Run {
+    fn ratio(&self) -> f64 {
+        if self.sent == 0 { 0.0 } else { self.received as f64 / self.sent as f64 }
+    }
+    fn answered_qps(&self) -> f64 {
+        self.received.min(self.sent) as f64 / self.secs.max(1e-9)
+    }
+    fn sent_qps(&self) -> f64 {
+        self.sent as f64 / self.secs.max(1e-9)
+    }
+    /// ≥ 95 % answered and the generator kept (nearly) the asked rate.
+    fn passed(&self) -> bool {
+        self.ratio() >= 0.95 && self.sent_qps() >= 0.9 * self.target as f64
+    }
+}
+
+/// The best rate of one (server, generator) pair.
+#[derive(Clone, Debug, Default)]
+struct Best {
+    qps: f64,
+    runs: Vec<Run>,
+    /// The generator could not send faster, so the server's limit is above `qps`.
+    generator_bound: bool,
+}
+
+impl Best {
+    fn describe(&self) -> String {
+        if self.runs.is_empty() {
+            return "not measured".into();
+        }
+        format!(
+            "{:.0} qps{}",
+            self.qps,
+            if self.generator_bound { " (generator-bound: server limit is higher)" } else { "" }
+        )
+    }
+}
+
+/// Steps the rate up ×2 from `start` until a run fails, then bisects three times.
+fn find_best(
+    label: &str,
+    start: u64,
+    max: u64,
+    mut run: impl FnMut(u64) -> anyhow::Result<Run>,
+) -> anyhow::Result<Best> {
+    let mut best = Best::default();
+    let log = |r: &Run, best: &mut Best| {
+        eprintln!(
+            "    {label}: target {:>8} qps: sent {:>8.0} qps, answered {:>8.0} qps ({:5.1} %){}{}",
+            r.target,
+            r.sent_qps(),
+            r.answered_qps(),
+            r.ratio() * 100.0,
+            r.xdp_answered.map_or(String::new(), |x| format!(", xdp answered {x}")),
+            r.udp_queries.map_or(String::new(), |u| format!(", userspace queries {u}")),
+        );
+        if r.ratio() >= 0.95 && r.answered_qps() > best.qps {
+            best.qps = r.answered_qps();
+        }
+        best.runs.push(r.clone());
+    };
+    let (mut lo, mut hi) = (0u64, 0u64);
+    let mut rate = start;
+    loop {
+        check_interrupted()?;
+        let r = run(rate)?;
+        log(&r, &mut best);
+        if r.passed() {
+            lo = rate;
+            if rate >= max {
+                break;
+            }
+            rate = (rate * 2).min(max);
+        } else {
+            if r.ratio() >= 0.95 {
+                // Answered everything it sent, but could not send the rate.
+                best.generator_bound = true;
+                return Ok(best);
+            }
+            hi = rate;
+            break;
+        }
+    }
+    if hi == 0 {
+        best.generator_bound = true;
+        return Ok(best);
+    }
+    for _ in 0..3 {
+        check_interrupted()?;
+        let mid = (lo + hi) / 2;
+        if mid <= lo || hi - lo < hi / 16 {
+            break;
+        }
+        let r = run(mid)?;
+        log(&r, &mut best);
+        if r.passed() {
+            lo = mid;
+        } else {
+            if r.ratio() >= 0.95 {
+                best.generator_bound = true;
+                break;
+            }
+            hi = mid;
+        }
+    }
+    Ok(best)
+}
+
+// ------------------------------------------------------------------ the bench
+
+struct Bench {
+    opts: Options,
+    root: PathBuf,
+    helper: PathBuf,
+    lagran: PathBuf,
+    obj: PathBuf,
+    xdb: PathBuf,
+    work: PathBuf,
+}
+
+/// What a server under load is.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Server {
+    LagranXdp,
+    LagranUserspace,
+    Knot,
+}
+
+impl Server {
+    fn label(self) -> &'static str {
+        match self {
+            Server::LagranXdp => "lagran XDP",
+            Server::LagranUserspace => "lagran userspace",
+            Server::Knot => "knotd",
+        }
+    }
+}
+
+impl Bench {
+    fn helper_cmd(&self, t: &Topology, ns: &str, cpu: Option<u32>, args: &[&str]) -> Command {
+        let mut all: Vec<String> = Vec::new();
+        if let Some(cpu) = cpu {
+            all.extend(["taskset".into(), "-c".into(), cpu.to_string()]);
+        }
+        all.push(self.helper.display().to_string());
+        all.extend(args.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        t.exec(ns, &refs)
+    }
+
+    fn tables(&self) -> anyhow::Result<Results> {
+        let xdb = self.xdb.display().to_string();
+        let mut args = vec!["tables", "--xdb", &xdb, "--no-recompute"];
+        if self.opts.no_unmerged {
+            args.push("--no-unmerged");
+        }
+        // Pinned to one CPU: BPF_PROG_TEST_RUN timings without migrations.
+        let mut cmd = Command::new("taskset");
+        cmd.args(["-c", &self.opts.server_cpu.to_string()])
+            .arg(&self.helper)
+            .args(&args)
+            .env("LAGRAN_EBPF_OBJECT", &self.obj);
+        let out = util::output(&mut cmd)?;
+        Ok(parse_results(&out))
+    }
+
+    /// The recompute benchmark in its own process, killed after the timeout.
+    fn recompute(&self) -> anyhow::Result<Results> {
+        let log = self.work.join("recompute.log");
+        let xdb = self.xdb.display().to_string();
+        let mut cmd = Command::new(&self.helper);
+        cmd.args(["tables", "--xdb", &xdb, "--only-recompute", "--configs", "1pool"]);
+        let mut bg = Bg::spawn("bench_helper tables --only-recompute", &mut cmd, &log)?;
+        let t = Instant::now();
+        let limit = Duration::from_secs(self.opts.recompute_timeout);
+        loop {
+            check_interrupted()?;
+            if let Some(c) = &mut bg.child
+                && let Some(status) = c.try_wait()?
+            {
+                bg.child = None;
+                if !status.success() {
+                    bail!("the recompute benchmark failed ({status}):\n{}", tail(&log, 20));
+                }
+                return Ok(parse_results(&std::fs::read_to_string(&log)?));
+            }
+            if t.elapsed() > limit {
+                bg.stop();
+                let mut r = Results::new();
+                r.insert("recompute_1pool_ms".into(), format!(">{}", limit.as_secs() * 1000));
+                return Ok(r);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Starts `lagran serve --demo` in the server namespace, pinned to the server CPU.
+    fn start_lagran(&self, t: &Topology, xdp: bool) -> anyhow::Result<(Bg, f64)> {
+        let db = self.work.join("lagran.db");
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+        let lagran = self.lagran.display().to_string();
+        let cpu = self.opts.server_cpu.to_string();
+        let mut args = vec!["taskset", "-c", &cpu, &lagran, "serve", "--demo"];
+        if xdp {
+            args.extend(["--xdp", SRV_IF]);
+        }
+        let dns = format!("{SRV_IP}:53");
+        args.extend(["--dns-listen", &dns, "--api-listen", "127.0.0.1:8080"]);
+        let mut cmd = t.exec(&t.srv, &args);
+        cmd.current_dir(&self.work)
+            .env("GEOIP_PATH", &self.xdb)
+            .env("DATABASE_URL", format!("sqlite://{}", db.display()))
+            .env("LAGRAN_PIN_DIR", PIN_DIR)
+            .env("LAGRAN_EBPF_OBJECT", &self.obj)
+            .env("RUST_LOG", "warn");
+        let name = if xdp { "lagran serve --xdp" } else { "lagran serve" };
+        let log = self.work.join(if xdp { "lagran-xdp.log" } else { "lagran-userspace.log" });
+        let started = Instant::now();
+        let mut bg = Bg::spawn(name, &mut cmd, &log)?;
+        let r = self.wait_answer(t, &mut bg, 90.0)?;
+        let secs = started.elapsed().as_secs_f64();
+        if r.get("answer").map(String::as_str) != Some(PROBE_ANSWER) {
+            bail!("{name}: {PROBE_SUBNET} was answered {:?}, expected gz-01 ({PROBE_ANSWER})", r.get("answer"));
+        }
+        eprintln!("==> {name}: first answer after {secs:.2} s (scope /{})", r.get("scope").map_or("-", String::as_str));
+        Ok((bg, secs))
+    }
+
+    /// Queries until the server answers (or `process` dies, or `wait` seconds pass).
+    fn wait_answer(&self, t: &Topology, process: &mut Bg, wait: f64) -> anyhow::Result<Results> {
+        let start = Instant::now();
+        let server = format!("{SRV_IP}:53");
+        loop {
+            check_interrupted()?;
+            process.check_alive()?;
+            let mut cmd = self.helper_cmd(
+                t,
+                &t.cli,
+                None,
+                &["query", "--iface", CLI_IF, "--server", &server, "--subnet", PROBE_SUBNET, "--wait", "2"],
+            );
+            if let Ok(out) = util::output(&mut cmd) {
+                return Ok(parse_results(&out));
+            }
+            if start.elapsed().as_secs_f64() > wait {
+                bail!(
+                    "{} did not answer within {wait} s; last lines of {}:\n{}",
+                    process.name,
+                    process.log.display(),
+                    tail(&process.log, 20)
+                );
+            }
+        }
+    }
+
+    /// (XDP answered, userspace UDP queries) from the daemon's /metrics.
+    fn counters(&self, t: &Topology) -> (Option<u64>, Option<u64>) {
+        let Ok(out) = util::output(&mut t.exec(&t.srv, &["curl", "-s", "-m", "2", "http://127.0.0.1:8080/metrics"]))
+        else {
+            return (None, None);
+        };
+        let get = |prefix: &str| {
+            out.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(|v| v as u64)
+        };
+        (get("lagran_xdp_packets_total{result=\"answered\"}"), get("lagran_dns_queries_total{transport=\"udp\"}"))
+    }
+
+    /// One bounded load run of `generator` at `rate`.
+    fn load_run(&self, t: &Topology, server: Server, generator: &str, rate: u64) -> anyhow::Result<Run> {
+        let ours = server != Server::Knot;
+        let before = if ours { self.counters(t) } else { (None, None) };
+        let mut run = match generator {
+            "gun" => self.run_gun(t, rate)?,
+            "kxdpgun" => self.run_kxdpgun(t, rate)?,
+            "dnsperf" => self.run_dnsperf(t, rate)?,
+            other => bail!("unknown generator {other:?} (gun, kxdpgun, dnsperf)"),
+        };
+        if ours {
+            let after = self.counters(t);
+            run.xdp_answered = after.0.zip(before.0).map(|(a, b)| a.saturating_sub(b));
+            run.udp_queries = after.1.zip(before.1).map(|(a, b)| a.saturating_sub(b));
+        }
+        // Let queues drain between runs.
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(run)
+    }
+
+    fn run_gun(&self, t: &Topology, rate: u64) -> anyhow::Result<Run> {
+        let (rate_s, dur, xdb) = (rate.to_string(), self.opts.duration.to_string(), self.xdb.display().to_string());
+        let mut cmd = self.helper_cmd(
+            t,
+            &t.cli,
+            Some(self.opts.gen_cpu),
+            &[
+                "gun",
+                "--iface",
+                CLI_IF,
+                "--src-ip",
+                CLI_IP,
+                "--dst-ip",
+                SRV_IP,
+                "--dst-mac",
+                &t.srv_mac,
+                "--rate",
+                &rate_s,
+                "--duration",
+                &dur,
+                "--xdb",
+                &xdb,
+            ],
+        );
+        let out = util::output(&mut cmd)?;
+        let r = parse_results(&out);
+        Ok(Run {
+            target: rate,
+            sent: num(&r, "sent").unwrap_or(0.0) as u64,
+            received: num(&r, "received").unwrap_or(0.0) as u64,
+            secs: num(&r, "send_secs").unwrap_or(1.0),
+            ..Run::default()
+        })
+    }
+
+    fn run_kxdpgun(&self, t: &Topology, rate: u64) -> anyhow::Result<Run> {
+        let queries = self.work.join("kxdpgun-queries.txt");
+        if !queries.exists() {
+            // EDNS without options (no ECS: kxdpgun 3.2 cannot send it; no COOKIE).
+            std::fs::write(&queries, "edge.lagran.net. A E\n")?;
+        }
+        let (rate_s, dur, cpu, q) = (
+            rate.to_string(),
+            self.opts.duration.to_string(),
+            self.opts.gen_cpu.to_string(),
+            queries.display().to_string(),
+        );
+        let mut cmd = t.exec(
+            &t.cli,
+            &["kxdpgun", "-t", &dur, "-Q", &rate_s, "-F", &cpu, "-i", &q, "-I", CLI_IF, "-R", &t.srv_mac, SRV_IP],
+        );
+        let res = util::output(&mut cmd);
+        t.client_xdp_off();
+        let out = res?;
+        // "total queries:     2999990 (999996 pps) (100.0%)" / "total replies:     …"
+        let field = |what: &str| -> Option<u64> {
+            out.lines()
+                .find(|l| l.trim_start().starts_with(what))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        };
+        let dur_s = out
+            .lines()
+            .find_map(|l| l.strip_prefix("duration:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok());
+        let sent = field("total queries").with_context(|| format!("no `total queries` in kxdpgun output:\n{out}"))?;
+        Ok(Run {
+            target: rate,
+            sent,
+            received: field("total replies").unwrap_or(0),
+            secs: dur_s.filter(|d| *d > 0.0).unwrap_or(self.opts.duration as f64),
+            ..Run::default()
+        })
+    }
+
+    fn run_dnsperf(&self, t: &Topology, rate: u64) -> anyhow::Result<Run> {
+        let data = self.work.join("dnsperf-queries.bin");
+        if !data.exists() {
+            let mut cmd = Command::new(&self.helper);
+            cmd.args(["queries", "--xdb"]).arg(&self.xdb).arg("--out").arg(&data);
+            util::output(&mut cmd)?;
+        }
+        // The answers of the XDP path reach dnsperf's socket only with a program on the client veth.
+        let mut hold = self.helper_cmd(t, &t.cli, None, &["hold-pass", "--iface", CLI_IF, "--secs", "60"]);
+        let _pass = Bg::spawn("bench_helper hold-pass", &mut hold, &self.work.join("hold-pass.log"))?;
+        std::thread::sleep(Duration::from_millis(200));
+        let (rate_s, dur, d) = (rate.to_string(), self.opts.duration.to_string(), data.display().to_string());
+        let cpu = self.opts.gen_cpu.to_string();
+        let mut cmd = t.exec(
+            &t.cli,
+            &[
+                "taskset", "-c", &cpu, "dnsperf", "-B", "-d", &d, "-s", SRV_IP, "-l", &dur, "-Q", &rate_s, "-c", "8",
+                "-q", "10000", "-t", "1",
+            ],
+        );
+        let out = util::output(&mut cmd)?;
+        let field = |what: &str| -> Option<f64> {
+            out.lines()
+                .find(|l| l.trim_start().starts_with(what))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        };
+        Ok(Run {
+            target: rate,
+            sent: field("Queries sent").unwrap_or(0.0) as u64,
+            received: field("Queries completed").unwrap_or(0.0) as u64,
+            secs: field("Run time (s)").unwrap_or(self.opts.duration as f64),
+            ..Run::default()
+        })
+    }
+
+    fn start_knot(&self, t: &Topology) -> anyhow::Result<Bg> {
+        let dir = self.work.join("knot");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let zone = "$ORIGIN edge.lagran.net.\n$TTL 30\n@ SOA ns1 hostmaster 1 3600 600 604800 60\n@ NS ns1\n@ NS ns2\nns1 A 198.51.100.53\nns2 A 198.51.100.54\n@ A 203.0.113.21\n";
+        std::fs::write(dir.join("edge.lagran.net.zone"), zone)?;
+        let d = dir.display();
+        let conf = format!(
+            "server:\n    rundir: \"{d}\"\n    listen: {SRV_IP}@53\n    udp-workers: 1\n    tcp-workers: 1\n    background-workers: 1\n\
+             database:\n    storage: \"{d}/db\"\ncontrol:\n    listen: \"{d}/knot.sock\"\n\
+             log:\n  - target: stderr\n    any: warning\n\
+             template:\n  - id: default\n    storage: \"{d}\"\n    semantic-checks: off\n\
+             zone:\n  - domain: edge.lagran.net\n    file: edge.lagran.net.zone\n"
+        );
+        std::fs::write(dir.join("knot.conf"), conf)?;
+        let cpu = self.opts.server_cpu.to_string();
+        let cfg = dir.join("knot.conf").display().to_string();
+        let mut cmd = t.exec(&t.srv, &["taskset", "-c", &cpu, "knotd", "-c", &cfg]);
+        let mut bg = Bg::spawn("knotd", &mut cmd, &self.work.join("knotd.log"))?;
+        let r = self.wait_answer(t, &mut bg, 20.0)?;
+        eprintln!("==> knotd answers {:?}", r.get("answer"));
+        Ok(bg)
+    }
+
+    /// Every generator against one running server.
+    fn qps(
+        &self,
+        t: &Topology,
+        server: Server,
+        gens: &[String],
+        out: &mut BTreeMap<(Server, String), Best>,
+    ) -> anyhow::Result<()> {
+        for g in gens {
+            eprintln!("==> QPS: {} with {g}", server.label());
+            let best = find_best(&format!("{} / {g}", server.label()), 25_000, self.opts.max_rate, |rate| {
+                self.load_run(t, server, g, rate)
+            })?;
+            eprintln!("==> {} / {g}: {}", server.label(), best.describe());
+            out.insert((server, g.clone()), best);
+        }
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------ report
+
+struct Row {
+    metric: String,
+    value: String,
+    target: String,
+    ok: Option<bool>,
+}
+
+fn row(metric: impl Into<String>, value: impl Into<String>, target: impl Into<String>, ok: Option<bool>) -> Row {
+    Row { metric: metric.into(), value: value.into(), target: target.into(), ok }
+}
+
+fn render(rows: &[Row]) -> (String, String) {
+    let w = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max().unwrap_or(0);
+    let (w0, w1, w2) = (w(|r| &r.metric).max(6), w(|r| &r.value).max(5), w(|r| &r.target).max(6));
+    let ok = |o: Option<bool>| match o {
+        Some(true) => "ok",
+        Some(false) => "MISS",
+        None => "-",
+    };
+    let pad = |s: &str, n: usize| format!("{s}{}", " ".repeat(n.saturating_sub(s.chars().count())));
+    let mut text = format!("{}  {}  {}  ok?\n", pad("metric", w0), pad("value", w1), pad("target", w2));
+    let mut md = "| metric | value | target | ok? |\n|---|---|---|---|\n".to_string();
+    for r in rows {
+        let _ = writeln!(text, "{}  {}  {}  {}", pad(&r.metric, w0), pad(&r.value, w1), pad(&r.target, w2), ok(r.ok));
+        let _ = writeln!(md, "| {} | {} | {} | {} |", r.metric, r.value, r.target, ok(r.ok));
+    }
+    (text, md)
+}
+
+fn fmt_ns(r: &Results, key: &str) -> String {
+    r.get(key).map_or("-".into(), |v| format!("{v} ns"))
+}
+
+// ------------------------------------------------------------------ exec
+
+pub fn exec(opts: Options) -> anyhow::Result<()> {
+    // SAFETY: installing an async-signal-safe handler that only stores an atomic.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("`cargo xtask bench` needs root (BPF, network namespaces, XDP): run it as root");
+    }
+    for tool in ["ip", "taskset", "nsenter"] {
+        if util::which(tool).is_none() {
+            bail!("`cargo xtask bench` needs `{tool}`: run `cargo xtask setup` (iproute2, util-linux)");
+        }
+    }
+    let root = util::workspace_root();
+    let xdb = root.join("data/ip2region.xdb");
+    if !xdb.is_file() {
+        bail!(
+            "{} is missing: run `cargo xtask setup` (or scripts/fetch-geoip.sh) for the real ip2region file",
+            xdb.display()
+        );
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |d| root.join(d));
+    let obj = if opts.no_build {
+        target.join(build_ebpf::TARGET).join("release/lagran")
+    } else {
+        let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true })?;
+        util::run(Command::new("cargo").current_dir(&root).args([
+            "build",
+            "--release",
+            "--package",
+            "lagran-userspace",
+            "--bin",
+            "lagran",
+            "--example",
+            "bench_helper",
+        ]))?;
+        obj
+    };
+    let work = target.join("bench");
+    std::fs::create_dir_all(&work)?;
+    let b = Bench {
+        helper: target.join("release/examples/bench_helper"),
+        lagran: target.join("release/lagran"),
+        obj,
+        xdb,
+        work: work.clone(),
+        root: root.clone(),
+        opts: opts.clone(),
+    };
+    for p in [&b.helper, &b.lagran, &b.obj] {
+        if !p.is_file() {
+            bail!("{} is missing: run without --no-build", p.display());
+        }
+    }
+    let started = Instant::now();
+    remove_stale_namespaces();
+
+    // ---- 3, 4, 5: tables, kernel cost, scopes, geo
+    eprintln!("==> tables: real xdb, route table, LPM trie, BPF_PROG_TEST_RUN, ECS scopes (~30 s)");
+    let tables = b.tables().context("bench_helper tables")?;
+    check_interrupted()?;
+    let recompute = if opts.no_recompute {
+        Results::new()
+    } else {
+        eprintln!("==> recompute: 1 000 nodes × 5 000 partitions × 10 names (at most {} s)", opts.recompute_timeout);
+        b.recompute()?
+    };
+
+    // ---- 1, 2: load tests in namespaces
+    let mut qps: BTreeMap<(Server, String), Best> = BTreeMap::new();
+    let mut failover = Results::new();
+    let mut startup = BTreeMap::new();
+    let mut notes: Vec<String> = Vec::new();
+    let gens = generators(&opts, &mut notes);
+    if !opts.no_load {
+        let t = Topology::create(&opts, &b.helper).context("creating the namespaces and the veth pair")?;
+        eprintln!(
+            "==> namespaces {} / {} joined by {SRV_IF} ({SRV_IP}) <-> {CLI_IF} ({CLI_IP}); server CPU {}, generator CPU {}",
+            t.srv, t.cli, opts.server_cpu, opts.gen_cpu
+        );
+
+        // XDP on.
+        let (mut daemon, secs) = b.start_lagran(&t, true)?;
+        startup.insert("xdp", secs);
+        eprintln!("==> failover: PATCH gz-01 offline/online, polling the pinned maps");
+        let mut cmd = Command::new("nsenter");
+        cmd.args(["-t", &daemon.pid().to_string(), "-m", "-n"]).arg(&b.helper).args([
+            "failover",
+            "--pin-dir",
+            PIN_DIR,
+            "--api",
+            "127.0.0.1:8080",
+            "--node",
+            "gz-01",
+            "--client",
+            "58.60.1.1",
+        ]);
+        failover = parse_results(&util::output(&mut cmd).context("measuring node-down → map")?);
+        daemon.check_alive()?;
+        b.qps(&t, Server::LagranXdp, &gens, &mut qps)?;
+        daemon.check_alive()?;
+        daemon.stop();
+        drop(daemon);
+
+        // Same daemon, XDP off.
+        let (mut daemon, secs) = b.start_lagran(&t, false)?;
+        startup.insert("userspace", secs);
+        b.qps(&t, Server::LagranUserspace, &gens, &mut qps)?;
+        daemon.check_alive()?;
+        drop(daemon);
+
+        // A peer authoritative server on the same generator.
+        if opts.no_peer {
+            notes.push("peer authoritative server: skipped (--no-peer)".into());
+        } else if util::which("knotd").is_none() {
+            notes.push("peer authoritative server: skipped, knotd not installed (`apt-get install knot`)".into());
+        } else {
+            let mut knot = b.start_knot(&t)?;
+            b.qps(&t, Server::Knot, &gens, &mut qps)?;
+            knot.check_alive()?;
+            drop(knot);
+        }
+        drop(t);
+    }
+
+    // ---- report
+    let mut rows = Vec::new();
+    for g in &gens {
+        let x = qps.get(&(Server::LagranXdp, g.clone()));
+        let u = qps.get(&(Server::LagranUserspace, g.clone()));
+        let k = qps.get(&(Server::Knot, g.clone()));
+        let how = match g.as_str() {
+            "gun" => "ECS, 4 096 real /24s",
+            "kxdpgun" => "EDNS, no ECS",
+            _ => "ECS, real /24s",
+        };
+        if let Some(x) = x {
+            rows.push(row(format!("QPS XDP path [{g}: {how}]"), x.describe(), "-", None));
+        }
+        if let Some(u) = u {
+            rows.push(row(format!("QPS userspace path [{g}]"), u.describe(), "-", None));
+        }
+        if let (Some(x), Some(u)) = (x, u)
+            && u.qps > 0.0
+        {
+            let ratio = x.qps / u.qps;
+            let bound = if x.generator_bound { " (XDP generator-bound: ≥)" } else { "" };
+            rows.push(row(
+                format!("XDP / userspace [{g}]"),
+                format!("{ratio:.1}×{bound}"),
+                "≥ 10×",
+                Some(ratio >= 10.0),
+            ));
+        }
+        if let Some(k) = k {
+            rows.push(row(format!("QPS knotd, static zone [{g}]"), k.describe(), "-", None));
+            if let Some(x) = x {
+                rows.push(row(
+                    format!("XDP / knotd [{g}]"),
+                    format!("{:.1}×", x.qps / k.qps.max(1.0)),
+                    "≥ 1×",
+                    Some(x.qps >= k.qps),
+                ));
+            }
+        }
+    }
+    if let Some(v) = num(&failover, "offline_median_ms") {
+        let max = num(&failover, "offline_max_ms").unwrap_or(v);
+        rows.push(row(
+            "node offline → map entry (median / max)",
+            format!("{v:.1} / {max:.1} ms"),
+            "< 100 ms",
+            Some(max < 100.0),
+        ));
+    }
+    if let Some(v) = num(&failover, "online_median_ms") {
+        let max = num(&failover, "online_max_ms").unwrap_or(v);
+        rows.push(row(
+            "node online → map entry (median / max)",
+            format!("{v:.1} / {max:.1} ms"),
+            "< 100 ms",
+            Some(max < 100.0),
+        ));
+    }
+    let t = &tables;
+    rows.push(row(
+        "LPM trie entries, real xdb + demo nodes",
+        t.get("trie_entries").cloned().unwrap_or("-".into()),
+        "-",
+        None,
+    ));
+    rows.push(row(
+        "  unmerged (one answer per geo partition)",
+        t.get("unmerged_entries").or(t.get("prefixes_unmerged")).cloned().unwrap_or("-".into()),
+        "-",
+        None,
+    ));
+    for (label, what) in [
+        ("tiny", "1 entry"),
+        ("small", "1 024 entries"),
+        ("full", "full real table"),
+        ("unmerged", "unmerged partitions"),
+    ] {
+        if t.contains_key(&format!("{label}_answered_mean_ns")) {
+            rows.push(row(
+                format!("XDP per packet, {what} (answered median / lookup-only)"),
+                format!(
+                    "{} / {}",
+                    fmt_ns(t, &format!("{label}_answered_median_ns")),
+                    fmt_ns(t, &format!("{label}_lookup_mean_ns"))
+                ),
+                "-",
+                None,
+            ));
+        }
+    }
+    if let (Some(full), Some(small)) = (num(t, "full_answered_median_ns"), num(t, "small_answered_median_ns")) {
+        rows.push(row(
+            "full real table vs 1 024-entry table (answered, median)",
+            format!("{:.2}×", full / small),
+            "≤ 1.5× (small-trie regime)",
+            Some(full <= 1.5 * small),
+        ));
+    }
+    let mism: f64 =
+        ["tiny", "small", "full", "unmerged"].iter().filter_map(|l| num(t, &format!("{l}_parity_mismatches"))).sum();
+    rows.push(row("XDP answers ≠ userspace (A, ECS scope)", format!("{mism:.0}"), "0", Some(mism == 0.0)));
+    if let (Some(m), Some(u)) = (num(t, "ecs_mean_scope"), num(t, "ecs_mean_scope_unmerged")) {
+        rows.push(row(
+            format!("mean ECS scope, {} random public IPv4", t.get("ecs_samples").map_or("-", String::as_str)),
+            format!("/{m:.2} (per-partition prefixes: /{u:.2})"),
+            "≤ partition prefixes",
+            Some(m <= u),
+        ));
+    }
+    if let Some(v) = num(t, "ecs_scope_violations") {
+        rows.push(row("ECS scope violations", format!("{v:.0}"), "0", Some(v == 0.0)));
+    }
+    if let Some(v) = num(t, "geo_lookup_ns") {
+        rows.push(row("geo lookup (userspace, real xdb)", format!("{v:.0} ns"), "< 1 µs", Some(v < 1000.0)));
+    }
+    if let Some(v) = num(t, "full_load_ms") {
+        rows.push(row(
+            "real xdb loaded + compiled + synced to maps",
+            format!(
+                "{v:.0} ms (load {} + partitions {} + routes {} + sync {})",
+                t.get("xdb_load_ms").map_or("-", String::as_str),
+                t.get("partitions_build_ms").map_or("-", String::as_str),
+                t.get("route_build_ms").map_or("-", String::as_str),
+                t.get("map_sync_ms").map_or("-", String::as_str),
+            ),
+            "< 5 s",
+            Some(v < 5000.0),
+        ));
+    }
+    if let Some(s) = startup.get("xdp") {
+        rows.push(row("daemon start → first XDP answer", format!("{s:.2} s"), "-", None));
+    }
+    match recompute.get("recompute_1pool_ms") {
+        Some(v) => {
+            let ok = v.parse::<f64>().ok().map(|ms| ms < 50.0);
+            rows.push(row(
+                "recompute 1 000 nodes × 5 000 partitions × 10 names",
+                format!("{v} ms"),
+                "< 50 ms",
+                Some(ok.unwrap_or(false)),
+            ));
+        }
+        None if opts.no_recompute => notes.push("recompute benchmark: skipped (--no-recompute)".into()),
+        None => {}
+    }
+
+    let (text, md) = render(&rows);
+    println!("\nLagran bench ({:.0} s, {} CPUs, kernel {})", started.elapsed().as_secs_f64(), cpus(), kernel_release());
+    println!("{text}");
+    for n in &notes {
+        println!("note: {n}");
+    }
+    let report = work.join("latest.md");
+    let mut doc = format!(
+        "Measured {} on {} CPUs, kernel {}; `cargo xtask bench` ({:.0} s).\n\n{md}",
+        date(),
+        cpus(),
+        kernel_release(),
+        started.elapsed().as_secs_f64()
+    );
+    for n in &notes {
+        let _ = writeln!(doc, "\n- {n}");
+    }
+    let _ = writeln!(doc, "\nRaw results:\n\n```");
+    for (k, v) in tables.iter().chain(recompute.iter()).chain(failover.iter()) {
+        let _ = writeln!(doc, "{k} {v}");
+    }
+    for ((s, g), best) in &qps {
+        for r in &best.runs {
+            let _ = writeln!(
+                doc,
+                "load {} {g} target={} sent_qps={:.0} answered_qps={:.0} ratio={:.3}{}",
+                s.label().replace(' ', "_"),
+                r.target,
+                r.sent_qps(),
+                r.answered_qps(),
+                r.ratio(),
+                r.xdp_answered.map_or(String::new(), |x| format!(" xdp_answered={x}"))
+                    + &r.udp_queries.map_or(String::new(), |u| format!(" userspace_udp={u}")),
+            );
+        }
+    }
+    let _ = writeln!(doc, "```");
+    std::fs::write(&report, doc)?;
+    println!("report: {} (copy into docs/bench.md)", report.display());
+    let _ = &b.root;
+    Ok(())
+}
+
+/// The generators to use: as asked, else gun plus kxdpgun (or dnsperf).
+fn generators(opts: &Options, notes: &mut Vec<String>) -> Vec<String> {
+    if !opts.generators.is_empty() {
+        return opts.generators.clone();
+    }
+    let mut g = vec!["gun".to_string()];
+    if util::which("kxdpgun").is_some() {
+        g.push("kxdpgun".into());
+    } else if util::which("dnsperf").is_some() {
+        notes.push("kxdpgun not installed: dnsperf used as the second generator".into());
+        g.push("dnsperf".into());
+    } else {
+        notes.push("neither kxdpgun nor dnsperf installed: only the built-in ECS generator".into());
+    }
+    g
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or("?".into(), |s| s.trim().to_string())
+}
+
+fn date() -> String {
+    util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).map_or("?".into(), |s| s.trim().to_string())
+}
