@@ -268,11 +268,19 @@ pub fn build_route_table(
             let mut by_partition = Vec::with_capacity(ranked.len());
             for (pid, (r4, r6)) in ranked.iter().enumerate() {
                 let loc = &partitions.locations()[pid];
-                let mut r4 = r4.clone();
                 let key = (spec.name.clone(), loc.clone());
-                if settings.hysteresis > 0.0 {
-                    engine::apply_hysteresis(&mut r4, state.choices.get(&key).map(String::as_str), settings.hysteresis);
-                }
+                // Clone the (possibly long) ranking only when hysteresis may reorder it.
+                let previous = state.choices.get(&key).map(String::as_str);
+                let held;
+                let r4: &Ranking = match (settings.hysteresis > 0.0, previous, r4.primary()) {
+                    (true, Some(prev), Some(best)) if best.name != prev => {
+                        let mut r = r4.clone();
+                        engine::apply_hysteresis(&mut r, Some(prev), settings.hysteresis);
+                        held = r;
+                        &held
+                    }
+                    _ => r4,
+                };
                 if let Some(p) = r4.primary() {
                     new_choices.insert(key, p.name.clone());
                 }
@@ -282,11 +290,11 @@ pub fn build_route_table(
                 } else {
                     (AnswerState::Steady, steady_ttl)
                 };
-                let mut id = answers.id(answer_of(&r4, r6, per_answer, ttl, st));
+                let mut id = answers.id(answer_of(r4, r6, per_answer, ttl, st));
                 let matching: Vec<&&Rule> = region_rules.iter().filter(|r| rule_matches(r, &spec.name, loc)).collect();
                 if let Some(rule) = matching.iter().find(|r| r.kind == RuleKind::Canary) {
                     let why = format!("canary rule {} {}%", rule.id, rule.percent);
-                    if let Some(cid) = node_answer(&mut answers, &rule.node, &why, &r4, r6, AnswerState::Canary) {
+                    if let Some(cid) = node_answer(&mut answers, &rule.node, &why, r4, r6, AnswerState::Canary) {
                         let mut base = answers.list[id as usize].clone();
                         base.ttl = base.ttl.min(settings.canary_ttl);
                         base.canary = Some(Canary { percent: rule.percent, answer: cid });
@@ -295,7 +303,7 @@ pub fn build_route_table(
                 }
                 if let Some(rule) = matching.iter().find(|r| r.kind == RuleKind::Manual) {
                     let why = format!("manual rule {}", rule.id);
-                    if let Some(mid) = node_answer(&mut answers, &rule.node, &why, &r4, r6, AnswerState::Steady) {
+                    if let Some(mid) = node_answer(&mut answers, &rule.node, &why, r4, r6, AnswerState::Steady) {
                         id = mid;
                     }
                 }
