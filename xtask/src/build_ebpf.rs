@@ -75,3 +75,14 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     println!("{}", path.display());
     Ok(())
 }
+
+/// What `run` and `test` both start with: `setup` (unless skipped), then the
+/// release object, whose path is printed and returned.
+pub fn setup_and_build(skip_setup: bool) -> anyhow::Result<PathBuf> {
+    if !skip_setup {
+        crate::setup::exec(crate::setup::Options::default())?;
+    }
+    let obj = build_ebpf(&Options { release: true })?;
+    println!("==> XDP object: {}", obj.display());
+    Ok(obj)
+}

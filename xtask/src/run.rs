@@ -9,7 +9,7 @@ use std::process::Command;
 
 use anyhow::Context as _;
 
-use crate::{build_ebpf, setup, util};
+use crate::{build_ebpf, util};
 
 #[derive(Debug, Clone, Default, clap::Parser)]
 pub struct Options {
@@ -25,13 +25,9 @@ pub struct Options {
 }
 
 pub fn exec(opts: Options) -> anyhow::Result<()> {
-    if !opts.no_setup {
-        setup::exec(setup::Options::default())?;
-    }
     let root = util::workspace_root();
     // `lagran serve --xdp IFACE` loads this object (target/bpfel-unknown-none/release/lagran).
-    let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true })?;
-    println!("==> XDP object: {}", obj.display());
+    build_ebpf::setup_and_build(opts.no_setup)?;
     let mut build = Command::new("cargo");
     build.current_dir(&root).args(["build", "--release", "--package", "lagran-userspace", "--bin", "lagran"]);
     util::run(&mut build)?;

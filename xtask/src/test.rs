@@ -9,7 +9,7 @@
 
 use std::process::Command;
 
-use crate::{build_ebpf, setup, util};
+use crate::{build_ebpf, util};
 
 #[derive(Debug, Clone, Default, clap::Parser)]
 pub struct Options {
@@ -22,12 +22,8 @@ pub struct Options {
 }
 
 pub fn exec(opts: Options) -> anyhow::Result<()> {
-    if !opts.no_setup {
-        setup::exec(setup::Options::default())?;
-    }
     let root = util::workspace_root();
-    let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true })?;
-    println!("==> XDP object: {}", obj.display());
+    let obj = build_ebpf::setup_and_build(opts.no_setup)?;
     let mut bins = Command::new("cargo");
     bins.current_dir(&root).args(["build", "--bins"]);
     util::run(&mut bins)?;

@@ -11,7 +11,7 @@ use super::error::ApiError;
 /// The header agents and DNS hosts authenticate with.
 pub const AGENT_TOKEN_HEADER: &str = "x-lagran-agent-token";
 
-/// Hex SHA-256 of a token, as stored.
+/// SHA-256 of a token (node tokens are stored hex-encoded by `store::hash_token`).
 pub fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -19,13 +19,6 @@ pub fn token_hash(token: &str) -> [u8; 32] {
 /// Constant-time comparison of a presented token with a stored hash.
 pub fn token_matches(presented: &str, stored: &[u8; 32]) -> bool {
     token_hash(presented).ct_eq(stored).into()
-}
-
-/// Constant-time comparison of a presented token with a stored hex hash.
-pub fn token_matches_hex(presented: &str, stored_hex: &str) -> bool {
-    let Ok(bytes) = hex::decode(stored_hex) else { return false };
-    let Ok(stored) = <[u8; 32]>::try_from(bytes.as_slice()) else { return false };
-    token_matches(presented, &stored)
 }
 
 /// Which tokens this API accepts. A class with no token configured is open.
@@ -121,13 +114,5 @@ mod tests {
         assert!(a.check_agent(&headers(&[("authorization", "Bearer admin")])).is_ok());
         assert!(a.check_agent(&headers(&[(AGENT_TOKEN_HEADER, "nope")])).is_err());
         assert!(a.check_agent(&HeaderMap::new()).is_err());
-    }
-
-    #[test]
-    fn hex_hashes_compare() {
-        let h = hex::encode(token_hash("s3cret"));
-        assert!(token_matches_hex("s3cret", &h));
-        assert!(!token_matches_hex("s3cret!", &h));
-        assert!(!token_matches_hex("s3cret", "zz"));
     }
 }
