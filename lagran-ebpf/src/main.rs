@@ -65,7 +65,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
     let q = dns::parse(ctx, &f, l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
 
     // SAFETY: this CPU's scratch slot, filled by `dns::parse`.
-    #[allow(clippy::needless_borrows_for_generic_args, reason = "by value would copy 256 bytes to the stack")]
+    #[expect(clippy::needless_borrows_for_generic_args, reason = "by value would copy 256 bytes to the stack")]
     let name = unsafe { maps::NAMES.get(&(*scratch).key) }.ok_or(Counter::NameUnknown)?;
     let name_id = name.id;
     // RFC 7871 §7.1.1: the ECS address when SOURCE PREFIX-LENGTH > 0, else the sender.

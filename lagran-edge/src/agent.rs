@@ -29,23 +29,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     #[error("heartbeat to {url} failed")]
-    Request {
-        url: String,
-        source: hyper_util::client::legacy::Error,
-    },
+    Request { url: String, source: hyper_util::client::legacy::Error },
     #[error("heartbeat to {url} timed out after {REQUEST_TIMEOUT:?}")]
     Timeout { url: String },
     #[error("heartbeat to {url} answered {status}: {body}")]
-    Status {
-        url: String,
-        status: StatusCode,
-        body: String,
-    },
+    Status { url: String, status: StatusCode, body: String },
     #[error("heartbeat URL {url} is invalid")]
-    Url {
-        url: String,
-        source: hyper::http::Error,
-    },
+    Url { url: String, source: hyper::http::Error },
 }
 
 #[derive(Debug, Clone)]
@@ -92,22 +82,13 @@ pub struct CpuTimes {
 /// already inside user and nice, so it is not added twice.
 pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
     let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).take(8).map(str::parse).collect::<Result<_, _>>().ok()?;
     if v.len() < 4 {
         return None;
     }
     let total: u64 = v.iter().sum();
     let idle = v[3] + v.get(4).copied().unwrap_or(0);
-    Some(CpuTimes {
-        busy: total - idle,
-        total,
-    })
+    Some(CpuTimes { busy: total - idle, total })
 }
 
 /// Used memory in percent: `100 × (1 − MemAvailable / MemTotal)`.
@@ -150,22 +131,12 @@ impl Sampler {
 
     fn sample(&mut self) -> Heartbeat {
         let read = |p| std::fs::read_to_string(p).ok();
-        let cpu = read("/proc/stat")
-            .as_deref()
-            .and_then(parse_proc_stat)
-            .unwrap_or(self.cpu);
-        let memory_usage = read("/proc/meminfo")
-            .as_deref()
-            .and_then(parse_meminfo)
-            .unwrap_or(0.0);
+        let cpu = read("/proc/stat").as_deref().and_then(parse_proc_stat).unwrap_or(self.cpu);
+        let memory_usage = read("/proc/meminfo").as_deref().and_then(parse_meminfo).unwrap_or(0.0);
         let bytes = self.stats.bytes_served.load(Ordering::Relaxed);
         let now = Instant::now();
         let secs = now.duration_since(self.at).as_secs_f64();
-        let bandwidth_mbps = if secs > 0.0 {
-            bytes.saturating_sub(self.bytes) as f64 * 8.0 / 1e6 / secs
-        } else {
-            0.0
-        };
+        let bandwidth_mbps = if secs > 0.0 { bytes.saturating_sub(self.bytes) as f64 * 8.0 / 1e6 / secs } else { 0.0 };
         let beat = Heartbeat {
             cpu_usage: cpu_percent(self.cpu, cpu),
             memory_usage,
@@ -190,39 +161,19 @@ async fn send(
         .header("content-type", "application/json")
         .header(TOKEN_HEADER, &cfg.token)
         .body(Full::new(Bytes::from(body)))
-        .map_err(|source| AgentError::Url {
-            url: url.clone(),
-            source,
-        })?;
+        .map_err(|source| AgentError::Url { url: url.clone(), source })?;
     let exchange = async {
-        let resp = client
-            .request(req)
-            .await
-            .map_err(|source| AgentError::Request {
-                url: url.clone(),
-                source,
-            })?;
+        let resp = client.request(req).await.map_err(|source| AgentError::Request { url: url.clone(), source })?;
         let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+        let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         if status.is_success() {
             Ok(())
         } else {
             let body = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-            Err(AgentError::Status {
-                url: url.clone(),
-                status,
-                body,
-            })
+            Err(AgentError::Status { url: url.clone(), status, body })
         }
     };
-    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-        .await
-        .map_err(|_| AgentError::Timeout { url: url.clone() })?
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange).await.map_err(|_| AgentError::Timeout { url: url.clone() })?
 }
 
 /// Reports until `shutdown`; the first report goes out at once.
@@ -244,10 +195,7 @@ pub async fn run(cfg: AgentConfig, stats: Arc<Stats>, shutdown: CancellationToke
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
-                let wait = cfg
-                    .interval
-                    .saturating_mul(1 << failures.min(6))
-                    .min(MAX_BACKOFF.max(cfg.interval));
+                let wait = cfg.interval.saturating_mul(1 << failures.min(6)).min(MAX_BACKOFF.max(cfg.interval));
                 warn!(error = %crate::error_chain(&e), failures, retry_in = ?wait, "heartbeat failed");
                 wait
             }
@@ -267,18 +215,9 @@ mod tests {
     #[test]
     fn cpu_from_proc_stat() {
         let a = parse_proc_stat("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3 4\n").unwrap();
-        assert_eq!(
-            a,
-            CpuTimes {
-                busy: 200,
-                total: 1000
-            }
-        );
+        assert_eq!(a, CpuTimes { busy: 200, total: 1000 });
         let b = parse_proc_stat("cpu  150 0 150 800 100 0 0 0 0 0\n").unwrap();
-        assert!(
-            (cpu_percent(a, b) - 50.0).abs() < 1e-9,
-            "100 busy of 200 jiffies"
-        );
+        assert!((cpu_percent(a, b) - 50.0).abs() < 1e-9, "100 busy of 200 jiffies");
         assert_eq!(cpu_percent(b, b), 0.0);
         assert_eq!(parse_proc_stat("intr 1 2 3"), None);
     }
@@ -294,9 +233,6 @@ mod tests {
     fn samples_this_machine() {
         let mut s = Sampler::new(Arc::new(Stats::default()));
         let beat = s.sample();
-        assert!(
-            (0.0..=100.0).contains(&beat.cpu_usage) && (0.0..=100.0).contains(&beat.memory_usage),
-            "{beat:?}"
-        );
+        assert!((0.0..=100.0).contains(&beat.cpu_usage) && (0.0..=100.0).contains(&beat.memory_usage), "{beat:?}");
     }
 }

@@ -19,9 +19,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type EdgeBody = BoxBody<Bytes, BoxError>;
 
 pub fn full(bytes: impl Into<Bytes>) -> EdgeBody {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
 }
 
 pub fn empty() -> EdgeBody {
@@ -49,10 +47,7 @@ pub async fn read_up_to(mut body: Incoming, limit: usize) -> Result<Read, hyper:
             len += data.len();
             chunks.push_back(data);
             if len > limit {
-                return Ok(Read::Partial(Replay {
-                    head: chunks,
-                    rest: body,
-                }));
+                return Ok(Read::Partial(Replay { head: chunks, rest: body }));
             }
         }
     }
@@ -70,10 +65,7 @@ impl Body for Replay {
     type Data = Bytes;
     type Error = hyper::Error;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
         match this.head.pop_front() {
             Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
@@ -102,18 +94,13 @@ impl Body for Counted {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {
-            this.stats
-                .bytes_served
-                .fetch_add(data.len() as u64, Ordering::Relaxed);
+            this.stats.bytes_served.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
         polled
     }

@@ -25,11 +25,7 @@ pub struct CachedObject {
 impl CachedObject {
     /// What the object is charged against the budget: body, headers and a fixed overhead.
     fn cost(&self, key: &str) -> usize {
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|(k, v)| k.as_str().len() + v.len() + 32)
-            .sum();
+        let headers: usize = self.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 32).sum();
         self.body.len() + headers + key.len() + 128
     }
 }
@@ -67,19 +63,12 @@ impl Inner {
 }
 
 pub fn key(host: &str, uri: &Uri) -> String {
-    format!(
-        "{host}{}",
-        uri.path_and_query().map_or("/", |pq| pq.as_str())
-    )
+    format!("{host}{}", uri.path_and_query().map_or("/", |pq| pq.as_str()))
 }
 
 impl Cache {
     pub fn new(max_bytes: usize, max_object_bytes: usize) -> Cache {
-        Cache {
-            max_bytes,
-            max_object_bytes,
-            inner: Mutex::default(),
-        }
+        Cache { max_bytes, max_object_bytes, inner: Mutex::default() }
     }
 
     /// Bodies larger than this are not stored.
@@ -151,24 +140,15 @@ pub fn storable_for(headers: &HeaderMap, default_ttl: Duration) -> Option<Durati
     // The key has no Vary dimensions: store only what is the same for every client.
     for vary in headers.get_all(header::VARY) {
         let vary = vary.to_str().ok()?;
-        let encoded = headers
-            .get(header::CONTENT_ENCODING)
-            .is_some_and(|v| v.as_bytes() != b"identity");
-        if vary
-            .split(',')
-            .any(|f| !f.trim().eq_ignore_ascii_case("accept-encoding"))
-            || encoded
-        {
+        let encoded = headers.get(header::CONTENT_ENCODING).is_some_and(|v| v.as_bytes() != b"identity");
+        if vary.split(',').any(|f| !f.trim().eq_ignore_ascii_case("accept-encoding")) || encoded {
             return None;
         }
     }
     let (mut max_age, mut s_maxage) = (None, None);
     for value in headers.get_all(header::CACHE_CONTROL) {
         for directive in value.to_str().ok()?.split(',') {
-            let (name, arg) = directive
-                .trim()
-                .split_once('=')
-                .unwrap_or((directive.trim(), ""));
+            let (name, arg) = directive.trim().split_once('=').unwrap_or((directive.trim(), ""));
             let secs = || arg.trim_matches('"').parse::<u64>().ok();
             match name.to_ascii_lowercase().as_str() {
                 "no-store" | "private" | "no-cache" => return None,
@@ -178,11 +158,7 @@ pub fn storable_for(headers: &HeaderMap, default_ttl: Duration) -> Option<Durati
             }
         }
     }
-    match s_maxage
-        .or(max_age)
-        .map(Duration::from_secs)
-        .unwrap_or(default_ttl)
-    {
+    match s_maxage.or(max_age).map(Duration::from_secs).unwrap_or(default_ttl) {
         ttl if ttl.is_zero() => None,
         ttl => Some(ttl),
     }
@@ -226,11 +202,7 @@ pub fn byte_range(range: &str, len: u64) -> ByteRange {
             let Some(first) = num(first) else {
                 return ByteRange::Full;
             };
-            let last = if last.is_empty() {
-                Some(u64::MAX)
-            } else {
-                num(last)
-            };
+            let last = if last.is_empty() { Some(u64::MAX) } else { num(last) };
             match last {
                 Some(last) if last < first => ByteRange::Full,
                 Some(_) if first >= len => ByteRange::Unsatisfiable,
@@ -264,10 +236,7 @@ mod tests {
         assert!(cache.insert("a/x".into(), object("hello", Duration::from_secs(1))));
         assert!(cache.get("a/x", now).is_some());
         assert!(cache.get("a/x", now + Duration::from_secs(2)).is_none());
-        assert!(
-            cache.is_empty() && cache.bytes() == 0,
-            "the expired entry was dropped"
-        );
+        assert!(cache.is_empty() && cache.bytes() == 0, "the expired entry was dropped");
     }
 
     #[test]
@@ -278,16 +247,10 @@ mod tests {
         for k in ["k0", "k1", "k2"] {
             assert!(cache.insert(k.into(), object("x", Duration::from_secs(60))));
         }
-        assert!(
-            cache.get("k0", now).is_some(),
-            "touch k0 so k1 is the oldest"
-        );
+        assert!(cache.get("k0", now).is_some(), "touch k0 so k1 is the oldest");
         cache.insert("k3".into(), object("x", Duration::from_secs(60)));
         assert!(cache.bytes() <= one * 3);
-        assert!(
-            cache.get("k1", now).is_none(),
-            "the least recently used went first"
-        );
+        assert!(cache.get("k1", now).is_none(), "the least recently used went first");
         assert!(cache.get("k0", now).is_some() && cache.get("k3", now).is_some());
     }
 
@@ -299,15 +262,7 @@ mod tests {
     }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        pairs
-            .iter()
-            .map(|(k, v)| {
-                (
-                    header::HeaderName::from_static(k),
-                    HeaderValue::from_static(v),
-                )
-            })
-            .collect()
+        pairs.iter().map(|(k, v)| (header::HeaderName::from_static(k), HeaderValue::from_static(v))).collect()
     }
 
     #[test]
@@ -319,43 +274,17 @@ mod tests {
             Some(Duration::from_secs(300))
         );
         assert_eq!(
-            storable_for(
-                &headers(&[("cache-control", "max-age=300, s-maxage=10")]),
-                d
-            ),
+            storable_for(&headers(&[("cache-control", "max-age=300, s-maxage=10")]), d),
             Some(Duration::from_secs(10))
         );
-        for cc in [
-            "no-store",
-            "private",
-            "no-cache",
-            "max-age=0",
-            "Private, max-age=60",
-        ] {
-            assert_eq!(
-                storable_for(&headers(&[("cache-control", cc)]), d),
-                None,
-                "{cc}"
-            );
+        for cc in ["no-store", "private", "no-cache", "max-age=0", "Private, max-age=60"] {
+            assert_eq!(storable_for(&headers(&[("cache-control", cc)]), d), None, "{cc}");
         }
         assert_eq!(storable_for(&headers(&[("set-cookie", "a=b")]), d), None);
         assert_eq!(storable_for(&headers(&[("vary", "cookie")]), d), None);
-        assert_eq!(
-            storable_for(&headers(&[("vary", "Accept-Encoding")]), d),
-            Some(d)
-        );
-        assert_eq!(
-            storable_for(
-                &headers(&[("vary", "Accept-Encoding"), ("content-encoding", "gzip")]),
-                d
-            ),
-            None
-        );
-        assert_eq!(
-            storable_for(&headers(&[]), Duration::ZERO),
-            None,
-            "a zero default TTL stores nothing"
-        );
+        assert_eq!(storable_for(&headers(&[("vary", "Accept-Encoding")]), d), Some(d));
+        assert_eq!(storable_for(&headers(&[("vary", "Accept-Encoding"), ("content-encoding", "gzip")]), d), None);
+        assert_eq!(storable_for(&headers(&[]), Duration::ZERO), None, "a zero default TTL stores nothing");
     }
 
     #[test]
@@ -369,13 +298,7 @@ mod tests {
         assert_eq!(byte_range("bytes=10-", 10), Unsatisfiable);
         assert_eq!(byte_range("bytes=-0", 10), Unsatisfiable);
         assert_eq!(byte_range("bytes=0-0", 0), Unsatisfiable);
-        for ignored in [
-            "bytes=4-2",
-            "bytes=0-1,3-4",
-            "items=0-1",
-            "bytes=a-b",
-            "bytes=-",
-        ] {
+        for ignored in ["bytes=4-2", "bytes=0-1,3-4", "items=0-1", "bytes=a-b", "bytes=-"] {
             assert_eq!(byte_range(ignored, 10), Full, "{ignored}");
         }
     }

@@ -14,21 +14,11 @@ use crate::origin::Origin;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config {path}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("cannot parse config {origin}")]
-    Parse {
-        origin: String,
-        source: toml::de::Error,
-    },
+    Parse { origin: String, source: toml::de::Error },
     #[error("config {origin}: `{key}`: {reason}")]
-    Invalid {
-        origin: String,
-        key: String,
-        reason: String,
-    },
+    Invalid { origin: String, key: String, reason: String },
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -121,26 +111,16 @@ fn default_cache_ttl_secs() -> u64 {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         Config::parse(&text, &path.display().to_string())
     }
 
     /// Parses and validates `text`; `origin` names the source in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|source| ConfigError::Parse {
-            origin: origin.to_owned(),
-            source,
-        })?;
-        config
-            .validate()
-            .map_err(|(key, reason)| ConfigError::Invalid {
-                origin: origin.to_owned(),
-                key,
-                reason,
-            })?;
+        let config: Config =
+            toml::from_str(text).map_err(|source| ConfigError::Parse { origin: origin.to_owned(), source })?;
+        config.validate().map_err(|(key, reason)| ConfigError::Invalid { origin: origin.to_owned(), key, reason })?;
         Ok(config)
     }
 
@@ -166,37 +146,23 @@ impl Config {
         if self.cache_max_object_bytes > self.cache_max_bytes {
             return err("cache_max_object_bytes", "must not exceed cache_max_bytes");
         }
-        if !self
-            .node_name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        if !self.node_name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
             || self.node_name.is_empty()
         {
-            return err(
-                "node_name",
-                "must be non-empty letters, digits, '-', '_' or '.'",
-            );
+            return err("node_name", "must be non-empty letters, digits, '-', '_' or '.'");
         }
         if let Some(url) = &self.control_url
             && (!url.starts_with("http://") || url.parse::<hyper::Uri>().is_err())
         {
-            return err(
-                "control_url",
-                "must be an http:// URL such as http://127.0.0.1:8080",
-            );
+            return err("control_url", "must be an http:// URL such as http://127.0.0.1:8080");
         }
         if self.listen_https.is_some() && !self.sites.iter().any(|s| s.cert_pem.is_some()) {
-            return err(
-                "listen_https",
-                "is set but no [[site]] has cert_pem/key_pem",
-            );
+            return err("listen_https", "is set but no [[site]] has cert_pem/key_pem");
         }
         let mut seen = host::HostMap::default();
         for (i, site) in self.sites.iter().enumerate() {
             let key = |field: &str| format!("site[{i}].{field}");
-            let fail = |field: &str, reason: String| {
-                Err((key(field), format!("{reason} (site {})", site.host)))
-            };
+            let fail = |field: &str, reason: String| Err((key(field), format!("{reason} (site {})", site.host)));
             if !host::valid_pattern(&site.host) {
                 return fail("host", "must be a host name or *.suffix".into());
             }
@@ -218,16 +184,10 @@ impl Config {
                 return fail("deny_paths", format!("{p:?} must start with '/'"));
             }
             if site.deny_user_agents.iter().any(|ua| ua.is_empty()) {
-                return fail(
-                    "deny_user_agents",
-                    "an empty pattern would match every client".into(),
-                );
+                return fail("deny_user_agents", "an empty pattern would match every client".into());
             }
             if let Some(p) = site.referer_allow.iter().find(|p| !host::valid_pattern(p)) {
-                return fail(
-                    "referer_allow",
-                    format!("{p:?} must be a host name or *.suffix"),
-                );
+                return fail("referer_allow", format!("{p:?} must be a host name or *.suffix"));
             }
         }
         Ok(())
@@ -270,9 +230,7 @@ mod tests {
         assert!(e.contains("cache_tll"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"https://o\"\n");
         assert!(e.contains("origin") && e.contains("only http://"), "{e}");
-        let e = error(
-            "[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\ndeny_cidrs = [\"10.0.0.0/33\"]\n",
-        );
+        let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\ndeny_cidrs = [\"10.0.0.0/33\"]\n");
         assert!(e.contains("deny_cidrs"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\nrate_limit_burst = 5\n");
         assert!(e.contains("site[0].rate_limit_burst"), "{e}");
@@ -280,9 +238,7 @@ mod tests {
             "[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\n[[site]]\nhost = \"A.test\"\norigin = \"http://o\"\n",
         );
         assert!(e.contains("site[1].host") && e.contains("twice"), "{e}");
-        let e = error(
-            "listen_https = \"127.0.0.1:0\"\n[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\n",
-        );
+        let e = error("listen_https = \"127.0.0.1:0\"\n[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\n");
         assert!(e.contains("listen_https"), "{e}");
     }
 }

@@ -27,10 +27,7 @@ pub fn valid_pattern(pattern: &str) -> bool {
     let name = pattern.strip_prefix("*.").unwrap_or(pattern);
     !name.is_empty()
         && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
 }
 
@@ -43,10 +40,7 @@ pub struct HostMap<T> {
 
 impl<T> Default for HostMap<T> {
     fn default() -> Self {
-        HostMap {
-            exact: HashMap::new(),
-            wildcard: HashMap::new(),
-        }
+        HostMap { exact: HashMap::new(), wildcard: HashMap::new() }
     }
 }
 
@@ -65,11 +59,7 @@ impl<T> HostMap<T> {
         let host = normalize(host);
         self.exact.get(&host).or_else(|| {
             let (label, suffix) = host.split_once('.')?;
-            if label.is_empty() {
-                None
-            } else {
-                self.wildcard.get(suffix)
-            }
+            if label.is_empty() { None } else { self.wildcard.get(suffix) }
         })
     }
 
@@ -97,16 +87,8 @@ mod tests {
         m.insert("www.example.com", "www");
         assert_eq!(m.get("www.example.com"), Some(&"www"));
         assert_eq!(m.get("img.example.com:443"), Some(&"wild"));
-        assert_eq!(
-            m.get("example.com"),
-            None,
-            "a wildcard does not cover its own suffix"
-        );
-        assert_eq!(
-            m.get("a.b.example.com"),
-            None,
-            "a wildcard covers exactly one label"
-        );
+        assert_eq!(m.get("example.com"), None, "a wildcard does not cover its own suffix");
+        assert_eq!(m.get("a.b.example.com"), None, "a wildcard covers exactly one label");
     }
 
     #[test]

@@ -39,10 +39,7 @@ pub enum EdgeError {
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("cannot listen on {addr}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
     #[error("a listener failed")]
     Serve(#[source] std::io::Error),
 }
@@ -117,19 +114,14 @@ impl Edge {
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, EdgeError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| EdgeError::Bind { addr, source })
+    TcpListener::bind(addr).await.map_err(|source| EdgeError::Bind { addr, source })
 }
 
 /// Runs the HTTP listener, the HTTPS listener when configured and the heartbeat
 /// agent until `shutdown`, then drains connections.
 pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), EdgeError> {
     let edge = Arc::new(Edge::new(&config));
-    let acceptor = config
-        .listen_https
-        .map(|_| tls::acceptor(&config.sites))
-        .transpose()?;
+    let acceptor = config.listen_https.map(|_| tls::acceptor(&config.sites)).transpose()?;
     let mut tasks = JoinSet::new();
 
     let http = bind(config.listen_http).await?;
@@ -140,12 +132,7 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Ed
         let https = bind(addr).await?;
         let addr = https.local_addr().map_err(EdgeError::Serve)?;
         info!(%addr, "serving https");
-        tasks.spawn(server::run_tls(
-            https,
-            acceptor,
-            edge.clone(),
-            shutdown.clone(),
-        ));
+        tasks.spawn(server::run_tls(https, acceptor, edge.clone(), shutdown.clone()));
     }
     match agent::AgentConfig::from_config(&config) {
         Some(agent) => {

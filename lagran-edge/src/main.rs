@@ -23,9 +23,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .init();
     let args = Args::parse();
     let mut config = Config::load(&args.config)?;
@@ -37,19 +35,13 @@ async fn main() -> anyhow::Result<()> {
         if config.listen_https.is_some() {
             lagran_edge::tls::server_config(&config.sites)?;
         }
-        println!(
-            "{}: {} site(s), configuration ok",
-            args.config.display(),
-            config.sites.len()
-        );
+        println!("{}: {} site(s), configuration ok", args.config.display(), config.sites.len());
         return Ok(());
     }
 
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    lagran_edge::serve(config, shutdown)
-        .await
-        .context("lagran-edge stopped")
+    lagran_edge::serve(config, shutdown).await.context("lagran-edge stopped")
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {

@@ -26,10 +26,7 @@ pub enum OriginError {
     #[error("origin {origin} did not answer within {after:?}")]
     Timeout { origin: Authority, after: Duration },
     #[error("origin {origin} failed")]
-    Request {
-        origin: Authority,
-        source: hyper_util::client::legacy::Error,
-    },
+    Request { origin: Authority, source: hyper_util::client::legacy::Error },
 }
 
 /// A parsed `http://host[:port][/base]` origin.
@@ -42,10 +39,7 @@ pub struct Origin {
 
 impl Origin {
     pub fn parse(url: &str) -> Result<Origin, OriginError> {
-        let bad = |reason| OriginError::InvalidUrl {
-            url: url.to_owned(),
-            reason,
-        };
+        let bad = |reason| OriginError::InvalidUrl { url: url.to_owned(), reason };
         let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
         if uri.scheme() != Some(&Scheme::HTTP) {
             return Err(bad("only http:// origins are supported"));
@@ -57,10 +51,7 @@ impl Origin {
         if uri.query().is_some() {
             return Err(bad("a query is not allowed"));
         }
-        Ok(Origin {
-            authority,
-            base_path: uri.path().trim_end_matches('/').to_owned(),
-        })
+        Ok(Origin { authority, base_path: uri.path().trim_end_matches('/').to_owned() })
     }
 
     pub fn authority(&self) -> &Authority {
@@ -131,9 +122,7 @@ impl OriginClient {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(timeout));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(90)).build(connector);
         OriginClient { client, timeout }
     }
 
@@ -165,14 +154,8 @@ impl OriginClient {
         set(headers, "host", origin.authority.as_str());
 
         match tokio::time::timeout(self.timeout, self.client.request(req)).await {
-            Err(_) => Err(OriginError::Timeout {
-                origin: origin.authority.clone(),
-                after: self.timeout,
-            }),
-            Ok(Err(source)) => Err(OriginError::Request {
-                origin: origin.authority.clone(),
-                source,
-            }),
+            Err(_) => Err(OriginError::Timeout { origin: origin.authority.clone(), after: self.timeout }),
+            Ok(Err(source)) => Err(OriginError::Request { origin: origin.authority.clone(), source }),
             Ok(Ok(mut resp)) => {
                 strip_hop_by_hop(resp.headers_mut());
                 Ok(resp)
@@ -188,22 +171,10 @@ mod tests {
     #[test]
     fn parses_origins() {
         let o = Origin::parse("http://127.0.0.1:9000").unwrap();
-        assert_eq!(
-            o.uri_for(Some(&"/a?b=1".parse().unwrap())).to_string(),
-            "http://127.0.0.1:9000/a?b=1"
-        );
+        assert_eq!(o.uri_for(Some(&"/a?b=1".parse().unwrap())).to_string(), "http://127.0.0.1:9000/a?b=1");
         let o = Origin::parse("http://origin.internal/static/").unwrap();
-        assert_eq!(
-            o.uri_for(Some(&"/x.js".parse().unwrap())).to_string(),
-            "http://origin.internal/static/x.js"
-        );
-        for bad in [
-            "https://o",
-            "o:80",
-            "http://u@o",
-            "http://o/?q",
-            "nonsense url",
-        ] {
+        assert_eq!(o.uri_for(Some(&"/x.js".parse().unwrap())).to_string(), "http://origin.internal/static/x.js");
+        for bad in ["https://o", "o:80", "http://u@o", "http://o/?q", "nonsense url"] {
             assert!(Origin::parse(bad).is_err(), "{bad} must be rejected");
         }
     }
@@ -211,15 +182,9 @@ mod tests {
     #[test]
     fn strips_connection_named_and_fixed_hop_by_hop_headers() {
         let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("close, x-secret"),
-        );
+        h.insert(header::CONNECTION, HeaderValue::from_static("close, x-secret"));
         h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         strip_hop_by_hop(&mut h);

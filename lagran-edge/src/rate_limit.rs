@@ -41,12 +41,7 @@ fn client_key(ip: IpAddr) -> IpAddr {
 
 impl RateLimiter {
     pub fn new(rps: f64, burst: u32, max_clients: usize) -> RateLimiter {
-        RateLimiter {
-            rps,
-            burst: f64::from(burst.max(1)),
-            max_clients: max_clients.max(1),
-            buckets: Mutex::default(),
-        }
+        RateLimiter { rps, burst: f64::from(burst.max(1)), max_clients: max_clients.max(1), buckets: Mutex::default() }
     }
 
     /// Takes a token for `ip` at `now`; false means the request must be refused.
@@ -56,16 +51,10 @@ impl RateLimiter {
         if !buckets.contains_key(&key) && buckets.len() >= self.max_clients {
             self.evict(&mut buckets, now);
         }
-        let bucket = buckets.entry(key).or_insert(Bucket {
-            tokens: self.burst,
-            last: now,
-        });
+        let bucket = buckets.entry(key).or_insert(Bucket { tokens: self.burst, last: now });
         let tokens = bucket.refilled(now, self.rps, self.burst);
         let allowed = tokens >= 1.0;
-        *bucket = Bucket {
-            tokens: if allowed { tokens - 1.0 } else { tokens },
-            last: now,
-        };
+        *bucket = Bucket { tokens: if allowed { tokens - 1.0 } else { tokens }, last: now };
         allowed
     }
 
@@ -101,14 +90,8 @@ mod tests {
         let a = ip("192.0.2.1");
         assert!((0..3).all(|_| rl.allow(a, t0)), "the burst passes");
         assert!(!rl.allow(a, t0), "the fourth request at once is refused");
-        assert!(
-            rl.allow(ip("192.0.2.2"), t0),
-            "another client has its own bucket"
-        );
-        assert!(
-            rl.allow(a, t0 + Duration::from_millis(500)),
-            "one token back after 0.5 s at 2 rps"
-        );
+        assert!(rl.allow(ip("192.0.2.2"), t0), "another client has its own bucket");
+        assert!(rl.allow(a, t0 + Duration::from_millis(500)), "one token back after 0.5 s at 2 rps");
         assert!(!rl.allow(a, t0 + Duration::from_millis(500)));
     }
 
@@ -120,10 +103,7 @@ mod tests {
         assert!(!rl.allow(ip("2001:db8:1:2::ffff"), t0), "same /64");
         assert!(rl.allow(ip("2001:db8:1:3::1"), t0));
         assert!(rl.allow(ip("::ffff:192.0.2.9"), t0));
-        assert!(
-            !rl.allow(ip("192.0.2.9"), t0),
-            "a v4-mapped address is its v4 client"
-        );
+        assert!(!rl.allow(ip("192.0.2.9"), t0), "a v4-mapped address is its v4 client");
     }
 
     #[test]
@@ -132,15 +112,8 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..1000u32 {
             let now = t0 + Duration::from_micros(u64::from(i));
-            assert!(
-                rl.allow(IpAddr::from((0x0a00_0000u32 + i).to_be_bytes()), now),
-                "a new client gets its burst"
-            );
-            assert!(
-                rl.tracked_clients() <= 16,
-                "bounded at 16, got {}",
-                rl.tracked_clients()
-            );
+            assert!(rl.allow(IpAddr::from((0x0a00_0000u32 + i).to_be_bytes()), now), "a new client gets its burst");
+            assert!(rl.tracked_clients() <= 16, "bounded at 16, got {}", rl.tracked_clients());
         }
     }
 
@@ -153,10 +126,6 @@ mod tests {
         }
         assert_eq!(rl.tracked_clients(), 4);
         rl.allow(ip("198.51.100.1"), t0 + Duration::from_secs(5));
-        assert_eq!(
-            rl.tracked_clients(),
-            1,
-            "all four had refilled and were forgotten"
-        );
+        assert_eq!(rl.tracked_clients(), 1, "all four had refilled and were forgotten");
     }
 }

@@ -47,18 +47,10 @@ struct Conn {
 }
 
 /// Serves plain HTTP on `listener` until `shutdown`, then drains open connections.
-pub async fn run(
-    listener: TcpListener,
-    state: Arc<Edge>,
-    shutdown: CancellationToken,
-) -> io::Result<()> {
+pub async fn run(listener: TcpListener, state: Arc<Edge>, shutdown: CancellationToken) -> io::Result<()> {
     let token = shutdown.clone();
     accept_loop(listener, &token, move |stream, peer| {
-        let conn = Conn {
-            peer,
-            sni: None,
-            scheme: Scheme::HTTP,
-        };
+        let conn = Conn { peer, sni: None, scheme: Scheme::HTTP };
         serve_conn(stream, conn, state.clone(), shutdown.clone())
     })
     .await
@@ -75,34 +67,19 @@ pub async fn run_tls(
     accept_loop(listener, &token, move |stream, peer| {
         let (acceptor, state, shutdown) = (acceptor.clone(), state.clone(), shutdown.clone());
         async move {
-            let tls =
-                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
-                    Err(_) => return debug!(%peer, "TLS handshake timed out"),
-                };
+            let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => return debug!(%peer, "TLS handshake timed out"),
+            };
             let sni = tls.get_ref().1.server_name().map(host::normalize);
-            serve_conn(
-                tls,
-                Conn {
-                    peer,
-                    sni,
-                    scheme: Scheme::HTTPS,
-                },
-                state,
-                shutdown,
-            )
-            .await
+            serve_conn(tls, Conn { peer, sni, scheme: Scheme::HTTPS }, state, shutdown).await
         }
     })
     .await
 }
 
-async fn accept_loop<F, Fut>(
-    listener: TcpListener,
-    shutdown: &CancellationToken,
-    mut on_conn: F,
-) -> io::Result<()>
+async fn accept_loop<F, Fut>(listener: TcpListener, shutdown: &CancellationToken, mut on_conn: F) -> io::Result<()>
 where
     F: FnMut(TcpStream, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -129,10 +106,7 @@ where
     drop(listener);
     tracker.close();
     info!(%local, open = tracker.len(), "listener closed, draining connections");
-    if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait()).await.is_err() {
         warn!(%local, open = tracker.len(), "connections still open after {DRAIN_TIMEOUT:?}; closing them");
     }
     Ok(())
@@ -166,10 +140,7 @@ where
         async move { Ok::<_, Infallible>(respond(&edge, &conn, req).await) }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     let served = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(served);
     let result = tokio::select! {
@@ -193,8 +164,7 @@ async fn respond(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<E
         Version::HTTP_10 => "1.0 lagran-edge",
         _ => "1.1 lagran-edge",
     };
-    resp.headers_mut()
-        .append(header::VIA, HeaderValue::from_static(via));
+    resp.headers_mut().append(header::VIA, HeaderValue::from_static(via));
     resp.map(|b| Counted::new(b, edge.stats.clone()).boxed())
 }
 
@@ -219,12 +189,8 @@ impl XCache {
 fn text(status: StatusCode, msg: impl Into<String>) -> Response<EdgeBody> {
     let mut resp = Response::new(body::full(msg.into()));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
 
@@ -245,26 +211,17 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
         return text(StatusCode::BAD_REQUEST, "missing Host header\n");
     };
     let Some(site) = edge.site(&host) else {
-        return text(
-            StatusCode::MISDIRECTED_REQUEST,
-            format!("no site is configured for host {host}\n"),
-        );
+        return text(StatusCode::MISDIRECTED_REQUEST, format!("no site is configured for host {host}\n"));
     };
     // A connection's certificate vouches for its SNI's site only (no domain fronting).
     if let Some(sni) = &conn.sni
         && !edge.site(sni).is_some_and(|s| Arc::ptr_eq(s, site))
     {
-        return text(
-            StatusCode::MISDIRECTED_REQUEST,
-            format!("host {host} does not match TLS server name {sni}\n"),
-        );
+        return text(StatusCode::MISDIRECTED_REQUEST, format!("host {host} does not match TLS server name {sni}\n"));
     }
 
     let ip = conn.peer.ip().to_canonical();
-    let user_agent = req
-        .headers()
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok());
+    let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok());
     if let Err(block) = site.waf.check(ip, req.uri().path(), user_agent) {
         debug!(%ip, %host, path = req.uri().path(), %block, "waf block");
         return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n"));
@@ -274,15 +231,10 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
     {
         debug!(%ip, %host, "rate limited");
         let mut resp = text(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return resp;
     }
-    if let Err(block) = site.waf.check_referer(
-        req.headers()
-            .get(header::REFERER)
-            .map(HeaderValue::as_bytes),
-    ) {
+    if let Err(block) = site.waf.check_referer(req.headers().get(header::REFERER).map(HeaderValue::as_bytes)) {
         debug!(%ip, %host, "hotlink block");
         return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n"));
     }
@@ -307,19 +259,11 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
     let mut req = req;
     req.headers_mut().remove(header::RANGE);
     req.headers_mut().remove(header::IF_RANGE);
-    let resp = match edge
-        .origin
-        .fetch(&site.origin, req, &host, ip, &conn.scheme)
-        .await
-    {
+    let resp = match edge.origin.fetch(&site.origin, req, &host, ip, &conn.scheme).await {
         Ok(resp) => resp,
         Err(e) => return origin_failed(&host, e),
     };
-    let ttl = if resp.status() == StatusCode::OK {
-        cache::storable_for(resp.headers(), site.cache_ttl)
-    } else {
-        None
-    };
+    let ttl = if resp.status() == StatusCode::OK { cache::storable_for(resp.headers(), site.cache_ttl) } else { None };
     let Some(ttl) = ttl else {
         return passthrough(resp, XCache::Miss);
     };
@@ -329,12 +273,7 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
             let now = Instant::now();
             let mut headers = parts.headers;
             headers.remove(header::AGE);
-            let object = Arc::new(CachedObject {
-                headers,
-                body: bytes,
-                stored: now,
-                expires: now + ttl,
-            });
+            let object = Arc::new(CachedObject { headers, body: bytes, stored: now, expires: now + ttl });
             edge.cache.insert(key, object.clone());
             from_cache(&object, false, &range, XCache::Miss)
         }
@@ -359,11 +298,7 @@ async fn proxy(
     x: XCache,
 ) -> Response<EdgeBody> {
     let ip = conn.peer.ip().to_canonical();
-    match edge
-        .origin
-        .fetch(&site.origin, req, host, ip, &conn.scheme)
-        .await
-    {
+    match edge.origin.fetch(&site.origin, req, host, ip, &conn.scheme).await {
         Ok(resp) => passthrough(resp, x),
         Err(e) => origin_failed(host, e),
     }
@@ -392,10 +327,7 @@ struct RangeRequest {
 impl From<&HeaderMap> for RangeRequest {
     fn from(h: &HeaderMap) -> Self {
         RangeRequest {
-            range: h
-                .get(header::RANGE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
+            range: h.get(header::RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned),
             if_range: h.get(header::IF_RANGE).cloned(),
         }
     }
@@ -418,52 +350,32 @@ impl RangeRequest {
     }
 }
 
-fn from_cache(
-    object: &CachedObject,
-    head_only: bool,
-    range: &RangeRequest,
-    x: XCache,
-) -> Response<EdgeBody> {
+fn from_cache(object: &CachedObject, head_only: bool, range: &RangeRequest, x: XCache) -> Response<EdgeBody> {
     let len = object.body.len();
     let (status, body, content_range) = match range.resolve(object) {
         ByteRange::Full => (StatusCode::OK, object.body.clone(), None),
         ByteRange::Part(first, last) => {
             let part = object.body.slice(first as usize..=last as usize);
-            (
-                StatusCode::PARTIAL_CONTENT,
-                part,
-                Some(format!("bytes {first}-{last}/{len}")),
-            )
+            (StatusCode::PARTIAL_CONTENT, part, Some(format!("bytes {first}-{last}/{len}")))
         }
         ByteRange::Unsatisfiable => {
             let mut resp = text(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable\n");
-            let cr = HeaderValue::from_str(&format!("bytes */{len}"))
-                .expect("digits are a valid header value");
+            let cr = HeaderValue::from_str(&format!("bytes */{len}")).expect("digits are a valid header value");
             resp.headers_mut().insert(header::CONTENT_RANGE, cr);
             x.set(resp.headers_mut());
             return resp;
         }
     };
     let body_len = body.len();
-    let mut resp = Response::new(if head_only {
-        body::empty()
-    } else {
-        body::full(body)
-    });
+    let mut resp = Response::new(if head_only { body::empty() } else { body::full(body) });
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
     *headers = object.headers.clone();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    headers.insert(
-        header::AGE,
-        HeaderValue::from(object.stored.elapsed().as_secs()),
-    );
+    headers.insert(header::AGE, HeaderValue::from(object.stored.elapsed().as_secs()));
     if let Some(cr) = content_range {
-        headers.insert(
-            header::CONTENT_RANGE,
-            HeaderValue::from_str(&cr).expect("digits are a valid header value"),
-        );
+        headers.insert(header::CONTENT_RANGE, HeaderValue::from_str(&cr).expect("digits are a valid header value"));
     }
     x.set(headers);
     resp

@@ -19,19 +19,11 @@ use crate::host::HostMap;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("cannot read PEM {path}")]
-    Pem {
-        path: PathBuf,
-        source: rustls::pki_types::pem::Error,
-    },
+    Pem { path: PathBuf, source: rustls::pki_types::pem::Error },
     #[error("{path} holds no certificate")]
     NoCertificate { path: PathBuf },
     #[error("certificate {cert} and key {key} of site {host}")]
-    Key {
-        host: String,
-        cert: PathBuf,
-        key: PathBuf,
-        source: Box<rustls::Error>,
-    },
+    Key { host: String, cert: PathBuf, key: PathBuf, source: Box<rustls::Error> },
     #[error("TLS configuration: {0}")]
     Config(Box<rustls::Error>),
     #[error("no site has cert_pem/key_pem")]
@@ -55,10 +47,7 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 fn pem_error(path: &Path) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError + '_ {
-    move |source| TlsError::Pem {
-        path: path.to_owned(),
-        source,
-    }
+    move |source| TlsError::Pem { path: path.to_owned(), source }
 }
 
 /// Loads a certificate chain and its private key from PEM files.
@@ -73,9 +62,7 @@ pub fn load_certified_key(
         .collect::<Result<Vec<_>, _>>()
         .map_err(pem_error(cert))?;
     if chain.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: cert.to_owned(),
-        });
+        return Err(TlsError::NoCertificate { path: cert.to_owned() });
     }
     let private = PrivateKeyDer::from_pem_file(key).map_err(pem_error(key))?;
     CertifiedKey::from_der(chain, private, provider).map_err(|source| TlsError::Key {

@@ -57,23 +57,14 @@ impl Waf {
             allow: site.allow_cidrs.clone(),
             deny: site.deny_cidrs.clone(),
             deny_paths: site.deny_paths.clone(),
-            deny_user_agents: site
-                .deny_user_agents
-                .iter()
-                .map(|s| s.to_lowercase())
-                .collect(),
+            deny_user_agents: site.deny_user_agents.iter().map(|s| s.to_lowercase()).collect(),
             referers,
         }
     }
 
     /// The address, path and user-agent rules.
     pub fn check(&self, ip: IpAddr, path: &str, user_agent: Option<&str>) -> Result<(), Block> {
-        let longest = |nets: &[IpNet]| {
-            nets.iter()
-                .filter(|n| n.contains(&ip))
-                .map(IpNet::prefix_len)
-                .max()
-        };
+        let longest = |nets: &[IpNet]| nets.iter().filter(|n| n.contains(&ip)).map(IpNet::prefix_len).max();
         match (longest(&self.allow), longest(&self.deny)) {
             (Some(a), Some(d)) if d >= a => return Err(Block::Address),
             (None, Some(_)) => return Err(Block::Address),
@@ -88,11 +79,7 @@ impl Waf {
         }
         if let Some(ua) = user_agent.filter(|_| !self.deny_user_agents.is_empty()) {
             let ua = ua.to_lowercase();
-            if self
-                .deny_user_agents
-                .iter()
-                .any(|p| ua.contains(p.as_str()))
-            {
+            if self.deny_user_agents.iter().any(|p| ua.contains(p.as_str())) {
                 return Err(Block::UserAgent);
             }
         }
@@ -127,11 +114,7 @@ pub fn normalize_path(path: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied().and_then(hex),
-            bytes.get(i + 2).copied().and_then(hex),
-        ) {
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
             (b'%', Some(h), Some(l)) => {
                 decoded.push((h * 16 + l) as u8);
                 i += 3;
@@ -167,10 +150,7 @@ mod tests {
 
     fn site(toml: &str) -> SiteConfig {
         let text = format!("[[site]]\nhost = \"cdn.example.com\"\norigin = \"http://o\"\n{toml}");
-        crate::config::Config::parse(&text, "test")
-            .unwrap()
-            .sites
-            .remove(0)
+        crate::config::Config::parse(&text, "test").unwrap().sites.remove(0)
     }
 
     fn ip(s: &str) -> IpAddr {
@@ -179,16 +159,10 @@ mod tests {
 
     #[test]
     fn longest_prefix_decides_between_allow_and_deny() {
-        let waf = Waf::new(&site(
-            "deny_cidrs = [\"10.0.0.0/8\"]\nallow_cidrs = [\"10.1.0.0/16\"]",
-        ));
+        let waf = Waf::new(&site("deny_cidrs = [\"10.0.0.0/8\"]\nallow_cidrs = [\"10.1.0.0/16\"]"));
         assert_eq!(waf.check(ip("10.2.0.1"), "/", None), Err(Block::Address));
         assert_eq!(waf.check(ip("10.1.0.1"), "/", None), Ok(()));
-        assert_eq!(
-            waf.check(ip("192.0.2.1"), "/", None),
-            Err(Block::Address),
-            "outside a non-empty allow list"
-        );
+        assert_eq!(waf.check(ip("192.0.2.1"), "/", None), Err(Block::Address), "outside a non-empty allow list");
         let waf = Waf::new(&site("deny_cidrs = [\"2001:db8::/32\"]"));
         assert_eq!(waf.check(ip("2001:db8::1"), "/", None), Err(Block::Address));
         assert_eq!(waf.check(ip("192.0.2.1"), "/", None), Ok(()));
@@ -197,14 +171,7 @@ mod tests {
     #[test]
     fn path_rules_see_through_encoding_and_dot_segments() {
         let waf = Waf::new(&site("deny_paths = [\"/admin\"]"));
-        for p in [
-            "/admin",
-            "/admin/x",
-            "//admin",
-            "/%61dmin",
-            "/x/../admin",
-            "/./admin",
-        ] {
+        for p in ["/admin", "/admin/x", "//admin", "/%61dmin", "/x/../admin", "/./admin"] {
             assert_eq!(waf.check(ip("192.0.2.1"), p, None), Err(Block::Path), "{p}");
         }
         assert_eq!(waf.check(ip("192.0.2.1"), "/public/admin", None), Ok(()));
@@ -215,10 +182,7 @@ mod tests {
     #[test]
     fn user_agent_substring_ignores_case() {
         let waf = Waf::new(&site("deny_user_agents = [\"SQLMap\"]"));
-        assert_eq!(
-            waf.check(ip("192.0.2.1"), "/", Some("sqlmap/1.7")),
-            Err(Block::UserAgent)
-        );
+        assert_eq!(waf.check(ip("192.0.2.1"), "/", Some("sqlmap/1.7")), Err(Block::UserAgent));
         assert_eq!(waf.check(ip("192.0.2.1"), "/", Some("curl/8")), Ok(()));
     }
 
@@ -227,19 +191,9 @@ mod tests {
         let waf = Waf::new(&site("referer_allow = [\"*.example.org\"]"));
         assert_eq!(waf.check_referer(None), Ok(()));
         assert_eq!(waf.check_referer(Some(b"")), Ok(()));
-        assert_eq!(
-            waf.check_referer(Some(b"https://www.example.org/page")),
-            Ok(())
-        );
-        assert_eq!(
-            waf.check_referer(Some(b"https://cdn.example.com/index.html")),
-            Ok(()),
-            "the site itself"
-        );
-        assert_eq!(
-            waf.check_referer(Some(b"https://evil.test/")),
-            Err(Block::Referer)
-        );
+        assert_eq!(waf.check_referer(Some(b"https://www.example.org/page")), Ok(()));
+        assert_eq!(waf.check_referer(Some(b"https://cdn.example.com/index.html")), Ok(()), "the site itself");
+        assert_eq!(waf.check_referer(Some(b"https://evil.test/")), Err(Block::Referer));
         assert_eq!(waf.check_referer(Some(b"not a url")), Err(Block::Referer));
         let open = Waf::new(&site(""));
         assert_eq!(open.check_referer(Some(b"https://evil.test/")), Ok(()));

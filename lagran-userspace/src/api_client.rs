@@ -52,7 +52,8 @@ impl ApiClient {
         let value = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
         };
         Ok((status, value))
     }
@@ -65,11 +66,11 @@ impl ApiClient {
 
     async fn send(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Bytes, String), ClientError> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
-        let uri: hyper::Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| ClientError::Url {
-            url: url.clone(),
-            reason: e.to_string(),
-        })?;
-        let host = uri.host().ok_or_else(|| ClientError::Url { url: url.clone(), reason: "no host".into() })?.to_string();
+        let uri: hyper::Uri = url
+            .parse()
+            .map_err(|e: hyper::http::uri::InvalidUri| ClientError::Url { url: url.clone(), reason: e.to_string() })?;
+        let host =
+            uri.host().ok_or_else(|| ClientError::Url { url: url.clone(), reason: "no host".into() })?.to_string();
         let port = uri.port_u16().unwrap_or(80);
         let connect = |reason: String| ClientError::Connect { url: url.clone(), reason };
         let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await.map_err(|e| connect(e.to_string()))?;

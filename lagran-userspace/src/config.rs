@@ -53,14 +53,7 @@ pub struct DnsSettings {
 
 impl Default for DnsSettings {
     fn default() -> Self {
-        DnsSettings {
-            ttl: 30,
-            min_ttl: 5,
-            cache_secs: 30,
-            stale_secs: 600,
-            fallback_ip: None,
-            max_udp_payload: 1232,
-        }
+        DnsSettings { ttl: 30, min_ttl: 5, cache_secs: 30, stale_secs: 600, fallback_ip: None, max_udp_payload: 1232 }
     }
 }
 
@@ -181,8 +174,8 @@ impl Config {
     }
 
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.to_path_buf(), source })
     }
 
@@ -242,10 +235,7 @@ impl Config {
             });
         }
         if self.dns.max_udp_payload < 512 {
-            return Err(ConfigError::Invalid {
-                key: "dns.max_udp_payload",
-                reason: "must be at least 512".into(),
-            });
+            return Err(ConfigError::Invalid { key: "dns.max_udp_payload", reason: "must be at least 512".into() });
         }
         if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
             return Err(ConfigError::Invalid {

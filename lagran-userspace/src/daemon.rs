@@ -82,7 +82,9 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
     }
     let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
     if geo.v4().is_none() && geo.v6().is_none() {
-        tracing::warn!("no geo database loaded: every client is scheduled by weight and load (run scripts/fetch-geoip.sh)");
+        tracing::warn!(
+            "no geo database loaded: every client is scheduled by weight and load (run scripts/fetch-geoip.sh)"
+        );
     }
     let health = HealthMonitor::new(config.health.clone());
     let scheduler = Arc::new(Scheduler::new(store, config.schedule.clone(), health.clone(), geo, empty_shared()));
@@ -282,9 +284,14 @@ fn ns_router(
             "/healthz",
             get(move || {
                 let t = t.load();
-                let body = serde_json::json!({ "route_table_version": t.version, "generated_at_ms": t.generated_at_ms });
+                let body =
+                    serde_json::json!({ "route_table_version": t.version, "generated_at_ms": t.generated_at_ms });
                 // An NS host with a table is healthy even when the control plane is gone.
-                let status = if t.version == 0 { axum::http::StatusCode::SERVICE_UNAVAILABLE } else { axum::http::StatusCode::OK };
+                let status = if t.version == 0 {
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    axum::http::StatusCode::OK
+                };
                 async move { (status, axum::Json(body)) }
             }),
         )

@@ -373,9 +373,11 @@ fn spill_overload(ranking: &mut Ranking, nodes: &[NodeView], client: &Location, 
         return;
     }
     let from = first.name.clone();
-    let target = ranking.candidates.iter().skip(1).position(|c| {
-        view(&c.name).is_some_and(|v| v.location.isp == client.isp && !v.overloaded(spill))
-    });
+    let target = ranking
+        .candidates
+        .iter()
+        .skip(1)
+        .position(|c| view(&c.name).is_some_and(|v| v.location.isp == client.isp && !v.overloaded(spill)));
     if let Some(i) = target {
         let mut c = ranking.candidates.remove(i + 1);
         c.reason = format!("{} (spill from overloaded {from})", c.reason);

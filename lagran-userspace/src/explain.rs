@@ -104,7 +104,8 @@ pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
                 p.reason
             );
             if let Some(b) = b {
-                let _ = writeln!(out, "backup    {} {}", b.name, b.public_ip.map_or("-".to_string(), |a| a.to_string()));
+                let _ =
+                    writeln!(out, "backup    {} {}", b.name, b.public_ip.map_or("-".to_string(), |a| a.to_string()));
             }
         }
         (None, _) => {

@@ -71,7 +71,14 @@ fn sync(handle: &Mutex<XdpHandle>, table: &SharedRouteTable, settings: &DnsSetti
     let t = table.load_full();
     let mut h = handle.lock().expect("xdp handle lock poisoned");
     match h.writer().sync(&t, settings) {
-        Ok(stats) => tracing::debug!(version = t.version, writes = stats.writes(), took_us = stats.elapsed.as_micros() as u64, "XDP maps synced"),
-        Err(e) => tracing::error!(version = t.version, error = %e, "XDP map sync failed; the fast path passes queries up until the next sync"),
+        Ok(stats) => tracing::debug!(
+            version = t.version,
+            writes = stats.writes(),
+            took_us = stats.elapsed.as_micros() as u64,
+            "XDP maps synced"
+        ),
+        Err(e) => {
+            tracing::error!(version = t.version, error = %e, "XDP map sync failed; the fast path passes queries up until the next sync")
+        }
     }
 }

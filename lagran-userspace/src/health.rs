@@ -107,8 +107,8 @@ impl Liveness {
 
 /// Whether a node has anything to probe.
 pub fn probe_targets(node: &Node) -> (Option<String>, Option<SocketAddr>) {
-    let l7 = (!node.agent_url.trim().is_empty())
-        .then(|| format!("{}/healthz", node.agent_url.trim().trim_end_matches('/')));
+    let l7 =
+        (!node.agent_url.trim().is_empty()).then(|| format!("{}/healthz", node.agent_url.trim().trim_end_matches('/')));
     let l4 = match (node.public_ip, node.probe_port) {
         (Some(ip), Some(port)) => Some(SocketAddr::from((ip, port))),
         _ => None,
@@ -148,11 +148,7 @@ pub async fn probe_http(url: &str, timeout: Duration) -> Result<(), String> {
             .body(http_body_util::Empty::<hyper::body::Bytes>::new())
             .map_err(|e| format!("{url}: {e}"))?;
         let resp = sender.send_request(req).await.map_err(|e| format!("{url}: {e}"))?;
-        if resp.status() == hyper::StatusCode::OK {
-            Ok(())
-        } else {
-            Err(format!("{url}: status {}", resp.status()))
-        }
+        if resp.status() == hyper::StatusCode::OK { Ok(()) } else { Err(format!("{url}: status {}", resp.status())) }
     };
     match tokio::time::timeout(timeout, fut).await {
         Ok(r) => r,

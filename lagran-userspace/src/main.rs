@@ -222,7 +222,10 @@ async fn main() -> Result<()> {
         Command::Routes { command } => print!("{}", lagran::ops::routes(&client(&cli.api, &config), command).await?),
         Command::Node { command: NodeCommand::List } => {
             let store = lagran::store::Store::connect(&config.database_url).await.context("opening the database")?;
-            println!("{:<12} {:<9} {:<16} {:<4} {:<8} {:<8} {:<8} {:>6} {:>5} {:>5}", "NAME", "STATUS", "PUBLIC_IP", "CC", "PROVINCE", "CITY", "ISP", "WEIGHT", "CPU", "MEM");
+            println!(
+                "{:<12} {:<9} {:<16} {:<4} {:<8} {:<8} {:<8} {:>6} {:>5} {:>5}",
+                "NAME", "STATUS", "PUBLIC_IP", "CC", "PROVINCE", "CITY", "ISP", "WEIGHT", "CPU", "MEM"
+            );
             for n in store.list_nodes().await? {
                 println!(
                     "{:<12} {:<9} {:<16} {:<4} {:<8} {:<8} {:<8} {:>6} {:>5} {:>5}",

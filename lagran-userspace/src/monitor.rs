@@ -43,7 +43,8 @@ pub async fn query_ns(ns: SocketAddr, zone: &str, timeout: Duration) -> NsVersio
         Ok(b) => b,
         Err(e) => return fail(e.to_string()),
     };
-    let bind: SocketAddr = if ns.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
+    let bind: SocketAddr =
+        if ns.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { (std::net::Ipv6Addr::UNSPECIFIED, 0).into() };
     let exchange = async {
         let sock = tokio::net::UdpSocket::bind(bind).await.map_err(|e| e.to_string())?;
         sock.send_to(&bytes, ns).await.map_err(|e| e.to_string())?;
@@ -110,7 +111,12 @@ async fn futures_join(ns: &[SocketAddr], zone: &str) -> Vec<NsVersion> {
         .collect();
     let mut out = Vec::with_capacity(tasks.len());
     for (t, &a) in tasks.into_iter().zip(ns) {
-        out.push(t.await.unwrap_or_else(|e| NsVersion { ns: a, version: None, age_ms: None, error: Some(e.to_string()) }));
+        out.push(t.await.unwrap_or_else(|e| NsVersion {
+            ns: a,
+            version: None,
+            age_ms: None,
+            error: Some(e.to_string()),
+        }));
     }
     out
 }

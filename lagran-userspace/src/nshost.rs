@@ -33,7 +33,10 @@ impl FollowerStats {
         use std::fmt::Write;
         let last = self.last_contact_ms.load(Ordering::Relaxed);
         let since = if last == 0 { -1.0 } else { (now_ms() - last).max(0) as f64 / 1e3 };
-        let _ = writeln!(out, "# HELP lagran_control_plane_last_contact_seconds Seconds since the control plane last answered (-1: never).");
+        let _ = writeln!(
+            out,
+            "# HELP lagran_control_plane_last_contact_seconds Seconds since the control plane last answered (-1: never)."
+        );
         let _ = writeln!(out, "# TYPE lagran_control_plane_last_contact_seconds gauge");
         let _ = writeln!(out, "lagran_control_plane_last_contact_seconds {since}");
         let _ = writeln!(out, "# TYPE lagran_route_tables_received_total counter");

@@ -72,7 +72,9 @@ pub enum LineCommand {
         #[arg(long, default_value = "")]
         note: String,
     },
-    Rm { name: String },
+    Rm {
+        name: String,
+    },
 }
 
 /// `lagran routes …`
@@ -116,7 +118,20 @@ pub async fn rule(client: &ApiClient, cmd: RuleCommand) -> Result<String, Client
             }
             Ok(out)
         }
-        RuleCommand::Add { kind, node, percent, domain, country, province, city, isp, prefix, priority, expires_in, note } => {
+        RuleCommand::Add {
+            kind,
+            node,
+            percent,
+            domain,
+            country,
+            province,
+            city,
+            isp,
+            prefix,
+            priority,
+            expires_in,
+            note,
+        } => {
             let expires_at_ms = expires_in.map(|s| crate::scheduler::now_ms() + s * 1000);
             let body = json!({
                 "kind": kind, "node": node, "percent": percent, "domain": domain, "country": country,
@@ -161,10 +176,9 @@ pub async fn routes(client: &ApiClient, cmd: RoutesCommand) -> Result<String, Cl
 pub async fn node_set(client: &ApiClient, name: &str, assignments: &[String]) -> Result<String, ClientError> {
     let mut body = serde_json::Map::new();
     for a in assignments {
-        let (k, v) = a.split_once('=').ok_or_else(|| ClientError::Url {
-            url: a.clone(),
-            reason: "expected FIELD=VALUE".into(),
-        })?;
+        let (k, v) = a
+            .split_once('=')
+            .ok_or_else(|| ClientError::Url { url: a.clone(), reason: "expected FIELD=VALUE".into() })?;
         let value = serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()));
         body.insert(k.to_string(), value);
     }

@@ -290,9 +290,14 @@ mod tests {
 
     #[test]
     fn overrides_win_and_nest() {
-        let wide = Override { prefix: "58.60.0.0/16".parse().unwrap(), location: Location::new("CN", "北京", "北京", "联通") };
-        let narrow =
-            Override { prefix: "58.60.7.0/24".parse().unwrap(), location: Location::new("CN", "上海", "上海", "移动") };
+        let wide = Override {
+            prefix: "58.60.0.0/16".parse().unwrap(),
+            location: Location::new("CN", "北京", "北京", "联通"),
+        };
+        let narrow = Override {
+            prefix: "58.60.7.0/24".parse().unwrap(),
+            location: Location::new("CN", "上海", "上海", "移动"),
+        };
         let t = PartitionTable::build(&small_geo(), &[narrow, wide]);
         assert_eq!(t.lookup("58.60.1.1".parse().unwrap()).location.province, "北京");
         assert_eq!(t.lookup("58.60.7.9".parse().unwrap()).location.province, "上海");

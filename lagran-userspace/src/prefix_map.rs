@@ -149,11 +149,7 @@ impl<A: PrefixAddr> PrefixMap<A> {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Prefix<A>> + '_ {
-        (0..self.starts.len()).map(|i| Prefix {
-            addr: self.starts[i],
-            len: self.lens[i],
-            value: self.values[i],
-        })
+        (0..self.starts.len()).map(|i| Prefix { addr: self.starts[i], len: self.lens[i], value: self.values[i] })
     }
 
     /// The covered ranges with their values, adjacent equal values merged.
@@ -203,7 +199,11 @@ impl<A: PrefixAddr> PrefixMap<A> {
             }
             let end = start + size_minus_one;
             if end == max_addr::<A>() {
-                return if i + 1 == self.len() { Ok(()) } else { Err(format!("blocks after the end of the space at {i}")) };
+                return if i + 1 == self.len() {
+                    Ok(())
+                } else {
+                    Err(format!("blocks after the end of the space at {i}"))
+                };
             }
             next = end + 1;
         }

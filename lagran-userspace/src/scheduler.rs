@@ -21,10 +21,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::ScheduleSettings;
 use crate::engine::{self, Candidate, Family, NodeView, Policy, Ranking};
 use crate::geo::{GeoDb, Location};
+use crate::health::{HealthMonitor, Liveness};
 use crate::model::{DEFAULT_POOL, Domain, Node, Zone};
 use crate::partition::{Override, PartitionTable};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
-use crate::health::{HealthMonitor, Liveness};
 use crate::route_table::{Answer, AnswerState, Canary, RouteTable, ScheduledName, SharedRouteTable, ZoneRoutes};
 use crate::store::{Line, LineAnswer, Rule, RuleKind, Store, StoreError};
 use ipnet::IpNet;
@@ -314,7 +314,9 @@ pub fn build_route_table(
             let mut over4: Vec<(u128, u128, PrefixOverride)> = Vec::new();
             let mut over6: Vec<(u128, u128, PrefixOverride)> = Vec::new();
             let unknown = &ranked[0];
-            for line in inputs.lines.iter().filter(|l| l.domains.is_empty() || l.domains.iter().any(|d| *d == spec.name)) {
+            for line in
+                inputs.lines.iter().filter(|l| l.domains.is_empty() || l.domains.iter().any(|d| *d == spec.name))
+            {
                 let answer = match line.answer {
                     LineAnswer::Origin => match spec.domain.and_then(|d| d.origin_ip) {
                         Some(ip) => Some(answers.id(Answer {
@@ -329,7 +331,14 @@ pub fn build_route_table(
                         None => None,
                     },
                     LineAnswer::Node => line.node.as_deref().and_then(|n| {
-                        node_answer(&mut answers, n, &format!("line {}", line.name), &unknown.0, &unknown.1, AnswerState::Steady)
+                        node_answer(
+                            &mut answers,
+                            n,
+                            &format!("line {}", line.name),
+                            &unknown.0,
+                            &unknown.1,
+                            AnswerState::Steady,
+                        )
                     }),
                     LineAnswer::Schedule => {
                         let mut a = answer_of(&unknown.0, &unknown.1, per_answer, steady_ttl, AnswerState::Steady);
@@ -356,7 +365,9 @@ pub fn build_route_table(
                 let (is4, s, e) = net_range(p);
                 let list = if is4 { &mut over4 } else { &mut over6 };
                 let o = match rule.kind {
-                    RuleKind::Canary => PrefixOverride::Canary { node: rule.node.clone(), percent: rule.percent, rule: rule.id },
+                    RuleKind::Canary => {
+                        PrefixOverride::Canary { node: rule.node.clone(), percent: rule.percent, rule: rule.id }
+                    }
                     RuleKind::Manual => PrefixOverride::Manual { node: rule.node.clone(), rule: rule.id },
                 };
                 list.push((s, e, o));
@@ -368,8 +379,11 @@ pub fn build_route_table(
                 l.sort_by_key(|&(s, e, _)| (std::cmp::Reverse(e - s), s));
                 l
             };
-            let mut ranges4: Vec<(u128, u128, u32)> =
-                partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, by_partition[p as usize])).collect();
+            let mut ranges4: Vec<(u128, u128, u32)> = partitions
+                .v4_ranges()
+                .iter()
+                .map(|&(s, e, p)| (s as u128, e as u128, by_partition[p as usize]))
+                .collect();
             let mut ranges6: Vec<(u128, u128, u32)> =
                 partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, by_partition[p as usize])).collect();
             let picks: [fn(&PrefixOverride) -> bool; 3] = [
@@ -385,12 +399,26 @@ pub fn build_route_table(
                             PrefixOverride::Fixed(a) => *a,
                             PrefixOverride::Manual { node, rule } => {
                                 let (r4, r6) = unknown;
-                                node_answer(&mut answers, node, &format!("manual rule {rule}"), r4, r6, AnswerState::Steady)
-                                    .unwrap_or(under)
+                                node_answer(
+                                    &mut answers,
+                                    node,
+                                    &format!("manual rule {rule}"),
+                                    r4,
+                                    r6,
+                                    AnswerState::Steady,
+                                )
+                                .unwrap_or(under)
                             }
                             PrefixOverride::Canary { node, percent, rule } => {
                                 let (r4, r6) = unknown;
-                                match node_answer(&mut answers, node, &format!("canary rule {rule} {percent}%"), r4, r6, AnswerState::Canary) {
+                                match node_answer(
+                                    &mut answers,
+                                    node,
+                                    &format!("canary rule {rule} {percent}%"),
+                                    r4,
+                                    r6,
+                                    AnswerState::Canary,
+                                ) {
                                     Some(cid) => {
                                         let mut base = answers.list[under as usize].clone();
                                         base.ttl = base.ttl.min(settings.canary_ttl);
@@ -407,7 +435,13 @@ pub fn build_route_table(
             let fill = by_partition[0];
             let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
             let v6 = PrefixMapV6::from_ranges(ranges6, fill);
-            scheduled.push(ScheduledName { id: state.name_ids.id(&spec.name), name: spec.name, answers: answers.list, v4, v6 });
+            scheduled.push(ScheduledName {
+                id: state.name_ids.id(&spec.name),
+                name: spec.name,
+                answers: answers.list,
+                v4,
+                v6,
+            });
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
@@ -619,7 +653,8 @@ impl Scheduler {
         let started = Instant::now();
         let version = self.version.fetch_add(1, Ordering::SeqCst) + 1;
         let partitions = self.partitions.load();
-        let table = Arc::new(build_route_table(version, &inputs, &partitions, &self.settings, &self.policy, &mut state));
+        let table =
+            Arc::new(build_route_table(version, &inputs, &partitions, &self.settings, &self.policy, &mut state));
         let old = self.table.swap(table.clone());
         self.versions.send_replace(table.version);
         self.log_changes(&old, &table);
@@ -635,7 +670,8 @@ impl Scheduler {
 
     /// Puts the previous table back (instant rollback).
     pub fn rollback(&self) -> Result<Arc<RouteTable>, SchedulerError> {
-        let prev = self.previous.lock().expect("previous-table lock poisoned").take().ok_or(SchedulerError::NoPrevious)?;
+        let prev =
+            self.previous.lock().expect("previous-table lock poisoned").take().ok_or(SchedulerError::NoPrevious)?;
         let current = self.table.swap(prev.clone());
         self.versions.send_replace(prev.version);
         *self.previous.lock().expect("previous-table lock poisoned") = Some(current);
@@ -769,26 +805,17 @@ impl Scheduler {
 
 fn format_range(addr: IpAddr, start: u128, end: u128) -> String {
     match addr {
-        IpAddr::V4(_) => format!(
-            "{}-{}",
-            std::net::Ipv4Addr::from(start as u32),
-            std::net::Ipv4Addr::from(end as u32)
-        ),
-        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => format!(
-            "{}-{}",
-            std::net::Ipv4Addr::from(start as u32),
-            std::net::Ipv4Addr::from(end as u32)
-        ),
+        IpAddr::V4(_) => format!("{}-{}", std::net::Ipv4Addr::from(start as u32), std::net::Ipv4Addr::from(end as u32)),
+        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => {
+            format!("{}-{}", std::net::Ipv4Addr::from(start as u32), std::net::Ipv4Addr::from(end as u32))
+        }
         IpAddr::V6(_) => format!("{}-{}", std::net::Ipv6Addr::from(start), std::net::Ipv6Addr::from(end)),
     }
 }
 
 /// Unix milliseconds now.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -800,7 +827,17 @@ mod tests {
 
     const APEX: &str = "edge.lagran.net";
 
-    fn node(name: &str, country: &str, province: &str, city: &str, isp: &str, w: i64, cpu: f64, mem: f64, ip: [u8; 4]) -> Node {
+    fn node(
+        name: &str,
+        country: &str,
+        province: &str,
+        city: &str,
+        isp: &str,
+        w: i64,
+        cpu: f64,
+        mem: f64,
+        ip: [u8; 4],
+    ) -> Node {
         let mut n = Node::new(name);
         n.country = country.into();
         n.province = province.into();
@@ -815,7 +852,8 @@ mod tests {
 
     fn seed_inputs() -> Inputs {
         let mut zone = Zone::new(APEX);
-        zone.ns_hosts = vec![NsHost { name: "ns1.edge.lagran.net".into(), ipv4: Some([192, 0, 2, 53].into()), ipv6: None }];
+        zone.ns_hosts =
+            vec![NsHost { name: "ns1.edge.lagran.net".into(), ipv4: Some([192, 0, 2, 53].into()), ipv6: None }];
         Inputs {
             nodes: vec![
                 node("gz-01", "CN", "广东", "深圳", "电信", 100, 20.0, 30.0, [203, 0, 113, 21]),

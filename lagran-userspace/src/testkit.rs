@@ -39,20 +39,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Why a throwaway PostgreSQL server could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum TestkitError {
-    #[error(
-        "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or in /usr/lib/postgresql/*/bin"
-    )]
+    #[error("PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or in /usr/lib/postgresql/*/bin")]
     NotInstalled,
-    #[error(
-        "running as root, but neither the `postgres` nor the `nobody` user exists to run PostgreSQL"
-    )]
+    #[error("running as root, but neither the `postgres` nor the `nobody` user exists to run PostgreSQL")]
     NoUser,
     #[error("`{command}` failed ({status}):\n{output}")]
-    Command {
-        command: String,
-        status: String,
-        output: String,
-    },
+    Command { command: String, status: String, output: String },
     #[error("{context}")]
     Io {
         context: String,
@@ -165,11 +157,7 @@ impl RunAs {
             }
             RunAs::Su(su, user) => {
                 let mut c = Command::new(su);
-                c.arg("-s")
-                    .arg("/bin/sh")
-                    .arg(user)
-                    .arg("-c")
-                    .arg(self.shell_line(program, args));
+                c.arg("-s").arg("/bin/sh").arg(user).arg("-c").arg(self.shell_line(program, args));
                 c
             }
         }
@@ -184,35 +172,23 @@ impl RunAs {
             .join(" ");
         match self {
             RunAs::Me => plain,
-            RunAs::Runuser(runuser, user) => format!(
-                "{} -u {} -- {plain}",
-                sh_quote(&runuser.display().to_string()),
-                sh_quote(user)
-            ),
-            RunAs::Su(su, user) => format!(
-                "{} -s /bin/sh {} -c {}",
-                sh_quote(&su.display().to_string()),
-                sh_quote(user),
-                sh_quote(&plain)
-            ),
+            RunAs::Runuser(runuser, user) => {
+                format!("{} -u {} -- {plain}", sh_quote(&runuser.display().to_string()), sh_quote(user))
+            }
+            RunAs::Su(su, user) => {
+                format!("{} -s /bin/sh {} -c {}", sh_quote(&su.display().to_string()), sh_quote(user), sh_quote(&plain))
+            }
         }
     }
 }
 
 fn run(mut cmd: Command, what: &str) -> Result<Output, TestkitError> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(io_err(format!("running {what}")))?;
+    let out = cmd.stdin(Stdio::null()).output().map_err(io_err(format!("running {what}")))?;
     if !out.status.success() {
         return Err(TestkitError::Command {
             command: what.to_string(),
             status: out.status.to_string(),
-            output: format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
+            output: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
         });
     }
     Ok(out)
@@ -220,25 +196,15 @@ fn run(mut cmd: Command, what: &str) -> Result<Output, TestkitError> {
 
 fn free_port() -> Result<u16, TestkitError> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
-    let port = listener
-        .local_addr()
-        .map_err(io_err("finding a free port"))?
-        .port();
+    let port = listener.local_addr().map_err(io_err("finding a free port"))?.port();
     Ok(port)
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn unique_suffix() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{}-{}-{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{}-{}-{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A private PostgreSQL server in a temporary directory; stopped and removed on drop.
@@ -263,9 +229,8 @@ impl TempPostgres {
     pub fn start() -> Result<TempPostgres, TestkitError> {
         let bin = find_bin_dir().ok_or(TestkitError::NotInstalled)?;
         let (run_as, owner) = if running_as_root() {
-            let (user, uid, gid) = lookup_user("postgres")
-                .or_else(|| lookup_user("nobody"))
-                .ok_or(TestkitError::NoUser)?;
+            let (user, uid, gid) =
+                lookup_user("postgres").or_else(|| lookup_user("nobody")).ok_or(TestkitError::NoUser)?;
             let run_as = match (find_on_path("runuser"), find_on_path("su")) {
                 (Some(runuser), _) => RunAs::Runuser(runuser, user),
                 (None, Some(su)) => RunAs::Su(su, user),
@@ -278,25 +243,15 @@ impl TempPostgres {
 
         let dir = std::env::temp_dir().join(format!("lagran-pg-{}", unique_suffix()));
         std::fs::create_dir(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
-        let mut server = TempPostgres {
-            dir,
-            bin,
-            port: 0,
-            run_as,
-            watchdog: None,
-            stopped: true,
-        };
+        let mut server = TempPostgres { dir, bin, port: 0, run_as, watchdog: None, stopped: true };
         // From here on, dropping `server` removes the directory.
         std::fs::set_permissions(&server.dir, std::fs::Permissions::from_mode(0o700))
             .map_err(io_err(format!("restricting {}", server.dir.display())))?;
-        std::fs::create_dir(server.dir.join("sock"))
-            .map_err(io_err("creating the socket directory"))?;
+        std::fs::create_dir(server.dir.join("sock")).map_err(io_err("creating the socket directory"))?;
         if let Some((uid, gid)) = owner {
             for d in [server.dir.clone(), server.dir.join("sock")] {
-                std::os::unix::fs::chown(&d, Some(uid), Some(gid)).map_err(io_err(format!(
-                    "handing {} to the server user",
-                    d.display()
-                )))?;
+                std::os::unix::fs::chown(&d, Some(uid), Some(gid))
+                    .map_err(io_err(format!("handing {} to the server user", d.display())))?;
             }
         }
 
@@ -313,9 +268,7 @@ impl TempPostgres {
             "--locale=C".into(),
             "-N".into(),
         ];
-        let mut initdb = server
-            .run_as
-            .command(&server.bin.join("initdb"), &initdb_args);
+        let mut initdb = server.run_as.command(&server.bin.join("initdb"), &initdb_args);
         initdb.current_dir(&server.dir);
         run(initdb, "initdb")?;
 
@@ -364,11 +317,7 @@ impl TempPostgres {
         cmd.current_dir(&self.dir);
         match run(cmd, "pg_ctl start") {
             Ok(_) => Ok(()),
-            Err(TestkitError::Command {
-                command,
-                status,
-                output,
-            }) => Err(TestkitError::Command {
+            Err(TestkitError::Command { command, status, output }) => Err(TestkitError::Command {
                 command,
                 status,
                 output: format!(
@@ -381,22 +330,13 @@ impl TempPostgres {
     }
 
     fn stop_args(&self) -> Vec<String> {
-        vec![
-            "-D".into(),
-            self.data_dir(),
-            "stop".into(),
-            "-m".into(),
-            "immediate".into(),
-            "-w".into(),
-        ]
+        vec!["-D".into(), self.data_dir(), "stop".into(), "-m".into(), "immediate".into(), "-w".into()]
     }
 
     /// A detached shell that waits for this process to exit, then stops the
     /// server and removes its directory.
     fn spawn_watchdog(&mut self) -> Result<(), TestkitError> {
-        let stop = self
-            .run_as
-            .shell_line(&self.bin.join("pg_ctl"), &self.stop_args());
+        let stop = self.run_as.shell_line(&self.bin.join("pg_ctl"), &self.stop_args());
         let script = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop} >/dev/null 2>&1; rm -rf {dir}",
             pid = std::process::id(),
@@ -480,9 +420,7 @@ impl TempPostgres {
     pub fn stop(&mut self) {
         if !self.stopped {
             self.stopped = true;
-            let mut cmd = self
-                .run_as
-                .command(&self.bin.join("pg_ctl"), &self.stop_args());
+            let mut cmd = self.run_as.command(&self.bin.join("pg_ctl"), &self.stop_args());
             cmd.current_dir(&self.dir);
             if let Err(e) = run(cmd, "pg_ctl stop") {
                 eprintln!("warning: stopping the test PostgreSQL server: {e}");
@@ -509,10 +447,7 @@ mod tests {
     #[tokio::test]
     async fn private_server_serves_and_is_removed_on_drop() {
         if !TempPostgres::available() {
-            assert!(
-                !postgres_required(),
-                "PostgreSQL is required here but not installed"
-            );
+            assert!(!postgres_required(), "PostgreSQL is required here but not installed");
             eprintln!("note: testkit: skipped, PostgreSQL server binaries not installed");
             return;
         }
@@ -521,17 +456,11 @@ mod tests {
         let url = pg.fresh_database().await;
         let other = pg.fresh_database().await;
         assert_ne!(url, other, "every call gives a new database");
-        let store = crate::store::Store::connect(&url)
-            .await
-            .expect("connecting to the fresh database");
+        let store = crate::store::Store::connect(&url).await.expect("connecting to the fresh database");
         store.ping().await.expect("the server answers");
         store.close().await;
         drop(pg);
-        assert!(
-            !dir.exists(),
-            "dropping the server removes {}",
-            dir.display()
-        );
+        assert!(!dir.exists(), "dropping the server removes {}", dir.display());
     }
 
     #[test]

@@ -136,7 +136,12 @@ fn pools_and_domains_through_the_api() {
     let d = Daemon::start(Options::default());
     let (s, v) = d.http("PATCH", "/api/v1/nodes/kr-01", Some(json!({"pool": "pool-a"})), &[]);
     assert_eq!(s, 200, "{v}");
-    let (s, v) = d.http("PUT", "/api/v1/domains/pool-a.edge.lagran.net", Some(json!({"zone": "edge.lagran.net", "pool": "pool-a", "ttl": 20})), &[]);
+    let (s, v) = d.http(
+        "PUT",
+        "/api/v1/domains/pool-a.edge.lagran.net",
+        Some(json!({"zone": "edge.lagran.net", "pool": "pool-a", "ttl": 20})),
+        &[],
+    );
     assert_eq!(s, 200, "{v}");
     let r = d.dig(&["pool-a.edge.lagran.net", "A", "+subnet=58.60.0.0/24"]);
     assert_eq!(r.answers("A"), vec!["203.0.113.23"], "pool-a holds only kr-01\n{}", r.text);

@@ -155,7 +155,8 @@ fn node_offline_moves_the_answer_at_once_and_back() {
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     let line = loop {
         let log = d.log();
-        let found = log.lines().find(|l| l.contains("answer changed") && l.contains("\"from\":\"gz-01\"")).map(str::to_string);
+        let found =
+            log.lines().find(|l| l.contains("answer changed") && l.contains("\"from\":\"gz-01\"")).map(str::to_string);
         if found.is_some() || std::time::Instant::now() > deadline {
             break found;
         }
@@ -178,10 +179,7 @@ fn no_eligible_node_servfail_or_fallback() {
     let r = d.dig(&[ZONE, "A"]);
     assert_eq!(r.status, "SERVFAIL", "no node, no fallback (seed 000 §7.2)\n{}", r.text);
 
-    let f = Daemon::start(Options {
-        env: vec![("DNS_FALLBACK_IP".into(), "192.0.2.99".into())],
-        ..Options::default()
-    });
+    let f = Daemon::start(Options { env: vec![("DNS_FALLBACK_IP".into(), "192.0.2.99".into())], ..Options::default() });
     for n in ["gz-01", "hk-01", "kr-01"] {
         f.http("PATCH", &format!("/api/v1/nodes/{n}"), Some(json!({"status": "offline"})), &[]);
     }

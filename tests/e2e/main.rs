@@ -4,8 +4,8 @@
 mod api;
 mod cli;
 mod dns;
-mod nshost;
 mod geo;
+mod nshost;
 mod postgres;
 mod real_geo;
 mod scheduling;

@@ -66,7 +66,10 @@ fn a_stale_table_answers_the_fallback_when_one_is_set() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("routes.json");
     let control = Daemon::start(Options { role: Role::Control, ..Options::default() });
-    let env = vec![("DNS_STALE_SECS".to_string(), "2".to_string()), ("DNS_FALLBACK_IP".to_string(), "192.0.2.99".to_string())];
+    let env = vec![
+        ("DNS_STALE_SECS".to_string(), "2".to_string()),
+        ("DNS_FALLBACK_IP".to_string(), "192.0.2.99".to_string()),
+    ];
     let ns = ns_host(&control, &state, env);
     let r = ns.dig_until(&SHENZHEN, Duration::from_secs(10), |r| !r.answers("A").is_empty());
     assert_eq!(r.answers("A"), vec!["203.0.113.21"]);

@@ -20,7 +20,12 @@ fn serve_on_postgres_answers_and_follows_patches() {
     let (s, v) = d.http("PATCH", "/api/v1/nodes/gz-01", Some(json!({"status": "offline"})), &[]);
     assert_eq!(s, 200, "{v}");
     assert_eq!(d.dig(&q).answers("A"), vec!["203.0.113.22"]);
-    let (s, v) = d.http("POST", "/api/v1/nodes", Some(json!({"name": "pg-01", "public_ip": "203.0.113.40", "weight": 1000})), &[]);
+    let (s, v) = d.http(
+        "POST",
+        "/api/v1/nodes",
+        Some(json!({"name": "pg-01", "public_ip": "203.0.113.40", "weight": 1000})),
+        &[],
+    );
     assert_eq!(s, 201, "{v}");
     assert_eq!(d.dig(&q).answers("A"), vec!["203.0.113.40"], "weight 1000 wins everywhere");
     let (s, v) = d.http("POST", "/api/v1/nodes", Some(json!({"name": "pg-01"})), &[]);

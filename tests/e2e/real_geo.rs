@@ -7,7 +7,11 @@ use crate::support::{Daemon, Geo, Options, have_tool, tools_required, workspace_
 fn readme_dig_with_the_real_database() {
     let path = workspace_root().join("data/ip2region.xdb");
     if !path.is_file() {
-        assert!(!tools_required(), "{} is missing: run scripts/fetch-geoip.sh (cargo xtask setup does)", path.display());
+        assert!(
+            !tools_required(),
+            "{} is missing: run scripts/fetch-geoip.sh (cargo xtask setup does)",
+            path.display()
+        );
         eprintln!("note: skipped, no real geo database at {}", path.display());
         return;
     }

@@ -39,7 +39,10 @@ fn a_probed_node_that_stops_loses_its_partitions_and_wins_them_back() {
     let r = d.dig_until(&SHENZHEN, Duration::from_secs(6), |r| r.answers("A") == vec!["203.0.113.32"]);
     assert_eq!(r.answers("A"), vec!["203.0.113.32"], "edge-a's clients move to edge-b\n{}", d.log());
     let took = stopped.elapsed();
-    assert!(took <= Duration::from_secs(4) + Duration::from_millis(900), "moved after {took:?}, not within 3 intervals + 1 s");
+    assert!(
+        took <= Duration::from_secs(4) + Duration::from_millis(900),
+        "moved after {took:?}, not within 3 intervals + 1 s"
+    );
     let (_, v) = d.get("/api/v1/schedule?domain=edge.lagran.net&subnet=58.60.0.0/24");
     assert!(v["excluded"].to_string().contains("probe"), "the explanation names the probe: {v}");
 
@@ -65,8 +68,12 @@ fn heartbeats_take_the_nodes_own_token_and_move_load() {
         d.http("POST", "/api/v1/nodes/ag-01/heartbeat", Some(hb.clone()), &[("x-lagran-agent-token", "wrong")]).0,
         401
     );
-    let (s, v) =
-        d.http("POST", "/api/v1/nodes/ag-01/heartbeat", Some(hb), &[("x-lagran-agent-token", "node-secret-0123456789")]);
+    let (s, v) = d.http(
+        "POST",
+        "/api/v1/nodes/ag-01/heartbeat",
+        Some(hb),
+        &[("x-lagran-agent-token", "node-secret-0123456789")],
+    );
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["cpu_usage"], 50.0);
     assert_eq!(v["conns"], 7);
@@ -124,7 +131,8 @@ fn lines_beat_geo_and_public_resolvers_need_force() {
         &[],
     );
     assert_eq!(s, 200, "{v}");
-    let (s, v) = d.http("PUT", "/api/v1/lines/spiders", Some(json!({"answer": "origin", "prefixes": ["58.60.0.0/20"]})), &[]);
+    let (s, v) =
+        d.http("PUT", "/api/v1/lines/spiders", Some(json!({"answer": "origin", "prefixes": ["58.60.0.0/20"]})), &[]);
     assert_eq!(s, 200, "{v}");
     let r = d.dig(&SHENZHEN);
     assert_eq!(r.answers("A"), vec!["198.51.100.80"], "the spider line answers the origin\n{}", r.text);
@@ -133,8 +141,12 @@ fn lines_beat_geo_and_public_resolvers_need_force() {
     let (s, v) = d.http("PUT", "/api/v1/lines/bad", Some(json!({"answer": "origin", "prefixes": ["8.8.8.0/24"]})), &[]);
     assert_eq!(s, 409, "a public resolver prefix is refused: {v}");
     assert_eq!(v["field"], "prefixes");
-    let (s, v) =
-        d.http("PUT", "/api/v1/lines/bad?force=true", Some(json!({"answer": "origin", "prefixes": ["8.8.8.0/24"]})), &[]);
+    let (s, v) = d.http(
+        "PUT",
+        "/api/v1/lines/bad?force=true",
+        Some(json!({"answer": "origin", "prefixes": ["8.8.8.0/24"]})),
+        &[],
+    );
     assert_eq!(s, 200, "forced: {v}");
 }
 

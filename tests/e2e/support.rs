@@ -200,7 +200,9 @@ impl Daemon {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Ok(v) = serde_json::from_str::<Value>(&line)
-                    && v["fields"]["message"].as_str().is_some_and(|m| m.starts_with("lagran") && m.ends_with("serving"))
+                    && v["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("lagran") && m.ends_with("serving"))
                 {
                     let api: Option<SocketAddr> = v["fields"]["api"].as_str().and_then(|s| s.parse().ok());
                     // `lagran control` has no DNS listener: its "dns" is the API address, unused.

@@ -33,12 +33,15 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
             return;
         }
     }
-    let obj = object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
+    let obj =
+        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
     let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
     // XDP_TX on a veth reaches the peer only when the peer runs XDP too.
     let _client_prog = pair
         .client
-        .enter(|| XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() }))
+        .enter(|| {
+            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
+        })
         .expect("entering the client namespace")
         .expect("a pass-through program on the client veth");
 
@@ -74,7 +77,9 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
 
     // What XDP must not answer is passed and answered by userspace.
     assert_eq!(dig(&pair, &["edge.lagran.net", "AAAA", "+nocookie"]).status, "NOERROR");
-    assert!(dig(&pair, &["whoami.edge.lagran.net", "TXT", "+nocookie"]).answers("TXT").join(" ").contains("198.18.0.2"));
+    assert!(
+        dig(&pair, &["whoami.edge.lagran.net", "TXT", "+nocookie"]).answers("TXT").join(" ").contains("198.18.0.2")
+    );
     assert_eq!(dig(&pair, &["nope.edge.lagran.net", "A", "+nocookie"]).status, "NXDOMAIN");
     let tcp = dig(&pair, &[&shenzhen[..], &["+tcp"]].concat());
     assert_eq!(tcp.answers("A"), vec!["203.0.113.21"]);

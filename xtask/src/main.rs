@@ -5,10 +5,10 @@
 
 mod bench;
 mod build_ebpf;
-mod setup;
-mod util;
 mod run;
+mod setup;
 mod test;
+mod util;
 
 use clap::Parser;
 

@@ -42,28 +42,18 @@ async fn fake_control() -> (std::net::SocketAddr, mpsc::UnboundedReceiver<Receiv
                 let (tx, seen) = (tx.clone(), seen.clone());
                 async move {
                     let path = req.uri().path().to_owned();
-                    let token = req
-                        .headers()
-                        .get("x-lagran-agent-token")
-                        .map(|v| v.to_str().unwrap().to_owned());
+                    let token = req.headers().get("x-lagran-agent-token").map(|v| v.to_str().unwrap().to_owned());
                     let body = req.into_body().collect().await.unwrap().to_bytes();
                     let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
                     let first = seen.fetch_add(1, Ordering::SeqCst) == 0;
                     let _ = tx.send(Received { path, token, json });
-                    let status = if first {
-                        StatusCode::SERVICE_UNAVAILABLE
-                    } else {
-                        StatusCode::OK
-                    };
+                    let status = if first { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
                     let mut resp = Response::new(Full::new(Bytes::from_static(b"{}")));
                     *resp.status_mut() = status;
                     Ok::<_, Infallible>(resp)
                 }
             });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc),
-            );
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
         }
     });
     (addr, rx)
@@ -86,43 +76,21 @@ async fn heartbeats_carry_token_and_load_and_survive_failures() {
         if n == 2 {
             stats.bytes_served.fetch_add(10_000_000, Ordering::Relaxed);
         }
-        let got = tokio::time::timeout(TIMEOUT, rx.recv())
-            .await
-            .expect("a heartbeat arrives in time")
-            .unwrap();
+        let got = tokio::time::timeout(TIMEOUT, rx.recv()).await.expect("a heartbeat arrives in time").unwrap();
         assert_eq!(got.path, "/api/v1/nodes/gz-01/heartbeat");
-        assert_eq!(
-            got.token.as_deref(),
-            Some("node-secret"),
-            "the node's token is sent"
-        );
-        let f = |k: &str| {
-            got.json
-                .get(k)
-                .unwrap_or_else(|| panic!("heartbeat {n} lacks {k}: {}", got.json))
-                .clone()
-        };
+        assert_eq!(got.token.as_deref(), Some("node-secret"), "the node's token is sent");
+        let f = |k: &str| got.json.get(k).unwrap_or_else(|| panic!("heartbeat {n} lacks {k}: {}", got.json)).clone();
         for k in ["cpu_usage", "memory_usage"] {
             let v = f(k).as_f64().unwrap();
             assert!((0.0..=100.0).contains(&v), "{k} = {v} is a percentage");
         }
         assert!(f("bandwidth_mbps").as_f64().unwrap() >= 0.0);
-        assert_eq!(
-            f("conns").as_i64(),
-            Some(7),
-            "conns is the open-connection counter, an integer"
-        );
+        assert_eq!(f("conns").as_i64(), Some(7), "conns is the open-connection counter, an integer");
         if n == 2 {
-            assert!(
-                f("bandwidth_mbps").as_f64().unwrap() > 0.0,
-                "bytes served show as bandwidth"
-            );
+            assert!(f("bandwidth_mbps").as_f64().unwrap() > 0.0, "bytes served show as bandwidth");
         }
     }
     // The first heartbeat was refused with 503; the loop kept going.
     shutdown.cancel();
-    tokio::time::timeout(TIMEOUT, task)
-        .await
-        .expect("the agent stops on shutdown")
-        .unwrap();
+    tokio::time::timeout(TIMEOUT, task).await.expect("the agent stops on shutdown").unwrap();
 }

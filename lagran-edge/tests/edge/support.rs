@@ -38,13 +38,7 @@ impl Origin {
 }
 
 fn origin_response(req: &Request<Incoming>) -> Response<Full<Bytes>> {
-    let h = |name: &str| {
-        req.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_owned()
-    };
+    let h = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned();
     let (cache_control, body) = match req.uri().path() {
         "/static.txt" => ("max-age=60", STATIC_BODY.to_owned()),
         "/nostore" => ("no-store", "fresh every time".to_owned()),
@@ -89,16 +83,10 @@ pub async fn start_origin() -> Origin {
             let hits = counted.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
-                    *hits
-                        .lock()
-                        .unwrap()
-                        .entry(req.uri().path().to_owned())
-                        .or_default() += 1;
+                    *hits.lock().unwrap().entry(req.uri().path().to_owned()).or_default() += 1;
                     async move { Ok::<_, Infallible>(origin_response(&req)) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
             });
         }
     });
@@ -119,17 +107,8 @@ pub async fn start_edge(config: &str) -> TestEdge {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(lagran_edge::server::run(
-        listener,
-        edge.clone(),
-        shutdown.clone(),
-    ));
-    TestEdge {
-        addr,
-        edge,
-        shutdown,
-        task,
-    }
+    let task = tokio::spawn(lagran_edge::server::run(listener, edge.clone(), shutdown.clone()));
+    TestEdge { addr, edge, shutdown, task }
 }
 
 /// A config with one site per behaviour, all on `origin`.
@@ -176,37 +155,18 @@ impl Reply {
     }
 }
 
-pub async fn request(
-    addr: SocketAddr,
-    method: Method,
-    host: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> Reply {
-    let client: Client<HttpConnector, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let mut req = Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("host", host);
+pub async fn request(addr: SocketAddr, method: Method, host: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let client: Client<HttpConnector, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let mut req = Request::builder().method(method).uri(format!("http://{addr}{path}")).header("host", host);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
     let exchange = async {
-        let resp = client
-            .request(req.body(Empty::new()).unwrap())
-            .await
-            .expect("the edge answers");
+        let resp = client.request(req.body(Empty::new()).unwrap()).await.expect("the edge answers");
         let (parts, body) = resp.into_parts();
-        Reply {
-            status: parts.status,
-            headers: parts.headers,
-            body: body.collect().await.unwrap().to_bytes(),
-        }
+        Reply { status: parts.status, headers: parts.headers, body: body.collect().await.unwrap().to_bytes() }
     };
-    tokio::time::timeout(TIMEOUT, exchange)
-        .await
-        .expect("the edge answers within the timeout")
+    tokio::time::timeout(TIMEOUT, exchange).await.expect("the edge answers within the timeout")
 }
 
 pub async fn get(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Reply {

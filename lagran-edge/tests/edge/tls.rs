@@ -21,25 +21,15 @@ use crate::support::{STATIC_BODY, TIMEOUT, start_origin};
 
 /// Writes a self-signed certificate for `names` and returns (cert path, key path, DER).
 fn make_cert(dir: &Path, file: &str, names: &[&str]) -> (String, String, CertificateDer<'static>) {
-    let ck =
-        rcgen::generate_simple_self_signed(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .unwrap();
+    let ck = rcgen::generate_simple_self_signed(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
     let cert = dir.join(format!("{file}.pem"));
     let key = dir.join(format!("{file}.key"));
     std::fs::write(&cert, ck.cert.pem()).unwrap();
     std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
-    (
-        cert.display().to_string(),
-        key.display().to_string(),
-        ck.cert.der().clone(),
-    )
+    (cert.display().to_string(), key.display().to_string(), ck.cert.der().clone())
 }
 
-async fn connect(
-    addr: SocketAddr,
-    roots: &RootCertStore,
-    sni: &str,
-) -> std::io::Result<TlsStream<TcpStream>> {
+async fn connect(addr: SocketAddr, roots: &RootCertStore, sni: &str) -> std::io::Result<TlsStream<TcpStream>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -49,27 +39,16 @@ async fn connect(
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tcp = TcpStream::connect(addr).await?;
     let name = ServerName::try_from(sni.to_owned()).unwrap();
-    tokio::time::timeout(
-        TIMEOUT,
-        TlsConnector::from(Arc::new(config)).connect(name, tcp),
-    )
-    .await
-    .expect("handshake finishes")
+    tokio::time::timeout(TIMEOUT, TlsConnector::from(Arc::new(config)).connect(name, tcp))
+        .await
+        .expect("handshake finishes")
 }
 
 async fn get_over(tls: TlsStream<TcpStream>, host: &str, path: &str) -> (StatusCode, Bytes) {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
     tokio::spawn(conn);
-    let req = Request::get(path)
-        .header("host", host)
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let resp = tokio::time::timeout(TIMEOUT, sender.send_request(req))
-        .await
-        .unwrap()
-        .unwrap();
+    let req = Request::get(path).header("host", host).body(Empty::<Bytes>::new()).unwrap();
+    let resp = tokio::time::timeout(TIMEOUT, sender.send_request(req)).await.unwrap().unwrap();
     let status = resp.status();
     (status, resp.into_body().collect().await.unwrap().to_bytes())
 }
@@ -108,63 +87,29 @@ async fn certificate_follows_sni() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(lagran_edge::server::run_tls(
-        listener,
-        acceptor,
-        edge,
-        shutdown.clone(),
-    ));
+    let task = tokio::spawn(lagran_edge::server::run_tls(listener, acceptor, edge, shutdown.clone()));
 
     let mut roots = RootCertStore::empty();
     roots.add(a_der.clone()).unwrap();
     roots.add(w_der.clone()).unwrap();
 
-    let tls = connect(addr, &roots, "a.tls.test")
-        .await
-        .expect("the exact-name certificate verifies");
-    assert_eq!(
-        tls.get_ref().1.peer_certificates().unwrap()[0],
-        a_der,
-        "SNI a.tls.test gets its own certificate"
-    );
+    let tls = connect(addr, &roots, "a.tls.test").await.expect("the exact-name certificate verifies");
+    assert_eq!(tls.get_ref().1.peer_certificates().unwrap()[0], a_der, "SNI a.tls.test gets its own certificate");
     let (status, body) = get_over(tls, "a.tls.test", "/static.txt").await;
-    assert_eq!(
-        (status, &body[..]),
-        (StatusCode::OK, STATIC_BODY.as_bytes())
-    );
+    assert_eq!((status, &body[..]), (StatusCode::OK, STATIC_BODY.as_bytes()));
 
-    let tls = connect(addr, &roots, "img.wild.test")
-        .await
-        .expect("the wildcard certificate verifies");
-    assert_eq!(
-        tls.get_ref().1.peer_certificates().unwrap()[0],
-        w_der,
-        "SNI img.wild.test gets *.wild.test"
-    );
+    let tls = connect(addr, &roots, "img.wild.test").await.expect("the wildcard certificate verifies");
+    assert_eq!(tls.get_ref().1.peer_certificates().unwrap()[0], w_der, "SNI img.wild.test gets *.wild.test");
 
     let fronted = connect(addr, &roots, "img.wild.test").await.unwrap();
     let (status, _) = get_over(fronted, "a.tls.test", "/static.txt").await;
-    assert_eq!(
-        status,
-        StatusCode::MISDIRECTED_REQUEST,
-        "Host must belong to the SNI's site"
-    );
+    assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "Host must belong to the SNI's site");
 
-    assert!(
-        connect(addr, &roots, "plain.test").await.is_err(),
-        "a site without a certificate gets no handshake"
-    );
-    assert!(
-        connect(addr, &roots, "unknown.test").await.is_err(),
-        "an unknown SNI gets no handshake"
-    );
+    assert!(connect(addr, &roots, "plain.test").await.is_err(), "a site without a certificate gets no handshake");
+    assert!(connect(addr, &roots, "unknown.test").await.is_err(), "an unknown SNI gets no handshake");
 
     shutdown.cancel();
-    tokio::time::timeout(TIMEOUT, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap().unwrap();
 }
 
 #[test]
@@ -173,7 +118,9 @@ fn mismatched_key_is_named() {
     let (cert, _, _) = make_cert(dir.path(), "one", &["one.test"]);
     let (_, other_key, _) = make_cert(dir.path(), "two", &["two.test"]);
     let config = Config::parse(
-        &format!("[[site]]\nhost = \"one.test\"\norigin = \"http://o\"\ncert_pem = \"{cert}\"\nkey_pem = \"{other_key}\"\n"),
+        &format!(
+            "[[site]]\nhost = \"one.test\"\norigin = \"http://o\"\ncert_pem = \"{cert}\"\nkey_pem = \"{other_key}\"\n"
+        ),
         "t",
     )
     .unwrap();

@@ -56,7 +56,9 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
             StoreError::NotFound { .. } => ApiError::not_found(e.to_string()),
-            StoreError::Conflict { .. } | StoreError::InUse { .. } => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+            StoreError::Conflict { .. } | StoreError::InUse { .. } => {
+                ApiError::new(StatusCode::CONFLICT, e.to_string())
+            }
             StoreError::Invalid { field, reason } => ApiError::bad_field(*field, reason.clone()),
             _ => {
                 tracing::error!(error = %e, "store failure answering an API request");
@@ -70,7 +72,9 @@ impl From<SchedulerError> for ApiError {
     fn from(e: SchedulerError) -> Self {
         match e {
             SchedulerError::Store(s) => s.into(),
-            SchedulerError::NoPrevious => ApiError::new(StatusCode::CONFLICT, "no previous route table to roll back to"),
+            SchedulerError::NoPrevious => {
+                ApiError::new(StatusCode::CONFLICT, "no previous route table to roll back to")
+            }
         }
     }
 }

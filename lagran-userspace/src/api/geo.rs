@@ -70,14 +70,7 @@ pub async fn upsert_override(
         "geo override written"
     );
     apply_overrides(&state).await?;
-    Ok((
-        if existed {
-            StatusCode::OK
-        } else {
-            StatusCode::CREATED
-        },
-        Json(saved),
-    ))
+    Ok((if existed { StatusCode::OK } else { StatusCode::CREATED }, Json(saved)))
 }
 
 pub async fn delete_override(
@@ -87,10 +80,7 @@ pub async fn delete_override(
 ) -> Result<StatusCode, ApiError> {
     state.auth.check_admin(&headers)?;
     let net: IpNet = prefix.parse().map_err(|_| {
-        ApiError::bad_field(
-            "prefix",
-            format!("{prefix:?} is not a CIDR prefix (URL-encode the '/': 1.2.3.0%2F24)"),
-        )
+        ApiError::bad_field("prefix", format!("{prefix:?} is not a CIDR prefix (URL-encode the '/': 1.2.3.0%2F24)"))
     })?;
     if !state.scheduler.store().delete_geo_override(&net).await? {
         return Err(ApiError::not_found(format!("no geo override for {net}")));
@@ -107,24 +97,13 @@ struct ReloadBody {
     force: bool,
 }
 
-pub async fn reload(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, ApiError> {
+pub async fn reload(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     state.auth.check_admin(&headers)?;
-    let req: ReloadBody = if body.iter().all(u8::is_ascii_whitespace) {
-        ReloadBody::default()
-    } else {
-        parse_json(&body)?
-    };
+    let req: ReloadBody =
+        if body.iter().all(u8::is_ascii_whitespace) { ReloadBody::default() } else { parse_json(&body)? };
     match reload_configured(&state.scheduler, req.force, max_change_ratio_from_env()).await {
         Ok(report) => {
-            let status = if report.accepted {
-                StatusCode::OK
-            } else {
-                StatusCode::CONFLICT
-            };
+            let status = if report.accepted { StatusCode::OK } else { StatusCode::CONFLICT };
             Ok((status, Json(report)).into_response())
         }
         Err(e @ GeoError::Usage(_)) | Err(e @ GeoError::Reload(_)) => {
@@ -132,11 +111,7 @@ pub async fn reload(
         }
         Err(e) => {
             tracing::warn!(error = %e, "geo reload failed; the serving data stays");
-            Err(ApiError::field(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "file",
-                e.to_string(),
-            ))
+            Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "file", e.to_string()))
         }
     }
 }

@@ -161,7 +161,8 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("colour"), "{}", e.message);
         let e = parse_create(br#"{"name": "a", "cpu_usage": 140}"#).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("cpu_usage"), "{}", e.message);
-        let (n, tok) = parse_create(br#"{"name": "a", "public_ip": "192.0.2.1", "auth_token": "t0k3n-long-enough"}"#).unwrap();
+        let (n, tok) =
+            parse_create(br#"{"name": "a", "public_ip": "192.0.2.1", "auth_token": "t0k3n-long-enough"}"#).unwrap();
         assert_eq!(n.public_ip, Some("192.0.2.1".parse().unwrap()));
         assert_eq!(tok.as_deref(), Some("t0k3n-long-enough"));
     }

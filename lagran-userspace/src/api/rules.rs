@@ -16,10 +16,27 @@ use crate::store::{Line, NewRule, Rule};
 /// every user of that resolver to the line's answer (seed 003), so adding such
 /// a prefix to a line needs `force`.
 pub const PUBLIC_RESOLVERS: &[&str] = &[
-    "8.8.8.0/24", "8.8.4.0/24", "1.1.1.0/24", "1.0.0.0/24", "9.9.9.0/24", "149.112.112.0/24",
-    "208.67.222.0/24", "208.67.220.0/24", "114.114.114.0/24", "114.114.115.0/24", "223.5.5.0/24",
-    "223.6.6.0/24", "119.29.29.0/24", "180.76.76.0/24", "180.184.1.0/24", "101.226.4.0/24",
-    "2001:4860:4860::/48", "2606:4700:4700::/48", "2620:fe::/48", "2400:3200::/32", "240c::6666/128",
+    "8.8.8.0/24",
+    "8.8.4.0/24",
+    "1.1.1.0/24",
+    "1.0.0.0/24",
+    "9.9.9.0/24",
+    "149.112.112.0/24",
+    "208.67.222.0/24",
+    "208.67.220.0/24",
+    "114.114.114.0/24",
+    "114.114.115.0/24",
+    "223.5.5.0/24",
+    "223.6.6.0/24",
+    "119.29.29.0/24",
+    "180.76.76.0/24",
+    "180.184.1.0/24",
+    "101.226.4.0/24",
+    "2001:4860:4860::/48",
+    "2606:4700:4700::/48",
+    "2620:fe::/48",
+    "2400:3200::/32",
+    "240c::6666/128",
 ];
 
 /// The public-resolver prefixes a list of prefixes overlaps.
@@ -106,7 +123,10 @@ pub async fn put_line(
         return Err(ApiError::field(
             StatusCode::CONFLICT,
             "prefixes",
-            format!("{}; every user of that resolver would get this line's answer (add ?force=true to insist)", list.join(", ")),
+            format!(
+                "{}; every user of that resolver would get this line's answer (add ?force=true to insist)",
+                list.join(", ")
+            ),
         ));
     }
     for (p, r) in &overlaps {

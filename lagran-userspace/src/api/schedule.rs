@@ -99,7 +99,12 @@ impl From<&Decision> for ScheduleJson {
             primary: d.ranking.primary().map(NodeJson::from),
             backup: d.ranking.backup().map(NodeJson::from),
             candidates: d.ranking.candidates.iter().map(NodeJson::from).collect(),
-            excluded: d.ranking.excluded.iter().map(|(n, w)| ExcludedJson { name: n.clone(), why: w.as_str() }).collect(),
+            excluded: d
+                .ranking
+                .excluded
+                .iter()
+                .map(|(n, w)| ExcludedJson { name: n.clone(), why: w.as_str() })
+                .collect(),
             region: d.region.clone(),
             partition: d.partition.clone(),
             pool: d.pool.clone(),
@@ -113,18 +118,15 @@ pub fn client_address(subnet: Option<&str>, ip: Option<&str>) -> Result<Option<I
     match (subnet, ip) {
         (Some(_), Some(_)) => Err(ApiError::bad_field("subnet", "give either subnet or ip, not both")),
         (Some(s), None) => {
-            let net: ipnet::IpNet = s
-                .trim()
-                .parse()
-                .or_else(|_| s.trim().parse::<IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| ApiError::bad_field("subnet", format!("{s:?} is not a CIDR subnet like 1.2.3.0/24")))?;
+            let net: ipnet::IpNet =
+                s.trim().parse().or_else(|_| s.trim().parse::<IpAddr>().map(ipnet::IpNet::from)).map_err(|_| {
+                    ApiError::bad_field("subnet", format!("{s:?} is not a CIDR subnet like 1.2.3.0/24"))
+                })?;
             Ok(Some(net.trunc().network()))
         }
-        (None, Some(i)) => i
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| ApiError::bad_field("ip", format!("{i:?} is not an IP address"))),
+        (None, Some(i)) => {
+            i.trim().parse().map(Some).map_err(|_| ApiError::bad_field("ip", format!("{i:?} is not an IP address")))
+        }
         (None, None) => Ok(None),
     }
 }

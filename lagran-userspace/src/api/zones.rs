@@ -51,15 +51,14 @@ pub fn zone_from_body(name: &str, body: ZoneBody) -> Result<Zone, ApiError> {
     if body.ns_hosts.is_empty() {
         return Err(ApiError::bad_field("ns_hosts", "a zone needs at least one NS host"));
     }
-    z.ns_hosts = body
-        .ns_hosts
-        .into_iter()
-        .map(|h| NsHost { name: normalise(&h.name), ..h })
-        .collect();
+    z.ns_hosts = body.ns_hosts.into_iter().map(|h| NsHost { name: normalise(&h.name), ..h }).collect();
     for h in &z.ns_hosts {
         let in_zone = h.name.ends_with(&format!(".{}", z.name));
         if in_zone && h.ipv4.is_none() && h.ipv6.is_none() {
-            return Err(ApiError::bad_field("ns_hosts", format!("in-zone NS host {} needs glue (ipv4 or ipv6)", h.name)));
+            return Err(ApiError::bad_field(
+                "ns_hosts",
+                format!("in-zone NS host {} needs glue (ipv4 or ipv6)", h.name),
+            ));
         }
     }
     z.soa_mname = body.soa_mname.map(|s| normalise(&s)).unwrap_or_else(|| z.ns_hosts[0].name.clone());

@@ -11,10 +11,7 @@ use std::sync::LazyLock;
 
 /// Folds a name to its lookup key: lower case, letters and digits only.
 pub(crate) fn fold(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_alphanumeric())
-        .flat_map(char::to_lowercase)
-        .collect()
+    s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect()
 }
 
 /// Values the geo files (and people) write for "unknown"; compared after [`fold`].
@@ -45,55 +42,13 @@ pub(crate) fn is_unknown(s: &str) -> bool {
 
 /// ISO 3166-1 alpha-2 code → names seen in ip2region (Chinese) and in English.
 const COUNTRIES: &[(&str, &[&str])] = &[
-    (
-        "CN",
-        &[
-            "中国",
-            "中华人民共和国",
-            "中国大陆",
-            "China",
-            "PRC",
-            "People's Republic of China",
-            "Mainland China",
-        ],
-    ),
-    (
-        "HK",
-        &[
-            "香港",
-            "中国香港",
-            "香港特别行政区",
-            "Hong Kong",
-            "Hong Kong SAR",
-        ],
-    ),
-    (
-        "MO",
-        &["澳门", "中国澳门", "澳门特别行政区", "Macau", "Macao"],
-    ),
+    ("CN", &["中国", "中华人民共和国", "中国大陆", "China", "PRC", "People's Republic of China", "Mainland China"]),
+    ("HK", &["香港", "中国香港", "香港特别行政区", "Hong Kong", "Hong Kong SAR"]),
+    ("MO", &["澳门", "中国澳门", "澳门特别行政区", "Macau", "Macao"]),
     ("TW", &["台湾", "中国台湾", "台湾省", "Taiwan"]),
-    (
-        "US",
-        &[
-            "美国",
-            "United States",
-            "United States of America",
-            "USA",
-            "America",
-        ],
-    ),
+    ("US", &["美国", "United States", "United States of America", "USA", "America"]),
     ("JP", &["日本", "Japan"]),
-    (
-        "KR",
-        &[
-            "韩国",
-            "南韩",
-            "South Korea",
-            "Korea",
-            "Republic of Korea",
-            "Korea Republic of",
-        ],
-    ),
+    ("KR", &["韩国", "南韩", "South Korea", "Korea", "Republic of Korea", "Korea Republic of"]),
     ("KP", &["朝鲜", "北韩", "North Korea", "DPRK"]),
     ("SG", &["新加坡", "Singapore"]),
     ("MY", &["马来西亚", "Malaysia"]),
@@ -123,10 +78,7 @@ const COUNTRIES: &[(&str, &[&str])] = &[
     ("GE", &["格鲁吉亚", "Georgia"]),
     ("AM", &["亚美尼亚", "Armenia"]),
     ("AZ", &["阿塞拜疆", "Azerbaijan"]),
-    (
-        "AE",
-        &["阿联酋", "阿拉伯联合酋长国", "United Arab Emirates", "UAE"],
-    ),
+    ("AE", &["阿联酋", "阿拉伯联合酋长国", "United Arab Emirates", "UAE"]),
     ("SA", &["沙特阿拉伯", "沙特", "Saudi Arabia"]),
     ("IL", &["以色列", "Israel"]),
     ("PS", &["巴勒斯坦", "Palestine"]),
@@ -150,10 +102,7 @@ const COUNTRIES: &[(&str, &[&str])] = &[
     ("TZ", &["坦桑尼亚", "Tanzania"]),
     ("UG", &["乌干达", "Uganda"]),
     ("CI", &["科特迪瓦", "Côte d'Ivoire", "Ivory Coast"]),
-    (
-        "CD",
-        &["刚果金", "DR Congo", "Democratic Republic of the Congo"],
-    ),
+    ("CD", &["刚果金", "DR Congo", "Democratic Republic of the Congo"]),
     ("CG", &["刚果布", "Republic of the Congo"]),
     ("AO", &["安哥拉", "Angola"]),
     ("ZM", &["赞比亚", "Zambia"]),
@@ -165,17 +114,7 @@ const COUNTRIES: &[(&str, &[&str])] = &[
     ("MA", &["摩洛哥", "Morocco"]),
     ("DZ", &["阿尔及利亚", "Algeria"]),
     ("TN", &["突尼斯", "Tunisia"]),
-    (
-        "GB",
-        &[
-            "英国",
-            "United Kingdom",
-            "UK",
-            "Great Britain",
-            "Britain",
-            "England",
-        ],
-    ),
+    ("GB", &["英国", "United Kingdom", "UK", "Great Britain", "Britain", "England"]),
     ("IE", &["爱尔兰", "Ireland"]),
     ("DE", &["德国", "Germany"]),
     ("FR", &["法国", "France"]),
@@ -209,10 +148,7 @@ const COUNTRIES: &[(&str, &[&str])] = &[
     ("BA", &["波黑", "Bosnia and Herzegovina"]),
     ("ME", &["黑山", "Montenegro"]),
     ("AL", &["阿尔巴尼亚", "Albania"]),
-    (
-        "MK",
-        &["马其顿", "北马其顿", "North Macedonia", "Macedonia"],
-    ),
+    ("MK", &["马其顿", "北马其顿", "North Macedonia", "Macedonia"]),
     ("UA", &["乌克兰", "Ukraine"]),
     ("BY", &["白俄罗斯", "Belarus"]),
     ("MD", &["摩尔多瓦", "Moldova"]),
@@ -280,10 +216,7 @@ const PROVINCES: &[(&str, &[&str])] = &[
     ("甘肃", &["Gansu"]),
     ("青海", &["Qinghai"]),
     ("台湾", &["Taiwan"]),
-    (
-        "内蒙古",
-        &["Inner Mongolia", "Nei Mongol", "Neimenggu", "Nei Menggu"],
-    ),
+    ("内蒙古", &["Inner Mongolia", "Nei Mongol", "Neimenggu", "Nei Menggu"]),
     ("广西", &["Guangxi"]),
     ("西藏", &["Tibet", "Xizang"]),
     ("宁夏", &["Ningxia"]),
@@ -364,18 +297,7 @@ const CITIES: &[(&str, &[&str])] = &[
 
 /// Carriers: canonical name → every spelling seen in geo files and node records.
 const ISPS: &[(&str, &[&str])] = &[
-    (
-        "电信",
-        &[
-            "电信",
-            "中国电信",
-            "China Telecom",
-            "Chinanet",
-            "CHINANET-BACKBONE",
-            "CT",
-            "CN2",
-        ],
-    ),
+    ("电信", &["电信", "中国电信", "China Telecom", "Chinanet", "CHINANET-BACKBONE", "CT", "CN2"]),
     (
         "联通",
         &[
@@ -393,47 +315,12 @@ const ISPS: &[(&str, &[&str])] = &[
             "China169",
         ],
     ),
-    (
-        "移动",
-        &["移动", "中国移动", "China Mobile", "CM", "CMCC", "CMNET"],
-    ),
-    (
-        "铁通",
-        &[
-            "铁通",
-            "中国铁通",
-            "China Tietong",
-            "Tietong",
-            "CTT",
-            "China Railcom",
-        ],
-    ),
-    (
-        "广电",
-        &[
-            "广电",
-            "中国广电",
-            "China Broadnet",
-            "CBN",
-            "China Broadcasting Network",
-        ],
-    ),
-    (
-        "教育网",
-        &[
-            "教育网",
-            "中国教育网",
-            "中国教育和科研计算机网",
-            "CERNET",
-            "CERNET2",
-            "EDU",
-        ],
-    ),
+    ("移动", &["移动", "中国移动", "China Mobile", "CM", "CMCC", "CMNET"]),
+    ("铁通", &["铁通", "中国铁通", "China Tietong", "Tietong", "CTT", "China Railcom"]),
+    ("广电", &["广电", "中国广电", "China Broadnet", "CBN", "China Broadcasting Network"]),
+    ("教育网", &["教育网", "中国教育网", "中国教育和科研计算机网", "CERNET", "CERNET2", "EDU"]),
     ("科技网", &["科技网", "中国科技网", "CSTNET"]),
-    (
-        "鹏博士",
-        &["鹏博士", "鹏博士宽带", "Dr.Peng", "Dr Peng", "DrPeng"],
-    ),
+    ("鹏博士", &["鹏博士", "鹏博士宽带", "Dr.Peng", "Dr Peng", "DrPeng"]),
     ("长城宽带", &["长城宽带", "GWBN", "Great Wall Broadband"]),
     ("BGP", &["BGP", "多线", "BGP多线"]),
     ("阿里云", &["阿里云", "Aliyun", "Alibaba Cloud"]),
@@ -441,10 +328,7 @@ const ISPS: &[(&str, &[&str])] = &[
     ("华为云", &["华为云", "Huawei Cloud"]),
 ];
 
-fn table(
-    rows: &'static [(&'static str, &'static [&'static str])],
-    with_key: bool,
-) -> HashMap<String, &'static str> {
+fn table(rows: &'static [(&'static str, &'static [&'static str])], with_key: bool) -> HashMap<String, &'static str> {
     let mut m = HashMap::new();
     for (canon, names) in rows {
         if with_key {
@@ -457,10 +341,8 @@ fn table(
     m
 }
 
-static COUNTRY_MAP: LazyLock<HashMap<String, &'static str>> =
-    LazyLock::new(|| table(COUNTRIES, true));
-static PROVINCE_MAP: LazyLock<HashMap<String, &'static str>> =
-    LazyLock::new(|| table(PROVINCES, true));
+static COUNTRY_MAP: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| table(COUNTRIES, true));
+static PROVINCE_MAP: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| table(PROVINCES, true));
 static CITY_MAP: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| table(CITIES, false));
 static ISP_MAP: LazyLock<HashMap<String, &'static str>> = LazyLock::new(|| table(ISPS, true));
 
@@ -551,10 +433,7 @@ mod tests {
     fn country_table_is_large_enough_and_uses_iso_codes() {
         assert!(COUNTRIES.len() >= 60, "only {} countries", COUNTRIES.len());
         for (code, _) in COUNTRIES {
-            assert!(
-                code.len() == 2 && code.bytes().all(|b| b.is_ascii_uppercase()),
-                "{code} is not an alpha-2 code"
-            );
+            assert!(code.len() == 2 && code.bytes().all(|b| b.is_ascii_uppercase()), "{code} is not an alpha-2 code");
         }
         assert_eq!(PROVINCES.len(), 34);
     }

@@ -67,16 +67,10 @@ mod tests {
 
     #[test]
     fn bench_lookup_runs_on_a_small_file_and_is_fast() {
-        let ranges: Vec<_> = (0..5000u128)
-            .map(|i| (i << 18, (i << 18) + 1000, format!("R{}", i % 50)))
-            .collect();
+        let ranges: Vec<_> = (0..5000u128).map(|i| (i << 18, (i << 18) + 1000, format!("R{}", i % 50))).collect();
         let xdb = Xdb::from_bytes(write_xdb_at(IpVersion::V4, &ranges, 0).unwrap()).unwrap();
         let t = bench_lookup(&xdb, 20_000);
-        let limit = if cfg!(debug_assertions) {
-            20_000
-        } else {
-            1_000
-        };
+        let limit = if cfg!(debug_assertions) { 20_000 } else { 1_000 };
         assert!(t.as_nanos() < limit, "{t:?} per lookup");
         assert_eq!(bench_addresses(&xdb, 10, 1), bench_addresses(&xdb, 10, 1));
     }

@@ -171,48 +171,22 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
         GeoCommand::Lookup { ips, raw, file } => {
             let geo = match &file {
                 Some(f) => GeoDb::try_load(Some(f), None)?,
-                None => GeoDb::load(
-                    config.geo.ipv4_path.as_deref(),
-                    config.geo.ipv6_path.as_deref(),
-                ),
+                None => GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref()),
             };
             Ok(lookup(&geo, &ips, raw))
         }
-        GeoCommand::Build {
-            from,
-            out,
-            out_v6,
-            format,
-        } => build(&from, &out, out_v6.as_deref(), format.map(Format::from)),
-        GeoCommand::Diff {
-            old,
-            new,
-            sample,
-            seed,
-            top,
-            json,
-        } => {
+        GeoCommand::Build { from, out, out_v6, format } => {
+            build(&from, &out, out_v6.as_deref(), format.map(Format::from))
+        }
+        GeoCommand::Diff { old, new, sample, seed, top, json } => {
             let (a, b) = tokio::task::spawn_blocking(move || {
-                Ok::<_, GeoError>((
-                    GeoDb::try_load(Some(&old), None)?,
-                    GeoDb::try_load(Some(&new), None)?,
-                ))
+                Ok::<_, GeoError>((GeoDb::try_load(Some(&old), None)?, GeoDb::try_load(Some(&new), None)?))
             })
             .await
             .map_err(|e| GeoError::Usage(e.to_string()))??;
-            let opts = DiffOptions {
-                sample,
-                seed,
-                top,
-                list_ranges: top,
-                ..DiffOptions::default()
-            };
+            let opts = DiffOptions { sample, seed, top, list_ranges: top, ..DiffOptions::default() };
             let report = diff_geo(&a, &b, &opts);
-            Ok(if json {
-                serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
-            } else {
-                report.render()
-            })
+            Ok(if json { serde_json::to_string_pretty(&report).unwrap_or_default() + "\n" } else { report.render() })
         }
         GeoCommand::Partitions { top, no_overrides } => partitions(config, top, no_overrides).await,
         GeoCommand::Override { command, api } => {
@@ -226,10 +200,7 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
         GeoCommand::Bench { file, n } => {
             let geo = match &file {
                 Some(f) => GeoDb::try_load(Some(f), None)?,
-                None => GeoDb::try_load(
-                    config.geo.ipv4_path.as_deref(),
-                    config.geo.ipv6_path.as_deref(),
-                )?,
+                None => GeoDb::try_load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref())?,
             };
             let mut out = String::new();
             for x in [geo.v4(), geo.v6()].into_iter().flatten() {
@@ -241,17 +212,11 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
                     x.len(),
                     n,
                     t.as_nanos(),
-                    if cfg!(debug_assertions) {
-                        " (debug build)"
-                    } else {
-                        ""
-                    }
+                    if cfg!(debug_assertions) { " (debug build)" } else { "" }
                 );
             }
             if out.is_empty() {
-                return Err(GeoError::Usage(
-                    "no geo file to measure: set GEOIP_PATH or pass --file".into(),
-                ));
+                return Err(GeoError::Usage("no geo file to measure: set GEOIP_PATH or pass --file".into()));
             }
             Ok(out)
         }
@@ -263,11 +228,7 @@ fn lookup(geo: &GeoDb, ips: &[IpAddr], raw: bool) -> String {
     for ip in ips {
         let hit = geo.lookup(*ip);
         if raw {
-            let _ = writeln!(
-                out,
-                "{ip}\t{}",
-                hit.as_ref().map_or("", |h| h.region.as_str())
-            );
+            let _ = writeln!(out, "{ip}\t{}", hit.as_ref().map_or("", |h| h.region.as_str()));
             continue;
         }
         match hit {
@@ -275,11 +236,7 @@ fn lookup(geo: &GeoDb, ips: &[IpAddr], raw: bool) -> String {
                 let _ = writeln!(
                     out,
                     "{ip}\tcountry={} province={} city={} isp={}\t({})",
-                    h.location.country,
-                    h.location.province,
-                    h.location.city,
-                    h.location.isp,
-                    h.region
+                    h.location.country, h.location.province, h.location.city, h.location.isp, h.region
                 );
             }
             None => {
@@ -293,27 +250,14 @@ fn lookup(geo: &GeoDb, ips: &[IpAddr], raw: bool) -> String {
 /// `lagran geo build`: reads `from` (any format; `format` forces one), writes the IPv4
 /// ranges to `out` and the IPv6 ones to `out_v6` (or to `out` when there is no IPv4),
 /// reads each written file back, and reports what was written.
-pub fn build(
-    from: &Path,
-    out: &Path,
-    out_v6: Option<&Path>,
-    format: Option<Format>,
-) -> Result<String, GeoError> {
-    let bytes = std::fs::read(from).map_err(|source| GeoError::Io {
-        path: from.to_path_buf(),
-        source,
-    })?;
+pub fn build(from: &Path, out: &Path, out_v6: Option<&Path>, format: Option<Format>) -> Result<String, GeoError> {
+    let bytes = std::fs::read(from).map_err(|source| GeoError::Io { path: from.to_path_buf(), source })?;
     let format = match format {
         Some(f) => f,
         None => formats::detect(from, &bytes).map_err(|e| e.in_file(from))?,
     };
     let ranges = formats::parse_ranges(&bytes, format).map_err(|e| e.in_file(from))?;
-    let mut report = format!(
-        "read {} ({}): {} records\n",
-        from.display(),
-        format,
-        ranges.stats.records
-    );
+    let mut report = format!("read {} ({}): {} records\n", from.display(), format, ranges.stats.records);
     for s in &ranges.stats.skipped {
         let _ = writeln!(report, "  skipped: {s}");
     }
@@ -322,21 +266,15 @@ pub fn build(
     let mut targets: Vec<Target> = Vec::new();
     match (ranges.v4.is_empty(), ranges.v6.is_empty(), out_v6) {
         (true, true, _) => {
-            return Err(GeoError::Usage(format!(
-                "{} holds no ranges",
-                from.display()
-            )));
+            return Err(GeoError::Usage(format!("{} holds no ranges", from.display())));
         }
         (false, _, _) => {
             targets.push((IpVersion::V4, &ranges.v4, out));
             match (ranges.v6.is_empty(), out_v6) {
                 (false, Some(p)) => targets.push((IpVersion::V6, &ranges.v6, p)),
                 (false, None) => {
-                    let _ = writeln!(
-                        report,
-                        "  note: {} IPv6 ranges not written (give --out-v6 FILE)",
-                        ranges.v6.len()
-                    );
+                    let _ =
+                        writeln!(report, "  note: {} IPv6 ranges not written (give --out-v6 FILE)", ranges.v6.len());
                 }
                 _ => {}
             }
@@ -348,10 +286,7 @@ pub fn build(
         // Read back what was written: the file must be valid for our reader.
         let check = Xdb::from_bytes(bytes.clone())
             .map_err(|e| GeoError::Usage(format!("the written xdb does not read back: {e}")))?;
-        std::fs::write(path, &bytes).map_err(|source| GeoError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        std::fs::write(path, &bytes).map_err(|source| GeoError::Io { path: path.to_path_buf(), source })?;
         let _ = writeln!(
             report,
             "wrote {}: {version}, {} ranges ({} segments after the /16 split), {} bytes",
@@ -367,13 +302,8 @@ pub fn build(
 /// CIDR prefixes needed to cover an inclusive range of a family.
 pub fn prefix_count(version: IpVersion, start: u128, end: u128) -> usize {
     match version {
-        IpVersion::V4 => {
-            ipnet::Ipv4Subnets::new(Ipv4Addr::from(start as u32), Ipv4Addr::from(end as u32), 0)
-                .count()
-        }
-        IpVersion::V6 => {
-            ipnet::Ipv6Subnets::new(Ipv6Addr::from(start), Ipv6Addr::from(end), 0).count()
-        }
+        IpVersion::V4 => ipnet::Ipv4Subnets::new(Ipv4Addr::from(start as u32), Ipv4Addr::from(end as u32), 0).count(),
+        IpVersion::V6 => ipnet::Ipv6Subnets::new(Ipv6Addr::from(start), Ipv6Addr::from(end), 0).count(),
     }
 }
 
@@ -396,11 +326,7 @@ pub fn partition_rows(t: &PartitionTable) -> Vec<PartitionRow> {
     let mut rows: Vec<PartitionRow> = counts
         .iter()
         .enumerate()
-        .map(|(id, &ranges)| PartitionRow {
-            id: id as u32,
-            ranges,
-            ..Default::default()
-        })
+        .map(|(id, &ranges)| PartitionRow { id: id as u32, ranges, ..Default::default() })
         .collect();
     for &(s, e, id) in t.v4_ranges() {
         let r = &mut rows[id as usize];
@@ -410,20 +336,12 @@ pub fn partition_rows(t: &PartitionTable) -> Vec<PartitionRow> {
     for &(s, e, id) in t.v6_ranges() {
         rows[id as usize].prefixes += prefix_count(IpVersion::V6, s, e);
     }
-    rows.sort_by(|a, b| {
-        b.ranges
-            .cmp(&a.ranges)
-            .then(b.prefixes.cmp(&a.prefixes))
-            .then(a.id.cmp(&b.id))
-    });
+    rows.sort_by(|a, b| b.ranges.cmp(&a.ranges).then(b.prefixes.cmp(&a.prefixes)).then(a.id.cmp(&b.id)));
     rows
 }
 
 async fn partitions(config: &Config, top: usize, no_overrides: bool) -> Result<String, GeoError> {
-    let geo = GeoDb::load(
-        config.geo.ipv4_path.as_deref(),
-        config.geo.ipv6_path.as_deref(),
-    );
+    let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
     let mut out = String::new();
     let mut overrides: Vec<Override> = Vec::new();
     if !no_overrides {
@@ -452,16 +370,8 @@ async fn partitions(config: &Config, top: usize, no_overrides: bool) -> Result<S
         t.v6_ranges().len(),
         total_prefixes
     );
-    let _ = writeln!(
-        out,
-        "{:>6} {:>8} {:>9} {:>14}  LOCATION",
-        "ID", "RANGES", "PREFIXES", "IPV4_ADDRS"
-    );
-    let shown = if top == 0 {
-        rows.len()
-    } else {
-        top.min(rows.len())
-    };
+    let _ = writeln!(out, "{:>6} {:>8} {:>9} {:>14}  LOCATION", "ID", "RANGES", "PREFIXES", "IPV4_ADDRS");
+    let shown = if top == 0 { rows.len() } else { top.min(rows.len()) };
     for r in &rows[..shown] {
         let loc = &t.locations()[r.id as usize];
         let name = if r.id == crate::partition::UNKNOWN {
@@ -469,11 +379,7 @@ async fn partitions(config: &Config, top: usize, no_overrides: bool) -> Result<S
         } else {
             tuple_text(loc)
         };
-        let _ = writeln!(
-            out,
-            "{:>6} {:>8} {:>9} {:>14}  {name}",
-            r.id, r.ranges, r.prefixes, r.v4_addresses
-        );
+        let _ = writeln!(out, "{:>6} {:>8} {:>9} {:>14}  {name}", r.id, r.ranges, r.prefixes, r.v4_addresses);
     }
     if shown < rows.len() {
         let _ = writeln!(out, "… {} more (--top 0 lists all)", rows.len() - shown);
@@ -496,11 +402,7 @@ fn api_client(config: &Config, api: Option<&str>) -> ApiClient {
             format!("http://{addr}")
         }
     };
-    ApiClient::new(
-        &base,
-        config.admin_token.clone(),
-        config.agent_token.clone(),
-    )
+    ApiClient::new(&base, config.admin_token.clone(), config.agent_token.clone())
 }
 
 fn api_error(method: &'static str, client: &ApiClient, path: &str, r: &ApiResponse) -> GeoError {
@@ -546,18 +448,8 @@ async fn override_cmd(client: &ApiClient, cmd: OverrideCommand) -> Result<String
             }
             Ok(out)
         }
-        OverrideCommand::Add {
-            prefix,
-            country,
-            province,
-            city,
-            isp,
-            note,
-            by,
-        } => {
-            let by = by
-                .or_else(|| std::env::var("USER").ok())
-                .unwrap_or_else(|| "cli".into());
+        OverrideCommand::Add { prefix, country, province, city, isp, note, by } => {
+            let by = by.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
             let body = json!({
                 "prefix": prefix.trim(), "country": country, "province": province, "city": city,
                 "isp": isp, "note": note, "created_by": by,
@@ -568,11 +460,7 @@ async fn override_cmd(client: &ApiClient, cmd: OverrideCommand) -> Result<String
             }
             Ok(format!(
                 "{} override:\n{}\n",
-                if r.status == 201 {
-                    "created"
-                } else {
-                    "replaced"
-                },
+                if r.status == 201 { "created" } else { "replaced" },
                 override_row(&r.body)
             ))
         }
@@ -607,11 +495,7 @@ fn render_reload(body: &Value) -> String {
         }
         for (title, list) in [("by province", diff.by_province), ("by ISP", diff.by_isp)] {
             if !list.is_empty() {
-                let items: Vec<String> = list
-                    .iter()
-                    .take(10)
-                    .map(|c| format!("{} {}", c.name, c.count))
-                    .collect();
+                let items: Vec<String> = list.iter().take(10).map(|c| format!("{} {}", c.name, c.count)).collect();
                 let _ = writeln!(out, "  {title}: {}", items.join(", "));
             }
         }
@@ -646,17 +530,13 @@ struct CountView {
 
 async fn reload_cmd(client: &ApiClient, force: bool) -> Result<String, GeoError> {
     const PATH: &str = "/api/v1/geo/reload";
-    let r = client
-        .request(Method::POST, PATH, Some(&json!({ "force": force })))
-        .await?;
+    let r = client.request(Method::POST, PATH, Some(&json!({ "force": force }))).await?;
     if r.ok() {
         return Ok(render_reload(&r.body));
     }
     if r.status == 409 && r.body.get("accepted").is_some() {
         // Refused: show the report, fail the command.
-        return Err(GeoError::Reload(
-            render_reload(&r.body).trim_end().to_string(),
-        ));
+        return Err(GeoError::Reload(render_reload(&r.body).trim_end().to_string()));
     }
     Err(api_error("POST", client, PATH, &r))
 }
@@ -686,23 +566,21 @@ mod tests {
         .unwrap();
         let out = dir.path().join("a.xdb");
         let report = build(&src, &out, None, None).unwrap();
-        assert!(
-            report.contains("3 ranges") && report.contains("ip2region source"),
-            "{report}"
-        );
+        assert!(report.contains("3 ranges") && report.contains("ip2region source"), "{report}");
         let db = GeoDb::try_load(Some(&out), None).unwrap();
         assert_eq!(
             db.lookup("58.60.0.1".parse().unwrap()).unwrap().location,
             crate::geo::Location::new("CN", "广东", "深圳", "电信")
         );
         // raw lookup prints the region exactly as stored
-        assert_eq!(
-            lookup(&db, &["58.60.0.1".parse().unwrap()], true),
-            "58.60.0.1\t中国|0|广东省|深圳市|电信\n"
-        );
+        assert_eq!(lookup(&db, &["58.60.0.1".parse().unwrap()], true), "58.60.0.1\t中国|0|广东省|深圳市|电信\n");
 
         let csv = dir.path().join("mixed.csv");
-        std::fs::write(&csv, "cidr,country,province,city,isp\n1.0.1.0/24,CN,福建,福州,电信\n240e::/20,CN,广东,深圳,电信\n").unwrap();
+        std::fs::write(
+            &csv,
+            "cidr,country,province,city,isp\n1.0.1.0/24,CN,福建,福州,电信\n240e::/20,CN,广东,深圳,电信\n",
+        )
+        .unwrap();
         let (o4, o6) = (dir.path().join("c4.xdb"), dir.path().join("c6.xdb"));
         let report = build(&csv, &o4, None, None).unwrap();
         assert!(report.contains("IPv6 ranges not written"), "{report}");
@@ -711,12 +589,7 @@ mod tests {
 
         let empty = dir.path().join("empty.csv");
         std::fs::write(&empty, "# nothing\n").unwrap();
-        assert!(
-            build(&empty, &o4, None, None)
-                .unwrap_err()
-                .to_string()
-                .contains("holds no ranges")
-        );
+        assert!(build(&empty, &o4, None, None).unwrap_err().to_string().contains("holds no ranges"));
         let bad = dir.path().join("bad.txt");
         std::fs::write(&bad, "1.0.0.0|1.0.0.255|a\n1.0.0.9|x|b\n").unwrap();
         let e = build(&bad, &o4, None, None).unwrap_err().to_string();
@@ -727,31 +600,14 @@ mod tests {
     fn partition_rows_count_ranges_and_prefixes() {
         let ip = |s: &str| u128::from(u32::from(s.parse::<Ipv4Addr>().unwrap()));
         let ranges = vec![
-            (
-                ip("1.0.0.0"),
-                ip("1.0.0.255"),
-                "中国|0|广东省|深圳市|电信".to_string(),
-            ),
-            (
-                ip("2.0.0.0"),
-                ip("2.0.0.2"),
-                "中国|0|广东省|深圳市|电信".to_string(),
-            ),
+            (ip("1.0.0.0"), ip("1.0.0.255"), "中国|0|广东省|深圳市|电信".to_string()),
+            (ip("2.0.0.0"), ip("2.0.0.2"), "中国|0|广东省|深圳市|电信".to_string()),
         ];
-        let geo = GeoDb::from_xdbs(
-            Some(Xdb::from_bytes(write_xdb(IpVersion::V4, &ranges).unwrap()).unwrap()),
-            None,
-        );
+        let geo = GeoDb::from_xdbs(Some(Xdb::from_bytes(write_xdb(IpVersion::V4, &ranges).unwrap()).unwrap()), None);
         let t = PartitionTable::build(&geo, &[]);
         let rows = partition_rows(&t);
-        let sz = rows
-            .iter()
-            .find(|r| t.locations()[r.id as usize].city == "深圳")
-            .unwrap();
+        let sz = rows.iter().find(|r| t.locations()[r.id as usize].city == "深圳").unwrap();
         assert_eq!((sz.ranges, sz.prefixes, sz.v4_addresses), (2, 3, 259));
-        assert_eq!(
-            rows.iter().map(|r| r.ranges).sum::<usize>(),
-            t.v4_ranges().len() + t.v6_ranges().len()
-        );
+        assert_eq!(rows.iter().map(|r| r.ranges).sum::<usize>(), t.v4_ranges().len() + t.v6_ranges().len());
     }
 }

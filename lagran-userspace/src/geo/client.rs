@@ -39,14 +39,13 @@ impl ApiResponse {
     /// The API's `error` message, or the body as text.
     pub fn error_text(&self) -> String {
         match &self.body {
-            Value::Object(o) => match (
-                o.get("error").and_then(Value::as_str),
-                o.get("field").and_then(Value::as_str),
-            ) {
-                (Some(e), Some(f)) => format!("{e} (field {f})"),
-                (Some(e), None) => e.to_string(),
-                _ => self.body.to_string(),
-            },
+            Value::Object(o) => {
+                match (o.get("error").and_then(Value::as_str), o.get("field").and_then(Value::as_str)) {
+                    (Some(e), Some(f)) => format!("{e} (field {f})"),
+                    (Some(e), None) => e.to_string(),
+                    _ => self.body.to_string(),
+                }
+            }
             Value::String(s) => s.clone(),
             other => other.to_string(),
         }
@@ -58,11 +57,7 @@ impl ApiClient {
     /// `host:port` gets `http://`).
     pub fn new(base: &str, admin_token: Option<String>, agent_token: Option<String>) -> ApiClient {
         let base = base.trim().trim_end_matches('/');
-        let base = if base.contains("://") {
-            base.to_string()
-        } else {
-            format!("http://{base}")
-        };
+        let base = if base.contains("://") { base.to_string() } else { format!("http://{base}") };
         ApiClient {
             base,
             admin_token: admin_token.filter(|t| !t.is_empty()),
@@ -76,12 +71,7 @@ impl ApiClient {
     }
 
     /// Sends one request; any HTTP status is an `Ok` answer, transport problems are errors.
-    pub async fn request(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<ApiResponse, GeoError> {
+    pub async fn request(&self, method: Method, path: &str, body: Option<&Value>) -> Result<ApiResponse, GeoError> {
         let url = format!("{}{path}", self.base);
         let m: &'static str = match method {
             Method::GET => "GET",
@@ -91,11 +81,7 @@ impl ApiClient {
             Method::PATCH => "PATCH",
             _ => "HTTP",
         };
-        let fail = |reason: String| GeoError::Client {
-            method: m,
-            url: url.clone(),
-            reason,
-        };
+        let fail = |reason: String| GeoError::Client { method: m, url: url.clone(), reason };
         if !url.starts_with("http://") {
             return Err(fail("only http:// API addresses are supported".into()));
         }
@@ -140,19 +126,9 @@ mod tests {
         // Port 9 (discard) on loopback: nothing listens there in the test environment.
         let c = ApiClient::new("127.0.0.1:9/", None, None);
         assert_eq!(c.base(), "http://127.0.0.1:9");
-        let e = c
-            .request(Method::GET, "/api/v1/geo/overrides", None)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("GET http://127.0.0.1:9/api/v1/geo/overrides") && e.contains("lagran serve"),
-            "{e}"
-        );
-        let e = ApiClient::new("https://x", None, None)
-            .request(Method::GET, "/", None)
-            .await
-            .unwrap_err();
+        let e = c.request(Method::GET, "/api/v1/geo/overrides", None).await.unwrap_err().to_string();
+        assert!(e.contains("GET http://127.0.0.1:9/api/v1/geo/overrides") && e.contains("lagran serve"), "{e}");
+        let e = ApiClient::new("https://x", None, None).request(Method::GET, "/", None).await.unwrap_err();
         assert!(e.to_string().contains("only http://"), "{e}");
     }
 }

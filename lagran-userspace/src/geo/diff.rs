@@ -55,14 +55,7 @@ pub struct DiffOptions {
 
 impl Default for DiffOptions {
     fn default() -> Self {
-        DiffOptions {
-            sample: DEFAULT_SAMPLE,
-            seed: DEFAULT_SEED,
-            v4: true,
-            v6: true,
-            top: 20,
-            list_ranges: 50,
-        }
+        DiffOptions { sample: DEFAULT_SAMPLE, seed: DEFAULT_SEED, v4: true, v6: true, top: 20, list_ranges: 50 }
     }
 }
 
@@ -148,9 +141,7 @@ pub fn diff_geo(old: &GeoDb, new: &GeoDb, opts: &DiffOptions) -> DiffReport {
 }
 
 fn widen(v: &[(u32, u32, u32)]) -> Vec<(u128, u128, u32)> {
-    v.iter()
-        .map(|&(s, e, id)| (u128::from(s), u128::from(e), id))
-        .collect()
+    v.iter().map(|&(s, e, id)| (u128::from(s), u128::from(e), id)).collect()
 }
 
 fn addr_text(version: IpVersion, a: u128) -> String {
@@ -175,16 +166,10 @@ fn range_diff(
     while i < old.len() && j < new.len() {
         let (a, b) = (old[i], new[j]);
         let end = a.1.min(b.1);
-        let eq = *same
-            .entry((a.2, b.2))
-            .or_insert_with(|| old_locs.get(a.2 as usize) == new_locs.get(b.2 as usize));
+        let eq = *same.entry((a.2, b.2)).or_insert_with(|| old_locs.get(a.2 as usize) == new_locs.get(b.2 as usize));
         if !eq && cur <= end {
             match out.last_mut() {
-                Some(last)
-                    if last.2 == a.2 && last.3 == b.2 && last.1.checked_add(1) == Some(cur) =>
-                {
-                    last.1 = end
-                }
+                Some(last) if last.2 == a.2 && last.3 == b.2 && last.1.checked_add(1) == Some(cur) => last.1 = end,
                 _ => out.push((cur, end, a.2, b.2)),
             }
         }
@@ -203,29 +188,18 @@ fn range_diff(
 }
 
 fn unknown_name(s: &str) -> String {
-    if s.is_empty() {
-        "(unknown)".to_string()
-    } else {
-        s.to_string()
-    }
+    if s.is_empty() { "(unknown)".to_string() } else { s.to_string() }
 }
 
 fn top_counts(map: HashMap<String, usize>, top: usize) -> Vec<Count> {
-    let mut v: Vec<Count> = map
-        .into_iter()
-        .map(|(name, count)| Count { name, count })
-        .collect();
+    let mut v: Vec<Count> = map.into_iter().map(|(name, count)| Count { name, count }).collect();
     v.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
     v.truncate(top);
     v
 }
 
 /// Compares two partition tables (see the module docs).
-pub fn diff_partitions(
-    old: &PartitionTable,
-    new: &PartitionTable,
-    opts: &DiffOptions,
-) -> DiffReport {
+pub fn diff_partitions(old: &PartitionTable, new: &PartitionTable, opts: &DiffOptions) -> DiffReport {
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let mut families = Vec::new();
     let mut changed_ranges = Vec::new();
@@ -239,14 +213,8 @@ pub fn diff_partitions(
             IpVersion::V4 => opts.v4,
             IpVersion::V6 => opts.v6,
         };
-        let mut fam = FamilyDiff {
-            family: version.to_string(),
-            compared,
-            ranges_changed: 0,
-            sampled: 0,
-            changed: 0,
-            ratio: 0.0,
-        };
+        let mut fam =
+            FamilyDiff { family: version.to_string(), compared, ranges_changed: 0, sampled: 0, changed: 0, ratio: 0.0 };
         if !compared {
             families.push(fam);
             continue;
@@ -258,10 +226,7 @@ pub fn diff_partitions(
         let diffs = range_diff(&a, &b, ol, nl);
         fam.ranges_changed = diffs.len();
         ranges_changed += diffs.len();
-        for &(s, e, x, y) in diffs
-            .iter()
-            .take(opts.list_ranges.saturating_sub(changed_ranges.len()))
-        {
+        for &(s, e, x, y) in diffs.iter().take(opts.list_ranges.saturating_sub(changed_ranges.len())) {
             changed_ranges.push(ChangedRange {
                 start: addr_text(version, s),
                 end: addr_text(version, e),
@@ -273,12 +238,7 @@ pub fn diff_partitions(
         // The sample.
         let known: Vec<(u128, u128)> = match version {
             IpVersion::V4 => Vec::new(),
-            IpVersion::V6 => a
-                .iter()
-                .chain(&b)
-                .filter(|r| r.2 != UNKNOWN)
-                .map(|r| (r.0, r.1))
-                .collect(),
+            IpVersion::V6 => a.iter().chain(&b).filter(|r| r.2 != UNKNOWN).map(|r| (r.0, r.1)).collect(),
         };
         let lookup = |t: &[(u128, u128, u32)], addr: u128| -> u32 {
             let i = t.partition_point(|r| r.0 <= addr).saturating_sub(1);
@@ -309,9 +269,7 @@ pub fn diff_partitions(
             }
             fam.changed += 1;
             let pick = |f: &str, t: &str| unknown_name(if f.is_empty() { t } else { f });
-            *by_province
-                .entry(pick(&from.province, &to.province))
-                .or_default() += 1;
+            *by_province.entry(pick(&from.province, &to.province)).or_default() += 1;
             *by_isp.entry(pick(&from.isp, &to.isp)).or_default() += 1;
             *transitions.entry((from.clone(), to.clone())).or_default() += 1;
         }
@@ -320,15 +278,9 @@ pub fn diff_partitions(
         }
         families.push(fam);
     }
-    let mut trans: Vec<Transition> = transitions
-        .into_iter()
-        .map(|((from, to), count)| Transition { from, to, count })
-        .collect();
-    trans.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then_with(|| (&a.from, &a.to).cmp(&(&b.from, &b.to)))
-    });
+    let mut trans: Vec<Transition> =
+        transitions.into_iter().map(|((from, to), count)| Transition { from, to, count }).collect();
+    trans.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| (&a.from, &a.to).cmp(&(&b.from, &b.to))));
     trans.truncate(opts.top);
     DiffReport {
         ranges_changed,
@@ -346,19 +298,9 @@ pub fn diff_partitions(
 /// A tuple as `CN/广东/深圳/电信`, `-` for unknown fields.
 pub fn tuple_text(l: &Location) -> String {
     let f = |s: &str| {
-        if s.is_empty() {
-            "-".to_string()
-        } else {
-            s.to_string()
-        }
+        if s.is_empty() { "-".to_string() } else { s.to_string() }
     };
-    format!(
-        "{}/{}/{}/{}",
-        f(&l.country),
-        f(&l.province),
-        f(&l.city),
-        f(&l.isp)
-    )
+    format!("{}/{}/{}/{}", f(&l.country), f(&l.province), f(&l.city), f(&l.isp))
 }
 
 impl DiffReport {
@@ -402,31 +344,14 @@ impl DiffReport {
         if !self.transitions.is_empty() {
             let _ = writeln!(o, "most frequent changes:");
             for t in &self.transitions {
-                let _ = writeln!(
-                    o,
-                    "  {:>8}  {} -> {}",
-                    t.count,
-                    tuple_text(&t.from),
-                    tuple_text(&t.to)
-                );
+                let _ = writeln!(o, "  {:>8}  {} -> {}", t.count, tuple_text(&t.from), tuple_text(&t.to));
             }
         }
         if !self.changed_ranges.is_empty() {
             let shown = self.changed_ranges.len();
-            let _ = writeln!(
-                o,
-                "changed ranges ({shown} of {} shown):",
-                self.ranges_changed
-            );
+            let _ = writeln!(o, "changed ranges ({shown} of {} shown):", self.ranges_changed);
             for r in &self.changed_ranges {
-                let _ = writeln!(
-                    o,
-                    "  {}-{}  {} -> {}",
-                    r.start,
-                    r.end,
-                    tuple_text(&r.from),
-                    tuple_text(&r.to)
-                );
+                let _ = writeln!(o, "  {}-{}  {} -> {}", r.start, r.end, tuple_text(&r.from), tuple_text(&r.to));
             }
         }
         o
@@ -443,33 +368,17 @@ mod tests {
     }
 
     fn db(ranges: &[(&str, &str, &str)]) -> GeoDb {
-        let r: Vec<_> = ranges
-            .iter()
-            .map(|(s, e, g)| (ip(s), ip(e), g.to_string()))
-            .collect();
-        GeoDb::from_xdbs(
-            Some(Xdb::from_bytes(write_xdb_at(IpVersion::V4, &r, 0).unwrap()).unwrap()),
-            None,
-        )
+        let r: Vec<_> = ranges.iter().map(|(s, e, g)| (ip(s), ip(e), g.to_string())).collect();
+        GeoDb::from_xdbs(Some(Xdb::from_bytes(write_xdb_at(IpVersion::V4, &r, 0).unwrap()).unwrap()), None)
     }
 
     #[test]
     fn identical_data_has_no_change_and_layouts_do_not_count() {
         let a = db(&[("1.0.0.0", "1.255.255.255", "中国|0|广东省|深圳市|电信")]);
         let b = db(&[("1.0.0.0", "1.255.255.255", "中国|华南|广东省|深圳市|电信")]);
-        let r = diff_geo(
-            &a,
-            &b,
-            &DiffOptions {
-                sample: 5000,
-                ..Default::default()
-            },
-        );
+        let r = diff_geo(&a, &b, &DiffOptions { sample: 5000, ..Default::default() });
         assert_eq!((r.ranges_changed, r.changed), (0, 0));
-        assert_eq!(
-            r.sampled, 5000,
-            "IPv4 sampled; IPv6 has no known range on either side"
-        );
+        assert_eq!(r.sampled, 5000, "IPv4 sampled; IPv6 has no known range on either side");
         assert_eq!(r.ratio, 0.0);
     }
 
@@ -487,51 +396,22 @@ mod tests {
             ("3.0.0.0", "3.0.0.255", "中国|0|上海|上海市|电信"),
             ("4.0.0.0", "4.0.0.255", "美国|0|0|0|0"),
         ]);
-        let r = diff_geo(
-            &a,
-            &b,
-            &DiffOptions {
-                sample: 20_000,
-                ..Default::default()
-            },
-        );
+        let r = diff_geo(&a, &b, &DiffOptions { sample: 20_000, ..Default::default() });
         assert_eq!(r.ranges_changed, 3, "{}", r.render());
         assert_eq!(
-            r.changed_ranges
-                .iter()
-                .map(|c| (c.start.as_str(), c.end.as_str()))
-                .collect::<Vec<_>>(),
-            vec![
-                ("1.128.0.0", "1.255.255.255"),
-                ("3.0.0.0", "3.0.0.255"),
-                ("4.0.0.0", "4.0.0.255")
-            ]
+            r.changed_ranges.iter().map(|c| (c.start.as_str(), c.end.as_str())).collect::<Vec<_>>(),
+            vec![("1.128.0.0", "1.255.255.255"), ("3.0.0.0", "3.0.0.255"), ("4.0.0.0", "4.0.0.255")]
         );
         // 1.128/9 is 2^23 of ~3.7e9 public addresses: about 0.23 % of the sample.
-        assert!(
-            r.changed > 0 && r.ratio > 0.001 && r.ratio < 0.005,
-            "{}",
-            r.render()
-        );
+        assert!(r.changed > 0 && r.ratio > 0.001 && r.ratio < 0.005, "{}", r.render());
         assert_eq!(r.by_province[0].name, "广东");
         assert_eq!(r.by_isp[0].name, "电信");
         assert_eq!(r.transitions[0].to.province, "广西");
         // The same seed gives the same sample.
-        assert_eq!(
-            r,
-            diff_geo(
-                &a,
-                &b,
-                &DiffOptions {
-                    sample: 20_000,
-                    ..Default::default()
-                }
-            )
-        );
+        assert_eq!(r, diff_geo(&a, &b, &DiffOptions { sample: 20_000, ..Default::default() }));
         let text = r.render();
         assert!(
-            text.contains("ranges changed: 3")
-                && text.contains("CN/广东/深圳/电信 -> CN/广西/南宁/电信"),
+            text.contains("ranges changed: 3") && text.contains("CN/广东/深圳/电信 -> CN/广西/南宁/电信"),
             "{text}"
         );
     }
@@ -539,24 +419,13 @@ mod tests {
     #[test]
     fn ipv6_is_sampled_inside_known_ranges() {
         let v6 = |region: &str| {
-            let r = vec![(
-                0x240e_u128 << 112,
-                (0x240f_u128 << 112) - 1,
-                region.to_string(),
-            )];
-            GeoDb::from_xdbs(
-                None,
-                Some(Xdb::from_bytes(write_xdb_at(IpVersion::V6, &r, 0).unwrap()).unwrap()),
-            )
+            let r = vec![(0x240e_u128 << 112, (0x240f_u128 << 112) - 1, region.to_string())];
+            GeoDb::from_xdbs(None, Some(Xdb::from_bytes(write_xdb_at(IpVersion::V6, &r, 0).unwrap()).unwrap()))
         };
         let r = diff_geo(
             &v6("中国|广东省|深圳市|电信|CN"),
             &v6("中国|广东省|深圳市|联通|CN"),
-            &DiffOptions {
-                sample: 1000,
-                v4: false,
-                ..Default::default()
-            },
+            &DiffOptions { sample: 1000, v4: false, ..Default::default() },
         );
         assert_eq!(r.families[1].sampled, 1000);
         assert_eq!(r.families[1].changed, 1000);

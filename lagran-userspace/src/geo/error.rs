@@ -113,9 +113,7 @@ pub enum GeoError {
     },
 
     /// An entry of the 256×256 vector index points outside the segment index.
-    #[error(
-        "xdb vector index entry [{row}][{col}] at offset {offset}: pointers {start}..{end} {reason}"
-    )]
+    #[error("xdb vector index entry [{row}][{col}] at offset {offset}: pointers {start}..{end} {reason}")]
     BadVectorIndex {
         /// First address byte.
         row: usize,
@@ -212,18 +210,11 @@ pub enum GeoError {
 impl GeoError {
     /// A syntax error of `format` at `at`.
     pub fn syntax(format: &'static str, at: Position, reason: impl Into<String>) -> GeoError {
-        GeoError::Syntax {
-            format,
-            at,
-            reason: reason.into(),
-        }
+        GeoError::Syntax { format, at, reason: reason.into() }
     }
 
     /// Wraps a content error with the path of the file it was found in.
     pub fn in_file(self, path: impl Into<PathBuf>) -> GeoError {
-        GeoError::InFile {
-            path: path.into(),
-            source: Box::new(self),
-        }
+        GeoError::InFile { path: path.into(), source: Box::new(self) }
     }
 }

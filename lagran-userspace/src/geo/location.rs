@@ -52,8 +52,7 @@ impl Location {
             if is_iso(fifth) {
                 return Location::new(fifth, f(1), f(2), f(3));
             }
-            let second_is_province =
-                aliases::province(&aliases::fold(&strip_province_suffix(f(1)))).is_some();
+            let second_is_province = aliases::province(&aliases::fold(&strip_province_suffix(f(1)))).is_some();
             if aliases::is_unknown(fifth) && second_is_province {
                 return Location::new(f(0), f(1), f(2), f(3));
             }
@@ -78,20 +77,12 @@ impl Location {
                 province = (*name).to_string();
             }
         }
-        Location {
-            country,
-            province,
-            city: canonical_city(city),
-            isp: canonical_isp(isp),
-        }
+        Location { country, province, city: canonical_city(city), isp: canonical_isp(isp) }
     }
 
     /// Whether nothing at all is known.
     pub fn is_unknown(&self) -> bool {
-        self.country.is_empty()
-            && self.province.is_empty()
-            && self.city.is_empty()
-            && self.isp.is_empty()
+        self.country.is_empty() && self.province.is_empty() && self.city.is_empty() && self.isp.is_empty()
     }
 }
 
@@ -113,15 +104,7 @@ pub fn canonical_country(s: &str) -> String {
 }
 
 /// Chinese province-level suffixes, longest first.
-const PROVINCE_SUFFIXES: &[&str] = &[
-    "维吾尔自治区",
-    "壮族自治区",
-    "回族自治区",
-    "特别行政区",
-    "自治区",
-    "省",
-    "市",
-];
+const PROVINCE_SUFFIXES: &[&str] = &["维吾尔自治区", "壮族自治区", "回族自治区", "特别行政区", "自治区", "省", "市"];
 
 /// Strips one Chinese province-level suffix, leaving at least two characters.
 fn strip_province_suffix(s: &str) -> String {
@@ -151,9 +134,8 @@ pub fn canonical_province(s: &str) -> String {
         if let Some(p) = aliases::province(&key) {
             return p.to_string();
         }
-        let Some(shorter) = aliases::PROVINCE_EN_SUFFIXES
-            .iter()
-            .find_map(|suf| key.strip_suffix(suf).filter(|rest| !rest.is_empty()))
+        let Some(shorter) =
+            aliases::PROVINCE_EN_SUFFIXES.iter().find_map(|suf| key.strip_suffix(suf).filter(|rest| !rest.is_empty()))
         else {
             break;
         };
@@ -163,17 +145,7 @@ pub fn canonical_province(s: &str) -> String {
 }
 
 /// Chinese city-level suffixes, longest first; stripped when at least two characters remain.
-const CITY_SUFFIXES: &[&str] = &[
-    "特别行政区",
-    "自治州",
-    "自治县",
-    "自治旗",
-    "林区",
-    "地区",
-    "盟",
-    "市",
-    "县",
-];
+const CITY_SUFFIXES: &[&str] = &["特别行政区", "自治州", "自治县", "自治旗", "林区", "地区", "盟", "市", "县"];
 
 /// Canonical city: Chinese suffixes 市 / 地区 / 自治州 / 自治县 / 盟 / 县 / 林区 stripped
 /// when at least two characters remain (深圳市 → 深圳, 大兴安岭地区 → 大兴安岭, 义县
@@ -212,11 +184,7 @@ fn strip_ethnic_groups(mut s: &str) -> &str {
             let with_zu = format!("{group}族");
             let candidates: [Option<&str>; 2] = [
                 s.strip_suffix(with_zu.as_str()),
-                if group.chars().count() > 1 {
-                    s.strip_suffix(group)
-                } else {
-                    None
-                },
+                if group.chars().count() > 1 { s.strip_suffix(group) } else { None },
             ];
             for rest in candidates.into_iter().flatten() {
                 if rest.chars().count() >= 2 {
@@ -253,12 +221,7 @@ mod tests {
     use super::*;
 
     fn loc(c: &str, p: &str, ci: &str, i: &str) -> Location {
-        Location {
-            country: c.into(),
-            province: p.into(),
-            city: ci.into(),
-            isp: i.into(),
-        }
+        Location { country: c.into(), province: p.into(), city: ci.into(), isp: i.into() }
     }
 
     #[test]
@@ -276,10 +239,7 @@ mod tests {
     #[test]
     fn layout_detection() {
         // New layout with unknown province, ISO decides the country.
-        assert_eq!(
-            Location::from_region("Singapore|0|Singapore|0|SG"),
-            loc("SG", "", "Singapore", "")
-        );
+        assert_eq!(Location::from_region("Singapore|0|Singapore|0|SG"), loc("SG", "", "Singapore", ""));
         assert_eq!(
             Location::from_region("United States|Virginia|Emporia|Akamai Technologies, Inc.|US"),
             loc("US", "Virginia", "Emporia", "Akamai Technologies, Inc.")
@@ -289,57 +249,27 @@ mod tests {
             loc("JP", "Aichi", "Nagoya", "KDDI CORPORATION")
         );
         // New layout, unknown ISO, 2nd field a province.
-        assert_eq!(
-            Location::from_region("中国|北京市|0|联通|0"),
-            loc("CN", "北京", "", "联通")
-        );
+        assert_eq!(Location::from_region("中国|北京市|0|联通|0"), loc("CN", "北京", "", "联通"));
         // Old layout with a macro-region in the 2nd field.
-        assert_eq!(
-            Location::from_region("中国|华南|广东省|广州市|移动"),
-            loc("CN", "广东", "广州", "移动")
-        );
+        assert_eq!(Location::from_region("中国|华南|广东省|广州市|移动"), loc("CN", "广东", "广州", "移动"));
         // Old layout, ISP unknown.
-        assert_eq!(
-            Location::from_region("美国|0|加利福尼亚|洛杉矶|0"),
-            loc("US", "加利福尼亚", "洛杉矶", "")
-        );
+        assert_eq!(Location::from_region("美国|0|加利福尼亚|洛杉矶|0"), loc("US", "加利福尼亚", "洛杉矶", ""));
         // Short forms.
-        assert_eq!(
-            Location::from_region("中国|广东省|深圳市|电信"),
-            loc("CN", "广东", "深圳", "电信")
-        );
+        assert_eq!(Location::from_region("中国|广东省|深圳市|电信"), loc("CN", "广东", "深圳", "电信"));
         assert_eq!(Location::from_region("中国"), loc("CN", "", "", ""));
         // Extra spaces around fields.
-        assert_eq!(
-            Location::from_region(" 中国 | 0 | 广东省 | 深圳市 | 电信 "),
-            loc("CN", "广东", "深圳", "电信")
-        );
+        assert_eq!(Location::from_region(" 中国 | 0 | 广东省 | 深圳市 | 电信 "), loc("CN", "广东", "深圳", "电信"));
     }
 
     #[test]
     fn hong_kong_macao_taiwan_are_separate_markets() {
-        assert_eq!(
-            Location::from_region("中国|0|香港|0|电讯盈科"),
-            loc("HK", "香港", "", "电讯盈科")
-        );
-        assert_eq!(
-            Location::from_region("中国|0|澳门|0|澳门电讯"),
-            loc("MO", "澳门", "", "澳门电讯")
-        );
-        assert_eq!(
-            Location::from_region("中国|0|台湾省|台北|中华电信"),
-            loc("TW", "台湾", "台北", "中华电信")
-        );
-        assert_eq!(
-            Location::from_region("中国|香港特别行政区|0|0|CN"),
-            loc("HK", "香港", "", "")
-        );
+        assert_eq!(Location::from_region("中国|0|香港|0|电讯盈科"), loc("HK", "香港", "", "电讯盈科"));
+        assert_eq!(Location::from_region("中国|0|澳门|0|澳门电讯"), loc("MO", "澳门", "", "澳门电讯"));
+        assert_eq!(Location::from_region("中国|0|台湾省|台北|中华电信"), loc("TW", "台湾", "台北", "中华电信"));
+        assert_eq!(Location::from_region("中国|香港特别行政区|0|0|CN"), loc("HK", "香港", "", ""));
         // A node typed as just "HK" gets the province, so it matches the client above.
         assert_eq!(Location::new("HK", "", "", ""), loc("HK", "香港", "", ""));
-        assert_eq!(
-            Location::new("Hong Kong", "Hong Kong", "", ""),
-            loc("HK", "香港", "", "")
-        );
+        assert_eq!(Location::new("Hong Kong", "Hong Kong", "", ""), loc("HK", "香港", "", ""));
         assert_eq!(Location::new("", "香港", "", ""), loc("HK", "香港", "", ""));
         // Other countries are left alone.
         assert_eq!(Location::new("US", "", "", ""), loc("US", "", "", ""));
@@ -376,11 +306,7 @@ mod tests {
             ("0", ""),
             ("", ""),
         ] {
-            assert_eq!(
-                canonical_country(input),
-                want,
-                "canonical_country({input:?})"
-            );
+            assert_eq!(canonical_country(input), want, "canonical_country({input:?})");
         }
     }
 
@@ -416,11 +342,7 @@ mod tests {
             ("0", ""),
             ("", ""),
         ] {
-            assert_eq!(
-                canonical_province(input),
-                want,
-                "canonical_province({input:?})"
-            );
+            assert_eq!(canonical_province(input), want, "canonical_province({input:?})");
         }
     }
 
@@ -489,14 +411,8 @@ mod tests {
 
     #[test]
     fn new_canonicalises_every_field() {
-        assert_eq!(
-            Location::new("China", "Guangdong", "Shenzhen", "China Telecom"),
-            loc("CN", "广东", "深圳", "电信")
-        );
-        assert_eq!(
-            Location::new("中国", "广东省", "深圳市", "中国电信"),
-            loc("CN", "广东", "深圳", "电信")
-        );
+        assert_eq!(Location::new("China", "Guangdong", "Shenzhen", "China Telecom"), loc("CN", "广东", "深圳", "电信"));
+        assert_eq!(Location::new("中国", "广东省", "深圳市", "中国电信"), loc("CN", "广东", "深圳", "电信"));
         assert!(Location::new("0", "0", "0", "0").is_unknown());
         assert!(!Location::new("", "", "", "电信").is_unknown());
     }
@@ -505,10 +421,7 @@ mod tests {
     fn serde_round_trip() {
         let l = Location::new("CN", "广东", "深圳", "电信");
         let json = serde_json::to_string(&l).unwrap();
-        assert_eq!(
-            json,
-            r#"{"country":"CN","province":"广东","city":"深圳","isp":"电信"}"#
-        );
+        assert_eq!(json, r#"{"country":"CN","province":"广东","city":"深圳","isp":"电信"}"#);
         assert_eq!(serde_json::from_str::<Location>(&json).unwrap(), l);
     }
 }

@@ -33,9 +33,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 pub use error::{GeoError, Position};
-pub use location::{
-    Location, canonical_city, canonical_country, canonical_isp, canonical_province,
-};
+pub use location::{Location, canonical_city, canonical_country, canonical_isp, canonical_province};
 pub use reserved::{is_special, special_ranges_v4, special_ranges_v6};
 pub use xdb::{IpVersion, Segment, Xdb};
 pub use xdb_writer::{write_xdb, write_xdb_at};
@@ -120,10 +118,7 @@ impl GeoDb {
         let db = GeoDb {
             v4: v4_db,
             v6: v6_db,
-            sources: Sources {
-                v4: v4.map(Path::to_path_buf),
-                v6: v6.map(Path::to_path_buf),
-            },
+            sources: Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf) },
         };
         db.log_loaded();
         db
@@ -142,29 +137,24 @@ impl GeoDb {
         let mut f4 = v4.map(read).transpose()?;
         let mut f6 = v6.map(read).transpose()?;
         let v4_db = match (v4, f4.as_mut()) {
-            (Some(p), Some(f)) => Some(f.take(IpVersion::V4).ok_or_else(|| GeoError::NoData {
-                path: p.to_path_buf(),
-                family: IpVersion::V4,
-            })?),
+            (Some(p), Some(f)) => Some(
+                f.take(IpVersion::V4)
+                    .ok_or_else(|| GeoError::NoData { path: p.to_path_buf(), family: IpVersion::V4 })?,
+            ),
             _ => None,
         };
         let v6_db = match (v6, f6.as_mut(), f4.as_mut()) {
-            (Some(p), Some(f), _) => {
-                Some(f.take(IpVersion::V6).ok_or_else(|| GeoError::NoData {
-                    path: p.to_path_buf(),
-                    family: IpVersion::V6,
-                })?)
-            }
+            (Some(p), Some(f), _) => Some(
+                f.take(IpVersion::V6)
+                    .ok_or_else(|| GeoError::NoData { path: p.to_path_buf(), family: IpVersion::V6 })?,
+            ),
             (None, _, Some(f)) => f.take(IpVersion::V6),
             _ => None,
         };
         let db = GeoDb {
             v4: v4_db,
             v6: v6_db,
-            sources: Sources {
-                v4: v4.map(Path::to_path_buf),
-                v6: v6.map(Path::to_path_buf),
-            },
+            sources: Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf) },
         };
         db.log_loaded();
         Ok(db)
@@ -172,10 +162,7 @@ impl GeoDb {
 
     fn log_loaded(&self) {
         let v6_path = self.sources.v6.as_ref().or(self.sources.v4.as_ref());
-        for (x, path) in [
-            (self.v4.as_ref(), self.sources.v4.as_ref()),
-            (self.v6.as_ref(), v6_path),
-        ] {
+        for (x, path) in [(self.v4.as_ref(), self.sources.v4.as_ref()), (self.v6.as_ref(), v6_path)] {
             let Some(x) = x else { continue };
             tracing::info!(
                 path = %path.map_or_else(|| "-".to_string(), |p| p.display().to_string()),
@@ -208,11 +195,7 @@ impl GeoDb {
                 ok
             })
         };
-        GeoDb {
-            v4: check(v4, IpVersion::V4),
-            v6: check(v6, IpVersion::V6),
-            sources: Sources::default(),
-        }
+        GeoDb { v4: check(v4, IpVersion::V4), v6: check(v6, IpVersion::V6), sources: Sources::default() }
     }
 
     /// The same data, recorded as loaded from `sources` (so a reload reads them).

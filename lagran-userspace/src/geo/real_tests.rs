@@ -21,13 +21,8 @@ fn real_path() -> Option<PathBuf> {
     if p.is_file() {
         return Some(p);
     }
-    let required =
-        std::env::var_os("CI").is_some() || std::env::var_os("LAGRAN_REQUIRE_TOOLS").is_some();
-    assert!(
-        !required,
-        "{} is missing: run scripts/fetch-geoip.sh (cargo xtask setup does)",
-        p.display()
-    );
+    let required = std::env::var_os("CI").is_some() || std::env::var_os("LAGRAN_REQUIRE_TOOLS").is_some();
+    assert!(!required, "{} is missing: run scripts/fetch-geoip.sh (cargo xtask setup does)", p.display());
     eprintln!("note: skipped, no real geo database at {}", p.display());
     None
 }
@@ -35,19 +30,13 @@ fn real_path() -> Option<PathBuf> {
 /// The real file, read once per test process.
 fn real() -> Option<Arc<GeoDb>> {
     static REAL: OnceLock<Option<Arc<GeoDb>>> = OnceLock::new();
-    REAL.get_or_init(|| {
-        real_path().map(|p| Arc::new(GeoDb::try_load(Some(&p), None).expect("the real file loads")))
-    })
-    .clone()
+    REAL.get_or_init(|| real_path().map(|p| Arc::new(GeoDb::try_load(Some(&p), None).expect("the real file loads"))))
+        .clone()
 }
 
 /// The real file's merged segments.
 fn real_ranges(db: &GeoDb) -> Vec<(u128, u128, String)> {
-    db.v4()
-        .unwrap()
-        .merged_segments()
-        .map(|s| (s.start, s.end, s.region.to_string()))
-        .collect()
+    db.v4().unwrap().merged_segments().map(|s| (s.start, s.end, s.region.to_string())).collect()
 }
 
 #[test]
@@ -66,9 +55,7 @@ fn known_addresses_answer_their_province_and_carrier() {
         ("61.139.2.69", "四川", "成都", "电信"),
         ("223.5.5.5", "浙江", "杭州", "阿里云"),
     ] {
-        let hit = db
-            .lookup(ip.parse().unwrap())
-            .unwrap_or_else(|| panic!("{ip} is in the real file"));
+        let hit = db.lookup(ip.parse().unwrap()).unwrap_or_else(|| panic!("{ip} is in the real file"));
         assert_eq!(
             hit.location,
             Location::new("CN", province, city, isp),
@@ -77,20 +64,10 @@ fn known_addresses_answer_their_province_and_carrier() {
         );
     }
     let us = db.lookup("8.8.8.8".parse().unwrap()).unwrap();
-    assert_eq!(
-        (us.location.country.as_str(), us.location.isp.as_str()),
-        ("US", "Level3")
-    );
+    assert_eq!((us.location.country.as_str(), us.location.isp.as_str()), ("US", "Level3"));
     // The region exactly as stored (what `lagran geo lookup --raw` prints), old layout.
-    assert_eq!(
-        db.lookup("58.60.0.1".parse().unwrap()).unwrap().region,
-        "中国|0|广东省|深圳市|电信"
-    );
-    assert_eq!(
-        db.lookup("10.1.2.3".parse().unwrap()),
-        None,
-        "private space is never looked up"
-    );
+    assert_eq!(db.lookup("58.60.0.1".parse().unwrap()).unwrap().region, "中国|0|广东省|深圳市|电信");
+    assert_eq!(db.lookup("10.1.2.3".parse().unwrap()), None, "private space is never looked up");
 }
 
 #[test]
@@ -100,19 +77,11 @@ fn lookups_are_well_under_a_microsecond() {
     eprintln!(
         "real file: {} ns per lookup{}",
         t.as_nanos(),
-        if cfg!(debug_assertions) {
-            " (debug build)"
-        } else {
-            ""
-        }
+        if cfg!(debug_assertions) { " (debug build)" } else { "" }
     );
     // Release builds take ~100 ns; debug builds are several times slower, and the CI
     // machines are shared: the bound there only catches a pathological slowdown.
-    let limit = if cfg!(debug_assertions) {
-        20_000
-    } else {
-        1_000
-    };
+    let limit = if cfg!(debug_assertions) { 20_000 } else { 1_000 };
     assert!(t.as_nanos() < limit, "{t:?} per lookup");
 }
 
@@ -132,24 +101,11 @@ fn geo_build_round_trips_a_cidr_file_and_source_text() {
     let mut lines = 0usize;
     for (s, e, region) in &ranges {
         let l = Location::from_region(region);
-        for net in ipnet::Ipv4Subnets::new(Ipv4Addr::from(*s as u32), Ipv4Addr::from(*e as u32), 0)
-        {
+        for net in ipnet::Ipv4Subnets::new(Ipv4Addr::from(*s as u32), Ipv4Addr::from(*e as u32), 0) {
             let q = |f: &str| {
-                if f.contains(',') {
-                    format!("\"{f}\"")
-                } else {
-                    f.to_string()
-                }
+                if f.contains(',') { format!("\"{f}\"") } else { f.to_string() }
             };
-            writeln!(
-                w,
-                "{net},{},{},{},{}",
-                q(&l.country),
-                q(&l.province),
-                q(&l.city),
-                q(&l.isp)
-            )
-            .unwrap();
+            writeln!(w, "{net},{},{},{},{}", q(&l.country), q(&l.province), q(&l.city), q(&l.isp)).unwrap();
             lines += 1;
         }
     }
@@ -163,51 +119,30 @@ fn geo_build_round_trips_a_cidr_file_and_source_text() {
     let mut found = 0;
     for _ in 0..100_000 {
         let ip = IpAddr::V4(Ipv4Addr::from(rng.r#gen::<u32>()));
-        let (a, b) = (
-            db.lookup(ip).map(|h| h.location),
-            built.lookup(ip).map(|h| h.location),
-        );
+        let (a, b) = (db.lookup(ip).map(|h| h.location), built.lookup(ip).map(|h| h.location));
         assert_eq!(a, b, "{ip}: real file vs CIDR CSV built into xdb");
         found += usize::from(a.is_some());
     }
-    assert!(
-        found > 80_000,
-        "most random addresses are public and covered ({found})"
-    );
+    assert!(found > 80_000, "most random addresses are public and covered ({found})");
 
     let src = dir.path().join("ip.merge.txt");
     let mut w = std::io::BufWriter::new(std::fs::File::create(&src).unwrap());
     for (s, e, region) in &ranges {
-        writeln!(
-            w,
-            "{}|{}|{region}",
-            Ipv4Addr::from(*s as u32),
-            Ipv4Addr::from(*e as u32)
-        )
-        .unwrap();
+        writeln!(w, "{}|{}|{region}", Ipv4Addr::from(*s as u32), Ipv4Addr::from(*e as u32)).unwrap();
     }
     drop(w);
     let out = dir.path().join("from-src.xdb");
     let report = cli::build(&src, &out, None, None).unwrap();
-    assert!(
-        report.contains(&format!("{} ranges", ranges.len())),
-        "{report}"
-    );
+    assert!(report.contains(&format!("{} ranges", ranges.len())), "{report}");
     let rebuilt = Xdb::open(&out).unwrap();
-    assert!(
-        rebuilt.segments().eq(db.v4().unwrap().segments()),
-        "source text round trip changed segments"
-    );
+    assert!(rebuilt.segments().eq(db.v4().unwrap().segments()), "source text round trip changed segments");
 }
 
 /// Picks `n` merged segments spread over the file that are worth changing: a known
 /// tuple, at least `min_size` addresses, clear of the special-purpose ranges.
 fn pick_segments(ranges: &[(u128, u128, String)], n: usize, min_size: u128) -> Vec<usize> {
-    let clear = |s: u128, e: u128| {
-        reserved::special_ranges_v4()
-            .iter()
-            .all(|&(a, z)| (z as u128) < s || (a as u128) > e)
-    };
+    let clear =
+        |s: u128, e: u128| reserved::special_ranges_v4().iter().all(|&(a, z)| (z as u128) < s || (a as u128) > e);
     let mut out = Vec::new();
     for k in 0..n {
         let mut i = ranges.len() * (2 * k + 1) / (2 * n);
@@ -230,10 +165,7 @@ fn geo_diff_against_a_copy_reports_exactly_the_changed_ranges() {
     let picked = pick_segments(&ranges, 5, 1 << 18);
     let mut want = Vec::new();
     for &i in &picked {
-        want.push((
-            Ipv4Addr::from(ranges[i].0 as u32).to_string(),
-            Ipv4Addr::from(ranges[i].1 as u32).to_string(),
-        ));
+        want.push((Ipv4Addr::from(ranges[i].0 as u32).to_string(), Ipv4Addr::from(ranges[i].1 as u32).to_string()));
         ranges[i].2 = TEST_REGION.to_string();
     }
     let dir = tempfile::tempdir().unwrap();
@@ -243,39 +175,22 @@ fn geo_diff_against_a_copy_reports_exactly_the_changed_ranges() {
 
     let report = diff_geo(&db, &new, &DiffOptions::default());
     assert_eq!(report.ranges_changed, 5, "{}", report.render());
-    let got: Vec<(String, String)> = report
-        .changed_ranges
-        .iter()
-        .map(|c| (c.start.clone(), c.end.clone()))
-        .collect();
+    let got: Vec<(String, String)> = report.changed_ranges.iter().map(|c| (c.start.clone(), c.end.clone())).collect();
     assert_eq!(got, want);
     let test_tuple = Location::from_region(TEST_REGION);
     assert!(report.changed_ranges.iter().all(|c| c.to == test_tuple));
     assert_eq!(report.families[0].sampled, 100_000);
-    assert!(
-        report.changed > 0,
-        "5 ranges of >= 2^18 addresses are hit by 100 000 samples"
-    );
+    assert!(report.changed > 0, "5 ranges of >= 2^18 addresses are hit by 100 000 samples");
     assert!(
         report.transitions.iter().all(|t| t.to == test_tuple),
         "every changed sample is inside a changed range: {}",
         report.render()
     );
-    assert_eq!(
-        report.by_province.iter().map(|c| c.count).sum::<usize>(),
-        report.changed
-    );
+    assert_eq!(report.by_province.iter().map(|c| c.count).sum::<usize>(), report.changed);
     assert!(report.ratio < 0.01);
 
     // The same file twice: nothing changes.
-    let same = diff_geo(
-        &db,
-        &db,
-        &DiffOptions {
-            sample: 10_000,
-            ..Default::default()
-        },
-    );
+    let same = diff_geo(&db, &db, &DiffOptions { sample: 10_000, ..Default::default() });
     assert_eq!((same.ranges_changed, same.changed), (0, 0));
 }
 
@@ -286,9 +201,7 @@ fn geo_diff_against_a_copy_reports_exactly_the_changed_ranges() {
 async fn reload_on_real_data_refuses_corrupt_and_large_changes() {
     let Some(path) = real_path() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let store = crate::store::Store::connect("sqlite::memory:")
-        .await
-        .unwrap();
+    let store = crate::store::Store::connect("sqlite::memory:").await.unwrap();
     crate::demo::install(&store).await.unwrap();
     let s = crate::scheduler::Scheduler::new(
         store,
@@ -300,12 +213,7 @@ async fn reload_on_real_data_refuses_corrupt_and_large_changes() {
     s.recompute().await.unwrap();
     let node = |ip: &str| {
         let t = s.table().load();
-        t.scheduled("edge.lagran.net")
-            .unwrap()
-            .answer_for(ip.parse().unwrap())
-            .0
-            .node
-            .clone()
+        t.scheduled("edge.lagran.net").unwrap().answer_for(ip.parse().unwrap()).0.node.clone()
     };
     assert_eq!(node("58.60.0.1").as_deref(), Some("gz-01"));
     let serving = s.geo();
@@ -313,14 +221,8 @@ async fn reload_on_real_data_refuses_corrupt_and_large_changes() {
     let bytes = std::fs::read(&path).unwrap();
     let truncated = dir.path().join("truncated.xdb");
     std::fs::write(&truncated, &bytes[..bytes.len() - 1000]).unwrap();
-    let e = reload::reload(&s, Some(&truncated), None, true, 0.01)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("truncated.xdb") && e.contains("past the end"),
-        "{e}"
-    );
+    let e = reload::reload(&s, Some(&truncated), None, true, 0.01).await.unwrap_err().to_string();
+    assert!(e.contains("truncated.xdb") && e.contains("past the end"), "{e}");
     assert!(Arc::ptr_eq(&serving, &s.geo()));
 
     // Every 20th range to Lhasa.
@@ -332,15 +234,11 @@ async fn reload_on_real_data_refuses_corrupt_and_large_changes() {
     }
     let moved = dir.path().join("moved.xdb");
     std::fs::write(&moved, write_xdb_at(IpVersion::V4, &ranges, 0).unwrap()).unwrap();
-    let r = reload::reload(&s, Some(&moved), None, false, 0.01)
-        .await
-        .unwrap();
+    let r = reload::reload(&s, Some(&moved), None, false, 0.01).await.unwrap();
     assert!(!r.accepted && r.diff.ratio > 0.01, "{}", r.message);
     assert!(Arc::ptr_eq(&serving, &s.geo()));
     assert_eq!(node("58.60.0.1").as_deref(), Some("gz-01"));
-    let r = reload::reload(&s, Some(&moved), None, true, 0.01)
-        .await
-        .unwrap();
+    let r = reload::reload(&s, Some(&moved), None, true, 0.01).await.unwrap();
     assert!(r.accepted && r.forced, "{}", r.message);
     assert!(!Arc::ptr_eq(&serving, &s.geo()));
 }

@@ -54,10 +54,7 @@ pub fn max_change_ratio_from_env() -> f64 {
 }
 
 fn parse_ratio(v: &str) -> Option<f64> {
-    v.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|r| r.is_finite() && (0.0..=1.0).contains(r))
+    v.trim().parse::<f64>().ok().filter(|r| r.is_finite() && (0.0..=1.0).contains(r))
 }
 
 /// The outcome of a reload: the comparison and whether the new data serves.
@@ -101,19 +98,13 @@ pub async fn reload(
     max_change_ratio: f64,
 ) -> Result<ReloadReport, GeoError> {
     if !(max_change_ratio.is_finite() && max_change_ratio >= 0.0) {
-        return Err(GeoError::Usage(format!(
-            "max_change_ratio {max_change_ratio} is not a fraction >= 0"
-        )));
+        return Err(GeoError::Usage(format!("max_change_ratio {max_change_ratio} is not a fraction >= 0")));
     }
     let _one_at_a_time = RELOAD.lock().await;
     let serving = scheduler.geo();
     let old_parts = scheduler.partitions();
     let overrides = scheduler.overrides();
-    let opts = DiffOptions {
-        v4: serving.v4().is_some(),
-        v6: serving.v6().is_some(),
-        ..DiffOptions::default()
-    };
+    let opts = DiffOptions { v4: serving.v4().is_some(), v6: serving.v6().is_some(), ..DiffOptions::default() };
     let (p4, p6) = (v4.map(Path::to_path_buf), v6.map(Path::to_path_buf));
     let (a4, a6) = (p4.clone(), p6.clone());
     // Reading, validating and comparing the real file takes a while: off the runtime.
@@ -198,18 +189,9 @@ pub async fn reload_configured(
 ) -> Result<ReloadReport, GeoError> {
     let Sources { v4, v6 } = scheduler.geo().sources().clone();
     if v4.is_none() && v6.is_none() {
-        return Err(GeoError::Reload(
-            "no geo file is configured (GEOIP_PATH / GEOIP_IPV6_PATH)".into(),
-        ));
+        return Err(GeoError::Reload("no geo file is configured (GEOIP_PATH / GEOIP_IPV6_PATH)".into()));
     }
-    reload(
-        scheduler,
-        v4.as_deref(),
-        v6.as_deref(),
-        force,
-        max_change_ratio,
-    )
-    .await
+    reload(scheduler, v4.as_deref(), v6.as_deref(), force, max_change_ratio).await
 }
 
 /// Reloads the configured files on every SIGHUP until `shutdown` (never forced; the

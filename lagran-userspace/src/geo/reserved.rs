@@ -54,17 +54,17 @@ static SPECIAL_V4: [(u32, u32); 15] = [
 /// IPv6 special-purpose ranges, inclusive, sorted, non-overlapping.
 /// `::ffff:0:0/96` (IPv4-mapped) is deliberately absent: map to IPv4 and check that.
 static SPECIAL_V6: [(u128, u128); 11] = [
-    v6([0, 0, 0, 0, 0, 0, 0, 0], 128), // unspecified :: (RFC 4291)
-    v6([0, 0, 0, 0, 0, 0, 0, 1], 128), // loopback ::1 (RFC 4291)
-    v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48), // local-use IPv4/IPv6 translation (RFC 8215)
-    v6([0x100, 0, 0, 0, 0, 0, 0, 0], 64), // discard-only 100::/64 (RFC 6666)
-    v6([0x2001, 0x2, 0, 0, 0, 0, 0, 0], 48), // benchmarking 2001:2::/48 (RFC 5180)
+    v6([0, 0, 0, 0, 0, 0, 0, 0], 128),         // unspecified :: (RFC 4291)
+    v6([0, 0, 0, 0, 0, 0, 0, 1], 128),         // loopback ::1 (RFC 4291)
+    v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48),  // local-use IPv4/IPv6 translation (RFC 8215)
+    v6([0x100, 0, 0, 0, 0, 0, 0, 0], 64),      // discard-only 100::/64 (RFC 6666)
+    v6([0x2001, 0x2, 0, 0, 0, 0, 0, 0], 48),   // benchmarking 2001:2::/48 (RFC 5180)
     v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32), // documentation 2001:db8::/32 (RFC 3849)
-    v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20), // documentation 3fff::/20 (RFC 9637)
-    v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7), // unique local fc00::/7 (RFC 4193)
-    v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), // link-local fe80::/10 (RFC 4291)
-    v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10), // deprecated site-local fec0::/10 (RFC 3879)
-    v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8), // multicast ff00::/8 (RFC 4291)
+    v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20),     // documentation 3fff::/20 (RFC 9637)
+    v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7),      // unique local fc00::/7 (RFC 4193)
+    v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10),     // link-local fe80::/10 (RFC 4291)
+    v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10),     // deprecated site-local fec0::/10 (RFC 3879)
+    v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8),      // multicast ff00::/8 (RFC 4291)
 ];
 
 /// The IPv4 special-purpose ranges as inclusive `(first, last)` pairs, sorted and
@@ -117,11 +117,7 @@ mod tests {
         for (i, r) in ranges.iter().enumerate() {
             assert!(r.0 <= r.1, "range {i} {r:?} has start > end");
             if i > 0 {
-                assert!(
-                    ranges[i - 1].1 < r.0,
-                    "range {i} {r:?} overlaps or precedes {:?}",
-                    ranges[i - 1]
-                );
+                assert!(ranges[i - 1].1 < r.0, "range {i} {r:?} overlaps or precedes {:?}", ranges[i - 1]);
             }
         }
     }

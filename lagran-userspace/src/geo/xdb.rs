@@ -274,8 +274,7 @@ impl IndexBuilder {
     /// Adds the validated `region` found at (`ptr`, `len`) in the file.
     fn add_region(&mut self, ptr: u32, len: u16, region: &str) -> u32 {
         let id = self.regions.len() as u32;
-        self.regions
-            .push((self.arena.len() as u32, region.len() as u32));
+        self.regions.push((self.arena.len() as u32, region.len() as u32));
         self.arena.push_str(region);
         self.by_data.insert((ptr, len), id);
         id
@@ -374,10 +373,7 @@ impl Xdb {
     pub fn from_bytes(bytes: Vec<u8>) -> Result<Xdb, GeoError> {
         let len = bytes.len();
         if len < DATA_START {
-            return Err(GeoError::Truncated {
-                len,
-                need: DATA_START,
-            });
+            return Err(GeoError::Truncated { len, need: DATA_START });
         }
         let b = &bytes[..];
         // The length check above makes these header reads infallible; keep them total anyway.
@@ -403,18 +399,11 @@ impl Xdb {
         let start_ptr = hdr32(8);
         let end_ptr = hdr32(12);
         let entry_len = version.entry_len();
-        let bad_ptrs = |reason| GeoError::BadIndexPointers {
-            start: start_ptr,
-            end: end_ptr,
-            len,
-            entry_size: entry_len,
-            reason,
-        };
+        let bad_ptrs =
+            |reason| GeoError::BadIndexPointers { start: start_ptr, end: end_ptr, len, entry_size: entry_len, reason };
         let (start, end) = (start_ptr as usize, end_ptr as usize);
         if start < DATA_START {
-            return Err(bad_ptrs(
-                "segment index starts inside the header or vector index",
-            ));
+            return Err(bad_ptrs("segment index starts inside the header or vector index"));
         }
         if end < start {
             return Err(bad_ptrs("end before start"));
@@ -433,10 +422,7 @@ impl Xdb {
 
         // Vector index: every cell is empty (0, 0) or an entry-aligned span inside the
         // segment index. The reference searchers trust it, so a broken one is corruption.
-        for (cell, c) in b[HEADER_LEN..DATA_START]
-            .chunks_exact(VECTOR_CELL_LEN)
-            .enumerate()
-        {
+        for (cell, c) in b[HEADER_LEN..DATA_START].chunks_exact(VECTOR_CELL_LEN).enumerate() {
             let s = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             let e = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
             if s == 0 && e == 0 {
@@ -467,16 +453,9 @@ impl Xdb {
         let mut prev_end: Option<u128> = None;
         for (i, chunk) in b[start..index_end].chunks_exact(entry_len).enumerate() {
             let e = decode(chunk, version);
-            let bad = |reason: String| GeoError::BadSegment {
-                index: i,
-                offset: start + i * entry_len,
-                reason,
-            };
+            let bad = |reason: String| GeoError::BadSegment { index: i, offset: start + i * entry_len, reason };
             if e.start > e.end {
-                return Err(bad(format!(
-                    "start {:#x} is after end {:#x}",
-                    e.start, e.end
-                )));
+                return Err(bad(format!("start {:#x} is after end {:#x}", e.start, e.end)));
             }
             if let Some(p) = prev_end
                 && e.start <= p
@@ -498,16 +477,12 @@ impl Xdb {
                     let data = e.data_ptr as usize;
                     let data_end = data + e.data_len as usize;
                     let Some(region) = b.get(data..data_end) else {
-                        return Err(bad(format!(
-                            "region data {data}..{data_end} is outside the {len}-byte file"
-                        )));
+                        return Err(bad(format!("region data {data}..{data_end} is outside the {len}-byte file")));
                     };
                     let region = match std::str::from_utf8(region) {
                         Ok(r) => r,
                         Err(err) => {
-                            return Err(bad(format!(
-                                "region data at offset {data} is not UTF-8: {err}"
-                            )));
+                            return Err(bad(format!("region data at offset {data} is not UTF-8: {err}")));
                         }
                     };
                     index.add_region(e.data_ptr, e.data_len, region)
@@ -516,22 +491,12 @@ impl Xdb {
             index.entry(e.start, e.end, id);
         }
 
-        Ok(Xdb {
-            bytes,
-            version,
-            format_version,
-            created_at,
-            regions,
-            index: index.finish(),
-        })
+        Ok(Xdb { bytes, version, format_version, created_at, regions, index: index.finish() })
     }
 
     /// Reads the whole file at `path` and validates it; errors name the path.
     pub fn open(path: &Path) -> Result<Xdb, GeoError> {
-        let bytes = std::fs::read(path).map_err(|source| GeoError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(|source| GeoError::Io { path: path.to_path_buf(), source })?;
         Xdb::from_bytes(bytes).map_err(|e| e.in_file(path))
     }
 
@@ -595,11 +560,7 @@ impl Xdb {
             return None;
         }
         let region = ix.region(id)?;
-        Some(Segment {
-            start: ix.starts.get(i)?,
-            end: ix.end(i, self.version),
-            region,
-        })
+        Some(Segment { start: ix.starts.get(i)?, end: ix.end(i, self.version), region })
     }
 
     /// All segments with a region, in address order (holes skipped).
@@ -610,11 +571,7 @@ impl Xdb {
             if id == HOLE {
                 return None;
             }
-            Some(Segment {
-                start: ix.starts.get(i)?,
-                end: ix.end(i, self.version),
-                region: ix.region(id)?,
-            })
+            Some(Segment { start: ix.starts.get(i)?, end: ix.end(i, self.version), region: ix.region(id)? })
         })
     }
 

@@ -43,11 +43,7 @@ pub fn write_xdb(version: IpVersion, ranges: &[(u128, u128, String)]) -> Result<
 
 /// [`write_xdb`] with a fixed `created_at` (unix seconds), so the same input always
 /// gives the same bytes.
-pub fn write_xdb_at(
-    version: IpVersion,
-    ranges: &[(u128, u128, String)],
-    created_at: u32,
-) -> Result<Vec<u8>, GeoError> {
+pub fn write_xdb_at(version: IpVersion, ranges: &[(u128, u128, String)], created_at: u32) -> Result<Vec<u8>, GeoError> {
     validate(version, ranges)?;
 
     // 1. Full coverage: the ranges plus holes (None) for the gaps.
@@ -174,12 +170,7 @@ fn validate(version: IpVersion, ranges: &[(u128, u128, String)]) -> Result<(), G
     let max = version.max_addr();
     let mut prev_end: Option<u128> = None;
     for (index, (start, end, region)) in ranges.iter().enumerate() {
-        let bad = |reason: String| GeoError::InvalidRange {
-            index,
-            start: *start,
-            end: *end,
-            reason,
-        };
+        let bad = |reason: String| GeoError::InvalidRange { index, start: *start, end: *end, reason };
         if start > end {
             return Err(bad("start is after end".into()));
         }
@@ -194,15 +185,10 @@ fn validate(version: IpVersion, ranges: &[(u128, u128, String)]) -> Result<(), G
             )));
         }
         if region.is_empty() {
-            return Err(bad(
-                "empty region string (an empty region marks a hole)".into()
-            ));
+            return Err(bad("empty region string (an empty region marks a hole)".into()));
         }
         if region.len() > usize::from(u16::MAX) {
-            return Err(bad(format!(
-                "region is {} bytes, more than the 65535 a u16 length holds",
-                region.len()
-            )));
+            return Err(bad(format!("region is {} bytes, more than the 65535 a u16 length holds", region.len())));
         }
         prev_end = Some(*end);
     }

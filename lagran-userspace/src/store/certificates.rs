@@ -47,8 +47,7 @@ impl Certificate {
                 "is not a PEM certificate (no \"-----BEGIN CERTIFICATE-----\")",
             ));
         }
-        let key_ok =
-            self.key_pem.contains("-----BEGIN") && self.key_pem.contains("PRIVATE KEY-----");
+        let key_ok = self.key_pem.contains("-----BEGIN") && self.key_pem.contains("PRIVATE KEY-----");
         if !key_ok {
             return Err(StoreError::invalid(
                 "key_pem",
@@ -78,23 +77,18 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .ctx(|| "listing certificates".to_string())?;
-        let mut out = rows
-            .iter()
-            .map(certificate_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = rows.iter().map(certificate_from_row).collect::<Result<Vec<_>, _>>()?;
         out.sort_by(|a, b| a.domain.cmp(&b.domain));
         Ok(out)
     }
 
     /// The certificate for exactly `domain`, `None` when there is none.
     pub async fn get_certificate(&self, domain: &str) -> Result<Option<Certificate>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {CERT_COLUMNS} FROM certificates WHERE domain = $1"
-        ))
-        .bind(domain)
-        .fetch_optional(self.pool())
-        .await
-        .ctx(|| format!("reading the certificate for {domain:?}"))?;
+        let row = sqlx::query(&format!("SELECT {CERT_COLUMNS} FROM certificates WHERE domain = $1"))
+            .bind(domain)
+            .fetch_optional(self.pool())
+            .await
+            .ctx(|| format!("reading the certificate for {domain:?}"))?;
         row.as_ref().map(certificate_from_row).transpose()
     }
 

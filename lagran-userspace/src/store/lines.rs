@@ -94,10 +94,7 @@ impl Line {
         for d in &self.domains {
             validate::dns_name("domains", d)?;
             if !seen.insert(d.as_str()) {
-                return Err(StoreError::invalid(
-                    "domains",
-                    format!("{d:?} is listed twice"),
-                ));
+                return Err(StoreError::invalid("domains", format!("{d:?} is listed twice")));
             }
         }
         match (self.answer, &self.node) {
@@ -106,10 +103,7 @@ impl Line {
             }
             (LineAnswer::Node, Some(node)) => validate::ident("node", node)?,
             (other, Some(_)) => {
-                return Err(StoreError::invalid(
-                    "node",
-                    format!("must be null when answer is {:?}", other.as_str()),
-                ));
+                return Err(StoreError::invalid("node", format!("must be null when answer is {:?}", other.as_str())));
             }
             (_, None) => {}
         }
@@ -117,10 +111,7 @@ impl Line {
         for p in &self.prefixes {
             validate::prefix("prefixes", p)?;
             if !seen.insert(*p) {
-                return Err(StoreError::invalid(
-                    "prefixes",
-                    format!("{p} is listed twice"),
-                ));
+                return Err(StoreError::invalid("prefixes", format!("{p} is listed twice")));
             }
         }
         Ok(())
@@ -132,8 +123,7 @@ const LINE_COLUMNS: &str = "name, domains, answer, node, note, created_at_ms, up
 fn line_from_row(row: &AnyRow) -> Result<Line, StoreError> {
     let c = Cols::keyed(row, "line", "name")?;
     let answer: String = c.get("answer")?;
-    let answer = LineAnswer::parse(&answer)
-        .ok_or_else(|| c.corrupt("answer", format!("unknown answer {answer:?}")))?;
+    let answer = LineAnswer::parse(&answer).ok_or_else(|| c.corrupt("answer", format!("unknown answer {answer:?}")))?;
     let domains: String = c.get("domains")?;
     let domains: Vec<String> = serde_json::from_str(&domains)
         .map_err(|e| c.corrupt("domains", format!("{domains:?} is not a JSON list: {e}")))?;
@@ -209,10 +199,7 @@ impl Store {
             .ctx(|| format!("reading the prefixes of line {name:?}"))?;
         tx.commit().await.ctx(|| format!("reading line {name:?}"))?;
         let mut line = line_from_row(&row)?;
-        line.prefixes = prefix_rows
-            .iter()
-            .map(|r| prefix_from_row(r).map(|(_, p)| p))
-            .collect::<Result<_, _>>()?;
+        line.prefixes = prefix_rows.iter().map(|r| prefix_from_row(r).map(|(_, p)| p)).collect::<Result<_, _>>()?;
         sort_prefixes(&mut line.prefixes);
         Ok(Some(line))
     }
@@ -223,8 +210,8 @@ impl Store {
     pub async fn upsert_line(&self, line: &Line) -> Result<Line, StoreError> {
         line.validate()?;
         let name = &line.name;
-        let domains = serde_json::to_string(&line.domains)
-            .map_err(|e| StoreError::invalid("domains", e.to_string()))?;
+        let domains =
+            serde_json::to_string(&line.domains).map_err(|e| StoreError::invalid("domains", e.to_string()))?;
         let now = now_ms();
         let mut tx = self.begin().await?;
         if let Some(node) = &line.node {
@@ -234,10 +221,7 @@ impl Store {
                 .await
                 .ctx(|| format!("looking up node {node:?} of line {name:?}"))?;
             if found.is_none() {
-                return Err(StoreError::invalid(
-                    "node",
-                    format!("node {node:?} does not exist"),
-                ));
+                return Err(StoreError::invalid("node", format!("node {node:?} does not exist")));
             }
         }
         for d in &line.domains {
@@ -247,10 +231,7 @@ impl Store {
                 .await
                 .ctx(|| format!("looking up domain {d:?} of line {name:?}"))?;
             if found.is_none() {
-                return Err(StoreError::invalid(
-                    "domains",
-                    format!("domain {d:?} does not exist"),
-                ));
+                return Err(StoreError::invalid("domains", format!("domain {d:?} does not exist")));
             }
         }
         let row = sqlx::query(&format!(
@@ -302,9 +283,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .ctx(|| format!("deleting line {name:?}"))?;
-        tx.commit()
-            .await
-            .ctx(|| format!("deleting line {name:?}"))?;
+        tx.commit().await.ctx(|| format!("deleting line {name:?}"))?;
         Ok(done.rows_affected() > 0)
     }
 }

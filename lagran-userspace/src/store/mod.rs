@@ -53,28 +53,18 @@ pub use validate::double_option;
 /// `include_str!` (rather than `sqlx::migrate!`) makes cargo rebuild when a
 /// migration file changes and needs no sqlx macros; versions, descriptions
 /// and checksums are the ones `sqlx migrate` would record.
-const SQLITE_MIGRATIONS: Embedded = Embedded(&[(
-    1,
-    "init",
-    include_str!("../../../migrations/sqlite/0001_init.sql"),
-)]);
+const SQLITE_MIGRATIONS: Embedded = Embedded(&[(1, "init", include_str!("../../../migrations/sqlite/0001_init.sql"))]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
-const POSTGRES_MIGRATIONS: Embedded = Embedded(&[(
-    1,
-    "init",
-    include_str!("../../../migrations/postgres/0001_init.sql"),
-)]);
+const POSTGRES_MIGRATIONS: Embedded =
+    Embedded(&[(1, "init", include_str!("../../../migrations/postgres/0001_init.sql"))]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
 #[derive(Clone, Copy, Debug)]
 struct Embedded(&'static [(i64, &'static str, &'static str)]);
 
 impl MigrationSource<'static> for Embedded {
-    fn resolve(
-        self,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, sqlx::error::BoxDynError>> + Send>>
-    {
+    fn resolve(self) -> Pin<Box<dyn Future<Output = Result<Vec<Migration>, sqlx::error::BoxDynError>> + Send>> {
         Box::pin(async move {
             Ok(self
                 .0
@@ -110,10 +100,7 @@ impl Backend {
         } else {
             Err(StoreError::Invalid {
                 field: "database_url",
-                reason: format!(
-                    "{:?} is neither sqlite://PATH nor postgres://…",
-                    redact_url(url)
-                ),
+                reason: format!("{:?} is neither sqlite://PATH nor postgres://…", redact_url(url)),
             })
         }
     }
@@ -143,11 +130,7 @@ pub enum StoreError {
     Conflict { what: &'static str, key: String },
     /// The object cannot be deleted while others refer to it.
     #[error("{what} {key:?} is still used by {by}")]
-    InUse {
-        what: &'static str,
-        key: String,
-        by: String,
-    },
+    InUse { what: &'static str, key: String, by: String },
     /// A field of the submitted record is unacceptable (including references
     /// to objects that do not exist). Maps to HTTP 400/422 naming `field`.
     #[error("invalid {field}: {reason}")]
@@ -178,42 +161,27 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(source: sqlx::Error) -> Self {
-        StoreError::Db {
-            context: "accessing the database".to_string(),
-            source,
-        }
+        StoreError::Db { context: "accessing the database".to_string(), source }
     }
 }
 
 impl StoreError {
     pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
-        StoreError::Invalid {
-            field,
-            reason: reason.into(),
-        }
+        StoreError::Invalid { field, reason: reason.into() }
     }
 
     pub(crate) fn not_found(what: &'static str, key: impl Into<String>) -> Self {
-        StoreError::NotFound {
-            what,
-            key: key.into(),
-        }
+        StoreError::NotFound { what, key: key.into() }
     }
 
     pub(crate) fn conflict(what: &'static str, key: impl Into<String>) -> Self {
-        StoreError::Conflict {
-            what,
-            key: key.into(),
-        }
+        StoreError::Conflict { what, key: key.into() }
     }
 
     /// The database's classification of the underlying error, if it came from the server.
     pub(crate) fn db_kind(&self) -> Option<ErrorKind> {
         match self {
-            StoreError::Db {
-                source: sqlx::Error::Database(e),
-                ..
-            } => Some(e.kind()),
+            StoreError::Db { source: sqlx::Error::Database(e), .. } => Some(e.kind()),
             _ => None,
         }
     }
@@ -226,10 +194,7 @@ pub(crate) trait DbContext<T> {
 
 impl<T> DbContext<T> for Result<T, sqlx::Error> {
     fn ctx<F: FnOnce() -> String>(self, context: F) -> Result<T, StoreError> {
-        self.map_err(|source| StoreError::Db {
-            context: context(),
-            source,
-        })
+        self.map_err(|source| StoreError::Db { context: context(), source })
     }
 }
 
@@ -242,10 +207,7 @@ pub struct Store {
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Store")
-            .field("backend", &self.backend)
-            .field("connections", &self.pool.size())
-            .finish()
+        f.debug_struct("Store").field("backend", &self.backend).field("connections", &self.pool.size()).finish()
     }
 }
 
@@ -270,31 +232,20 @@ impl Store {
         });
         if in_memory {
             // The database lives exactly as long as its only connection.
-            options = options
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None);
+            options = options.min_connections(1).idle_timeout(None).max_lifetime(None);
         }
         let shown = redact_url(&url);
-        let pool = options
-            .connect(&url)
-            .await
-            .ctx(|| format!("connecting to {shown}"))?;
+        let pool = options.connect(&url).await.ctx(|| format!("connecting to {shown}"))?;
         if backend == Backend::Sqlite && !in_memory {
             // Readers do not block the writer; persistent in the file.
-            sqlx::query("PRAGMA journal_mode = WAL")
-                .execute(&pool)
-                .await
-                .ctx(|| format!("enabling WAL on {shown}"))?;
+            sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await.ctx(|| format!("enabling WAL on {shown}"))?;
         }
         let migrations = match backend {
             Backend::Sqlite => SQLITE_MIGRATIONS,
             Backend::Postgres => POSTGRES_MIGRATIONS,
         };
         let migrate = async { Migrator::new(migrations).await?.run(&pool).await };
-        migrate
-            .await
-            .map_err(|source| StoreError::Migrate { backend, source })?;
+        migrate.await.map_err(|source| StoreError::Migrate { backend, source })?;
         tracing::debug!(%backend, url = %shown, "store connected and migrated");
         Ok(Store { pool, backend })
     }
@@ -306,10 +257,7 @@ impl Store {
 
     /// Checks that the database answers (for `/healthz`).
     pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .ctx(|| "pinging the database".to_string())?;
+        sqlx::query("SELECT 1").execute(&self.pool).await.ctx(|| "pinging the database".to_string())?;
         Ok(())
     }
 
@@ -330,10 +278,7 @@ impl Store {
             Backend::Sqlite => "BEGIN IMMEDIATE",
             Backend::Postgres => "BEGIN",
         };
-        self.pool
-            .begin_with(statement)
-            .await
-            .ctx(|| "starting a transaction".to_string())
+        self.pool.begin_with(statement).await.ctx(|| "starting a transaction".to_string())
     }
 
     /// Starts a read-only snapshot, for reads that span several tables.
@@ -342,27 +287,19 @@ impl Store {
             Backend::Sqlite => "BEGIN",
             Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
         };
-        self.pool
-            .begin_with(statement)
-            .await
-            .ctx(|| "starting a read transaction".to_string())
+        self.pool.begin_with(statement).await.ctx(|| "starting a read transaction".to_string())
     }
 }
 
 /// Turns a SQLite URL into one that creates the file, creating its directory.
 /// Returns the URL to connect to and whether it is an in-memory database.
 fn prepare_sqlite_url(url: &str) -> Result<(String, bool), StoreError> {
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .unwrap_or(url);
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
     let (path, query) = match rest.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (rest, None),
     };
-    let params: Vec<&str> = query
-        .map(|q| q.split('&').filter(|p| !p.is_empty()).collect())
-        .unwrap_or_default();
+    let params: Vec<&str> = query.map(|q| q.split('&').filter(|p| !p.is_empty()).collect()).unwrap_or_default();
     let in_memory = path.is_empty() || path == ":memory:" || params.contains(&"mode=memory");
     if in_memory {
         return Ok(("sqlite::memory:".to_string(), true));
@@ -370,10 +307,7 @@ fn prepare_sqlite_url(url: &str) -> Result<(String, bool), StoreError> {
     let file = PathBuf::from(path);
     if let Some(parent) = file.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|source| StoreError::Io {
-            context: format!(
-                "creating the directory {} for the SQLite database",
-                parent.display()
-            ),
+            context: format!("creating the directory {} for the SQLite database", parent.display()),
             source,
         })?;
     }
@@ -396,11 +330,7 @@ pub(crate) fn redact_url(url: &str) -> String {
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split(':').next().unwrap_or("");
-            if userinfo.contains(':') {
-                format!("{scheme}://{user}:***@{host}{tail}")
-            } else {
-                url.to_string()
-            }
+            if userinfo.contains(':') { format!("{scheme}://{user}:***@{host}{tail}") } else { url.to_string() }
         }
         None => url.to_string(),
     }
@@ -408,10 +338,7 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 /// Unix milliseconds now.
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
 }
 
 /// Reads typed columns of one row, turning every failure into a
@@ -424,14 +351,8 @@ pub(crate) struct Cols<'r> {
 
 impl<'r> Cols<'r> {
     /// Reads the row's key from the text column `key_col` first.
-    pub(crate) fn keyed(
-        row: &'r AnyRow,
-        what: &'static str,
-        key_col: &str,
-    ) -> Result<Self, StoreError> {
-        let key: String = row
-            .try_get(key_col)
-            .ctx(|| format!("reading the {key_col} of a {what}"))?;
+    pub(crate) fn keyed(row: &'r AnyRow, what: &'static str, key_col: &str) -> Result<Self, StoreError> {
+        let key: String = row.try_get(key_col).ctx(|| format!("reading the {key_col} of a {what}"))?;
         Ok(Cols { row, what, key })
     }
 
@@ -448,9 +369,7 @@ impl<'r> Cols<'r> {
     where
         T: Decode<'r, Any> + Type<Any>,
     {
-        self.row
-            .try_get(col)
-            .ctx(|| format!("reading {} {:?}", self.what, self.key))
+        self.row.try_get(col).ctx(|| format!("reading {} {:?}", self.what, self.key))
     }
 
     /// A text column parsed with `FromStr`.
@@ -460,8 +379,7 @@ impl<'r> Cols<'r> {
         T::Err: fmt::Display,
     {
         let text: String = self.get(col)?;
-        text.parse()
-            .map_err(|e| self.corrupt(col, format!("{text:?} does not parse: {e}")))
+        text.parse().map_err(|e| self.corrupt(col, format!("{text:?} does not parse: {e}")))
     }
 
     /// A nullable text column parsed with `FromStr`.
@@ -471,11 +389,8 @@ impl<'r> Cols<'r> {
         T::Err: fmt::Display,
     {
         let text: Option<String> = self.get(col)?;
-        text.map(|text| {
-            text.parse()
-                .map_err(|e| self.corrupt(col, format!("{text:?} does not parse: {e}")))
-        })
-        .transpose()
+        text.map(|text| text.parse().map_err(|e| self.corrupt(col, format!("{text:?} does not parse: {e}"))))
+            .transpose()
     }
 
     /// An integer column that must fit in `T` (e.g. `u32` SOA fields).
@@ -487,18 +402,14 @@ impl<'r> Cols<'r> {
     /// A nullable integer column that must fit in `T`.
     pub(crate) fn int_opt<T: TryFrom<i64>>(&self, col: &str) -> Result<Option<T>, StoreError> {
         let v: Option<i64> = self.get(col)?;
-        v.map(|v| T::try_from(v).map_err(|_| self.corrupt(col, format!("{v} is out of range"))))
-            .transpose()
+        v.map(|v| T::try_from(v).map_err(|_| self.corrupt(col, format!("{v} is out of range")))).transpose()
     }
 
     /// A decode error for a stored value that the schema should have prevented.
     pub(crate) fn corrupt(&self, col: &str, reason: String) -> StoreError {
         StoreError::Db {
             context: format!("reading {} {:?}", self.what, self.key),
-            source: sqlx::Error::ColumnDecode {
-                index: col.to_string(),
-                source: reason.into(),
-            },
+            source: sqlx::Error::ColumnDecode { index: col.to_string(), source: reason.into() },
         }
     }
 }

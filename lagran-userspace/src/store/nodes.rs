@@ -34,8 +34,7 @@ pub fn hash_token(token: &str) -> String {
 /// constant time (the hashes are, so the token's length does not leak either).
 pub fn verify_token(stored_hash: &str, presented: &str) -> bool {
     let presented = hash_token(presented);
-    stored_hash.len() == presented.len()
-        && bool::from(stored_hash.as_bytes().ct_eq(presented.as_bytes()))
+    stored_hash.len() == presented.len() && bool::from(stored_hash.as_bytes().ct_eq(presented.as_bytes()))
 }
 
 fn validate_token(token: &str) -> Result<(), StoreError> {
@@ -43,10 +42,7 @@ fn validate_token(token: &str) -> Result<(), StoreError> {
         return Err(StoreError::invalid("auth_token", "must not be empty"));
     }
     if token.len() > MAX_TOKEN_LEN {
-        return Err(StoreError::invalid(
-            "auth_token",
-            format!("is longer than {MAX_TOKEN_LEN} bytes"),
-        ));
+        return Err(StoreError::invalid("auth_token", format!("is longer than {MAX_TOKEN_LEN} bytes")));
     }
     if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(StoreError::invalid(
@@ -61,19 +57,13 @@ fn validate_agent_url(url: &str) -> Result<(), StoreError> {
     if url.is_empty() || url.starts_with("http://") || url.starts_with("https://") {
         Ok(())
     } else {
-        Err(StoreError::invalid(
-            "agent_url",
-            format!("{url:?} must be empty or start with http:// or https://"),
-        ))
+        Err(StoreError::invalid("agent_url", format!("{url:?} must be empty or start with http:// or https://")))
     }
 }
 
 fn validate_probe_port(port: Option<u16>) -> Result<(), StoreError> {
     if port == Some(0) {
-        return Err(StoreError::invalid(
-            "probe_port",
-            "must be 1..=65535 or null",
-        ));
+        return Err(StoreError::invalid("probe_port", "must be 1..=65535 or null"));
     }
     Ok(())
 }
@@ -196,53 +186,26 @@ impl NodePatch {
                 out.push((col, v));
             }
         };
-        push(
-            "status",
-            self.status.map(|s| Val::Text(Some(s.as_str().into()))),
-        );
-        push(
-            "public_ip",
-            self.public_ip.map(|v| Val::Text(v.map(|a| a.to_string()))),
-        );
-        push(
-            "public_ipv6",
-            self.public_ipv6
-                .map(|v| Val::Text(v.map(|a| a.to_string()))),
-        );
+        push("status", self.status.map(|s| Val::Text(Some(s.as_str().into()))));
+        push("public_ip", self.public_ip.map(|v| Val::Text(v.map(|a| a.to_string()))));
+        push("public_ipv6", self.public_ipv6.map(|v| Val::Text(v.map(|a| a.to_string()))));
         push("country", text(&self.country));
         push("province", text(&self.province));
         push("city", text(&self.city));
         push("isp", text(&self.isp));
         push("weight", self.weight.map(|v| Val::Int(Some(v))));
         push("cpu_usage", self.cpu_usage.map(|v| Val::Real(Some(v))));
-        push(
-            "memory_usage",
-            self.memory_usage.map(|v| Val::Real(Some(v))),
-        );
-        push(
-            "bandwidth_mbps",
-            self.bandwidth_mbps.map(|v| Val::Real(Some(v))),
-        );
-        push(
-            "max_bandwidth_mbps",
-            self.max_bandwidth_mbps.map(|v| Val::Real(Some(v))),
-        );
+        push("memory_usage", self.memory_usage.map(|v| Val::Real(Some(v))));
+        push("bandwidth_mbps", self.bandwidth_mbps.map(|v| Val::Real(Some(v))));
+        push("max_bandwidth_mbps", self.max_bandwidth_mbps.map(|v| Val::Real(Some(v))));
         push("conns", self.conns.map(|v| Val::Int(Some(v))));
         push("max_conns", self.max_conns.map(|v| Val::Int(Some(v))));
         push("agent_url", text(&self.agent_url));
-        push(
-            "probe_port",
-            self.probe_port.map(|v| Val::Int(v.map(i64::from))),
-        );
+        push("probe_port", self.probe_port.map(|v| Val::Int(v.map(i64::from))));
         push("pool", text(&self.pool));
         push("lat", self.lat.map(Val::Real));
         push("lon", self.lon.map(Val::Real));
-        push(
-            "auth_token_hash",
-            self.auth_token
-                .as_deref()
-                .map(|t| Val::Text(Some(hash_token(t)))),
-        );
+        push("auth_token_hash", self.auth_token.as_deref().map(|t| Val::Text(Some(hash_token(t)))));
         out
     }
 }
@@ -288,8 +251,7 @@ fn bind_val<'q>(q: Query<'q, Any, AnyArguments<'q>>, v: Val) -> Query<'q, Any, A
 fn node_from_row(row: &AnyRow) -> Result<Node, StoreError> {
     let c = Cols::keyed(row, "node", "name")?;
     let status: String = c.get("status")?;
-    let status = NodeStatus::parse(&status)
-        .ok_or_else(|| c.corrupt("status", format!("unknown status {status:?}")))?;
+    let status = NodeStatus::parse(&status).ok_or_else(|| c.corrupt("status", format!("unknown status {status:?}")))?;
     Ok(Node {
         name: c.key().to_string(),
         status,
@@ -324,10 +286,7 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .ctx(|| "listing nodes".to_string())?;
-        let mut nodes = rows
-            .iter()
-            .map(node_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut nodes = rows.iter().map(node_from_row).collect::<Result<Vec<_>, _>>()?;
         nodes.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(nodes)
     }
@@ -345,11 +304,7 @@ impl Store {
     /// Creates a node ([`StoreError::Conflict`] if the name is taken), with an
     /// optional agent token of its own (stored hashed). `created_at_ms` and
     /// `updated_at_ms` are set to now; the stored node is returned.
-    pub async fn create_node(
-        &self,
-        node: &Node,
-        auth_token: Option<&str>,
-    ) -> Result<Node, StoreError> {
+    pub async fn create_node(&self, node: &Node, auth_token: Option<&str>) -> Result<Node, StoreError> {
         validate_node(node)?;
         if let Some(token) = auth_token {
             validate_token(token)?;
@@ -389,9 +344,7 @@ impl Store {
         .ctx(|| format!("creating node {:?}", node.name));
         match row {
             Ok(row) => node_from_row(&row),
-            Err(e) if e.db_kind() == Some(ErrorKind::UniqueViolation) => {
-                Err(StoreError::conflict("node", &node.name))
-            }
+            Err(e) if e.db_kind() == Some(ErrorKind::UniqueViolation) => Err(StoreError::conflict("node", &node.name)),
             Err(e) => Err(e),
         }
     }
@@ -406,11 +359,7 @@ impl Store {
             sql.push_str(&format!("{col} = ${}, ", i + 1));
         }
         let n = assignments.len();
-        sql.push_str(&format!(
-            "updated_at_ms = ${} WHERE name = ${} RETURNING {NODE_COLUMNS}",
-            n + 1,
-            n + 2
-        ));
+        sql.push_str(&format!("updated_at_ms = ${} WHERE name = ${} RETURNING {NODE_COLUMNS}", n + 1, n + 2));
         let mut query = sqlx::query(&sql);
         for (_, v) in assignments {
             query = bind_val(query, v);
@@ -447,26 +396,18 @@ impl Store {
             users.push(format!("rule {id}"));
         }
         for row in &lines {
-            let line: String = row
-                .try_get("name")
-                .ctx(|| "reading a line name".to_string())?;
+            let line: String = row.try_get("name").ctx(|| "reading a line name".to_string())?;
             users.push(format!("line {line:?}"));
         }
         if !users.is_empty() {
-            return Err(StoreError::InUse {
-                what: "node",
-                key: name.to_string(),
-                by: users.join(", "),
-            });
+            return Err(StoreError::InUse { what: "node", key: name.to_string(), by: users.join(", ") });
         }
         let done = sqlx::query("DELETE FROM nodes WHERE name = $1")
             .bind(name)
             .execute(&mut *tx)
             .await
             .ctx(|| format!("deleting node {name:?}"))?;
-        tx.commit()
-            .await
-            .ctx(|| format!("deleting node {name:?}"))?;
+        tx.commit().await.ctx(|| format!("deleting node {name:?}"))?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -488,12 +429,7 @@ impl Store {
 
     /// Records an agent's report: load figures and `last_heartbeat_ms = now_ms`.
     /// Does not touch `status` (health decides that) nor `updated_at_ms`.
-    pub async fn record_heartbeat(
-        &self,
-        name: &str,
-        hb: &Heartbeat,
-        now_ms: i64,
-    ) -> Result<Node, StoreError> {
+    pub async fn record_heartbeat(&self, name: &str, hb: &Heartbeat, now_ms: i64) -> Result<Node, StoreError> {
         hb.validate()?;
         let row = sqlx::query(&format!(
             "UPDATE nodes SET cpu_usage = $1, memory_usage = $2, bandwidth_mbps = $3, \

@@ -39,8 +39,7 @@ impl GeoOverride {
     }
 }
 
-const OVERRIDE_COLUMNS: &str =
-    "prefix, country, province, city, isp, note, created_by, created_at_ms";
+const OVERRIDE_COLUMNS: &str = "prefix, country, province, city, isp, note, created_by, created_at_ms";
 
 fn override_from_row(row: &AnyRow) -> Result<GeoOverride, StoreError> {
     let c = Cols::keyed(row, "geo override", "prefix")?;
@@ -63,26 +62,18 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .ctx(|| "listing geo overrides".to_string())?;
-        let mut out = rows
-            .iter()
-            .map(override_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = rows.iter().map(override_from_row).collect::<Result<Vec<_>, _>>()?;
         out.sort_by_key(|o| (o.prefix.addr(), o.prefix.prefix_len()));
         Ok(out)
     }
 
     /// The override for exactly `prefix`, `None` when there is none.
-    pub async fn get_geo_override(
-        &self,
-        prefix: &IpNet,
-    ) -> Result<Option<GeoOverride>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {OVERRIDE_COLUMNS} FROM geo_overrides WHERE prefix = $1"
-        ))
-        .bind(prefix.to_string())
-        .fetch_optional(self.pool())
-        .await
-        .ctx(|| format!("reading the geo override for {prefix}"))?;
+    pub async fn get_geo_override(&self, prefix: &IpNet) -> Result<Option<GeoOverride>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {OVERRIDE_COLUMNS} FROM geo_overrides WHERE prefix = $1"))
+            .bind(prefix.to_string())
+            .fetch_optional(self.pool())
+            .await
+            .ctx(|| format!("reading the geo override for {prefix}"))?;
         row.as_ref().map(override_from_row).transpose()
     }
 

@@ -122,11 +122,7 @@ impl NewRule {
 
     /// A canary sending `percent` % of the matching subnets to `node`.
     pub fn canary(node: impl Into<String>, percent: u8) -> Self {
-        NewRule {
-            kind: RuleKind::Canary,
-            percent: Some(percent),
-            ..NewRule::manual(node)
-        }
+        NewRule { kind: RuleKind::Canary, percent: Some(percent), ..NewRule::manual(node) }
     }
 
     /// Checks the values (not the references) and returns the effective percent.
@@ -145,10 +141,7 @@ impl NewRule {
         if let Some(t) = self.expires_at_ms
             && t <= now_ms
         {
-            return Err(StoreError::invalid(
-                "expires_at_ms",
-                format!("{t} is not in the future (now is {now_ms})"),
-            ));
+            return Err(StoreError::invalid("expires_at_ms", format!("{t} is not in the future (now is {now_ms})")));
         }
         match (self.kind, self.percent) {
             (RuleKind::Manual, None | Some(100)) => Ok(100),
@@ -157,14 +150,10 @@ impl NewRule {
                 format!("a manual rule pins 100 %, not {p} %; use a canary rule for a split"),
             )),
             (RuleKind::Canary, Some(p @ 1..=100)) => Ok(p),
-            (RuleKind::Canary, Some(p)) => Err(StoreError::invalid(
-                "percent",
-                format!("{p} is outside 1..=100"),
-            )),
-            (RuleKind::Canary, None) => Err(StoreError::invalid(
-                "percent",
-                "a canary rule needs a percentage (1..=100)",
-            )),
+            (RuleKind::Canary, Some(p)) => Err(StoreError::invalid("percent", format!("{p} is outside 1..=100"))),
+            (RuleKind::Canary, None) => {
+                Err(StoreError::invalid("percent", "a canary rule needs a percentage (1..=100)"))
+            }
         }
     }
 }
@@ -176,8 +165,7 @@ fn rule_from_row(row: &AnyRow) -> Result<Rule, StoreError> {
     let id: i64 = row.try_get("id").ctx(|| "reading a rule id".to_string())?;
     let c = Cols::with_key(row, "rule", id.to_string());
     let kind: String = c.get("kind")?;
-    let kind = RuleKind::parse(&kind)
-        .ok_or_else(|| c.corrupt("kind", format!("unknown kind {kind:?}")))?;
+    let kind = RuleKind::parse(&kind).ok_or_else(|| c.corrupt("kind", format!("unknown kind {kind:?}")))?;
     Ok(Rule {
         id,
         kind,
@@ -204,10 +192,7 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .ctx(|| "listing rules".to_string())?;
-        let mut rules = rows
-            .iter()
-            .map(rule_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut rules = rows.iter().map(rule_from_row).collect::<Result<Vec<_>, _>>()?;
         rules.sort_by(|a, b| {
             let rank = |r: &Rule| (r.kind != RuleKind::Manual, -r.priority, r.id);
             rank(a).cmp(&rank(b))
@@ -237,10 +222,7 @@ impl Store {
             .await
             .ctx(|| format!("looking up node {:?} of a new rule", rule.node))?;
         if node.is_none() {
-            return Err(StoreError::invalid(
-                "node",
-                format!("node {:?} does not exist", rule.node),
-            ));
+            return Err(StoreError::invalid("node", format!("node {:?} does not exist", rule.node)));
         }
         if let Some(domain) = &rule.domain {
             let found = sqlx::query("SELECT name FROM domains WHERE name = $1")
@@ -249,10 +231,7 @@ impl Store {
                 .await
                 .ctx(|| format!("looking up domain {domain:?} of a new rule"))?;
             if found.is_none() {
-                return Err(StoreError::invalid(
-                    "domain",
-                    format!("domain {domain:?} does not exist"),
-                ));
+                return Err(StoreError::invalid("domain", format!("domain {domain:?} does not exist")));
             }
         }
         let row = sqlx::query(&format!(
@@ -276,17 +255,9 @@ impl Store {
         .bind(now)
         .fetch_one(&mut *tx)
         .await
-        .ctx(|| {
-            format!(
-                "creating a {} rule for node {:?}",
-                rule.kind.as_str(),
-                rule.node
-            )
-        })?;
+        .ctx(|| format!("creating a {} rule for node {:?}", rule.kind.as_str(), rule.node))?;
         let stored = rule_from_row(&row)?;
-        tx.commit()
-            .await
-            .ctx(|| format!("creating rule {}", stored.id))?;
+        tx.commit().await.ctx(|| format!("creating rule {}", stored.id))?;
         Ok(stored)
     }
 
@@ -302,13 +273,11 @@ impl Store {
 
     /// Deletes every rule that expired at or before `now_ms`; returns how many.
     pub async fn purge_expired_rules(&self, now_ms: i64) -> Result<u64, StoreError> {
-        let done = sqlx::query(
-            "DELETE FROM rules WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= $1",
-        )
-        .bind(now_ms)
-        .execute(self.pool())
-        .await
-        .ctx(|| "purging expired rules".to_string())?;
+        let done = sqlx::query("DELETE FROM rules WHERE expires_at_ms IS NOT NULL AND expires_at_ms <= $1")
+            .bind(now_ms)
+            .execute(self.pool())
+            .await
+            .ctx(|| "purging expired rules".to_string())?;
         Ok(done.rows_affected())
     }
 }

@@ -26,20 +26,13 @@ pub fn ident(field: &'static str, value: &str) -> Result<(), StoreError> {
         return Err(StoreError::invalid(field, "must not be empty"));
     };
     if bytes.len() > 63 {
-        return Err(StoreError::invalid(
-            field,
-            format!("{value:?} is longer than 63 characters"),
-        ));
+        return Err(StoreError::invalid(field, format!("{value:?} is longer than 63 characters")));
     }
     if !(first.is_ascii_lowercase() || first.is_ascii_digit()) {
-        return Err(StoreError::invalid(
-            field,
-            format!("{value:?} must start with a lowercase letter or a digit"),
-        ));
+        return Err(StoreError::invalid(field, format!("{value:?} must start with a lowercase letter or a digit")));
     }
-    if let Some(bad) = value
-        .chars()
-        .find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.')))
+    if let Some(bad) =
+        value.chars().find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.')))
     {
         return Err(StoreError::invalid(
             field,
@@ -56,16 +49,10 @@ pub fn dns_name(field: &'static str, value: &str) -> Result<(), StoreError> {
         return Err(StoreError::invalid(field, "must not be empty"));
     }
     if value.ends_with('.') {
-        return Err(StoreError::invalid(
-            field,
-            format!("{value:?} must be written without the trailing dot"),
-        ));
+        return Err(StoreError::invalid(field, format!("{value:?} must be written without the trailing dot")));
     }
     if value.len() > 253 {
-        return Err(StoreError::invalid(
-            field,
-            format!("{value:?} is longer than 253 characters"),
-        ));
+        return Err(StoreError::invalid(field, format!("{value:?} is longer than 253 characters")));
     }
     for label in value.split('.') {
         if label.is_empty() || label.len() > 63 {
@@ -74,19 +61,11 @@ pub fn dns_name(field: &'static str, value: &str) -> Result<(), StoreError> {
                 format!("{value:?} has a label that is empty or longer than 63 characters"),
             ));
         }
-        if let Some(bad) = label
-            .chars()
-            .find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_')))
+        if let Some(bad) =
+            label.chars().find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_')))
         {
-            let hint = if bad.is_ascii_uppercase() {
-                " (names are stored lowercase)"
-            } else {
-                ""
-            };
-            return Err(StoreError::invalid(
-                field,
-                format!("{value:?} contains {bad:?}{hint}"),
-            ));
+            let hint = if bad.is_ascii_uppercase() { " (names are stored lowercase)" } else { "" };
+            return Err(StoreError::invalid(field, format!("{value:?} contains {bad:?}{hint}")));
         }
     }
     Ok(())
@@ -97,10 +76,7 @@ pub fn dns_name(field: &'static str, value: &str) -> Result<(), StoreError> {
 pub fn prefix(field: &'static str, value: &IpNet) -> Result<(), StoreError> {
     let canonical = value.trunc();
     if canonical != *value {
-        return Err(StoreError::invalid(
-            field,
-            format!("{value} has host bits set; did you mean {canonical}?"),
-        ));
+        return Err(StoreError::invalid(field, format!("{value} has host bits set; did you mean {canonical}?")));
     }
     Ok(())
 }
@@ -108,10 +84,7 @@ pub fn prefix(field: &'static str, value: &IpNet) -> Result<(), StoreError> {
 /// A finite number within `min..=max`.
 pub fn range_f64(field: &'static str, value: f64, min: f64, max: f64) -> Result<(), StoreError> {
     if !value.is_finite() || value < min || value > max {
-        return Err(StoreError::invalid(
-            field,
-            format!("{value} is outside {min}..={max}"),
-        ));
+        return Err(StoreError::invalid(field, format!("{value} is outside {min}..={max}")));
     }
     Ok(())
 }
@@ -119,10 +92,7 @@ pub fn range_f64(field: &'static str, value: f64, min: f64, max: f64) -> Result<
 /// A finite number that is not negative.
 pub fn non_negative_f64(field: &'static str, value: f64) -> Result<(), StoreError> {
     if !value.is_finite() || value < 0.0 {
-        return Err(StoreError::invalid(
-            field,
-            format!("{value} must be a finite number >= 0"),
-        ));
+        return Err(StoreError::invalid(field, format!("{value} must be a finite number >= 0")));
     }
     Ok(())
 }
@@ -139,10 +109,7 @@ pub fn non_negative_i64(field: &'static str, value: i64) -> Result<(), StoreErro
 /// would be ambiguous and is refused.
 pub fn non_empty_opt(field: &'static str, value: Option<&str>) -> Result<(), StoreError> {
     if value.is_some_and(|v| v.trim().is_empty()) {
-        return Err(StoreError::invalid(
-            field,
-            "must be null (match everything) or a non-empty value",
-        ));
+        return Err(StoreError::invalid(field, "must be null (match everything) or a non-empty value"));
     }
     Ok(())
 }

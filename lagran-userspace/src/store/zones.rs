@@ -12,15 +12,14 @@ use super::validate;
 use super::{Cols, DbContext, Store, StoreError};
 use crate::model::{Domain, NsHost, Zone};
 
-const ZONE_COLUMNS: &str = "name, soa_mname, soa_rname, soa_serial, soa_refresh, soa_retry, soa_expire, soa_minimum, ns_ttl";
+const ZONE_COLUMNS: &str =
+    "name, soa_mname, soa_rname, soa_serial, soa_refresh, soa_retry, soa_expire, soa_minimum, ns_ttl";
 const DOMAIN_COLUMNS: &str = "name, zone, pool, ttl, origin_ip";
 
 /// Whether `name` is `zone` itself or a name below it.
 pub fn in_zone(name: &str, zone: &str) -> bool {
     name == zone
-        || (name.len() > zone.len()
-            && name.ends_with(zone)
-            && name.as_bytes()[name.len() - zone.len() - 1] == b'.')
+        || (name.len() > zone.len() && name.ends_with(zone) && name.as_bytes()[name.len() - zone.len() - 1] == b'.')
 }
 
 /// Checks a zone's names and NS hosts: DNS names in canonical form, no NS host
@@ -33,18 +32,12 @@ pub fn validate_zone(zone: &Zone) -> Result<(), StoreError> {
     for ns in &zone.ns_hosts {
         validate::dns_name("ns_hosts", &ns.name)?;
         if !seen.insert(ns.name.as_str()) {
-            return Err(StoreError::invalid(
-                "ns_hosts",
-                format!("{:?} is listed twice", ns.name),
-            ));
+            return Err(StoreError::invalid("ns_hosts", format!("{:?} is listed twice", ns.name)));
         }
         if in_zone(&ns.name, &zone.name) && ns.ipv4.is_none() && ns.ipv6.is_none() {
             return Err(StoreError::invalid(
                 "ns_hosts",
-                format!(
-                    "{:?} is inside zone {:?} and needs a glue address (ipv4 or ipv6)",
-                    ns.name, zone.name
-                ),
+                format!("{:?} is inside zone {:?} and needs a glue address (ipv4 or ipv6)", ns.name, zone.name),
             ));
         }
     }
@@ -57,10 +50,7 @@ pub fn validate_domain(d: &Domain) -> Result<(), StoreError> {
     validate::dns_name("zone", &d.zone)?;
     validate::ident("pool", &d.pool)?;
     if !in_zone(&d.name, &d.zone) {
-        return Err(StoreError::invalid(
-            "name",
-            format!("{:?} is not inside zone {:?}", d.name, d.zone),
-        ));
+        return Err(StoreError::invalid("name", format!("{:?} is not inside zone {:?}", d.name, d.zone)));
     }
     Ok(())
 }
@@ -87,11 +77,7 @@ fn ns_host_from_row(row: &AnyRow) -> Result<(String, i64, NsHost), StoreError> {
     Ok((
         c.get("zone")?,
         c.get("position")?,
-        NsHost {
-            name: c.key().to_string(),
-            ipv4: c.parse_opt("ipv4")?,
-            ipv6: c.parse_opt("ipv6")?,
-        },
+        NsHost { name: c.key().to_string(), ipv4: c.parse_opt("ipv4")?, ipv6: c.parse_opt("ipv6")? },
     ))
 }
 
@@ -126,10 +112,7 @@ impl Store {
             let zone = zone_from_row(row)?;
             zones.insert(zone.name.clone(), zone);
         }
-        let mut hosts = ns_rows
-            .iter()
-            .map(ns_host_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut hosts = ns_rows.iter().map(ns_host_from_row).collect::<Result<Vec<_>, _>>()?;
         hosts.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         for (zone, _, host) in hosts {
             if let Some(z) = zones.get_mut(&zone) {
@@ -150,18 +133,14 @@ impl Store {
         let Some(row) = row else {
             return Ok(None);
         };
-        let ns_rows =
-            sqlx::query("SELECT zone, name, position, ipv4, ipv6 FROM ns_hosts WHERE zone = $1")
-                .bind(name)
-                .fetch_all(&mut *tx)
-                .await
-                .ctx(|| format!("reading the NS hosts of zone {name:?}"))?;
+        let ns_rows = sqlx::query("SELECT zone, name, position, ipv4, ipv6 FROM ns_hosts WHERE zone = $1")
+            .bind(name)
+            .fetch_all(&mut *tx)
+            .await
+            .ctx(|| format!("reading the NS hosts of zone {name:?}"))?;
         tx.commit().await.ctx(|| format!("reading zone {name:?}"))?;
         let mut zone = zone_from_row(&row)?;
-        let mut hosts = ns_rows
-            .iter()
-            .map(ns_host_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut hosts = ns_rows.iter().map(ns_host_from_row).collect::<Result<Vec<_>, _>>()?;
         hosts.sort_by_key(|h| h.1);
         zone.ns_hosts = hosts.into_iter().map(|(_, _, h)| h).collect();
         Ok(Some(zone))
@@ -201,17 +180,15 @@ impl Store {
             .await
             .ctx(|| format!("replacing the NS hosts of zone {name:?}"))?;
         for (position, ns) in zone.ns_hosts.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO ns_hosts (zone, name, position, ipv4, ipv6) VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(name)
-            .bind(&ns.name)
-            .bind(position as i64)
-            .bind(ns.ipv4.map(|a| a.to_string()))
-            .bind(ns.ipv6.map(|a| a.to_string()))
-            .execute(&mut *tx)
-            .await
-            .ctx(|| format!("writing NS host {:?} of zone {name:?}", ns.name))?;
+            sqlx::query("INSERT INTO ns_hosts (zone, name, position, ipv4, ipv6) VALUES ($1, $2, $3, $4, $5)")
+                .bind(name)
+                .bind(&ns.name)
+                .bind(position as i64)
+                .bind(ns.ipv4.map(|a| a.to_string()))
+                .bind(ns.ipv6.map(|a| a.to_string()))
+                .execute(&mut *tx)
+                .await
+                .ctx(|| format!("writing NS host {:?} of zone {name:?}", ns.name))?;
         }
         tx.commit().await.ctx(|| format!("writing zone {name:?}"))?;
         Ok(())
@@ -226,30 +203,18 @@ impl Store {
                 "DELETE FROM rules WHERE domain IN (SELECT name FROM domains WHERE zone = $1)",
                 "deleting the rules of zone",
             ),
-            (
-                "DELETE FROM domains WHERE zone = $1",
-                "deleting the domains of zone",
-            ),
-            (
-                "DELETE FROM ns_hosts WHERE zone = $1",
-                "deleting the NS hosts of zone",
-            ),
+            ("DELETE FROM domains WHERE zone = $1", "deleting the domains of zone"),
+            ("DELETE FROM ns_hosts WHERE zone = $1", "deleting the NS hosts of zone"),
         ];
         for (sql, what) in steps {
-            sqlx::query(sql)
-                .bind(name)
-                .execute(&mut *tx)
-                .await
-                .ctx(|| format!("{what} {name:?}"))?;
+            sqlx::query(sql).bind(name).execute(&mut *tx).await.ctx(|| format!("{what} {name:?}"))?;
         }
         let done = sqlx::query("DELETE FROM zones WHERE name = $1")
             .bind(name)
             .execute(&mut *tx)
             .await
             .ctx(|| format!("deleting zone {name:?}"))?;
-        tx.commit()
-            .await
-            .ctx(|| format!("deleting zone {name:?}"))?;
+        tx.commit().await.ctx(|| format!("deleting zone {name:?}"))?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -259,23 +224,18 @@ impl Store {
             .fetch_all(self.pool())
             .await
             .ctx(|| "listing domains".to_string())?;
-        let mut domains = rows
-            .iter()
-            .map(domain_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut domains = rows.iter().map(domain_from_row).collect::<Result<Vec<_>, _>>()?;
         domains.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(domains)
     }
 
     /// One domain, `None` when it does not exist.
     pub async fn get_domain(&self, name: &str) -> Result<Option<Domain>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {DOMAIN_COLUMNS} FROM domains WHERE name = $1"
-        ))
-        .bind(name)
-        .fetch_optional(self.pool())
-        .await
-        .ctx(|| format!("reading domain {name:?}"))?;
+        let row = sqlx::query(&format!("SELECT {DOMAIN_COLUMNS} FROM domains WHERE name = $1"))
+            .bind(name)
+            .fetch_optional(self.pool())
+            .await
+            .ctx(|| format!("reading domain {name:?}"))?;
         row.as_ref().map(domain_from_row).transpose()
     }
 
@@ -313,9 +273,7 @@ impl Store {
             }
             other => other?,
         };
-        tx.commit()
-            .await
-            .ctx(|| format!("writing domain {name:?}"))?;
+        tx.commit().await.ctx(|| format!("writing domain {name:?}"))?;
         Ok(())
     }
 
@@ -332,18 +290,13 @@ impl Store {
             .execute(&mut *tx)
             .await
             .ctx(|| format!("deleting domain {name:?}"))?;
-        tx.commit()
-            .await
-            .ctx(|| format!("deleting domain {name:?}"))?;
+        tx.commit().await.ctx(|| format!("deleting domain {name:?}"))?;
         Ok(done.rows_affected() > 0)
     }
 }
 
 fn missing_zone(d: &Domain) -> StoreError {
-    StoreError::invalid(
-        "zone",
-        format!("zone {:?} of domain {:?} does not exist", d.zone, d.name),
-    )
+    StoreError::invalid("zone", format!("zone {:?} of domain {:?} does not exist", d.zone, d.name))
 }
 
 #[cfg(test)]

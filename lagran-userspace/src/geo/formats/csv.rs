@@ -28,13 +28,7 @@ struct Columns {
     isp: Option<usize>,
 }
 
-const POSITIONAL: Columns = Columns {
-    cidr: 0,
-    country: Some(1),
-    province: Some(2),
-    city: Some(3),
-    isp: Some(4),
-};
+const POSITIONAL: Columns = Columns { cidr: 0, country: Some(1), province: Some(2), city: Some(3), isp: Some(4) };
 
 fn header_columns(fields: &[String]) -> Result<Columns, String> {
     let find = |names: &[&str]| {
@@ -128,13 +122,8 @@ pub fn parse(text: &str) -> Result<Ranges, GeoError> {
             return Err(bad(format!("no field {} (cidr)", cols.cidr + 1)));
         };
         let net = parse_cidr(cidr).map_err(bad)?;
-        let region = region_from_fields(
-            get(cols.country),
-            get(cols.province),
-            get(cols.city),
-            get(cols.isp),
-        )
-        .map_err(bad)?;
+        let region =
+            region_from_fields(get(cols.country), get(cols.province), get(cols.city), get(cols.isp)).map_err(bad)?;
         b.stats.records += 1;
         b.add(net, &region);
     }
@@ -160,21 +149,13 @@ mod tests {
 
     #[test]
     fn quoting_bare_addresses_and_host_bits() {
-        let r = parse("\"8.8.8.0/24\",US,California,\"Mountain View\",\"Google, LLC\"\n1.2.3.4,AU\n10.1.2.3/8,X\n").unwrap();
+        let r = parse("\"8.8.8.0/24\",US,California,\"Mountain View\",\"Google, LLC\"\n1.2.3.4,AU\n10.1.2.3/8,X\n")
+            .unwrap();
         assert_eq!(r.v4.len(), 3);
-        assert!(
-            r.v4.iter()
-                .any(|x| x.2 == "US|California|Mountain View|Google, LLC")
-        );
-        assert!(
-            r.v4.iter()
-                .any(|x| x.0 == 0x0a00_0000 && x.1 == 0x0aff_ffff)
-        );
+        assert!(r.v4.iter().any(|x| x.2 == "US|California|Mountain View|Google, LLC"));
+        assert!(r.v4.iter().any(|x| x.0 == 0x0a00_0000 && x.1 == 0x0aff_ffff));
         assert!(r.v4.iter().any(|x| x.0 == x.1 && x.2 == "AU|0|0|0"));
-        assert_eq!(
-            split_line(r#"a,"b ""q"", c",d"#).unwrap(),
-            vec!["a", "b \"q\", c", "d"]
-        );
+        assert_eq!(split_line(r#"a,"b ""q"", c",d"#).unwrap(), vec!["a", "b \"q\", c", "d"]);
     }
 
     #[test]

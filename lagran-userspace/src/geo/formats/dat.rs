@@ -39,11 +39,7 @@ enum Val {
 
 impl<'a> Wire<'a> {
     fn new(buf: &'a [u8], start: usize, end: usize) -> Wire<'a> {
-        Wire {
-            buf,
-            pos: start,
-            end,
-        }
+        Wire { buf, pos: start, end }
     }
 
     fn err(&self, at: usize, reason: impl Into<String>) -> GeoError {
@@ -136,11 +132,7 @@ fn cidr(buf: &[u8], s: usize, e: usize) -> Result<IpNet, GeoError> {
                 return Err(bad_prefix(32));
             }
             let addr = std::net::Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]);
-            Ok(IpNet::V4(
-                Ipv4Net::new(addr, prefix as u8)
-                    .map_err(|e| w.err(s, e.to_string()))?
-                    .trunc(),
-            ))
+            Ok(IpNet::V4(Ipv4Net::new(addr, prefix as u8).map_err(|e| w.err(s, e.to_string()))?.trunc()))
         }
         16 => {
             if prefix > 128 {
@@ -149,11 +141,7 @@ fn cidr(buf: &[u8], s: usize, e: usize) -> Result<IpNet, GeoError> {
             let mut a16 = [0u8; 16];
             a16.copy_from_slice(bytes);
             let addr = std::net::Ipv6Addr::from(a16);
-            Ok(IpNet::V6(
-                Ipv6Net::new(addr, prefix as u8)
-                    .map_err(|e| w.err(s, e.to_string()))?
-                    .trunc(),
-            ))
+            Ok(IpNet::V6(Ipv6Net::new(addr, prefix as u8).map_err(|e| w.err(s, e.to_string()))?.trunc()))
         }
         n => Err(w.err(a, format!("CIDR ip is {n} bytes, expected 4 or 16"))),
     }
@@ -180,17 +168,15 @@ pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
         while let Some((f, v, at)) = w.next()? {
             match (f, v) {
                 (1, Val::Bytes(a, z)) => {
-                    code = Some(std::str::from_utf8(&bytes[a..z]).map_err(|_| {
-                        w.err(a, format!("entry #{idx}: country_code is not UTF-8"))
-                    })?);
+                    code = Some(
+                        std::str::from_utf8(&bytes[a..z])
+                            .map_err(|_| w.err(a, format!("entry #{idx}: country_code is not UTF-8")))?,
+                    );
                 }
                 (2, Val::Bytes(a, z)) => cidrs.push((a, z)),
                 (3, Val::Varint(v)) => reverse = v != 0,
                 (1..=3, _) => {
-                    return Err(w.err(
-                        at,
-                        format!("entry #{idx}: GeoIP field {f} has the wrong wire type"),
-                    ));
+                    return Err(w.err(at, format!("entry #{idx}: GeoIP field {f} has the wrong wire type")));
                 }
                 _ => {}
             }
@@ -198,14 +184,8 @@ pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
         let code = code.unwrap_or("").trim();
         let is_country = code.len() == 2 && code.bytes().all(|c| c.is_ascii_alphabetic());
         if !is_country || reverse {
-            let why = if reverse {
-                "reverse_match"
-            } else {
-                "not a country code"
-            };
-            b.stats
-                .skipped
-                .push(format!("{code:?} ({} CIDRs, {why})", cidrs.len()));
+            let why = if reverse { "reverse_match" } else { "not a country code" };
+            b.stats.skipped.push(format!("{code:?} ({} CIDRs, {why})", cidrs.len()));
             // Still decode them: a corrupt CIDR is corruption wherever it is.
             for (a, z) in cidrs {
                 cidr(bytes, a, z).map_err(|e| context(e, idx, code))?;
@@ -226,11 +206,9 @@ pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
 /// Prefixes an error's reason with the entry it was found in.
 fn context(e: GeoError, idx: usize, code: &str) -> GeoError {
     match e {
-        GeoError::Syntax { format, at, reason } => GeoError::Syntax {
-            format,
-            at,
-            reason: format!("entry #{idx} ({code}): {reason}"),
-        },
+        GeoError::Syntax { format, at, reason } => {
+            GeoError::Syntax { format, at, reason: format!("entry #{idx} ({code}): {reason}") }
+        }
         other => other,
     }
 }
@@ -300,20 +278,9 @@ mod tests {
         assert_eq!(r.stats.skipped.len(), 3, "{:?}", r.stats.skipped);
         assert!(r.v4.iter().any(|x| x.2 == "US|0|0|0"));
         // 58.60.0.0/14 is CN except the HK /24 inside it.
-        let regions: Vec<_> =
-            r.v4.iter()
-                .filter(|x| x.0 >> 24 == 58)
-                .map(|x| x.2.as_str())
-                .collect();
+        let regions: Vec<_> = r.v4.iter().filter(|x| x.0 >> 24 == 58).map(|x| x.2.as_str()).collect();
         assert_eq!(regions, vec!["CN|0|0|0", "HK|0|0|0", "CN|0|0|0"]);
-        assert_eq!(
-            r.v6,
-            vec![(
-                0x240e << 112,
-                (0x240e << 112) | ((1u128 << 108) - 1),
-                "CN|0|0|0".into()
-            )]
-        );
+        assert_eq!(r.v6, vec![(0x240e << 112, (0x240e << 112) | ((1u128 << 108) - 1), "CN|0|0|0".into())]);
     }
 
     #[test]
@@ -339,10 +306,7 @@ mod tests {
         assert_eq!(p2[last], 24);
         p2[last] = 40;
         let e = parse(&p2).unwrap_err().to_string();
-        assert!(
-            e.contains("prefix 40") && e.contains("entry #0 (CN)"),
-            "{e}"
-        );
+        assert!(e.contains("prefix 40") && e.contains("entry #0 (CN)"), "{e}");
         // group wire type
         let e = parse(&[0x0b]).unwrap_err().to_string();
         assert!(e.contains("wire type 3"), "{e}");

@@ -78,14 +78,7 @@ fn region_of(obj: &Map<String, Value>) -> Result<String, String> {
 pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
     let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     let doc: Value = serde_json::from_slice(bytes).map_err(|e| {
-        GeoError::syntax(
-            FORMAT,
-            Position::LineColumn {
-                line: e.line(),
-                column: e.column(),
-            },
-            e.to_string(),
-        )
+        GeoError::syntax(FORMAT, Position::LineColumn { line: e.line(), column: e.column() }, e.to_string())
     })?;
     let mut b = RangeBuilder::new();
     match doc {
@@ -95,9 +88,7 @@ pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
                 let Value::Object(obj) = item else {
                     return Err(bad(format!("expected an object, found {}", kind(item))));
                 };
-                let cidr = field(obj, CIDR_KEYS)
-                    .map_err(bad)?
-                    .ok_or_else(|| bad("no \"cidr\" field".into()))?;
+                let cidr = field(obj, CIDR_KEYS).map_err(bad)?.ok_or_else(|| bad("no \"cidr\" field".into()))?;
                 let net = parse_cidr(cidr).map_err(bad)?;
                 let region = region_of(obj).map_err(bad)?;
                 b.stats.records += 1;
@@ -106,8 +97,7 @@ pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
         }
         Value::Object(map) => {
             for (key, value) in &map {
-                let bad =
-                    |reason: String| GeoError::syntax(FORMAT, Position::Key(key.clone()), reason);
+                let bad = |reason: String| GeoError::syntax(FORMAT, Position::Key(key.clone()), reason);
                 if let Ok(net) = parse_cidr(key) {
                     let region = match value {
                         Value::String(r) => {
@@ -135,10 +125,7 @@ pub fn parse(bytes: &[u8]) -> Result<Ranges, GeoError> {
                 let region = region_from_fields(key, "", "", "").map_err(bad)?;
                 for (j, item) in list.iter().enumerate() {
                     let Value::String(s) = item else {
-                        return Err(bad(format!(
-                            "element #{j}: expected a CIDR string, found {}",
-                            kind(item)
-                        )));
+                        return Err(bad(format!("element #{j}: expected a CIDR string, found {}", kind(item))));
                     };
                     let net = parse_cidr(s).map_err(|e| bad(format!("element #{j}: {e}")))?;
                     b.stats.records += 1;
@@ -195,20 +182,11 @@ mod tests {
     #[test]
     fn errors_name_the_position() {
         for (text, want) in [
-            (
-                "[{\"cidr\": \"1.2.3.0/24\"},\n {\"cidr\": 5}]",
-                "array entry #1",
-            ),
+            ("[{\"cidr\": \"1.2.3.0/24\"},\n {\"cidr\": 5}]", "array entry #1"),
             ("[{\"country\": \"CN\"}]", "no \"cidr\""),
             ("[1]", "expected an object"),
-            (
-                "[{\"cidr\": \"1.2.3.0/24\",\n \"country\": ",
-                "line 2 column",
-            ),
-            (
-                "{\"CN\": [\"1.0.1.0/24\", \"x\"]}",
-                "key \"CN\": element #1",
-            ),
+            ("[{\"cidr\": \"1.2.3.0/24\",\n \"country\": ", "line 2 column"),
+            ("{\"CN\": [\"1.0.1.0/24\", \"x\"]}", "key \"CN\": element #1"),
             ("{\"nope\": 3}", "key \"nope\""),
             ("\"str\"", "expected an array or an object"),
         ] {

@@ -72,13 +72,7 @@ pub enum Format {
 
 impl Format {
     /// Every format, for tests and the fuzz target.
-    pub const ALL: [Format; 5] = [
-        Format::Xdb,
-        Format::GeoipDat,
-        Format::CidrCsv,
-        Format::CidrJson,
-        Format::Source,
-    ];
+    pub const ALL: [Format; 5] = [Format::Xdb, Format::GeoipDat, Format::CidrCsv, Format::CidrJson, Format::Source];
 
     /// Human name used in messages.
     pub fn name(self) -> &'static str {
@@ -106,15 +100,8 @@ impl Format {
 
     /// The format the content looks like (rule 2 of the module docs), if any.
     pub fn sniff(bytes: &[u8]) -> Option<Format> {
-        let u16_at = |off: usize| {
-            bytes
-                .get(off..off + 2)
-                .map(|b| u16::from_le_bytes([b[0], b[1]]))
-        };
-        if bytes.len() >= DATA_START
-            && matches!(u16_at(0), Some(2 | 3))
-            && matches!(u16_at(16), Some(0 | 4 | 6))
-        {
+        let u16_at = |off: usize| bytes.get(off..off + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        if bytes.len() >= DATA_START && matches!(u16_at(0), Some(2 | 3)) && matches!(u16_at(16), Some(0 | 4 | 6)) {
             return Some(Format::Xdb);
         }
         if let Some(text) = text_prefix(bytes) {
@@ -123,10 +110,7 @@ impl Format {
             if matches!(first, Some('[' | '{')) {
                 return Some(Format::CidrJson);
             }
-            let line = text
-                .lines()
-                .map(str::trim)
-                .find(|l| !l.is_empty() && !l.starts_with('#'))?;
+            let line = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#'))?;
             if line.contains('|') {
                 return Some(Format::Source);
             }
@@ -157,11 +141,7 @@ fn text_prefix(bytes: &[u8]) -> Option<&str> {
         Err(e) if e.error_len().is_none() => std::str::from_utf8(&head[..e.valid_up_to()]).ok()?,
         Err(_) => return None,
     };
-    if text.is_empty()
-        || text
-            .chars()
-            .any(|c| c.is_control() && !matches!(c, '\t' | '\r' | '\n'))
-    {
+    if text.is_empty() || text.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\r' | '\n')) {
         return None;
     }
     Some(text)
@@ -224,10 +204,7 @@ impl GeoFile {
 
 /// Reads a geo file of any format; errors name the path and the position.
 pub fn read_file(path: &Path) -> Result<GeoFile, GeoError> {
-    let bytes = std::fs::read(path).map_err(|source| GeoError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = std::fs::read(path).map_err(|source| GeoError::Io { path: path.to_path_buf(), source })?;
     let format = detect(path, &bytes).map_err(|e| e.in_file(path))?;
     from_bytes(bytes, format).map_err(|e| e.in_file(path))
 }
@@ -238,20 +215,12 @@ pub fn read_file(path: &Path) -> Result<GeoFile, GeoError> {
 pub fn from_bytes(bytes: Vec<u8>, format: Format) -> Result<GeoFile, GeoError> {
     if format == Format::Xdb {
         let xdb = Xdb::from_bytes(bytes)?;
-        let stats = Stats {
-            records: xdb.len(),
-            skipped: Vec::new(),
-        };
+        let stats = Stats { records: xdb.len(), skipped: Vec::new() };
         let (v4, v6) = match xdb.ip_version() {
             IpVersion::V4 => (Some(xdb), None),
             IpVersion::V6 => (None, Some(xdb)),
         };
-        return Ok(GeoFile {
-            format,
-            v4,
-            v6,
-            stats,
-        });
+        return Ok(GeoFile { format, v4, v6, stats });
     }
     let ranges = parse_ranges(&bytes, format)?;
     let build = |version: IpVersion, r: &[(u128, u128, String)]| -> Result<Option<Xdb>, GeoError> {
@@ -274,10 +243,7 @@ pub fn parse_ranges(bytes: &[u8], format: Format) -> Result<Ranges, GeoError> {
     match format {
         Format::Xdb => {
             let xdb = Xdb::from_bytes(bytes.to_vec())?;
-            let list: Vec<_> = xdb
-                .merged_segments()
-                .map(|s| (s.start, s.end, s.region.to_string()))
-                .collect();
+            let list: Vec<_> = xdb.merged_segments().map(|s| (s.start, s.end, s.region.to_string())).collect();
             let mut r = Ranges::default();
             r.stats.records = xdb.len();
             match xdb.ip_version() {
@@ -300,11 +266,7 @@ pub(crate) fn text(bytes: &[u8], format: Format) -> Result<&str, GeoError> {
     std::str::from_utf8(bytes).map_err(|e| {
         let at = e.valid_up_to();
         let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
-        GeoError::syntax(
-            format.name(),
-            Position::Line(line),
-            format!("not UTF-8 (invalid byte at offset {at})"),
-        )
+        GeoError::syntax(format.name(), Position::Line(line), format!("not UTF-8 (invalid byte at offset {at})"))
     })
 }
 
@@ -313,21 +275,10 @@ pub use super::Position;
 /// A region string `Country|Province|City|ISP` from separate fields: each trimmed,
 /// empty → `0`. A field holding `|` or a control character is refused (it would
 /// shift the fields of the region string).
-pub fn region_from_fields(
-    country: &str,
-    province: &str,
-    city: &str,
-    isp: &str,
-) -> Result<String, String> {
+pub fn region_from_fields(country: &str, province: &str, city: &str, isp: &str) -> Result<String, String> {
     let mut out = String::new();
-    for (i, (name, v)) in [
-        ("country", country),
-        ("province", province),
-        ("city", city),
-        ("isp", isp),
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, (name, v)) in
+        [("country", country), ("province", province), ("city", city), ("isp", isp)].into_iter().enumerate()
     {
         let v = v.trim();
         if v.contains('|') || v.chars().any(char::is_control) {
@@ -349,10 +300,7 @@ pub fn check_region(region: &str) -> Result<(), String> {
         return Err("empty region".into());
     }
     if region.len() > usize::from(u16::MAX) {
-        return Err(format!(
-            "region is {} bytes, more than the 65535 an xdb can store",
-            region.len()
-        ));
+        return Err(format!("region is {} bytes, more than the 65535 an xdb can store", region.len()));
     }
     if region.contains(['\n', '\r', '\0']) {
         return Err("region contains a line break or NUL".into());

@@ -94,15 +94,9 @@ impl RangeBuilder {
     pub fn finish(self) -> Ranges {
         let regions = self.regions;
         let name = |v: Vec<(u128, u128, u32)>| -> Vec<(u128, u128, String)> {
-            v.into_iter()
-                .map(|(s, e, r)| (s, e, regions[r as usize].clone()))
-                .collect()
+            v.into_iter().map(|(s, e, r)| (s, e, regions[r as usize].clone())).collect()
         };
-        Ranges {
-            v4: name(flatten(self.v4)),
-            v6: name(flatten(self.v6)),
-            stats: self.stats,
-        }
+        Ranges { v4: name(flatten(self.v4)), v6: name(flatten(self.v6)), stats: self.stats }
     }
 }
 
@@ -183,10 +177,7 @@ pub struct Explicit {
 
 /// Sorts explicit ranges of one family and merges adjacent equal regions; two ranges
 /// that overlap are an error naming both lines.
-pub fn from_explicit(
-    format: &'static str,
-    mut list: Vec<Explicit>,
-) -> Result<Vec<(u128, u128, String)>, GeoError> {
+pub fn from_explicit(format: &'static str, mut list: Vec<Explicit>) -> Result<Vec<(u128, u128, String)>, GeoError> {
     list.sort_by_key(|r| (r.start, r.at));
     let mut out: Vec<(u128, u128, String)> = Vec::with_capacity(list.len());
     let mut prev_at = 0;
@@ -251,11 +242,7 @@ mod tests {
 
     #[test]
     fn order_of_records_does_not_matter_but_duplicates_keep_the_last() {
-        let r = build(&[
-            ("10.1.2.0/24", "C"),
-            ("10.0.0.0/8", "A"),
-            ("10.1.2.0/24", "D"),
-        ]);
+        let r = build(&[("10.1.2.0/24", "C"), ("10.0.0.0/8", "A"), ("10.1.2.0/24", "D")]);
         assert_eq!(
             r.v4,
             vec![
@@ -268,19 +255,8 @@ mod tests {
 
     #[test]
     fn whole_space_and_last_address() {
-        let r = build(&[
-            ("0.0.0.0/0", "W"),
-            ("255.255.255.255/32", "L"),
-            ("::/0", "W6"),
-            ("ffff::/16", "L6"),
-        ]);
-        assert_eq!(
-            r.v4,
-            vec![
-                (0, u32::MAX as u128 - 1, "W".into()),
-                (u32::MAX as u128, u32::MAX as u128, "L".into())
-            ]
-        );
+        let r = build(&[("0.0.0.0/0", "W"), ("255.255.255.255/32", "L"), ("::/0", "W6"), ("ffff::/16", "L6")]);
+        assert_eq!(r.v4, vec![(0, u32::MAX as u128 - 1, "W".into()), (u32::MAX as u128, u32::MAX as u128, "L".into())]);
         assert_eq!(r.v6.len(), 2);
         assert_eq!(r.v6[1], (0xffff << 112, u128::MAX, "L6".into()));
     }
@@ -314,10 +290,8 @@ mod tests {
                     .filter(|(_, (n, _))| n.contains(&std::net::Ipv4Addr::from(a)))
                     .max_by_key(|(i, (n, _))| (n.prefix_len(), *i))
                     .map(|(_, (_, r))| r.as_str());
-                let got = ranges
-                    .iter()
-                    .find(|(s, e, _)| *s <= a as u128 && a as u128 <= *e)
-                    .map(|(_, _, r)| r.as_str());
+                let got =
+                    ranges.iter().find(|(s, e, _)| *s <= a as u128 && a as u128 <= *e).map(|(_, _, r)| r.as_str());
                 assert_eq!(got, want, "address {}", std::net::Ipv4Addr::from(a));
             }
         }
@@ -325,21 +299,10 @@ mod tests {
 
     #[test]
     fn explicit_ranges_merge_and_overlaps_name_both_lines() {
-        let e = |s, e, r: &str, at| Explicit {
-            start: s,
-            end: e,
-            region: r.into(),
-            at,
-        };
-        let out = from_explicit(
-            "t",
-            vec![e(10, 19, "B", 2), e(0, 9, "A", 1), e(20, 29, "B", 3)],
-        )
-        .unwrap();
+        let e = |s, e, r: &str, at| Explicit { start: s, end: e, region: r.into(), at };
+        let out = from_explicit("t", vec![e(10, 19, "B", 2), e(0, 9, "A", 1), e(20, 29, "B", 3)]).unwrap();
         assert_eq!(out, vec![(0, 9, "A".into()), (10, 29, "B".into())]);
-        let err = from_explicit("t", vec![e(0, 9, "A", 1), e(5, 12, "B", 2)])
-            .unwrap_err()
-            .to_string();
+        let err = from_explicit("t", vec![e(0, 9, "A", 1), e(5, 12, "B", 2)]).unwrap_err().to_string();
         assert!(err.contains("line 2") && err.contains("line 1"), "{err}");
     }
 }

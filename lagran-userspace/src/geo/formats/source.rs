@@ -31,40 +31,25 @@ pub fn parse(text: &str) -> Result<Ranges, GeoError> {
             return Err(bad("expected start_ip|end_ip|region".into()));
         };
         let ip = |f: &str, what: &str| {
-            f.trim()
-                .parse::<IpAddr>()
-                .map_err(|_| bad(format!("{what} {:?} is not an IP address", f.trim())))
+            f.trim().parse::<IpAddr>().map_err(|_| bad(format!("{what} {:?} is not an IP address", f.trim())))
         };
         let (start, end) = (ip(s, "start_ip")?, ip(e, "end_ip")?);
         let region = region.trim();
         check_region(region).map_err(&bad)?;
         let (start, end, list) = match (start, end) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => {
-                (u128::from(u32::from(a)), u128::from(u32::from(b)), &mut v4)
-            }
+            (IpAddr::V4(a), IpAddr::V4(b)) => (u128::from(u32::from(a)), u128::from(u32::from(b)), &mut v4),
             (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), &mut v6),
             _ => {
-                return Err(bad(
-                    "start_ip and end_ip are of different address families".into()
-                ));
+                return Err(bad("start_ip and end_ip are of different address families".into()));
             }
         };
         if start > end {
             return Err(bad(format!("start_ip {s} is after end_ip {e}")));
         }
         records += 1;
-        list.push(Explicit {
-            start,
-            end,
-            region: region.to_string(),
-            at,
-        });
+        list.push(Explicit { start, end, region: region.to_string(), at });
     }
-    let mut r = Ranges {
-        v4: from_explicit(FORMAT, v4)?,
-        v6: from_explicit(FORMAT, v6)?,
-        ..Ranges::default()
-    };
+    let mut r = Ranges { v4: from_explicit(FORMAT, v4)?, v6: from_explicit(FORMAT, v6)?, ..Ranges::default() };
     r.stats.records = records;
     Ok(r)
 }
@@ -97,10 +82,7 @@ mod tests {
             ("1.0.0.9|1.0.0.1|a\n", "after end_ip"),
             ("1.0.0.0|::1|a\n", "different address families"),
             ("1.0.0.0|1.0.0.255|  \n", "empty region"),
-            (
-                "1.0.0.0|1.0.0.255|a\n1.0.0.128|1.0.1.0|b\n",
-                "line 2: range overlaps the range of line 1",
-            ),
+            ("1.0.0.0|1.0.0.255|a\n1.0.0.128|1.0.1.0|b\n", "line 2: range overlaps the range of line 1"),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(want), "{text:?}: {err}");
