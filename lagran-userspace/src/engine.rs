@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
-use crate::geo::Location;
+use crate::location::Location;
 use crate::health::{Dead, Liveness};
 use crate::model::{DEFAULT_POOL, Node, NodeStatus};
 
@@ -130,7 +130,7 @@ impl NodeView {
         let location = Location::new(&node.country, &node.province, &node.city, &node.isp);
         let coords = match (node.lat, node.lon) {
             (Some(lat), Some(lon)) => Some((lat, lon)),
-            _ => crate::coords::coordinates(&location),
+            _ => crate::location::coords::coordinates(&location),
         };
         NodeView { node, location, coords, dead: None }
     }
@@ -283,7 +283,7 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
         }
     }
     if let (Some(d), Some(a), Some(b)) = (&policy.distance, view.coords, client_coords) {
-        let km = crate::coords::haversine_km(a, b);
+        let km = crate::location::coords::haversine_km(a, b);
         let p = ((km / 1000.0) * d.per_1000km).floor().min(d.max_penalty as f64) as i64;
         if p > 0 {
             terms.push((format!("distance {km:.0}km"), -p));
@@ -332,7 +332,7 @@ pub fn exclusion(view: &NodeView, family: Family, pool: &str) -> Option<Exclusio
 
 /// Ranks every eligible node for a client in `pool`, best first, ties by name.
 pub fn rank(nodes: &[NodeView], client: &Location, family: Family, pool: &str, policy: &Policy) -> Ranking {
-    let client_coords = if policy.distance.is_some() { crate::coords::coordinates(client) } else { None };
+    let client_coords = if policy.distance.is_some() { crate::location::coords::coordinates(client) } else { None };
     let mut ranking = Ranking::default();
     for view in nodes {
         match exclusion(view, family, pool) {

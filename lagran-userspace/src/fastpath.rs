@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::DnsSettings;
 use crate::metrics::Metrics;
 use crate::route_table::SharedRouteTable;
-use crate::scheduler::now_ms;
+use crate::clock::now_ms;
 use crate::xdp::{XdpError, XdpHandle, XdpOptions, object_bytes};
 
 /// Attaches to `iface` for DNS on `dns_port` and spawns the sync loop.

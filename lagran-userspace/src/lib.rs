@@ -10,8 +10,9 @@
 
 pub mod api;
 pub mod api_client;
+pub mod clock;
 pub mod config;
-pub mod coords;
+pub mod location;
 pub mod daemon;
 pub mod demo;
 pub mod dns;

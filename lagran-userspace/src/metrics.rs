@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use crate::dns::counters::DnsCounters;
 use crate::route_table::RouteTable;
-use crate::scheduler::{Scheduler, now_ms};
+use crate::clock::now_ms;
+use crate::scheduler::Scheduler;
 
 /// Extra metric sources registered at start-up (the XDP counters, for one).
 pub type Source = Box<dyn Fn(&mut String) + Send + Sync>;

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api_client::ApiClient;
 use crate::route_table::{RouteTable, SharedRouteTable};
-use crate::scheduler::now_ms;
+use crate::clock::now_ms;
 
 /// What the follower has seen, for `/metrics`.
 #[derive(Debug, Default)]

@@ -132,7 +132,7 @@ pub async fn rule(client: &ApiClient, cmd: RuleCommand) -> Result<String, Client
             expires_in,
             note,
         } => {
-            let expires_at_ms = expires_in.map(|s| crate::scheduler::now_ms() + s * 1000);
+            let expires_at_ms = expires_in.map(|s| crate::clock::now_ms() + s * 1000);
             let body = json!({
                 "kind": kind, "node": node, "percent": percent, "domain": domain, "country": country,
                 "province": province, "city": city, "isp": isp, "prefix": prefix, "priority": priority,

@@ -12,7 +12,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::geo::{GeoDb, Location, reserved};
+use crate::geo::{GeoDb, reserved};
+use crate::location::Location;
 
 /// The partition every unlocated or special-purpose address falls into.
 pub const UNKNOWN: u32 = 0;
@@ -24,8 +25,8 @@ pub struct Override {
     pub location: Location,
 }
 
-impl From<&crate::store::GeoOverride> for Override {
-    fn from(o: &crate::store::GeoOverride) -> Self {
+impl From<&crate::model::GeoOverride> for Override {
+    fn from(o: &crate::model::GeoOverride) -> Self {
         Override { prefix: o.prefix, location: Location::new(&o.country, &o.province, &o.city, &o.isp) }
     }
 }

@@ -18,15 +18,18 @@ use serde::Serialize;
 use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::now_ms;
 use crate::config::ScheduleSettings;
 use crate::engine::{self, Candidate, Family, NodeView, Policy, Ranking};
-use crate::geo::{GeoDb, Location};
+use crate::geo::GeoDb;
+use crate::location::Location;
 use crate::health::{HealthMonitor, Liveness};
 use crate::model::{DEFAULT_POOL, Domain, Node, Zone};
 use crate::partition::{Override, PartitionTable};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, Canary, RouteTable, ScheduledName, SharedRouteTable, ZoneRoutes};
-use crate::store::{Line, LineAnswer, Rule, RuleKind, Store, StoreError};
+use crate::model::{Line, LineAnswer, Rule, RuleKind};
+use crate::store::{Store, StoreError};
 use ipnet::IpNet;
 
 /// The control plane's state a route table is computed from.
@@ -813,10 +816,6 @@ fn format_range(addr: IpAddr, start: u128, end: u128) -> String {
     }
 }
 
-/// Unix milliseconds now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 #[cfg(test)]
 mod tests {

@@ -69,7 +69,7 @@ pub fn real_subnets(xdb: &lagran::geo::Xdb, n: usize, seed: u64) -> Vec<Ipv4Addr
             continue;
         }
         let Some(seg) = xdb.search_u128(u128::from(a)) else { continue };
-        if lagran::geo::Location::from_region(seg.region).is_unknown() {
+        if lagran::location::Location::from_region(seg.region).is_unknown() {
             continue;
         }
         out.push(ip);

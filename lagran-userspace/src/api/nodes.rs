@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::AppState;
 use super::error::{ApiError, parse_json};
 use crate::model::Node;
-use crate::scheduler::now_ms;
+use crate::clock::now_ms;
 use crate::store::{Heartbeat, NodePatch, verify_token};
 
 use super::auth::AGENT_TOKEN_HEADER;

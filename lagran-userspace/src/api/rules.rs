@@ -10,7 +10,8 @@ use serde::Deserialize;
 
 use super::AppState;
 use super::error::{ApiError, parse_json};
-use crate::store::{Line, NewRule, Rule};
+use crate::model::{Line, Rule};
+use crate::store::NewRule;
 
 /// Prefixes of well-known public resolvers. A line covering one would send
 /// every user of that resolver to the line's answer (seed 003), so adding such

@@ -72,10 +72,6 @@ pub use answer::{ClientInfo, Outcome, Query, Reply, Transport, answer, lookup_ke
 pub use counters::DnsCounters;
 pub use server::{DnsServer, bind};
 
-/// Unix milliseconds now (the `now_ms` argument of [`answer()`]).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 #[cfg(test)]
 mod tests;

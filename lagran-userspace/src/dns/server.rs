@@ -57,7 +57,7 @@ impl DnsServer {
     /// Answers one message against the current table, counts and logs it.
     pub fn handle(&self, bytes: &[u8], source: IpAddr, transport: Transport) -> Reply {
         let table = self.table.load();
-        let now = super::now_ms();
+        let now = crate::clock::now_ms();
         let reply = answer(&Query { bytes, source: source.to_canonical(), transport }, &table, &self.settings, now);
         self.counters.record(transport, &reply);
         if reply.scheduled
@@ -277,7 +277,7 @@ mod tests {
             v4: PrefixMapV4::from_ranges([(0x0a01_0000, 0x0a01_ffff, 1)], 0),
             v6: PrefixMapV6::uniform(0),
         };
-        RouteTable::new(1, crate::dns::now_ms(), vec![ZoneRoutes { zone, names: vec![apex] }])
+        RouteTable::new(1, crate::clock::now_ms(), vec![ZoneRoutes { zone, names: vec![apex] }])
     }
 
     fn query(id: u16, name: &str, t: RecordType, ecs: Option<(&str, u8)>) -> Vec<u8> {

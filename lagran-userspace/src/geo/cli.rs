@@ -570,7 +570,7 @@ mod tests {
         let db = GeoDb::try_load(Some(&out), None).unwrap();
         assert_eq!(
             db.lookup("58.60.0.1".parse().unwrap()).unwrap().location,
-            crate::geo::Location::new("CN", "广东", "深圳", "电信")
+            crate::location::Location::new("CN", "广东", "深圳", "电信")
         );
         // raw lookup prints the region exactly as stored
         assert_eq!(lookup(&db, &["58.60.0.1".parse().unwrap()], true), "58.60.0.1\t中国|0|广东省|深圳市|电信\n");

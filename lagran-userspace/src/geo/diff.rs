@@ -28,7 +28,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::{GeoDb, IpVersion, Location, reserved};
+use super::{GeoDb, IpVersion, reserved};
+use crate::location::Location;
 use crate::partition::{PartitionTable, UNKNOWN};
 
 /// Default number of sampled addresses per family (seed 001 §5.2: 10万).

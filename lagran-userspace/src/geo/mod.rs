@@ -5,8 +5,6 @@
 //! - [`formats`]: every other file format SPEC §5 names (V2Ray `geoip.dat`, CIDR CSV
 //!   and JSON, ip2region source text), converted to ranges and built into xdb, so
 //!   the daemon only ever looks up xdb.
-//! - [`location`]: the canonical (country, province, city, ISP) tuple and the
-//!   canonicalisation of names from files, node records and API overrides.
 //! - [`reserved`]: special-purpose ranges that are never looked up (SPEC §3).
 //! - [`diff`]: what changes between two geo data sets (`lagran geo diff`, reload).
 //! - [`reload`]: replacing the serving data without a restart, refused above a change
@@ -16,14 +14,12 @@
 //! - [`GeoDb`]: the optional IPv4 and IPv6 databases a daemon runs with. A missing or
 //!   unreadable file is not fatal (SPEC §5): that family is scheduled by weight and load.
 
-mod aliases;
 pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod diff;
 mod error;
 pub mod formats;
-pub mod location;
 pub mod reload;
 pub mod reserved;
 pub mod xdb;
@@ -33,7 +29,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 pub use error::{GeoError, Position};
-pub use location::{Location, canonical_city, canonical_country, canonical_isp, canonical_province};
+use crate::location::Location;
 pub use reserved::{is_special, special_ranges_v4, special_ranges_v6};
 pub use xdb::{IpVersion, Segment, Xdb};
 pub use xdb_writer::{write_xdb, write_xdb_at};

@@ -23,7 +23,6 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::str::FromStr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::error::ErrorKind;
@@ -42,10 +41,8 @@ pub mod zones;
 mod tests;
 
 pub use certificates::Certificate;
-pub use lines::{Line, LineAnswer};
 pub use nodes::{Heartbeat, NodePatch, hash_token, validate_node, verify_token};
-pub use overrides::GeoOverride;
-pub use rules::{NewRule, Rule, RuleKind};
+pub use rules::NewRule;
 pub use validate::double_option;
 
 /// The SQLite migrations, `(version, description, sql)`, compiled in. Add a
@@ -336,10 +333,7 @@ pub(crate) fn redact_url(url: &str) -> String {
     }
 }
 
-/// Unix milliseconds now.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
-}
+pub(crate) use crate::clock::now_ms;
 
 /// Reads typed columns of one row, turning every failure into a
 /// [`StoreError::Db`] that names the record (`reading node "gz-01"`).

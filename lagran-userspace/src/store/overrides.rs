@@ -3,35 +3,11 @@
 //! allowed (the longest match wins when the geo layer applies them).
 
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 
 use super::validate;
 use super::{Cols, DbContext, Store, StoreError, now_ms};
-
-/// One override. Empty tuple fields mean "unknown", as in the geo database.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GeoOverride {
-    /// Without host bits (`1.2.3.0/24`).
-    pub prefix: IpNet,
-    #[serde(default)]
-    pub country: String,
-    #[serde(default)]
-    pub province: String,
-    #[serde(default)]
-    pub city: String,
-    #[serde(default)]
-    pub isp: String,
-    #[serde(default)]
-    pub note: String,
-    /// Who made it (operator name or token label), for the audit trail.
-    #[serde(default)]
-    pub created_by: String,
-    /// Set by the store when the override is first written; ignored on input.
-    #[serde(default)]
-    pub created_at_ms: i64,
-}
+use crate::model::GeoOverride;
 
 impl GeoOverride {
     pub fn validate(&self) -> Result<(), StoreError> {

@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use sqlx::Row;
 
 use super::*;
-use crate::model::{Domain, Node, NodeStatus, NsHost, Zone};
+use crate::model::{Domain, GeoOverride, Line, LineAnswer, Node, NodeStatus, NsHost, RuleKind, Zone};
 
 /// Runs each named `async fn(Store)` once per backend, as `<name>::sqlite` and
 /// `<name>::postgres`.

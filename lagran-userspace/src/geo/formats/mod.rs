@@ -35,8 +35,8 @@
 //! for corrupt or truncated input, and never panics (fuzzed in the unit tests and by
 //! the `geo_files` cargo-fuzz target).
 //!
-//! [`Location::from_region`]: super::Location::from_region
-//! [`Location`]: super::Location
+//! [`Location::from_region`]: crate::location::Location::from_region
+//! [`Location`]: crate::location::Location
 
 pub mod csv;
 pub mod dat;

@@ -1,12 +1,21 @@
-//! The records the control plane keeps: nodes, zones, scheduled names.
+//! The records the control plane keeps: nodes, zones, scheduled names, rules,
+//! lines and geo overrides.
 //!
 //! These are plain data shared by the store (which persists them), the engine
 //! (which scores nodes) and the API (which exposes them as JSON). Field names
 //! are the column names of `migrations/`.
 
+mod geo_override;
+mod line;
+mod rule;
+
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
+
+pub use geo_override::GeoOverride;
+pub use line::{Line, LineAnswer};
+pub use rule::{Rule, RuleKind};
 
 /// Whether a node may be scheduled (seed 000 §2.3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

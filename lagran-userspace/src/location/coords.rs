@@ -2,7 +2,7 @@
 //! Chinese provinces (their capitals), major cities and countries (a central
 //! city), and the haversine distance (seed 001 §3.3).
 
-use crate::geo::Location;
+use super::Location;
 
 /// (canonical city, lat, lon)
 const CITIES: &[(&str, f64, f64)] = &[

@@ -10,9 +10,10 @@
 //! kept as given, trimmed. "" means unknown; `0` and the files' other "unknown"
 //! markers become "".
 
-use serde::{Deserialize, Serialize};
+mod aliases;
+pub mod coords;
 
-use super::aliases;
+use serde::{Deserialize, Serialize};
 
 /// Where a client or node is, in canonical form; `""` = unknown field.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
