@@ -140,8 +140,8 @@ fn spawn_control_loops(cp: &ControlPlane, shutdown: &CancellationToken) -> Vec<t
             move || on_change.trigger(),
             shutdown.clone(),
         )),
-        // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (geo::reload).
-        tokio::spawn(crate::geo::reload::sighup_loop(scheduler, shutdown.clone())),
+        // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).
+        tokio::spawn(crate::scheduler::geo_reload::sighup_loop(scheduler, shutdown.clone())),
     ]
 }
 
@@ -155,7 +155,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let table = cp.scheduler.table().clone();
     let mut loops = spawn_control_loops(&cp, &shutdown);
     if let Some(iface) = &opts.xdp {
-        let task = crate::fastpath::start(
+        let task = crate::xdp::sync::start(
             iface,
             dns_addr.port(),
             config.dns.clone(),
@@ -236,7 +236,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     let (api_listener, api_addr) = bind_api(&config).await?;
     let xdp_task = match &opts.xdp {
         Some(iface) => Some(
-            crate::fastpath::start(
+            crate::xdp::sync::start(
                 iface,
                 dns_addr.port(),
                 config.dns.clone(),

@@ -10,22 +10,19 @@
 
 pub mod api;
 pub mod api_client;
+pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod location;
 pub mod daemon;
 pub mod demo;
 pub mod dns;
 pub mod engine;
-pub mod explain;
-pub mod fastpath;
 pub mod geo;
 pub mod health;
+pub mod location;
 pub mod metrics;
 pub mod model;
-pub mod monitor;
 pub mod nshost;
-pub mod ops;
 pub mod partition;
 pub mod prefix_map;
 pub mod route_table;
@@ -33,3 +30,6 @@ pub mod scheduler;
 pub mod store;
 pub mod testkit;
 pub mod xdp;
+
+#[cfg(test)]
+mod real_data_tests;

@@ -6,9 +6,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use lagran::cli::explain;
 use lagran::config::Config;
 use lagran::daemon::{self, ServeOptions};
-use lagran::explain;
 
 #[derive(Parser)]
 #[command(name = "lagran", version, about = "Lagran: authoritative GeoDNS for CDNs")]
@@ -106,7 +106,7 @@ enum Command {
     /// Geo database tools: lookup, build, diff, partitions.
     Geo {
         #[command(subcommand)]
-        command: lagran::geo::cli::GeoCommand,
+        command: lagran::cli::geo::GeoCommand,
     },
     /// Edge nodes.
     Node {
@@ -116,17 +116,17 @@ enum Command {
     /// Scheduling rules: manual pins and canary splits (through the API).
     Rule {
         #[command(subcommand)]
-        command: lagran::ops::RuleCommand,
+        command: lagran::cli::ops::RuleCommand,
     },
     /// Lines: prefix lists that override the geo partition (through the API).
     Line {
         #[command(subcommand)]
-        command: lagran::ops::LineCommand,
+        command: lagran::cli::ops::LineCommand,
     },
     /// Route tables: show, rollback, resume (through the API).
     Routes {
         #[command(subcommand)]
-        command: lagran::ops::RoutesCommand,
+        command: lagran::cli::ops::RoutesCommand,
     },
 }
 
@@ -198,11 +198,11 @@ async fn main() -> Result<()> {
             print!("{out}");
         }
         Command::Geo { command } => {
-            let out = lagran::geo::cli::run(command, &config).await?;
+            let out = lagran::cli::geo::run(command, &config).await?;
             print!("{out}");
         }
         Command::Node { command: NodeCommand::Set { name, assignments } } => {
-            print!("{}", lagran::ops::node_set(&client(&cli.api, &config), &name, &assignments).await?);
+            print!("{}", lagran::cli::ops::node_set(&client(&cli.api, &config), &name, &assignments).await?);
         }
         Command::Maps { command: MapsCommand::Dump { limit } } => {
             let maps = lagran::xdp::Maps::open_pinned(std::path::Path::new(lagran::xdp::PIN_DIR))
@@ -212,14 +212,16 @@ async fn main() -> Result<()> {
         Command::Monitor { ns, zone, watch } => {
             let c = client(&cli.api, &config);
             loop {
-                print!("{}", lagran::monitor::report(Some(&c), &ns, &zone).await);
+                print!("{}", lagran::cli::monitor::report(Some(&c), &ns, &zone).await);
                 let Some(secs) = watch else { break };
                 tokio::time::sleep(std::time::Duration::from_secs(secs.max(1))).await;
             }
         }
-        Command::Rule { command } => print!("{}", lagran::ops::rule(&client(&cli.api, &config), command).await?),
-        Command::Line { command } => print!("{}", lagran::ops::line(&client(&cli.api, &config), command).await?),
-        Command::Routes { command } => print!("{}", lagran::ops::routes(&client(&cli.api, &config), command).await?),
+        Command::Rule { command } => print!("{}", lagran::cli::ops::rule(&client(&cli.api, &config), command).await?),
+        Command::Line { command } => print!("{}", lagran::cli::ops::line(&client(&cli.api, &config), command).await?),
+        Command::Routes { command } => {
+            print!("{}", lagran::cli::ops::routes(&client(&cli.api, &config), command).await?)
+        }
         Command::Node { command: NodeCommand::List } => {
             let store = lagran::store::Store::connect(&config.database_url).await.context("opening the database")?;
             println!(

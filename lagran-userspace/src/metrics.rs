@@ -3,9 +3,9 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
+use crate::clock::now_ms;
 use crate::dns::counters::DnsCounters;
 use crate::route_table::RouteTable;
-use crate::clock::now_ms;
 use crate::scheduler::Scheduler;
 
 /// Extra metric sources registered at start-up (the XDP counters, for one).

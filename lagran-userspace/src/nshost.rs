@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::api_client::ApiClient;
-use crate::route_table::{RouteTable, SharedRouteTable};
 use crate::clock::now_ms;
+use crate::route_table::{RouteTable, SharedRouteTable};
 
 /// What the follower has seen, for `/metrics`.
 #[derive(Debug, Default)]

@@ -27,8 +27,8 @@ use serde::Deserialize;
 use super::AppState;
 use super::error::{ApiError, parse_json};
 use crate::geo::GeoError;
-use crate::geo::reload::{max_change_ratio_from_env, reload_configured};
 use crate::model::GeoOverride;
+use crate::scheduler::geo_reload::{max_change_ratio_from_env, reload_configured};
 
 /// Re-reads the overrides into the partitions and publishes a new route table.
 async fn apply_overrides(state: &AppState) -> Result<(), ApiError> {

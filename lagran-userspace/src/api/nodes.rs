@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::AppState;
 use super::error::{ApiError, parse_json};
-use crate::model::Node;
 use crate::clock::now_ms;
+use crate::model::Node;
 use crate::store::{Heartbeat, NodePatch, verify_token};
 
 use super::auth::AGENT_TOKEN_HEADER;

@@ -72,6 +72,5 @@ pub use answer::{ClientInfo, Outcome, Query, Reply, Transport, answer, lookup_ke
 pub use counters::DnsCounters;
 pub use server::{DnsServer, bind};
 
-
 #[cfg(test)]
 mod tests;

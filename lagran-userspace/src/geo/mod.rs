@@ -15,12 +15,8 @@
 //!   unreadable file is not fatal (SPEC §5): that family is scheduled by weight and load.
 
 pub mod bench;
-pub mod cli;
-pub mod client;
-pub mod diff;
 mod error;
 pub mod formats;
-pub mod reload;
 pub mod reserved;
 pub mod xdb;
 pub mod xdb_writer;
@@ -28,8 +24,8 @@ pub mod xdb_writer;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-pub use error::{GeoError, Position};
 use crate::location::Location;
+pub use error::{GeoError, Position};
 pub use reserved::{is_special, special_ranges_v4, special_ranges_v6};
 pub use xdb::{IpVersion, Segment, Xdb};
 pub use xdb_writer::{write_xdb, write_xdb_at};
@@ -249,7 +245,5 @@ fn log_skipped(path: &Path, f: &formats::GeoFile) {
     }
 }
 
-#[cfg(test)]
-mod real_tests;
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,7 @@
 pub mod loader;
 pub mod maps;
 pub mod netns;
+pub mod sync;
 
 use std::path::PathBuf;
 

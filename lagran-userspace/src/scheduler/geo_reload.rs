@@ -4,7 +4,7 @@
 //!    truncated file is an error naming the file and the position, and the serving
 //!    data stays.
 //! 2. The new data (with the overrides in force) is compared with the serving
-//!    partitions on a fixed-seed sample ([`diff`](super::diff), the same code as
+//!    partitions on a fixed-seed sample ([`diff`](crate::partition::diff), the same code as
 //!    `lagran geo diff`). A family the serving data did not have is not compared: its
 //!    first load has nothing to be checked against.
 //! 3. Above `max_change_ratio` the reload is refused unless forced; the serving data
@@ -24,10 +24,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::diff::{DiffOptions, DiffReport, diff_partitions};
-use super::{GeoDb, GeoError, Sources};
+use super::Scheduler;
+use crate::geo::{GeoDb, GeoError, Sources};
 use crate::partition::PartitionTable;
-use crate::scheduler::Scheduler;
+use crate::partition::diff::{DiffOptions, DiffReport, diff_partitions};
 
 /// Default largest accepted ratio of changed sampled addresses (seed 001 §5.2: 1 %).
 pub const DEFAULT_MAX_CHANGE_RATIO: f64 = 0.01;

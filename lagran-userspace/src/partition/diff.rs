@@ -28,9 +28,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::{GeoDb, IpVersion, reserved};
+use super::{PartitionTable, UNKNOWN};
+use crate::geo::{GeoDb, IpVersion, reserved};
 use crate::location::Location;
-use crate::partition::{PartitionTable, UNKNOWN};
 
 /// Default number of sampled addresses per family (seed 001 §5.2: 10万).
 pub const DEFAULT_SAMPLE: usize = 100_000;

@@ -7,6 +7,8 @@
 //! every private or reserved range (SPEC §3), which are never looked up.
 //! Overrides from the database win over the files.
 
+pub mod diff;
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 

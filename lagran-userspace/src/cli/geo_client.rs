@@ -7,7 +7,7 @@ use std::time::Duration;
 use hyper::Method;
 use serde_json::Value;
 
-use super::GeoError;
+use crate::geo::GeoError;
 
 /// How long one request may take (a reload of the real file is the slowest).
 const TIMEOUT: Duration = Duration::from_secs(120);

@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::now_ms;
 use crate::config::DnsSettings;
 use crate::metrics::Metrics;
 use crate::route_table::SharedRouteTable;
-use crate::clock::now_ms;
 use crate::xdp::{XdpError, XdpHandle, XdpOptions, object_bytes};
 
 /// Attaches to `iface` for DNS on `dns_port` and spawns the sync loop.

@@ -11,8 +11,11 @@ use std::sync::{Arc, OnceLock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::diff::{DiffOptions, diff_geo};
-use super::*;
+use crate::cli::geo as cli;
+use crate::geo::*;
+use crate::location::Location;
+use crate::partition::diff::{DiffOptions, diff_geo};
+use crate::scheduler::geo_reload as reload;
 
 const TEST_REGION: &str = "中国|0|西藏|拉萨市|测试网";
 

@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use hyper::Method;
 use serde_json::{Value, json};
 
-use super::client::{ApiClient, ApiResponse, encode_segment};
-use super::diff::{DEFAULT_SAMPLE, DEFAULT_SEED, DiffOptions, diff_geo, tuple_text};
-use super::formats::{self, Format};
-use super::{GeoDb, GeoError, IpVersion, Xdb, write_xdb};
+use super::geo_client::{ApiClient, ApiResponse, encode_segment};
 use crate::config::Config;
+use crate::geo::formats::{self, Format};
+use crate::geo::{GeoDb, GeoError, IpVersion, Xdb, write_xdb};
+use crate::partition::diff::{DEFAULT_SAMPLE, DEFAULT_SEED, DiffOptions, diff_geo, tuple_text};
 use crate::partition::{Override, PartitionTable};
 
 /// The `lagran geo` subcommands.
@@ -204,7 +204,7 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
             };
             let mut out = String::new();
             for x in [geo.v4(), geo.v6()].into_iter().flatten() {
-                let t = super::bench::bench_lookup(x, n);
+                let t = crate::geo::bench::bench_lookup(x, n);
                 let _ = writeln!(
                     out,
                     "{}: {} segments, {} lookups, {} ns per lookup{}",

@@ -16,8 +16,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
-use crate::location::Location;
 use crate::health::{Dead, Liveness};
+use crate::location::Location;
 use crate::model::{DEFAULT_POOL, Node, NodeStatus};
 
 /// The address family an answer is for (`A` or `AAAA`).

@@ -1,0 +1,13 @@
+//! The operator commands: thin clients of the control API, and file tools.
+//!
+//! - [`geo`]: `lagran geo …` (file tools: lookup, build, diff, partitions; API
+//!   commands: override, reload) and [`geo_client`], its view of the API.
+//! - [`explain`]: `lagran explain`, the full ranked decision, readable.
+//! - [`monitor`]: `lagran monitor`, each NS host's table version and lag.
+//! - [`ops`]: `lagran node|rule|line|routes …`.
+
+pub mod explain;
+pub mod geo;
+pub mod geo_client;
+pub mod monitor;
+pub mod ops;
