@@ -67,6 +67,7 @@ pub struct DnsHostOptions {
 
 /// The control plane's running parts.
 struct ControlPlane {
+    store: Store,
     scheduler: Arc<Scheduler>,
     health: Arc<HealthMonitor>,
     auth: Auth,
@@ -87,7 +88,8 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
         );
     }
     let health = HealthMonitor::new(config.health.clone());
-    let scheduler = Arc::new(Scheduler::new(store, config.schedule.clone(), health.clone(), geo, empty_shared()));
+    let scheduler =
+        Arc::new(Scheduler::new(store.clone(), config.schedule.clone(), health.clone(), geo, empty_shared()));
     let overrides = scheduler.reload_overrides().await.map_err(DaemonError::FirstRecompute)?;
     if overrides > 0 {
         tracing::info!(overrides, "geo overrides applied");
@@ -107,7 +109,7 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
             "the control API runs OPEN: set ADMIN_TOKEN and AGENT_TOKEN to require tokens"
         );
     }
-    Ok(ControlPlane { scheduler, health, auth })
+    Ok(ControlPlane { store, scheduler, health, auth })
 }
 
 async fn bind_api(config: &Config) -> Result<(TcpListener, SocketAddr), DaemonError> {
@@ -128,7 +130,7 @@ async fn bind_dns(config: &Config) -> Result<(tokio::net::UdpSocket, TcpListener
 /// Starts the control plane's background loops (recompute, probes, SIGHUP reload).
 fn spawn_control_loops(cp: &ControlPlane, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
     let scheduler = cp.scheduler.clone();
-    let probe_store = scheduler.store().clone();
+    let probe_store = cp.store.clone();
     let on_change = scheduler.clone();
     vec![
         tokio::spawn(scheduler.clone().run(shutdown.clone())),
@@ -169,6 +171,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     }
     let dns = Arc::new(DnsServer { table, settings: Arc::new(config.dns.clone()), counters });
     let state = AppState {
+        store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
         auth: Arc::new(cp.auth),
         metrics,
@@ -199,6 +202,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let (api_listener, api_addr) = bind_api(&config).await?;
     let loops = spawn_control_loops(&cp, &shutdown);
     let state = AppState {
+        store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
         auth: Arc::new(cp.auth),
         metrics,
@@ -302,7 +306,7 @@ fn ns_router(
                 let metrics = metrics.clone();
                 let stats = stats.clone();
                 async move {
-                    let mut body = metrics.render(&table, None).await;
+                    let mut body = metrics.render(&table, None);
                     stats.render_prometheus(&mut body);
                     body
                 }

@@ -5,11 +5,22 @@ use std::sync::Arc;
 
 use crate::clock::now_ms;
 use crate::dns::counters::DnsCounters;
+use crate::model::Node;
 use crate::route_table::RouteTable;
-use crate::scheduler::Scheduler;
 
 /// Extra metric sources registered at start-up (the XDP counters, for one).
 pub type Source = Box<dyn Fn(&mut String) + Send + Sync>;
+
+/// What only a control plane knows, for [`Metrics::render`].
+#[derive(Clone, Debug, Default)]
+pub struct ControlStats {
+    /// Duration of the last recompute, in microseconds.
+    pub last_recompute_us: u64,
+    /// Recomputes since start.
+    pub recomputes: u64,
+    /// The nodes, when the store could be read.
+    pub nodes: Option<Vec<Node>>,
+}
 
 /// Everything `/metrics` renders.
 pub struct Metrics {
@@ -27,10 +38,10 @@ impl Metrics {
         self.sources.lock().expect("metrics sources lock poisoned").push(source);
     }
 
-    /// Renders everything; `scheduler` is `None` on an NS host (`lagran dns`).
-    pub async fn render(&self, table: &RouteTable, scheduler: Option<&Scheduler>) -> String {
+    /// Renders everything; `control` is `None` on an NS host (`lagran dns`).
+    pub fn render(&self, table: &RouteTable, control: Option<&ControlStats>) -> String {
         let mut out = String::with_capacity(4096);
-        let (last_us, recomputes) = scheduler.map_or((0, 0), |s| s.stats());
+        let (last_us, recomputes) = control.map_or((0, 0), |c| (c.last_recompute_us, c.recomputes));
         let _ = writeln!(out, "# HELP lagran_route_table_version Version of the route table being served.");
         let _ = writeln!(out, "# TYPE lagran_route_table_version gauge");
         let _ = writeln!(out, "lagran_route_table_version {}", table.version);
@@ -48,10 +59,7 @@ impl Metrics {
         let _ = writeln!(out, "# HELP lagran_route_prefixes Client prefixes in the route table, all names.");
         let _ = writeln!(out, "# TYPE lagran_route_prefixes gauge");
         let _ = writeln!(out, "lagran_route_prefixes {prefixes}");
-        if let Some(Ok(nodes)) = match scheduler {
-            Some(s) => Some(s.store().list_nodes().await),
-            None => None,
-        } {
+        if let Some(nodes) = control.and_then(|c| c.nodes.as_deref()) {
             let _ = writeln!(out, "# HELP lagran_nodes Edge nodes by status.");
             let _ = writeln!(out, "# TYPE lagran_nodes gauge");
             for status in ["online", "offline", "disabled"] {

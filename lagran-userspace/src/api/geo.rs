@@ -43,7 +43,7 @@ pub async fn list_overrides(
     headers: HeaderMap,
 ) -> Result<Json<Vec<GeoOverride>>, ApiError> {
     state.auth.check_agent(&headers)?;
-    Ok(Json(state.scheduler.store().list_geo_overrides().await?))
+    Ok(Json(state.store.list_geo_overrides().await?))
 }
 
 pub async fn upsert_override(
@@ -57,7 +57,7 @@ pub async fn upsert_override(
     if o.created_by.trim().is_empty() {
         o.created_by = "api".into();
     }
-    let store = state.scheduler.store();
+    let store = &state.store;
     let existed = store.get_geo_override(&o.prefix).await?.is_some();
     let saved = store.upsert_geo_override(&o).await?;
     tracing::info!(
@@ -82,7 +82,7 @@ pub async fn delete_override(
     let net: IpNet = prefix.parse().map_err(|_| {
         ApiError::bad_field("prefix", format!("{prefix:?} is not a CIDR prefix (URL-encode the '/': 1.2.3.0%2F24)"))
     })?;
-    if !state.scheduler.store().delete_geo_override(&net).await? {
+    if !state.store.delete_geo_override(&net).await? {
         return Err(ApiError::not_found(format!("no geo override for {net}")));
     }
     tracing::info!(prefix = %net, "geo override deleted");

@@ -23,8 +23,10 @@ use axum::routing::{get, post, put};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::ControlStats;
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
+use crate::store::Store;
 
 pub use auth::Auth;
 pub use error::ApiError;
@@ -32,6 +34,9 @@ pub use error::ApiError;
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
+    /// The control plane's records; handlers read and write them here.
+    pub store: Store,
+    /// Recomputes after writes, decisions, route tables.
     pub scheduler: Arc<Scheduler>,
     pub auth: Arc<Auth>,
     pub metrics: Arc<Metrics>,
@@ -95,6 +100,8 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let table = state.scheduler.table().load_full();
-    let body = state.metrics.render(&table, Some(&state.scheduler)).await;
+    let (last_recompute_us, recomputes) = state.scheduler.stats();
+    let nodes = state.store.list_nodes().await.ok();
+    let body = state.metrics.render(&table, Some(&ControlStats { last_recompute_us, recomputes, nodes }));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
 }

@@ -90,7 +90,7 @@ pub fn parse_create(body: &[u8]) -> Result<(Node, Option<String>), ApiError> {
 
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Node>>, ApiError> {
     state.auth.check_agent(&headers)?;
-    Ok(Json(state.scheduler.store().list_nodes().await?))
+    Ok(Json(state.store.list_nodes().await?))
 }
 
 pub async fn get_one(
@@ -99,7 +99,7 @@ pub async fn get_one(
     Path(name): Path<String>,
 ) -> Result<Json<Node>, ApiError> {
     state.auth.check_agent(&headers)?;
-    match state.scheduler.store().get_node(&name).await? {
+    match state.store.get_node(&name).await? {
         Some(n) => Ok(Json(n)),
         None => Err(ApiError::not_found(format!("no node {name}"))),
     }
@@ -112,7 +112,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Node>), ApiError> {
     state.auth.check_admin(&headers)?;
     let (node, token) = parse_create(&body)?;
-    let node = state.scheduler.store().create_node(&node, token.as_deref()).await?;
+    let node = state.store.create_node(&node, token.as_deref()).await?;
     tracing::info!(node = %node.name, "node created");
     state.after_write().await;
     Ok((StatusCode::CREATED, Json(node)))
@@ -127,7 +127,7 @@ pub async fn patch(
     state.auth.check_admin(&headers)?;
     let patch: NodePatch = parse_json(&body)?;
     patch.validate()?;
-    let node = state.scheduler.store().update_node(&name, &patch).await?;
+    let node = state.store.update_node(&name, &patch).await?;
     tracing::info!(node = %node.name, status = node.status.as_str(), "node updated");
     state.after_write().await;
     Ok(Json(node))
@@ -139,7 +139,7 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     state.auth.check_admin(&headers)?;
-    if !state.scheduler.store().delete_node(&name).await? {
+    if !state.store.delete_node(&name).await? {
         return Err(ApiError::not_found(format!("no node {name}")));
     }
     tracing::info!(node = %name, "node deleted");
@@ -177,7 +177,7 @@ pub async fn heartbeat(
     body: Bytes,
 ) -> Result<Json<Node>, ApiError> {
     let presented = headers.get(AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok());
-    let store = state.scheduler.store();
+    let store = &state.store;
     let own = store.node_token_hash(&name).await?;
     let ok = match presented {
         Some(t) => own.as_deref().is_some_and(|h| verify_token(h, t)) || state.auth.agent_token_matches(t),

@@ -57,7 +57,7 @@ pub fn resolver_overlaps(prefixes: &[IpNet], extra: &[IpNet]) -> Vec<(IpNet, IpN
 
 pub async fn list_rules(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Rule>>, ApiError> {
     state.auth.check_agent(&headers)?;
-    Ok(Json(state.scheduler.store().list_rules().await?))
+    Ok(Json(state.store.list_rules().await?))
 }
 
 pub async fn create_rule(
@@ -67,7 +67,7 @@ pub async fn create_rule(
 ) -> Result<(StatusCode, Json<Rule>), ApiError> {
     state.auth.check_admin(&headers)?;
     let rule: NewRule = parse_json(&body)?;
-    let rule = state.scheduler.store().create_rule(&rule).await?;
+    let rule = state.store.create_rule(&rule).await?;
     tracing::info!(id = rule.id, kind = rule.kind.as_str(), node = %rule.node, percent = rule.percent, "rule created");
     state.after_write().await;
     Ok((StatusCode::CREATED, Json(rule)))
@@ -79,7 +79,7 @@ pub async fn delete_rule(
     Path(id): Path<i64>,
 ) -> Result<StatusCode, ApiError> {
     state.auth.check_admin(&headers)?;
-    if !state.scheduler.store().delete_rule(id).await? {
+    if !state.store.delete_rule(id).await? {
         return Err(ApiError::not_found(format!("no rule {id}")));
     }
     tracing::info!(id, "rule deleted");
@@ -89,7 +89,7 @@ pub async fn delete_rule(
 
 pub async fn list_lines(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Line>>, ApiError> {
     state.auth.check_agent(&headers)?;
-    Ok(Json(state.scheduler.store().list_lines().await?))
+    Ok(Json(state.store.list_lines().await?))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -133,7 +133,7 @@ pub async fn put_line(
     for (p, r) in &overlaps {
         tracing::warn!(line = %line.name, prefix = %p, resolver = %r, "line prefix overlaps a public resolver (forced)");
     }
-    let line = state.scheduler.store().upsert_line(&line).await?;
+    let line = state.store.upsert_line(&line).await?;
     state.after_write().await;
     Ok(Json(line))
 }
@@ -144,7 +144,7 @@ pub async fn delete_line(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     state.auth.check_admin(&headers)?;
-    if !state.scheduler.store().delete_line(&name).await? {
+    if !state.store.delete_line(&name).await? {
         return Err(ApiError::not_found(format!("no line {name}")));
     }
     state.after_write().await;

@@ -76,7 +76,7 @@ pub fn zone_from_body(name: &str, body: ZoneBody) -> Result<Zone, ApiError> {
 
 pub async fn list_zones(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Zone>>, ApiError> {
     state.auth.check_agent(&headers)?;
-    Ok(Json(state.scheduler.store().list_zones().await?))
+    Ok(Json(state.store.list_zones().await?))
 }
 
 pub async fn get_zone(
@@ -86,7 +86,7 @@ pub async fn get_zone(
 ) -> Result<Json<Zone>, ApiError> {
     state.auth.check_agent(&headers)?;
     let name = normalise(&name);
-    let zones = state.scheduler.store().list_zones().await?;
+    let zones = state.store.list_zones().await?;
     zones.into_iter().find(|z| z.name == name).map(Json).ok_or_else(|| ApiError::not_found(format!("no zone {name}")))
 }
 
@@ -98,7 +98,7 @@ pub async fn put_zone(
 ) -> Result<Json<Zone>, ApiError> {
     state.auth.check_admin(&headers)?;
     let zone = zone_from_body(&name, parse_json(&body)?)?;
-    state.scheduler.store().upsert_zone(&zone).await?;
+    state.store.upsert_zone(&zone).await?;
     state.after_write().await;
     Ok(Json(zone))
 }
@@ -110,7 +110,7 @@ pub async fn delete_zone(
 ) -> Result<StatusCode, ApiError> {
     state.auth.check_admin(&headers)?;
     let name = normalise(&name);
-    if !state.scheduler.store().delete_zone(&name).await? {
+    if !state.store.delete_zone(&name).await? {
         return Err(ApiError::not_found(format!("no zone {name}")));
     }
     state.after_write().await;
@@ -119,7 +119,7 @@ pub async fn delete_zone(
 
 pub async fn list_domains(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Domain>>, ApiError> {
     state.auth.check_agent(&headers)?;
-    Ok(Json(state.scheduler.store().list_domains().await?))
+    Ok(Json(state.store.list_domains().await?))
 }
 
 pub async fn put_domain(
@@ -143,7 +143,7 @@ pub async fn put_domain(
     if domain.ttl == Some(0) {
         return Err(ApiError::bad_field("ttl", "ttl must be at least 1 (answers never go below 5 s anyway)"));
     }
-    state.scheduler.store().upsert_domain(&domain).await?;
+    state.store.upsert_domain(&domain).await?;
     state.after_write().await;
     Ok(Json(domain))
 }
@@ -155,7 +155,7 @@ pub async fn delete_domain(
 ) -> Result<StatusCode, ApiError> {
     state.auth.check_admin(&headers)?;
     let name = normalise(&name);
-    if !state.scheduler.store().delete_domain(&name).await? {
+    if !state.store.delete_domain(&name).await? {
         return Err(ApiError::not_found(format!("no domain {name}")));
     }
     state.after_write().await;

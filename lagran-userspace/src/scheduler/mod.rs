@@ -102,10 +102,6 @@ impl Scheduler {
         &self.table
     }
 
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     pub fn settings(&self) -> &ScheduleSettings {
         &self.settings
     }
