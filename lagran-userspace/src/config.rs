@@ -51,6 +51,15 @@ pub struct DnsSettings {
     pub max_udp_payload: u16,
 }
 
+impl DnsSettings {
+    /// The TTL a scheduled answer is served with: `max(min(route TTL, DNS_TTL), min_ttl)`
+    /// (SPEC §3). The one place this policy lives: the responder, the XDP map writer,
+    /// `lagran explain` and `/api/v1/schedule` all call it.
+    pub fn served_ttl(&self, route_ttl: u32) -> u32 {
+        route_ttl.min(self.ttl).max(self.min_ttl)
+    }
+}
+
 impl Default for DnsSettings {
     fn default() -> Self {
         DnsSettings { ttl: 30, min_ttl: 5, cache_secs: 30, stale_secs: 600, fallback_ip: None, max_udp_payload: 1232 }

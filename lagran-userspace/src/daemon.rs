@@ -173,6 +173,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
+        dns: Arc::new(config.dns.clone()),
         auth: Arc::new(cp.auth),
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),
@@ -204,6 +205,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
+        dns: Arc::new(config.dns.clone()),
         auth: Arc::new(cp.auth),
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),

@@ -23,6 +23,7 @@ use axum::routing::{get, post, put};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::DnsSettings;
 use crate::metrics::ControlStats;
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
@@ -38,6 +39,8 @@ pub struct AppState {
     pub store: Store,
     /// Recomputes after writes, decisions, route tables.
     pub scheduler: Arc<Scheduler>,
+    /// The responders' settings (the served TTL reported by `/api/v1/schedule`).
+    pub dns: Arc<DnsSettings>,
     pub auth: Arc<Auth>,
     pub metrics: Arc<Metrics>,
     /// Public-resolver prefixes beyond the built-in list (config `public_resolvers`);

@@ -147,7 +147,7 @@ pub async fn get_schedule(
         city: p.city,
         isp: p.isp,
     };
-    let decision = state.scheduler.decide(domain, &client).await?;
+    let decision = state.scheduler.decide(domain, &client, &state.dns).await?;
     tracing::info!(
         domain = %decision.domain,
         client = ?client.address,

@@ -45,7 +45,7 @@ pub async fn run(
     // The same table the daemon serves (rules, lines, canaries applied), computed here.
     scheduler.reload_overrides().await?;
     scheduler.recompute().await?;
-    let decision = scheduler.decide(&domain, &ClientQuery { address, ..Default::default() }).await?;
+    let decision = scheduler.decide(&domain, &ClientQuery { address, ..Default::default() }, &config.dns).await?;
     if json {
         let mut s = serde_json::to_string_pretty(&ScheduleJson::from(&decision)).unwrap_or_default();
         s.push('\n');

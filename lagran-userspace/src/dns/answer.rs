@@ -191,9 +191,9 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// The effective TTL of a scheduled answer: `max(min(route TTL, DNS_TTL), min_ttl)`.
+/// The effective TTL of a scheduled answer ([`DnsSettings::served_ttl`]).
 pub fn scheduled_ttl(route_ttl: u32, settings: &DnsSettings) -> u32 {
-    route_ttl.min(settings.ttl).max(settings.min_ttl)
+    settings.served_ttl(route_ttl)
 }
 
 /// Whether a table generated at `generated_at_ms` is older than `stale_secs` at `now_ms`.

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::build::pin;
 use super::{Scheduler, SchedulerError};
 use crate::clock::now_ms;
+use crate::config::DnsSettings;
 use crate::engine::{self, Candidate, Family, NodeView, Ranking};
 use crate::location::Location;
 use crate::model::DEFAULT_POOL;
@@ -37,7 +38,10 @@ impl ClientQuery {
 #[derive(Clone, Debug, Serialize)]
 pub struct Decision {
     pub domain: String,
+    /// The TTL the responders serve (`min(route TTL, DNS_TTL)`, never below the floor).
     pub ttl: u32,
+    /// The route's own TTL (steady, failover or canary), before the responders' cap.
+    pub route_ttl: u32,
     pub client: Location,
     /// The raw region string of the geo file, if the address was found there.
     pub region: Option<String>,
@@ -59,8 +63,14 @@ impl Decision {
 }
 
 impl Scheduler {
-    /// The full ranked decision for one client and domain.
-    pub async fn decide(&self, domain: &str, client: &ClientQuery) -> Result<Decision, SchedulerError> {
+    /// The full ranked decision for one client and domain. `dns` is the responders'
+    /// settings, so the TTL reported is the one `dig` sees ([`DnsSettings::served_ttl`]).
+    pub async fn decide(
+        &self,
+        domain: &str,
+        client: &ClientQuery,
+        dns: &DnsSettings,
+    ) -> Result<Decision, SchedulerError> {
         let nodes = self.store.list_nodes().await?;
         let domains = self.store.list_domains().await?;
         let domain = domain.trim_end_matches('.').to_ascii_lowercase();
@@ -106,10 +116,11 @@ impl Scheduler {
         } else {
             format!("{} candidate node(s)", ranking.candidates.len())
         };
-        let ttl = served.as_ref().map_or(ttl, |(a, _)| a.ttl);
+        let route_ttl = served.as_ref().map_or(ttl, |(a, _)| a.ttl);
+        let ttl = dns.served_ttl(route_ttl);
         let scope = served.as_ref().map(|(_, s)| *s);
         let state = served.map(|(a, _)| a.state);
-        Ok(Decision { domain, ttl, client: location, region, partition, pool, ranking, note, scope, state })
+        Ok(Decision { domain, ttl, route_ttl, client: location, region, partition, pool, ranking, note, scope, state })
     }
 }
 
@@ -120,5 +131,46 @@ fn format_range(addr: IpAddr, start: u128, end: u128) -> String {
             format!("{}-{}", std::net::Ipv4Addr::from(start as u32), std::net::Ipv4Addr::from(end as u32))
         }
         IpAddr::V6(_) => format!("{}-{}", std::net::Ipv6Addr::from(start), std::net::Ipv6Addr::from(end)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::ScheduleSettings;
+    use crate::geo::GeoDb;
+    use crate::health::HealthMonitor;
+    use crate::route_table::empty_shared;
+    use crate::store::Store;
+
+    async fn demo_scheduler(settings: ScheduleSettings) -> Arc<Scheduler> {
+        let store = Store::connect("sqlite::memory:").await.unwrap();
+        crate::demo::install(&store).await.unwrap();
+        let s = Arc::new(Scheduler::new(
+            store,
+            settings,
+            HealthMonitor::new(Default::default()),
+            GeoDb::empty(),
+            empty_shared(),
+        ));
+        s.recompute().await.unwrap();
+        s
+    }
+
+    #[tokio::test]
+    async fn the_reported_ttl_is_the_one_the_responders_serve() {
+        // schedule.ttl above dns.ttl: dig sees DNS_TTL, so explain must say DNS_TTL too.
+        let s = demo_scheduler(ScheduleSettings { ttl: 300, ..Default::default() }).await;
+        let dns = DnsSettings { ttl: 30, ..Default::default() };
+        let client = ClientQuery { address: Some("58.60.1.1".parse().unwrap()), ..Default::default() };
+        let d = s.decide("edge.lagran.net", &client, &dns).await.unwrap();
+        assert_eq!(d.route_ttl, 300, "the route keeps its own TTL");
+        assert_eq!(d.ttl, 30, "the served TTL is capped by DNS_TTL, as the responder caps it");
+        // And never below the floor.
+        let s = demo_scheduler(ScheduleSettings { ttl: 1, ..Default::default() }).await;
+        let d = s.decide("edge.lagran.net", &client, &dns).await.unwrap();
+        assert_eq!(d.ttl, dns.min_ttl, "a route TTL under the floor is served at the floor");
     }
 }
