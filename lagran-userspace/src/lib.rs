@@ -28,6 +28,9 @@ pub mod prefix_map;
 pub mod route_table;
 pub mod scheduler;
 pub mod store;
+/// Test helpers (a throwaway PostgreSQL); only in test builds and behind the
+/// `testkit` feature, so production binaries do not carry them.
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod xdp;
 

@@ -8,13 +8,14 @@
 //! - [`maps`]: the only module that touches aya map types. [`MapWriter::sync`]
 //!   turns a [`RouteTable`](crate::route_table::RouteTable) into map entries,
 //!   writing only what changed; [`Maps`] reads counters and dumps the maps.
-//! - [`netns`]: network-namespace and veth helpers for tests.
+//! - `netns`: network-namespace and veth helpers for tests (feature `testkit`).
 //!
 //! Minimum kernel version: 5.8 (BTF-defined maps, bounded loops, growing
 //! frames with `bpf_xdp_adjust_tail`); the tests run `BPF_PROG_TEST_RUN`.
 
 pub mod loader;
 pub mod maps;
+#[cfg(any(test, feature = "testkit"))]
 pub mod netns;
 pub mod sync;
 
