@@ -133,7 +133,7 @@ impl Follower {
                 }
                 Err(e) => {
                     let n = self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    if n % 10 == 0 {
+                    if n.is_multiple_of(10) {
                         tracing::warn!(error = %e, version = since, "control plane unreachable; still serving the last table");
                     }
                     tokio::select! {

@@ -70,6 +70,27 @@ fn target_dir(root: &std::path::Path) -> PathBuf {
     }
 }
 
+/// The eBPF crate's own clippy pass (nightly, the BPF target, `-D warnings`): the
+/// host pass cannot build it, and it proves the `user` feature of lagran-common
+/// does not leak std into the kernel side.
+pub fn clippy_ebpf() -> anyhow::Result<()> {
+    let root = util::workspace_root();
+    let mut cmd = nightly_cargo();
+    cmd.current_dir(&root).env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\x1f")).args([
+        "clippy",
+        "--package",
+        PACKAGE,
+        "--target",
+        TARGET,
+        "-Z",
+        "build-std=core",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    util::run(&mut cmd)
+}
+
 pub fn exec(opts: Options) -> anyhow::Result<()> {
     let path = build_ebpf(&opts).context("building the eBPF object")?;
     println!("{}", path.display());

@@ -1,13 +1,18 @@
 //! `cargo xtask test`: everything CI runs, from a clean clone.
 //!
 //! 1. `cargo xtask setup` (tools, PostgreSQL server, bpf-linker, geo data).
-//! 2. The XDP object (the userspace tests load it through BPF_PROG_TEST_RUN).
-//! 3. The binaries the end-to-end tests drive (`lagran`, `lagran-edge`).
-//! 4. `cargo test` over the default members (not `--workspace`: that would build
+//! 2. `cargo fmt --all --check`: one formatter width for the workspace.
+//! 3. The XDP object (the userspace tests load it through BPF_PROG_TEST_RUN).
+//! 4. Clippy with `-D warnings` in two passes: the host crates, then the eBPF
+//!    crate on its own target (so the `user` feature cannot leak std into it).
+//! 5. The binaries the end-to-end tests drive (`lagran`, `lagran-edge`).
+//! 6. `cargo test` over the default members (not `--workspace`: that would build
 //!    `lagran-ebpf` for the host): unit tests, store tests against SQLite
 //!    and a throwaway PostgreSQL, end-to-end tests with `dig`/`kdig`.
 
 use std::process::Command;
+
+use anyhow::Context as _;
 
 use crate::{build_ebpf, util};
 
@@ -23,7 +28,26 @@ pub struct Options {
 
 pub fn exec(opts: Options) -> anyhow::Result<()> {
     let root = util::workspace_root();
-    let obj = build_ebpf::setup_and_build(opts.no_setup)?;
+    if !opts.no_setup {
+        crate::setup::exec(crate::setup::Options::default())?;
+    }
+    let mut fmt = Command::new("cargo");
+    fmt.current_dir(&root).args(["fmt", "--all", "--check"]);
+    util::run(&mut fmt).context("unformatted code: run `cargo fmt --all`")?;
+    let obj = build_ebpf::setup_and_build(true)?;
+    let mut clippy = Command::new("cargo");
+    clippy.current_dir(&root).args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "lagran-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    util::run(&mut clippy)?;
+    build_ebpf::clippy_ebpf()?;
     let mut bins = Command::new("cargo");
     bins.current_dir(&root).args(["build", "--bins"]);
     util::run(&mut bins)?;

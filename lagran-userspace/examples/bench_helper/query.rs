@@ -43,23 +43,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(200));
             continue;
         }
-        loop {
-            match sock.recv_from(&mut buf) {
-                Ok((n, _)) => {
-                    let Some(r) = frames::parse_reply(&buf[..n]) else { continue };
-                    if r.id != id {
-                        continue;
-                    }
-                    result("rtt_us", t.elapsed().as_micros());
-                    result("rcode", r.rcode);
-                    result("aa", u8::from(r.aa));
-                    result("answer", r.a.first().map_or("-".to_string(), |a| a.to_string()));
-                    result("ttl", r.ttl.map_or("-".to_string(), |t| t.to_string()));
-                    result("scope", r.scope.map_or("-".to_string(), |s| s.to_string()));
-                    return Ok(());
-                }
-                Err(_) => break,
+        while let Ok((n, _)) = sock.recv_from(&mut buf) {
+            let Some(r) = frames::parse_reply(&buf[..n]) else { continue };
+            if r.id != id {
+                continue;
             }
+            result("rtt_us", t.elapsed().as_micros());
+            result("rcode", r.rcode);
+            result("aa", u8::from(r.aa));
+            result("answer", r.a.first().map_or("-".to_string(), |a| a.to_string()));
+            result("ttl", r.ttl.map_or("-".to_string(), |t| t.to_string()));
+            result("scope", r.scope.map_or("-".to_string(), |s| s.to_string()));
+            return Ok(());
         }
     }
     bail!("no answer from {} for {} A (ECS {}) within {} s", a.server, a.name, a.subnet, a.wait)

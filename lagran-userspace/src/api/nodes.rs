@@ -147,27 +147,6 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn create_body_needs_a_name_and_names_bad_fields() {
-        let e = parse_create(br#"{"weight": 3}"#).unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("name"));
-        let e = parse_create(br#"{"name": "a", "public_ip": "1.2.3"}"#).unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("public_ip"), "{}", e.message);
-        let e = parse_create(br#"{"name": "a", "colour": "red"}"#).unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("colour"), "{}", e.message);
-        let e = parse_create(br#"{"name": "a", "cpu_usage": 140}"#).unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("cpu_usage"), "{}", e.message);
-        let (n, tok) =
-            parse_create(br#"{"name": "a", "public_ip": "192.0.2.1", "auth_token": "t0k3n-long-enough"}"#).unwrap();
-        assert_eq!(n.public_ip, Some("192.0.2.1".parse().unwrap()));
-        assert_eq!(tok.as_deref(), Some("t0k3n-long-enough"));
-    }
-}
-
 /// `POST /api/v1/nodes/{name}/heartbeat`: an agent reports its load. Authenticated
 /// by that node's own token (or the global agent token) in `x-lagran-agent-token`.
 pub async fn heartbeat(
@@ -192,4 +171,25 @@ pub async fn heartbeat(
     tracing::debug!(node = %name, cpu = hb.cpu_usage, memory = hb.memory_usage, "heartbeat");
     state.scheduler.trigger();
     Ok(Json(node))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_body_needs_a_name_and_names_bad_fields() {
+        let e = parse_create(br#"{"weight": 3}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("name"));
+        let e = parse_create(br#"{"name": "a", "public_ip": "1.2.3"}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("public_ip"), "{}", e.message);
+        let e = parse_create(br#"{"name": "a", "colour": "red"}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("colour"), "{}", e.message);
+        let e = parse_create(br#"{"name": "a", "cpu_usage": 140}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("cpu_usage"), "{}", e.message);
+        let (n, tok) =
+            parse_create(br#"{"name": "a", "public_ip": "192.0.2.1", "auth_token": "t0k3n-long-enough"}"#).unwrap();
+        assert_eq!(n.public_ip, Some("192.0.2.1".parse().unwrap()));
+        assert_eq!(tok.as_deref(), Some("t0k3n-long-enough"));
+    }
 }

@@ -9,6 +9,7 @@ use crate::api_client::{ApiClient, ClientError};
 
 /// `lagran rule …`
 #[derive(Debug, clap::Subcommand)]
+#[expect(clippy::large_enum_variant, reason = "parsed once per command line")]
 pub enum RuleCommand {
     /// List rules (manual first, then canary; by priority).
     List,

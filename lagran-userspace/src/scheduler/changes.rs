@@ -21,7 +21,9 @@ pub(super) fn log_changes(partitions: &PartitionTable, old: &RouteTable, new: &R
         if before.answers == name.answers && before.v4 == name.v4 {
             continue; // the common case: a periodic recompute that changed nothing
         }
-        let mut moves: HashMap<(Option<&str>, Option<&str>), (usize, Vec<String>, &Answer)> = HashMap::new();
+        // (from node, to node) -> (ranges moved, a few partition labels, the new answer)
+        type Moves<'a> = HashMap<(Option<&'a str>, Option<&'a str>), (usize, Vec<String>, &'a Answer)>;
+        let mut moves: Moves = HashMap::new();
         for &(start, _, pid) in partitions.v4_ranges() {
             let addr = std::net::IpAddr::V4(start.into());
             let (a_old, _) = before.answer_for(addr);
