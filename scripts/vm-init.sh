@@ -23,8 +23,14 @@ for m in $(cat /etc/modules.load); do
 done
 # busybox-static prefers its own applets over $PATH, and busybox ip lacks netns/veth/xdp.
 /usr/sbin/ip link set lo up
+loads=yes
 export LAGRAN_EBPF_OBJECT=/test/lagran.o LAGRAN_REQUIRE_TOOLS=1 RUST_BACKTRACE=1
 for name in $(cat /test/tests); do
+  if [ "$name" != xdp_kernel ] && [ "$loads" = no ]; then
+    # Every other test loads the same object: each would print the whole verifier log again.
+    echo "LAGRAN-TEST: $name FAIL skipped, the object does not load on this kernel"
+    continue
+  fi
   echo "LAGRAN-TEST-BEGIN: $name"
   t0=$(cut -d' ' -f1 /proc/uptime)
   "/test/bin/$name" --test-threads=1 --nocapture
@@ -35,6 +41,7 @@ for name in $(cat /test/tests); do
   else
     echo "LAGRAN-TEST: $name FAIL exit $r ($t0 -> $t1 s)"
     rc=1
+    [ "$name" = xdp_kernel ] && loads=no
   fi
 done
 if [ $rc -eq 0 ]; then echo "LAGRAN-RESULT: PASS"; else echo "LAGRAN-RESULT: FAIL"; fi

@@ -221,7 +221,8 @@ fn vm(opts: &VmOptions) -> anyhow::Result<()> {
     host_packages()?;
     let cache = cache_dir();
     let apt = PrivateApt::new(&cache)?;
-    let kernels = resolve_kernels(&apt, &opts.kernels)?;
+    let specs = resolve_kernels(&apt, &opts.kernels)?;
+    let kernels: Vec<Kernel> = specs.iter().map(|s| apt.fetch(s, &cache)).collect::<anyhow::Result<_>>()?;
     let payload = build_payload(opts.broken)?;
     let logs = util::workspace_root().join("target/integration-test");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
@@ -234,20 +235,19 @@ fn vm(opts: &VmOptions) -> anyhow::Result<()> {
 
     let mut lines = Vec::new();
     let mut failed = Vec::new();
-    for spec in &kernels {
-        let kernel = apt.fetch(spec, &cache)?;
+    for kernel in &kernels {
         let initramfs = logs.join(format!("{}.cpio", kernel.label));
-        build_initramfs(&kernel, &payload, &initramfs)?;
+        build_initramfs(kernel, &payload, &initramfs)?;
         let log = logs.join(format!("{}.log", kernel.label));
         let started = Instant::now();
-        let booted = boot(&kernel, &initramfs, &log, opts, accel)?;
+        let booted = boot(kernel, &initramfs, &log, opts, accel)?;
         let elapsed = started.elapsed();
         let console = std::fs::read_to_string(&log).unwrap_or_default();
         let mut report = parse_console(&console);
         if !booted {
             report.result = None;
         }
-        let line = report.line(&kernel, elapsed);
+        let line = report.line(kernel, elapsed);
         println!("{line}");
         print_details(&report);
         if report.result != Some(true) {
@@ -758,7 +758,7 @@ impl Drop for Qemu {
     }
 }
 
-/// Boots the kernel; true when QEMU exited before the timeout.
+/// Boots the kernel; true when QEMU powered off cleanly before the timeout.
 fn boot(kernel: &Kernel, initramfs: &Path, log: &Path, opts: &VmOptions, accel: &str) -> anyhow::Result<bool> {
     let _ = std::fs::remove_file(log);
     let mut cmd = Command::new("qemu-system-x86_64");
@@ -789,7 +789,8 @@ fn boot(kernel: &Kernel, initramfs: &Path, log: &Path, opts: &VmOptions, accel: 
                 if let Some(mut e) = qemu.0.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut e, &mut err);
                 }
-                bail!("`{line}` failed with {status}: {}", err.trim());
+                println!("   {}: `{line}` failed with {status}: {}", kernel.label, err.trim());
+                return Ok(false);
             }
             return Ok(true);
         }
@@ -850,7 +851,7 @@ impl Report {
         let result = match self.result {
             Some(true) => "PASS",
             Some(false) => "FAIL",
-            None => "FAIL (no result: timeout or panic)",
+            None => "FAIL (no result: QEMU failed, timed out, or the guest panicked)",
         };
         let insns = self.verified_insns.as_deref().unwrap_or("-");
         format!(
