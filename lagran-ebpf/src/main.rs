@@ -22,6 +22,8 @@
 #![no_std]
 #![no_main]
 
+#[cfg(feature = "test-broken-verifier")]
+mod broken;
 mod csum;
 mod dns;
 mod eth;
@@ -38,6 +40,8 @@ use crate::packet::Frame;
 
 #[xdp]
 pub fn lagran(ctx: XdpContext) -> u32 {
+    #[cfg(feature = "test-broken-verifier")]
+    broken::unchecked_read(&ctx);
     match try_lagran(&ctx) {
         Ok(action) => {
             maps::count(Counter::Answered);

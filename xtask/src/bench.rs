@@ -811,7 +811,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let obj = if opts.no_build {
         target.join(build_ebpf::TARGET).join("release/lagran")
     } else {
-        let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true })?;
+        let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true, ..build_ebpf::Options::default() })?;
         util::run(Command::new("cargo").current_dir(&root).args([
             "build",
             "--release",

@@ -28,6 +28,11 @@ pub struct Options {
     /// Build the release profile (what the loader embeds and the tests load).
     #[arg(long)]
     pub release: bool,
+    /// Cargo features of `lagran-ebpf` (e.g. `test-broken-verifier`). An object
+    /// built with features goes to its own target directory
+    /// (`target/ebpf-<features>/…`), so it never replaces the normal one.
+    #[arg(long, value_delimiter = ',')]
+    pub features: Vec<String>,
 }
 
 /// Builds the object and returns its path
@@ -37,6 +42,11 @@ pub fn build_ebpf(opts: &Options) -> anyhow::Result<PathBuf> {
         bail!("bpf-linker is not installed (or does not run): run `cargo xtask setup` first");
     }
     let root = util::workspace_root();
+    let target = if opts.features.is_empty() {
+        target_dir(&root)
+    } else {
+        target_dir(&root).join(format!("ebpf-{}", opts.features.join("-")))
+    };
     let mut cmd = nightly_cargo();
     cmd.current_dir(&root).env("CARGO_ENCODED_RUSTFLAGS", RUSTFLAGS.join("\x1f")).args([
         "build",
@@ -52,9 +62,12 @@ pub fn build_ebpf(opts: &Options) -> anyhow::Result<PathBuf> {
     if opts.release {
         cmd.arg("--release");
     }
+    if !opts.features.is_empty() {
+        cmd.arg("--features").arg(opts.features.join(",")).arg("--target-dir").arg(&target);
+    }
     util::run(&mut cmd)?;
     let profile = if opts.release { "release" } else { "debug" };
-    let path = target_dir(&root).join(TARGET).join(profile).join(BINARY);
+    let path = target.join(TARGET).join(profile).join(BINARY);
     if !path.is_file() {
         bail!("the build succeeded but {} is missing", path.display());
     }
@@ -103,7 +116,7 @@ pub fn setup_and_build(skip_setup: bool) -> anyhow::Result<PathBuf> {
     if !skip_setup {
         crate::setup::exec(crate::setup::Options::default())?;
     }
-    let obj = build_ebpf(&Options { release: true })?;
+    let obj = build_ebpf(&Options { release: true, ..Options::default() })?;
     println!("==> XDP object: {}", obj.display());
     Ok(obj)
 }

@@ -9,18 +9,24 @@
 //! 6. `cargo test` over the default members (not `--workspace`: that would build
 //!    `lagran-ebpf` for the host): unit tests, store tests against SQLite
 //!    and a throwaway PostgreSQL, end-to-end tests with `dig`/`kdig`.
+//! 7. The XDP tests under QEMU on the oldest and the newest Debian kernel
+//!    (`cargo xtask integration-test vm --kernels oldest,newest`; the full
+//!    matrix is `cargo xtask integration-test vm`).
 
 use std::process::Command;
 
 use anyhow::Context as _;
 
-use crate::{build_ebpf, util};
+use crate::{build_ebpf, integration_test, util};
 
 #[derive(Debug, Clone, Default, clap::Parser)]
 pub struct Options {
     /// Skip `cargo xtask setup`.
     #[arg(long)]
     pub no_setup: bool,
+    /// Skip the kernel matrix under QEMU (step 7).
+    #[arg(long)]
+    pub no_vm: bool,
     /// Extra arguments for `cargo test` (after `--`), e.g. a test name filter.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -61,5 +67,11 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     if !opts.args.is_empty() {
         test.arg("--").args(&opts.args);
     }
-    util::run(&mut test)
+    util::run(&mut test)?;
+    if opts.no_vm {
+        return Ok(());
+    }
+    integration_test::exec(integration_test::Options {
+        target: integration_test::Target::Vm(integration_test::VmOptions::ci()),
+    })
 }
