@@ -2,7 +2,7 @@
 //!
 //! | TOML key            | environment        | default                     |
 //! |---------------------|--------------------|-----------------------------|
-//! | `dns_listen`        | `DNS_LISTEN`       | `127.0.0.1:5353`            |
+//! | `dns_listen`        | `DNS_LISTEN`       | `127.0.0.1:5353` (a string or an array; the environment a comma-separated list) |
 //! | `api_listen`        | `API_LISTEN`       | `127.0.0.1:8080`            |
 //! | `database_url`      | `DATABASE_URL`     | `sqlite://./lagran-data/lagran.db` |
 //! | `dns.ttl`           | `DNS_TTL`          | 30                          |
@@ -134,7 +134,11 @@ pub struct GeoSettings {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    pub dns_listen: SocketAddr,
+    /// Every address the responder listens on (UDP and TCP), IPv4 and IPv6; the XDP
+    /// fast path answers only packets addressed to these. TOML takes a string or an
+    /// array of strings.
+    #[serde(deserialize_with = "one_or_many")]
+    pub dns_listen: Vec<SocketAddr>,
     pub api_listen: SocketAddr,
     pub database_url: String,
     pub agent_token: Option<String>,
@@ -150,7 +154,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            dns_listen: "127.0.0.1:5353".parse().expect("static address"),
+            dns_listen: vec!["127.0.0.1:5353".parse().expect("static address")],
             api_listen: "127.0.0.1:8080".parse().expect("static address"),
             database_url: "sqlite://./lagran-data/lagran.db".to_string(),
             agent_token: None,
@@ -161,6 +165,22 @@ impl Default for Config {
             health: crate::health::HealthSettings::default(),
             public_resolvers: Vec::new(),
         }
+    }
+}
+
+/// `dns_listen = "127.0.0.1:53"` or `dns_listen = ["10.0.0.2:53", "[2001:db8::2]:53"]`.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<SocketAddr>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(SocketAddr),
+        Many(Vec<SocketAddr>),
+    }
+    match OneOrMany::deserialize(d)
+        .map_err(|_| serde::de::Error::custom("expected an address such as \"127.0.0.1:53\" or an array of them"))?
+    {
+        OneOrMany::One(a) => Ok(vec![a]),
+        OneOrMany::Many(v) => Ok(v),
     }
 }
 
@@ -198,7 +218,11 @@ impl Config {
         }
         let non_empty = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         if let Some(v) = non_empty("DNS_LISTEN") {
-            self.dns_listen = parse("DNS_LISTEN", v)?;
+            self.dns_listen = v
+                .split(',')
+                .filter(|a| !a.trim().is_empty())
+                .map(|a| parse("DNS_LISTEN", a.to_string()))
+                .collect::<Result<_, _>>()?;
         }
         if let Some(v) = non_empty("API_LISTEN") {
             self.api_listen = parse("API_LISTEN", v)?;
@@ -237,6 +261,14 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.dns_listen.is_empty() {
+            return Err(ConfigError::Invalid { key: "dns_listen", reason: "needs at least one address".into() });
+        }
+        for (i, a) in self.dns_listen.iter().enumerate() {
+            if self.dns_listen[..i].contains(a) {
+                return Err(ConfigError::Invalid { key: "dns_listen", reason: format!("{a} is listed twice") });
+            }
+        }
         if !(1..=4).contains(&self.schedule.answers_per_query) {
             return Err(ConfigError::Invalid {
                 key: "schedule.answers_per_query",
@@ -290,6 +322,24 @@ mod tests {
     #[test]
     fn unknown_toml_key_is_an_error() {
         assert!(toml::from_str::<Config>("dns_ttl = 3\n").is_err());
+    }
+
+    #[test]
+    fn dns_listen_takes_one_address_or_many() {
+        let one: Config = toml::from_str("dns_listen = \"10.0.0.2:53\"\n").unwrap();
+        assert_eq!(one.dns_listen, vec!["10.0.0.2:53".parse::<SocketAddr>().unwrap()]);
+        let many: Config = toml::from_str("dns_listen = [\"10.0.0.2:53\", \"[2001:db8::2]:53\"]\n").unwrap();
+        assert_eq!(many.dns_listen.len(), 2, "both addresses kept: {:?}", many.dns_listen);
+        assert!(many.dns_listen[1].is_ipv6());
+        let err = toml::from_str::<Config>("dns_listen = \"not an address\"\n").unwrap_err().to_string();
+        assert!(err.contains("dns_listen") || err.contains("address"), "the error says what is expected: {err}");
+        let mut env = Config::default();
+        env.apply_env(|k| (k == "DNS_LISTEN").then(|| "127.0.0.1:53, [::1]:53".to_string())).unwrap();
+        assert_eq!(env.dns_listen.len(), 2, "DNS_LISTEN is a comma-separated list: {:?}", env.dns_listen);
+        env.dns_listen.push(env.dns_listen[0]);
+        assert!(env.validate().unwrap_err().to_string().contains("twice"));
+        env.dns_listen.clear();
+        assert!(env.validate().is_err(), "no address at all is refused");
     }
 
     #[test]

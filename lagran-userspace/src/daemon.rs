@@ -120,11 +120,45 @@ async fn bind_api(config: &Config) -> Result<(TcpListener, SocketAddr), DaemonEr
     Ok((l, addr))
 }
 
-async fn bind_dns(config: &Config) -> Result<(tokio::net::UdpSocket, TcpListener, SocketAddr), DaemonError> {
-    let (udp, tcp) =
-        bind(config.dns_listen).await.map_err(|source| DaemonError::BindDns { addr: config.dns_listen, source })?;
-    let addr = udp.local_addr().map_err(|source| DaemonError::BindDns { addr: config.dns_listen, source })?;
-    Ok((udp, tcp, addr))
+/// The DNS listeners, one UDP socket and one TCP listener per `dns_listen` address.
+struct DnsListeners {
+    sockets: Vec<(tokio::net::UdpSocket, TcpListener)>,
+    /// The bound addresses (a port 0 in the configuration resolved).
+    addrs: Vec<SocketAddr>,
+}
+
+impl DnsListeners {
+    /// For logs: `127.0.0.1:53, [::1]:53`.
+    fn display(&self) -> String {
+        self.addrs.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", ")
+    }
+}
+
+async fn bind_dns(config: &Config) -> Result<DnsListeners, DaemonError> {
+    let mut l = DnsListeners { sockets: Vec::new(), addrs: Vec::new() };
+    for &addr in &config.dns_listen {
+        let (udp, tcp) = bind(addr).await.map_err(|source| DaemonError::BindDns { addr, source })?;
+        let bound = udp.local_addr().map_err(|source| DaemonError::BindDns { addr, source })?;
+        l.sockets.push((udp, tcp));
+        l.addrs.push(bound);
+    }
+    Ok(l)
+}
+
+/// Runs the responder on every listener until `shutdown`; the first listener to fail ends it.
+async fn serve_dns(
+    dns: Arc<DnsServer>,
+    sockets: Vec<(tokio::net::UdpSocket, TcpListener)>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let mut set = tokio::task::JoinSet::new();
+    for (udp, tcp) in sockets {
+        set.spawn(dns.clone().run(udp, tcp, shutdown.clone()));
+    }
+    while let Some(r) = set.join_next().await {
+        r.map_err(|join| std::io::Error::other(join.to_string()))??;
+    }
+    Ok(())
 }
 
 /// Starts the control plane's background loops (recompute, probes, SIGHUP reload).
@@ -152,14 +186,14 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let cp = start_control(&config, &opts).await?;
     let counters = Arc::new(DnsCounters::default());
     let metrics = Arc::new(Metrics::new(counters.clone()));
-    let (udp, tcp, dns_addr) = bind_dns(&config).await?;
+    let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
     let table = cp.scheduler.table().clone();
     let mut loops = spawn_control_loops(&cp, &shutdown);
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
             iface,
-            dns_addr.port(),
+            listeners.addrs[0].port(),
             config.dns.clone(),
             table.clone(),
             cp.scheduler.subscribe(),
@@ -178,9 +212,9 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),
     };
-    tracing::info!(dns = %dns_addr, api = %api_addr, "lagran serving");
+    tracing::info!(dns = %listeners.display(), api = %api_addr, "lagran serving");
 
-    let dns_task = tokio::spawn(dns.run(udp, tcp, shutdown.clone()));
+    let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
     let api_task = tokio::spawn(api::run(api_listener, state, shutdown.clone()));
     let result = tokio::select! {
         r = dns_task => flatten("the DNS responder", r),
@@ -238,13 +272,13 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         state_file: opts.state_file.clone(),
         stats: stats.clone(),
     };
-    let (udp, tcp, dns_addr) = bind_dns(&config).await?;
+    let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
     let xdp_task = match &opts.xdp {
         Some(iface) => Some(
             crate::xdp::sync::start(
                 iface,
-                dns_addr.port(),
+                listeners.addrs[0].port(),
                 config.dns.clone(),
                 table.clone(),
                 follower.versions.subscribe(),
@@ -258,8 +292,8 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     let dns = Arc::new(DnsServer { table: table.clone(), settings: Arc::new(config.dns.clone()), counters });
     let follow_task = tokio::spawn(follower.run(shutdown.clone()));
     let ops = ns_router(table, metrics, stats);
-    tracing::info!(dns = %dns_addr, api = %api_addr, control = %opts.control, "lagran NS host serving");
-    let dns_task = tokio::spawn(dns.run(udp, tcp, shutdown.clone()));
+    tracing::info!(dns = %listeners.display(), api = %api_addr, control = %opts.control, "lagran NS host serving");
+    let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
     let token = shutdown.clone();
     let api_task = tokio::spawn(async move {
         axum::serve(api_listener, ops).with_graceful_shutdown(async move { token.cancelled().await }).await

@@ -30,9 +30,10 @@ struct Cli {
 enum Command {
     /// Run everything in one process: store, scheduler, DNS responder, control API.
     Serve {
-        /// DNS listen address (UDP and TCP).
+        /// DNS listen address (UDP and TCP); repeat for several (IPv4 and IPv6). The XDP
+        /// fast path answers only packets addressed to these.
         #[arg(long)]
-        dns_listen: Option<std::net::SocketAddr>,
+        dns_listen: Vec<std::net::SocketAddr>,
         /// Control API listen address.
         #[arg(long)]
         api_listen: Option<std::net::SocketAddr>,
@@ -60,8 +61,9 @@ enum Command {
         /// The control plane's API, e.g. http://10.0.0.1:8080.
         #[arg(long, env = "LAGRAN_CONTROL")]
         control: String,
+        /// DNS listen address (UDP and TCP); repeat for several (IPv4 and IPv6).
         #[arg(long)]
-        dns_listen: Option<std::net::SocketAddr>,
+        dns_listen: Vec<std::net::SocketAddr>,
         /// Address for /metrics and /healthz.
         #[arg(long)]
         api_listen: Option<std::net::SocketAddr>,
@@ -166,8 +168,9 @@ async fn main() -> Result<()> {
     let mut config = Config::load(cli.config.as_deref()).context("loading the configuration")?;
     match cli.command {
         Command::Serve { dns_listen, api_listen, demo, insecure_open_api, xdp } => {
-            if let Some(a) = dns_listen {
-                config.dns_listen = a;
+            if !dns_listen.is_empty() {
+                config.dns_listen = dns_listen;
+                config.validate().context("--dns-listen")?;
             }
             if let Some(a) = api_listen {
                 config.api_listen = a;
@@ -181,8 +184,9 @@ async fn main() -> Result<()> {
             daemon::control(config, ServeOptions { demo, insecure_open_api, xdp: None }, shutdown_on_signal()).await?;
         }
         Command::Dns { control, dns_listen, api_listen, state_file, xdp } => {
-            if let Some(a) = dns_listen {
-                config.dns_listen = a;
+            if !dns_listen.is_empty() {
+                config.dns_listen = dns_listen;
+                config.validate().context("--dns-listen")?;
             }
             if let Some(a) = api_listen {
                 config.api_listen = a;
