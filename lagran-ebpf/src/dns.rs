@@ -1,4 +1,5 @@
-//! The DNS query: header, one question, at most one OPT carrying at most ECS.
+//! The DNS query: header, one question, at most one OPT carrying at most one ECS
+//! option besides options that do not change the answer (COOKIE, padding).
 //!
 //! Anything else is handed to userspace, which answers it in full (RFC 1035,
 //! RFC 6891, RFC 7871); the counters say why.
@@ -13,6 +14,10 @@ const QCLASS_IN: u16 = 1;
 const TYPE_OPT: u16 = 41;
 /// RFC 7871 §6: OPTION-CODE of EDNS Client Subnet.
 const OPT_ECS: u16 = 8;
+/// RFC 7873 §4: OPTION-CODE of COOKIE.
+const OPT_COOKIE: u16 = 10;
+/// RFC 7830 §3: OPTION-CODE of Padding.
+const OPT_PADDING: u16 = 12;
 const FAMILY_IPV4: u16 = 1;
 const FAMILY_IPV6: u16 = 2;
 /// Size of the OPT record without options: root name, TYPE, CLASS, TTL, RDLEN.
@@ -170,8 +175,25 @@ fn parse_name(f: &Frame, off: usize, scratch: *mut Scratch) -> Result<(usize, u3
     Ok((qlen, sum.value()))
 }
 
+/// Most EDNS options walked in one OPT record. `dig` sends a COOKIE, resolvers
+/// add ECS and sometimes padding: four covers them; more are passed.
+const MAX_OPTIONS: usize = 4;
+/// Longest OPT RDATA answered here (a padded query stays far below it). Also a
+/// constant bound the verifier needs on every option offset.
+const MAX_OPT_RDATA: usize = 512;
+
 /// Parses the one additional record, which must be an OPT (RFC 6891 §6.1.2) that
-/// ends the message, with no options or one ECS option (RFC 7871 §6).
+/// ends the message. Its options are walked exactly as `dns::ecs::find_in_opt`
+/// walks them in userspace: at most one ECS option (RFC 7871 §6) is used, and
+/// options that do not change the answer are skipped — userspace skips them too
+/// and echoes none of them, so the kernel's response is the same:
+/// - COOKIE (RFC 7873 §5.2.1: a server that does not implement cookies "MUST
+///   ignore the COOKIE option"; server cookies are not implemented);
+/// - Padding (RFC 7830 §3: "Responders MUST ignore the content of the Padding
+///   option"; we pad nothing, as §4 allows for unencrypted transport).
+///
+/// Any other option is passed, so that one we later start to honour in userspace
+/// cannot be answered differently here.
 #[inline(always)]
 fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Counter> {
     if left < OPT_FIXED_LEN {
@@ -197,29 +219,59 @@ fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Co
     if rdlen < rest {
         return Err(Counter::TrailingData);
     }
-    if rdlen == 0 {
-        return Ok(());
-    }
-    if rdlen < 4 {
+    if rdlen > MAX_OPT_RDATA {
         return Err(Counter::OptUnsupported);
     }
-    let o = off + OPT_FIXED_LEN;
-    let head = f.bytes::<4>(o)?;
-    if u16::from_be_bytes([head[0], head[1]]) != OPT_ECS {
+    let start = off + OPT_FIXED_LEN;
+    let end = start + rdlen;
+    let mut o = start;
+    let mut k = 0;
+    while k < MAX_OPTIONS {
+        if o >= end {
+            return Ok(());
+        }
+        // RFC 6891 §6.1.2: OPTION-CODE, OPTION-LENGTH, then OPTION-DATA. An option
+        // list that overruns RDATA is FORMERR in userspace.
+        if end - o < 4 {
+            return Err(Counter::OptMalformed);
+        }
+        let head = f.bytes::<4>(o)?;
+        let code = u16::from_be_bytes([head[0], head[1]]);
+        let len = u16::from_be_bytes([head[2], head[3]]) as usize;
+        if len > end - o - 4 {
+            return Err(Counter::OptMalformed);
+        }
+        // Implied by the check above; stated against a constant for the verifier.
+        if len > MAX_OPT_RDATA {
+            return Err(Counter::OptMalformed);
+        }
+        match code {
+            OPT_ECS => {
+                // RFC 7871 §7.2.1 (a second ECS option is malformed: FORMERR upstairs).
+                if q.has_ecs != 0 {
+                    return Err(Counter::EcsBad);
+                }
+                parse_ecs(f, o + 4, len, q)?;
+            }
+            OPT_COOKIE | OPT_PADDING => {}
+            _ => return Err(Counter::OptUnsupported),
+        }
+        o += 4 + len;
+        k += 1;
+    }
+    if o < end {
         return Err(Counter::OptUnsupported);
     }
-    let opt_len = u16::from_be_bytes([head[2], head[3]]) as usize;
-    if 4 + opt_len > rdlen {
+    Ok(())
+}
+
+/// Reads an ECS option's data (`len` bytes at `o`) into `q`.
+#[inline(always)]
+fn parse_ecs(f: &Frame, o: usize, len: usize, q: &mut Query) -> Result<(), Counter> {
+    if len < 4 {
         return Err(Counter::EcsBad);
     }
-    if 4 + opt_len < rdlen {
-        // Another option follows the ECS option.
-        return Err(Counter::OptUnsupported);
-    }
-    if opt_len < 4 {
-        return Err(Counter::EcsBad);
-    }
-    let ecs = f.bytes::<4>(o + 4)?;
+    let ecs = f.bytes::<4>(o)?;
     let family = u16::from_be_bytes([ecs[0], ecs[1]]);
     let source = ecs[2];
     let scope = ecs[3];
@@ -232,10 +284,10 @@ fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Co
         return Err(Counter::EcsBad);
     }
     let n = (source as usize).div_ceil(8);
-    if opt_len - 4 != n {
+    if len - 4 != n {
         return Err(Counter::EcsBad);
     }
-    let a = o + 8;
+    let a = o + 4;
     let mut addr = [0u8; 4];
     if n > 0 {
         addr[0] = f.u8(a)?;

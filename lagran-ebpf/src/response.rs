@@ -11,8 +11,8 @@
 //!   TTL 0 but the DO bit copied, and the ECS option echoed with SCOPE
 //!   PREFIX-LENGTH set to the matched block's length (0 when SOURCE was 0).
 //!
-//! Sizes: the OPT record has the same length as in the query, so the frame grows
-//! by 16 bytes per address (less any Ethernet padding the query carried).
+//! Sizes: the frame grows by 16 bytes per address, less the query's options that
+//! are not echoed (COOKIE, padding) and any Ethernet padding it carried.
 
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_adjust_tail, programs::XdpContext};
 use lagran_common::{answers::AnswerV4, counters::Counter};
@@ -46,7 +46,17 @@ pub struct Reply<'a> {
 #[inline(always)]
 pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &Reply) -> Result<u32, Counter> {
     let count = r.count;
-    let dns_len = udp.payload_len + RR_LEN * count;
+    // The response's OPT carries only the echoed ECS option: the query's other
+    // options (COOKIE, padding) are not echoed, so it may be shorter than the
+    // query's OPT and the frame may shrink.
+    let opt_len = if q.has_opt == 0 {
+        0
+    } else if q.has_ecs == 0 {
+        OPT_FIXED_LEN
+    } else {
+        OPT_FIXED_LEN + ECS_FIXED_LEN + (q.ecs_source as usize).div_ceil(8)
+    };
+    let dns_len = dns::HDR_LEN + q.qlen + 4 + RR_LEN * count + opt_len;
     let udp_len = udp::HDR_LEN + dns_len;
     let ip_len = ipv4::HDR_LEN + udp_len;
     let new_len = eth.l3 + ip_len;

@@ -249,6 +249,26 @@ fn ecs(family: u16, source: u8, scope: u8, addr: &[u8]) -> Vec<u8> {
     o
 }
 
+/// A COOKIE option with a client cookie only (RFC 7873 §4), as `dig` sends it.
+fn cookie() -> Vec<u8> {
+    vec![0, 10, 0, 8, 0x5a, 0x1e, 0x9c, 0x3d, 0x21, 0x07, 0xe4, 0x88]
+}
+
+/// A COOKIE option with client and server cookies (8 + 16 octets).
+fn cookie_with_server() -> Vec<u8> {
+    let mut o = vec![0, 10, 0, 24];
+    o.extend((0..24u8).map(|i| i.wrapping_mul(37)));
+    o
+}
+
+/// A Padding option (RFC 7830) of `n` zero octets.
+fn padding(n: u16) -> Vec<u8> {
+    let mut o = vec![0, 12];
+    o.extend_from_slice(&n.to_be_bytes());
+    o.extend(std::iter::repeat_n(0, n as usize));
+    o
+}
+
 /// An ECS option for an IPv4 subnet, address truncated to the prefix.
 fn ecs4(subnet: &str) -> Vec<u8> {
     let (a, l) = subnet.split_once('/').unwrap();
@@ -572,6 +592,38 @@ fn canary_split_is_per_slash_24_like_userspace() {
 }
 
 #[test]
+fn cookies_and_padding_are_answered_like_userspace() {
+    let fx = Fixture::new();
+    let f = Frame::new().from("10.1.2.3");
+    let a = || Dns::a("edge.lagran.net");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("client cookie (dig's default)", cookie()),
+        ("client and server cookie", cookie_with_server()),
+        ("padding", padding(37)),
+        ("empty padding", padding(0)),
+        ("cookie, ECS", [cookie(), ecs4("10.9.0.0/16")].concat()),
+        ("ECS, cookie", [ecs4("10.9.0.0/16"), cookie()].concat()),
+        ("cookie, ECS /0, padding", [cookie(), ecs(1, 0, 0, &[]), padding(100)].concat()),
+        ("ECS /23, padding, cookie", [ecs4("10.1.2.0/23"), padding(3), cookie_with_server()].concat()),
+    ];
+    for (what, options) in cases {
+        eprintln!("case: {what}");
+        let m = fx.answered(&f.build(&a().opt(1232, 0, true, &options).bytes()));
+        let r = read_resp(&m, 17);
+        let (payload, ttl, _) = r.opt.expect("an OPT answers an OPT");
+        assert_eq!((payload, ttl), (1232, 0x8000), "{what}: our payload size, DO copied");
+        assert_eq!(r.answers.len(), 2, "{what}: 10/8 answered");
+    }
+    // Cookie and padding around a canary split and on a four-address answer.
+    fx.answered(
+        &Frame::new()
+            .from("100.1.2.3")
+            .build(&Dns::a("canary.edge.lagran.net").opt(4096, 0, false, &[cookie(), padding(11)].concat()).bytes()),
+    );
+    fx.answered(&Frame::new().build(&Dns::a("pool-a.edge.lagran.net").opt(512, 0, false, &cookie()).bytes()));
+}
+
+#[test]
 fn queries_userspace_must_answer_are_passed() {
     let fx = Fixture::new();
     let f = Frame::new();
@@ -605,18 +657,29 @@ fn queries_userspace_must_answer_are_passed() {
             f.build(&a().raw_additional(&opt_rr(1232, 1, 0, false, &[])).bytes()),
             Counter::OptUnsupported,
         ),
+        ("NSID option", f.build(&a().opt(1232, 0, false, &[0, 3, 0, 0]).bytes()), Counter::OptUnsupported),
         (
-            "COOKIE option",
-            f.build(&a().opt(1232, 0, false, &[0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]).bytes()),
+            "COOKIE then NSID",
+            f.build(&a().opt(1232, 0, false, &[cookie(), vec![0, 3, 0, 0]].concat()).bytes()),
             Counter::OptUnsupported,
         ),
         (
-            "ECS then COOKIE",
+            "five options",
             f.build(
-                &a().opt(1232, 0, false, &[ecs4("10.0.0.0/8"), vec![0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]].concat())
+                &a().opt(1232, 0, false, &[padding(0), padding(1), padding(2), padding(3), padding(0)].concat())
                     .bytes(),
             ),
             Counter::OptUnsupported,
+        ),
+        (
+            "option overruns RDATA",
+            f.build(&a().opt(1232, 0, false, &[0, 10, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8]).bytes()),
+            Counter::OptMalformed,
+        ),
+        (
+            "two ECS options",
+            f.build(&a().opt(1232, 0, false, &[ecs4("10.0.0.0/8"), cookie(), ecs4("10.0.0.0/8")].concat()).bytes()),
+            Counter::EcsBad,
         ),
         (
             "ECS source 33",
@@ -637,14 +700,14 @@ fn queries_userspace_must_answer_are_passed() {
         (
             "ECS length past RDATA",
             f.build(&a().opt(1232, 0, false, &[0, 8, 0, 9, 0, 1, 8, 0, 10]).bytes()),
-            Counter::EcsBad,
+            Counter::OptMalformed,
         ),
         (
             "ECS IPv6",
             f.build(&a().opt(1232, 0, false, &ecs(2, 48, 0, &[0x20, 1, 0xd, 0xb8, 0, 0])).bytes()),
             Counter::EcsV6,
         ),
-        ("OPT RDLEN short", f.build(&a().opt(1232, 0, false, &[0, 8]).bytes()), Counter::OptUnsupported),
+        ("OPT RDLEN short", f.build(&a().opt(1232, 0, false, &[0, 8]).bytes()), Counter::OptMalformed),
         ("trailing bytes", f.build(&[a().bytes(), vec![0; 5]].concat()), Counter::TrailingData),
         (
             "trailing after OPT",
@@ -817,9 +880,15 @@ fn random_packets_are_passed_or_answered_correctly() {
             let l: u8 = l.parse().unwrap();
             let mask = if l == 0 { 0 } else { u32::MAX << (32 - l) };
             let a = Ipv4Addr::from(u32::from(a.parse::<Ipv4Addr>().unwrap()) & mask);
-            d = d.opt(rng.gen_range(0..=4096), 0, rng.gen_bool(0.5), &ecs4(&format!("{a}/{l}")));
+            let mut options = ecs4(&format!("{a}/{l}"));
+            if rng.gen_bool(0.3) {
+                options = [cookie(), options].concat();
+            }
+            d = d.opt(rng.gen_range(0..=4096), 0, rng.gen_bool(0.5), &options);
         } else if rng.gen_bool(0.3) {
             d = d.opt(1232, 0, false, &[]);
+        } else if rng.gen_bool(0.3) {
+            d = d.opt(1232, 0, false, &[cookie(), padding(rng.gen_range(0..20))].concat());
         }
         let mut dns = d.bytes();
         // Mutate: flip bytes, truncate or extend.
