@@ -403,7 +403,10 @@ fn client_info(source: IpAddr, name: &Name, ecs: Option<Ecs>) -> ClientInfo {
 }
 
 /// Decides the response to a well-formed QUERY with one question.
-#[expect(clippy::too_many_arguments, reason = "the per-query parts are borrowed separately; bundling them would build a struct per query")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the per-query parts are borrowed separately; bundling them would build a struct per query"
+)]
 fn resolve<'q>(
     q: &Query,
     question: &'q Question,
@@ -501,7 +504,10 @@ impl Resp<'_> {
 }
 
 /// `A`/`AAAA` for a scheduled name.
-#[expect(clippy::too_many_arguments, reason = "the per-query parts are borrowed separately; bundling them would build a struct per query")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the per-query parts are borrowed separately; bundling them would build a struct per query"
+)]
 fn scheduled<'q>(
     mut r: Resp<'q>,
     question: &'q Question,
