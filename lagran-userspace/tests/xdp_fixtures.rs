@@ -975,3 +975,58 @@ fn large_tables_sync_by_difference() {
     fx.table = big(12, (0..64u8).map(|i| answer(30, &[&format!("192.0.2.{i}")])).collect(), 1);
     fx.answered(&frame);
 }
+
+/// Per-packet cost as the kernel measures it (`BPF_PROG_TEST_RUN`); prints, never
+/// fails on time (a shared machine is no benchmark). `cargo test … per_packet_cost
+/// -- --nocapture` shows the numbers; the same method ran on the object before
+/// and after a change gives the comparison in docs/xdp.md.
+#[test]
+fn per_packet_cost() {
+    let mut fx = Fixture::new();
+    let repeat = 200_000;
+    let median_single = |frame: &[u8]| {
+        let mut v: Vec<u128> = (0..4000)
+            .map(|_| {
+                let (action, d) = fx.prog.test_run_repeat(frame, 1).unwrap();
+                assert_eq!(action, XDP_TX, "timed frames are answered");
+                d.as_nanos()
+            })
+            .collect();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[0x02, 0, 0, 0, 0, 2, 0x08, 0x06]);
+    arp.resize(60, 0);
+    let (_, base) = fx.prog.test_run_repeat(&arp, repeat).unwrap();
+    let frames = [
+        ("plain", Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes())),
+        ("ecs", Frame::new().build(&Dns::a("edge.lagran.net").opt(1232, 0, false, &ecs4("10.9.0.0/16")).bytes())),
+        (
+            "long-name-ecs",
+            Frame::new().build(&Dns::a("pool-a.edge.lagran.net").opt(1232, 0, false, &ecs4("10.9.0.0/16")).bytes()),
+        ),
+    ];
+    eprintln!("verified_insns: {:?}", fx.prog.verified_insns());
+    eprintln!("cost: pass at L2 (ARP): {} ns/run (repeat {repeat})", base.as_nanos());
+    for (what, f) in &frames {
+        eprintln!("cost: {what} answered: median {} ns/run (4000 single runs)", median_single(f));
+    }
+    // Lookup only: every answer emptied, so the program walks every lookup and passes.
+    let mut t = table();
+    for z in &mut t.zones {
+        for n in &mut z.names {
+            for a in &mut n.answers {
+                a.ipv4.clear();
+                a.canary = None;
+            }
+        }
+    }
+    let t = RouteTable::new(100, now_ms(), t.zones);
+    fx.writer.sync(&t, &settings()).unwrap();
+    for (what, f) in &frames {
+        let (action, d) = fx.prog.test_run_repeat(f, repeat).unwrap();
+        assert_eq!(action, XDP_PASS);
+        eprintln!("cost: {what} parse+lookups, passed: {} ns/run (repeat {repeat})", d.as_nanos());
+    }
+}

@@ -113,7 +113,16 @@ impl LoadedXdp {
         let mut ebpf = EbpfLoader::new().load(obj).map_err(|e| XdpError::Load(Box::new(e)))?;
         let prog = program_mut(&mut ebpf)?;
         prog.load().map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
-        Ok(LoadedXdp { ebpf, pins: Vec::new(), pin_dir: None })
+        let loaded = LoadedXdp { ebpf, pins: Vec::new(), pin_dir: None };
+        // The verifier's work is the first sign of a fast path grown too branchy.
+        tracing::info!(verified_insns = ?loaded.verified_insns(), "XDP program loaded");
+        Ok(loaded)
+    }
+
+    /// Instructions the verifier processed at load (kernel ≥ 5.16 reports it).
+    pub fn verified_insns(&self) -> Option<u32> {
+        let prog: &Xdp = self.ebpf.program(PROGRAM)?.try_into().ok()?;
+        prog.info().ok()?.verified_instruction_count()
     }
 
     /// Pins every map under `dir` (mounting bpffs on /sys/fs/bpf if needed).
@@ -158,6 +167,26 @@ impl LoadedXdp {
         let res = prog.test_run(opts).map_err(|e| XdpError::TestRun(Box::new(e)))?;
         out.truncate(res.data_size_out as usize);
         Ok(TestRunOutput { action: res.return_value, frame: out })
+    }
+
+    /// Runs the program `repeat` times on `frame` (`BPF_PROG_TEST_RUN`); returns
+    /// the last action and the kernel's mean time per run.
+    ///
+    /// Each run starts from `frame`'s bytes only when the program leaves them
+    /// alone (XDP_PASS): an answered frame is rewritten in place, and the next
+    /// repetition sees the response. Time answered frames with `repeat` 1.
+    pub fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<(u32, std::time::Duration), XdpError> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROGRAM)
+            .ok_or(XdpError::NoProgram(PROGRAM))?
+            .try_into()
+            .map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+        let mut out = vec![0u8; frame.len() + 512];
+        let opts =
+            TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), repeat, ..TestRunOptions::default() };
+        let res = prog.test_run(opts).map_err(|e| XdpError::TestRun(Box::new(e)))?;
+        Ok((res.return_value, res.duration))
     }
 
     fn unpin(&mut self) {
