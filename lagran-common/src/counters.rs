@@ -84,9 +84,11 @@ counters! {
     TailGrowFailed = "tail_grow_failed",
     /// An EDNS option list that overruns the OPT RDATA: userspace answers FORMERR.
     OptMalformed = "opt_malformed",
+    /// The IPv4 header checksum does not verify: the stack discards it (RFC 1122).
+    IpChecksum = "ip_checksum",
 }
 
 /// Number of counters: the `lagran_counters` array size.
 pub const COUNT: u32 = Counter::ALL.len() as u32;
 
-const _: () = assert!(Counter::OptMalformed as u32 + 1 == COUNT);
+const _: () = assert!(Counter::IpChecksum as u32 + 1 == COUNT);

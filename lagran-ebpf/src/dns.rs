@@ -4,9 +4,12 @@
 //! Anything else is handed to userspace, which answers it in full (RFC 1035,
 //! RFC 6891, RFC 7871); the counters say why.
 
-use lagran_common::{counters::Counter, names::NAME_MAX};
+use lagran_common::{
+    counters::Counter,
+    names::{NAME_MAX, NameValue, WORDS, hash_finish, hash_seed, hash_step, lowercase_word},
+};
 
-use crate::{csum::Sum, maps::Scratch, packet::Frame};
+use crate::{maps::Scratch, packet::Frame};
 
 pub const HDR_LEN: usize = 12;
 const QTYPE_A: u16 = 1;
@@ -43,6 +46,8 @@ pub struct Query {
     /// One's-complement partial sum of the name bytes, as they sit in the packet
     /// (the question starts at an even offset of the DNS message).
     pub qsum: u32,
+    /// The `lagran_names` key of the name.
+    pub qhash: u64,
     /// 1 when the query carried an OPT record.
     pub has_opt: u32,
     /// The DO bit as it sits in the OPT TTL's third byte (0x80 or 0).
@@ -55,8 +60,8 @@ pub struct Query {
     pub ecs_addr: [u8; 4],
 }
 
-/// Parses the message at `dns` (frame offset) of `len` bytes; the name goes into
-/// `scratch.key`, lowercased.
+/// Parses the message at `dns` (frame offset) of `len` bytes; the lowercased name
+/// goes into `scratch.words`.
 #[inline(always)]
 pub fn parse(
     ctx: &aya_ebpf::programs::XdpContext,
@@ -85,7 +90,8 @@ pub fn parse(
         return Err(Counter::OtherSections);
     }
 
-    let (qlen, qsum) = parse_name(f, dns + HDR_LEN, scratch)?;
+    let name = parse_name(ctx, f, dns + HDR_LEN, scratch)?;
+    let (qlen, qsum, qhash) = (name.len, name.sum, name.hash);
     let f = &Frame::reload(ctx);
 
     // QTYPE, QCLASS
@@ -101,8 +107,19 @@ pub fn parse(
         return Err(Counter::Qclass);
     }
 
-    let mut q =
-        Query { id, flags, arcount, qlen, qsum, has_opt: 0, do_bit: 0, has_ecs: 0, ecs_source: 0, ecs_addr: [0; 4] };
+    let mut q = Query {
+        id,
+        flags,
+        arcount,
+        qlen,
+        qsum,
+        qhash,
+        has_opt: 0,
+        do_bit: 0,
+        has_ecs: 0,
+        ecs_source: 0,
+        ecs_addr: [0; 4],
+    };
     if arcount == 0 {
         if q_end != len {
             return Err(Counter::TrailingData);
@@ -113,53 +130,56 @@ pub fn parse(
     Ok(q)
 }
 
-/// Reads the question name at frame offset `off` into `scratch.key`: label length
-/// bytes as they are, ASCII letters lowercased, the root label included. Returns
-/// its length and the checksum partial sum of its bytes as received.
+/// Most labels in a name of at most 255 octets: 127 one-octet labels and the root.
+const MAX_LABELS: usize = 128;
+
+/// The question name as parsed.
+pub struct Name {
+    /// Wire length, root label included, 1–255.
+    pub len: usize,
+    /// `lagran_names` key: `names::hash_words` of the lowercased name.
+    pub hash: u64,
+    /// One's-complement partial sum of the name octets as received, as a
+    /// big-endian 16-bit value (the name starts at an even offset of the message).
+    pub sum: u32,
+}
+
+/// Reads the question name at frame offset `off`.
 ///
-/// One bounded loop over at most 255 bytes. Compression pointers (RFC 1035 §4.1.4)
-/// and the reserved label types have no place in a question we answer.
+/// Two bounded loops, neither per byte: the labels are walked by their length
+/// octets to find the end of the name (compression pointers, RFC 1035 §4.1.4,
+/// and the reserved label types have no place in a question we answer); then the
+/// name is read in 8-byte words, each lowercased (SWAR), hashed, summed for the
+/// UDP checksum and kept in `scratch.words` for the exact comparison after the
+/// lookup. The last partial word is read as the 8 octets *ending* at the name's
+/// end and shifted, so no load reaches past the name (the DNS header lies before
+/// it, so the load never starts before the frame).
 #[inline(always)]
-fn parse_name(f: &Frame, off: usize, scratch: *mut Scratch) -> Result<(usize, u32), Counter> {
-    // SAFETY: `scratch` is this CPU's slot of the scratch map, valid for the whole run.
-    let key = unsafe { &mut (*scratch).key.name };
-    // Zero the key: the bytes after the name are part of the hash key.
-    // SAFETY: `key` is 256 bytes; the cast views it as 32 u64 words.
-    let words = unsafe { &mut *(key.as_mut_ptr() as *mut [u64; 32]) };
-    for w in words.iter_mut() {
-        *w = 0;
-    }
-    let mut sum = Sum::new();
-    // The offset of the next label's length byte lives in the scratch map, not in
-    // a register: the verifier does not track map memory, so the paths through a
-    // label byte and an ordinary byte meet at the loop head in the same state and
-    // are pruned, instead of one state per possible label layout.
-    // SAFETY (all raw accesses below): plain per-CPU map memory.
-    let next_label = unsafe { &mut (*scratch).next_label };
-    unsafe { core::ptr::write_volatile(next_label, 0) };
-    let mut i = 0usize;
+pub fn parse_name(
+    ctx: &aya_ebpf::programs::XdpContext,
+    f: &Frame,
+    off: usize,
+    scratch: *mut Scratch,
+) -> Result<Name, Counter> {
+    let mut pos = 0usize;
+    let mut n = 0;
     let len = loop {
-        if i >= NAME_MAX {
+        if n >= MAX_LABELS {
             return Err(Counter::NameTooLong);
         }
-        let b = f.u8(off + i)?;
-        sum.byte_at(b, i);
-        let out = if i == unsafe { core::ptr::read_volatile(next_label) } as usize {
-            if b == 0 {
-                // The root label ends the name.
-                key[i] = 0;
-                break i + 1;
-            }
-            if b & 0xc0 != 0 {
-                return Err(Counter::NameCompressed);
-            }
-            unsafe { core::ptr::write_volatile(next_label, (i + 1 + b as usize) as u32) };
-            b
-        } else {
-            b.to_ascii_lowercase()
-        };
-        key[i] = out;
-        i += 1;
+        let l = f.u8(off + pos)? as usize;
+        if l == 0 {
+            break pos + 1;
+        }
+        if l & 0xc0 != 0 {
+            return Err(Counter::NameCompressed);
+        }
+        pos += l + 1;
+        // The root octet would sit at `pos`: the name would exceed 255 octets.
+        if pos >= NAME_MAX {
+            return Err(Counter::NameTooLong);
+        }
+        n += 1;
     };
     // Store and reload the length: the loop leaves the verifier one exact value per
     // exit, and everything after it would be verified once per value. The reload
@@ -172,7 +192,68 @@ fn parse_name(f: &Frame, off: usize, scratch: *mut Scratch) -> Result<(usize, u3
     if qlen == 0 || qlen > NAME_MAX {
         return Err(Counter::NameTooLong);
     }
-    Ok((qlen, sum.value()))
+    // Fresh packet pointers: the loop's exits checked different ranges.
+    let f = &Frame::reload(ctx);
+    let full = qlen / 8;
+    let rem = qlen % 8;
+    let mut h = hash_seed(qlen);
+    let mut sum: u64 = 0;
+    let mut i = 0;
+    while i < WORDS {
+        if i >= full {
+            break;
+        }
+        let w: u64 = f.load(off + 8 * i)?;
+        sum += (w & 0xffff_ffff) + (w >> 32);
+        let lw = lowercase_word(w);
+        h = hash_step(h, lw);
+        // SAFETY: plain per-CPU map memory; `i` < WORDS.
+        unsafe { (*scratch).words[i] = lw };
+        i += 1;
+    }
+    if rem != 0 {
+        let f = &Frame::reload(ctx);
+        // Opaque to LLVM, which would otherwise check the end of the name and load
+        // 8 octets before it: the verifier accepts no load below a checked pointer.
+        let start = core::hint::black_box(off + qlen - 8);
+        let w: u64 = f.load::<u64>(start)? >> (8 * (8 - rem));
+        sum += (w & 0xffff_ffff) + (w >> 32);
+        let lw = lowercase_word(w);
+        h = hash_step(h, lw);
+        if full < WORDS {
+            // SAFETY: plain per-CPU map memory; `full` < WORDS.
+            unsafe { (*scratch).words[full] = lw };
+        }
+    }
+    // The words were loaded little-endian: fold, then swap to network order
+    // (RFC 1071 §2(B): the sum is byte-order independent up to that swap).
+    sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    Ok(Name { len: qlen, hash: hash_finish(h), sum: (sum as u16).swap_bytes() as u32 })
+}
+
+/// Whether the name in `scratch` (of `len` octets) is exactly the stored one.
+#[inline(always)]
+pub fn name_matches(scratch: *const Scratch, len: usize, v: &NameValue) -> bool {
+    if v.len as usize != len {
+        return false;
+    }
+    let n = len.div_ceil(8);
+    let mut i = 0;
+    while i < WORDS {
+        if i >= n {
+            return true;
+        }
+        // SAFETY: plain per-CPU map memory; the first `n` words were written by
+        // `parse_name` for this packet.
+        if unsafe { (*scratch).words[i] } != v.name[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// Most EDNS options walked in one OPT record. `dig` sends a COOKIE, resolvers

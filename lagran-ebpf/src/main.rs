@@ -64,9 +64,12 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
     let scratch = maps::SCRATCH.get_ptr_mut(0).ok_or(Counter::Malformed)?;
     let q = dns::parse(ctx, &f, l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
 
-    // SAFETY: this CPU's scratch slot, filled by `dns::parse`.
-    #[expect(clippy::needless_borrows_for_generic_args, reason = "by value would copy 256 bytes to the stack")]
-    let name = unsafe { maps::NAMES.get(&(*scratch).key) }.ok_or(Counter::NameUnknown)?;
+    // SAFETY: a read-only view of a map value, used before this program returns.
+    let name = unsafe { maps::NAMES.get(&q.qhash) }.ok_or(Counter::NameUnknown)?;
+    // The hash only finds the candidate; the exact name decides.
+    if !dns::name_matches(scratch, q.qlen, name) {
+        return Err(Counter::NameUnknown);
+    }
     let name_id = name.id;
     // RFC 7871 §7.1.1: the ECS address when SOURCE PREFIX-LENGTH > 0, else the sender.
     let client = if q.has_ecs != 0 && q.ecs_source > 0 { q.ecs_addr } else { ip.src };

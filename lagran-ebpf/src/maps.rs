@@ -11,7 +11,7 @@ use lagran_common::{
     answers::{self, AnswerV4},
     config::{self, Config},
     counters::{self, Counter},
-    names::{self, NameKey, NameValue},
+    names::{self, NameValue, WORDS},
     route_v4::{self, RouteV4Data, RouteValue},
 };
 
@@ -20,10 +20,11 @@ use lagran_common::{
 #[btf_map(name = "lagran_config")]
 pub static CONFIG: Array<Config, 1> = Array::new();
 
-/// Lowercased wire-format query name -> name id.
+/// Hash of the lowercased wire-format query name -> name id and the exact name
+/// (compared before answering: a colliding name is passed, never answered).
 /// Written by the userspace map writer on every route-table sync.
 #[btf_map(name = "lagran_names")]
-pub static NAMES: HashMap<NameKey, NameValue, { names::MAX_ENTRIES as usize }> = HashMap::new();
+pub static NAMES: HashMap<u64, NameValue, { names::MAX_ENTRIES as usize }> = HashMap::new();
 
 /// `[name id | IPv4 prefix]` -> (answer id, ECS scope); prefixes of one name never nest.
 /// Written by the userspace map writer with diffed inserts/deletes, never rebuilt.
@@ -39,22 +40,21 @@ pub static ANSWERS: Array<AnswerV4, { answers::MAX_ENTRIES as usize }> = Array::
 #[btf_map(name = "lagran_counters")]
 pub static COUNTERS: PerCpuArray<u64, { counters::COUNT as usize }> = PerCpuArray::new();
 
-/// Per-CPU working memory: the name key is too big for the 512-byte stack.
-/// Only this program touches it.
+/// Per-CPU working memory of one packet. Only this program touches it.
 #[btf_map(name = "lagran_scratch")]
 pub static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
 
-/// Per-CPU working memory of one packet.
+/// Per-CPU working memory of one packet. Nothing in it is zeroed: only what the
+/// current packet wrote is read.
 #[repr(C)]
 pub struct Scratch {
-    /// The lowercased query name, built while parsing; the `NAMES` lookup key.
-    pub key: NameKey,
+    /// The lowercased question name as 8-byte words (the first `ceil(qlen / 8)`
+    /// are valid), compared with the `NAMES` value after the hash lookup.
+    pub words: [u64; WORDS],
     /// The parsed name length, stored and reloaded so the verifier sees a bounded
     /// range instead of one exact value per loop exit (see `dns::parse_name`).
     pub qlen: u32,
-    /// Offset of the next label length byte while parsing the name (see
-    /// `dns::parse_name` for why it lives here rather than in a register).
-    pub next_label: u32,
+    pub _pad: u32,
 }
 
 #[inline(always)]

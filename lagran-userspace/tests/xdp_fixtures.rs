@@ -348,6 +348,13 @@ impl Frame {
     }
 }
 
+/// Recomputes the IPv4 header checksum of an untagged frame after an edit.
+fn fix_ip_checksum(f: &mut [u8]) {
+    f[24..26].copy_from_slice(&[0, 0]);
+    let c = checksum(&f[14..34], 0);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+}
+
 fn sum16(b: &[u8], mut s: u32) -> u32 {
     for c in b.chunks(2) {
         s += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
@@ -623,6 +630,79 @@ fn cookies_and_padding_are_answered_like_userspace() {
     fx.answered(&Frame::new().build(&Dns::a("pool-a.edge.lagran.net").opt(512, 0, false, &cookie()).bytes()));
 }
 
+/// Names of every length modulo 8 (the hash reads 8-octet words; the last one is
+/// read ending at the name's end), a name shorter than one word, and a name of
+/// the full 255 octets, each asked in mixed case.
+#[test]
+fn names_of_every_word_alignment_and_case() {
+    let mut fx = Fixture::new();
+    let mut t = table();
+    let mut names: Vec<String> = (1..=16).map(|n| format!("{}.edge.lagran.net", "k".repeat(n))).collect();
+    let long = format!("{}.{}.{}.{}.edge.lagran.net", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(45));
+    assert_eq!(wire(&long).len(), 255);
+    names.push(long);
+    for (i, n) in names.iter().enumerate() {
+        t.zones[0].names.push(ScheduledName {
+            name: n.clone(),
+            id: 100 + i as u32,
+            answers: vec![answer(30, &[&format!("198.51.100.{}", i + 1)])],
+            v4: PrefixMapV4::uniform(0),
+            v6: PrefixMapV6::uniform(0),
+        });
+    }
+    let short = ScheduledName {
+        name: "x.y".into(),
+        id: 99,
+        answers: vec![answer(30, &["198.51.100.99"])],
+        v4: PrefixMapV4::uniform(0),
+        v6: PrefixMapV6::uniform(0),
+    };
+    t.zones.push(ZoneRoutes { zone: Zone::new("x.y"), names: vec![short] });
+    names.push("x.y".into());
+    let t = RouteTable::new(20, now_ms(), t.zones);
+    fx.writer.sync(&t, &settings()).unwrap();
+    fx.table = t;
+    for n in &names {
+        // Alternate the case of every other letter, starting with the first.
+        let mixed: String =
+            n.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+        for q in [n.clone(), mixed, n.to_ascii_uppercase()] {
+            eprintln!("case: {q} ({} octets)", wire(&q).len());
+            let m = fx.answered(&Frame::new().build(&Dns::a(&q).opt(1232, 0, false, &cookie()).bytes()));
+            assert_eq!(&m[12..12 + wire(&q).len()], &wire(&q)[..], "question echoed as received");
+            fx.answered(&Frame::new().build(&Dns::a(&q).bytes()));
+        }
+        // One letter more or less is another name.
+        let mut other = wire(n);
+        other[1] ^= 0x01;
+        let mut d = Dns::a(n);
+        d.qname = other;
+        fx.pass(&Frame::new().build(&d.bytes()), Counter::NameUnknown);
+    }
+}
+
+/// A name whose hash finds an entry for another name is passed: the stored wire
+/// name decides, never the hash alone.
+#[test]
+fn hash_collisions_pass_never_answer() {
+    use lagran_common::names::{NameValue, hash_wire};
+    let mut fx = Fixture::new();
+    // Plant entries as if other names had these queries' hashes.
+    let cases = [
+        ("edgf.lagran.net", "edge.lagran.net", 1), // same length, one octet differs
+        ("q.edge.lagran.net", "pool-a.edge.lagran.net", 2), // different length
+        ("pool-a.edge.lagran.nex", "pool-a.edge.lagran.net", 2), // differs in the last word
+    ];
+    for (query, stored, id) in cases {
+        let hash = hash_wire(&wire(query));
+        fx.writer.maps_mut().put_name_raw(hash, NameValue::new(id, &wire(stored))).unwrap();
+        eprintln!("case: {query} hashing onto {stored}");
+        fx.pass(&Frame::new().from("10.1.2.3").build(&Dns::a(query).bytes()), Counter::NameUnknown);
+    }
+    // The real names still answer.
+    fx.answered(&Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes()));
+}
+
 #[test]
 fn queries_userspace_must_answer_are_passed() {
     let fx = Fixture::new();
@@ -818,6 +898,8 @@ fn other_traffic_is_passed() {
     // IP total length larger than the frame; UDP length disagreeing with IP.
     let mut bad = Frame::new().build(&dns);
     bad[16..18].copy_from_slice(&2000u16.to_be_bytes());
+    fx.pass(&bad, Counter::IpChecksum);
+    fix_ip_checksum(&mut bad);
     fx.pass(&bad, Counter::Malformed);
     let mut bad = Frame::new().build(&dns);
     bad[38..40].copy_from_slice(&9u16.to_be_bytes());

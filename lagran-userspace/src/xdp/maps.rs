@@ -28,7 +28,7 @@ use lagran_common::{
     answers::{self, AnswerV4, MAX_ADDRS},
     config::{self, Config},
     counters::{self, Counter},
-    names::{self, KEY_LEN, NAME_MAX, NameKey, NameValue},
+    names::{self, NAME_MAX, NameValue, hash_wire},
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
 };
 
@@ -47,7 +47,7 @@ fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
 /// Typed handles on the fast path's maps.
 pub struct Maps {
     config: Array<MapData, Config>,
-    names: HashMap<MapData, NameKey, NameValue>,
+    names: HashMap<MapData, u64, NameValue>,
     routes: LpmTrie<MapData, RouteV4Data, RouteValue>,
     answers: Array<MapData, AnswerV4>,
     counters: PerCpuArray<MapData, u64>,
@@ -108,6 +108,13 @@ impl Maps {
         self.config.get(&config::INDEX, 0).map_err(map_err(config::MAP_NAME))
     }
 
+    /// Writes one `lagran_names` entry as given, bypassing the writer: for tests
+    /// that plant a colliding hash. The map writer owns the map otherwise.
+    #[doc(hidden)]
+    pub fn put_name_raw(&mut self, hash: u64, value: NameValue) -> Result<(), XdpError> {
+        self.names.insert(hash, value, 0).map_err(map_err(names::MAP_NAME))
+    }
+
     fn set_config(&mut self, c: &Config) -> Result<(), XdpError> {
         self.config.set(config::INDEX, c, 0).map_err(map_err(config::MAP_NAME))
     }
@@ -127,8 +134,8 @@ impl Maps {
         );
         let mut names: Vec<(String, u32)> = Vec::new();
         for item in self.names.iter() {
-            let (k, v) = item.map_err(map_err(names::MAP_NAME))?;
-            names.push((wire_to_text(&k.name), v.id));
+            let (_, v) = item.map_err(map_err(names::MAP_NAME))?;
+            names.push((wire_to_text(&v.wire().collect::<Vec<u8>>()), v.id));
         }
         names.sort();
         let _ = writeln!(out, "{} ({} entries):", names::MAP_NAME, names.len());
@@ -312,6 +319,12 @@ impl MapWriter {
         &self.maps
     }
 
+    /// The maps, writable: for tests (see [`Maps::put_name_raw`]).
+    #[doc(hidden)]
+    pub fn maps_mut(&mut self) -> &mut Maps {
+        &mut self.maps
+    }
+
     pub fn counters(&self) -> Result<CounterSnapshot, XdpError> {
         self.maps.counters()
     }
@@ -387,12 +400,25 @@ impl MapWriter {
         let mut owner: StdHashMap<u32, &str> = StdHashMap::new();
         let mut want_routes: StdHashMap<u32, Vec<Route>> = StdHashMap::new();
         let mut used: StdHashMap<AnswerV4, u32> = StdHashMap::new();
+        // Name hash -> wire name: two names with one hash cannot share the key.
+        let mut hashes: StdHashMap<u64, Vec<u8>> = StdHashMap::new();
         for name in table.scheduled_names() {
             let Some(key) = wire_key(&name.name) else {
                 tracing::warn!(name = %name.name, "name cannot be a fast-path key; userspace answers it");
                 stats.names_skipped += 1;
                 continue;
             };
+            let hash = hash_wire(&key);
+            match hashes.get(&hash) {
+                Some(other) if *other != key => {
+                    tracing::warn!(name = %name.name, "name hashes like another scheduled name; userspace answers it");
+                    stats.names_skipped += 1;
+                    continue;
+                }
+                _ => {
+                    hashes.insert(hash, key.clone());
+                }
+            }
             if let Some(other) = owner.insert(name.id, &name.name) {
                 return Err(XdpError::DuplicateNameId { id: name.id, a: other.to_string(), b: name.name.clone() });
             }
@@ -436,14 +462,15 @@ impl MapWriter {
             if self.names.get(key) != Some(&id) {
                 self.maps
                     .names
-                    .insert(name_key(key), NameValue { id }, 0)
+                    .insert(hash_wire(key), NameValue::new(id, key), 0)
                     .map_err(|e| full_or(names::MAP_NAME, names::MAX_ENTRIES, e, "names"))?;
                 stats.names_upserted += 1;
             }
         }
         for key in self.names.keys() {
-            if !want_names.contains_key(key) {
-                remove_ok_if_missing(self.maps.names.remove(&name_key(key)), names::MAP_NAME)?;
+            // A name gone whose hash a new name took: the insert above replaced it.
+            if !want_names.contains_key(key) && !hashes.contains_key(&hash_wire(key)) {
+                remove_ok_if_missing(self.maps.names.remove(&hash_wire(key)), names::MAP_NAME)?;
                 stats.names_deleted += 1;
             }
         }
@@ -552,7 +579,7 @@ impl MapWriter {
     /// Empties the maps (every key, including entries from an earlier process)
     /// and forgets what was written.
     fn reset(&mut self) -> Result<(), XdpError> {
-        let keys: Vec<NameKey> = self.maps.names.keys().collect::<Result<_, _>>().map_err(map_err(names::MAP_NAME))?;
+        let keys: Vec<u64> = self.maps.names.keys().collect::<Result<_, _>>().map_err(map_err(names::MAP_NAME))?;
         for k in keys {
             remove_ok_if_missing(self.maps.names.remove(&k), names::MAP_NAME)?;
         }
@@ -588,17 +615,8 @@ fn full_or(map: &'static str, max: u32, e: MapError, what: &str) -> XdpError {
 /// (`dns::scheduled_ttl`), at most four addresses (the responder takes the same
 /// four), no canary.
 fn plain_answer(a: &Answer, settings: &DnsSettings) -> AnswerV4 {
-    let mut addrs = [[0u8; 4]; MAX_ADDRS];
-    for (slot, ip) in addrs.iter_mut().zip(a.ipv4.iter()) {
-        *slot = ip.octets();
-    }
-    AnswerV4 {
-        ttl: crate::dns::scheduled_ttl(a.ttl, settings),
-        count: a.ipv4.len().min(MAX_ADDRS) as u32,
-        canary_percent: 0,
-        canary_id: 0,
-        addrs,
-    }
+    let addrs: Vec<[u8; 4]> = a.ipv4.iter().take(MAX_ADDRS).map(|ip| ip.octets()).collect();
+    AnswerV4::new(crate::dns::scheduled_ttl(a.ttl, settings), &addrs)
 }
 
 /// Trie entries to insert or update, and to delete, to go from `have` to `want`
@@ -674,14 +692,8 @@ pub fn wire_key(name: &str) -> Option<Vec<u8>> {
     (out.len() <= NAME_MAX).then_some(out)
 }
 
-fn name_key(wire: &[u8]) -> NameKey {
-    let mut k = NameKey::zeroed();
-    k.name[..wire.len()].copy_from_slice(wire);
-    k
-}
-
 /// `04 e d g e 03 n e t 00 …` back to `edge.net` (for dumps).
-fn wire_to_text(key: &[u8; KEY_LEN]) -> String {
+fn wire_to_text(key: &[u8]) -> String {
     let mut labels = Vec::new();
     let mut i = 0;
     while i < key.len() && key[i] != 0 {
@@ -715,8 +727,8 @@ mod tests {
 
     #[test]
     fn wire_key_round_trips_for_dumps() {
-        let k = name_key(&wire_key("pool-a.edge.lagran.net").unwrap());
-        assert_eq!(wire_to_text(&k.name), "pool-a.edge.lagran.net");
+        let v = NameValue::new(2, &wire_key("pool-a.edge.lagran.net").unwrap());
+        assert_eq!(wire_to_text(&v.wire().collect::<Vec<u8>>()), "pool-a.edge.lagran.net");
     }
 
     #[test]
