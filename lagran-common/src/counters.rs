@@ -42,8 +42,8 @@ counters! {
     Fragment = "fragment",
     /// Not UDP.
     NotUdp = "not_udp",
-    /// UDP, but not to the configured DNS port.
-    NotDnsPort = "not_dns_port",
+    /// UDP, but not to an address and port in `lagran_listen`.
+    NotListenAddress = "not_listen_address",
     /// The packet ends before a header, the question or the OPT record it announces.
     TooShort = "too_short",
     /// QR=1: a response, not a query.

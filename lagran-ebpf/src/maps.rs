@@ -11,6 +11,7 @@ use lagran_common::{
     answers::{self, AnswerV4},
     config::{self, Config},
     counters::{self, Counter},
+    listen::{self, ListenKey, ListenValue},
     names::{self, NameValue, WORDS},
     route_v4::{self, RouteV4Data, RouteValue},
 };
@@ -19,6 +20,11 @@ use lagran_common::{
 /// Written by userspace at attach time and when the fast path is switched off/on.
 #[btf_map(name = "lagran_config")]
 pub static CONFIG: Array<Config, 1> = Array::new();
+
+/// (Address, UDP port) pairs we serve; the unspecified address of a family is a
+/// wildcard. Written by the userspace loader at attach time.
+#[btf_map(name = "lagran_listen")]
+pub static LISTEN: HashMap<ListenKey, ListenValue, { listen::MAX_ENTRIES as usize }> = HashMap::new();
 
 /// Hash of the lowercased wire-format query name -> name id and the exact name
 /// (compared before answering: a colliding name is passed, never answered).
@@ -63,6 +69,13 @@ pub fn count(c: Counter) {
         // SAFETY: per-CPU slot of this CPU; XDP programs do not nest on a CPU.
         unsafe { *p += 1 };
     }
+}
+
+/// Whether we serve `addr:port` (IPv4, both in network order): the address
+/// itself, else the IPv4 wildcard.
+#[inline(always)]
+pub fn listening_v4(addr: [u8; 4], port: [u8; 2]) -> bool {
+    LISTEN.get_ptr(&ListenKey::v4(addr, port)).is_some() || LISTEN.get_ptr(&ListenKey::v4([0; 4], port)).is_some()
 }
 
 #[inline(always)]

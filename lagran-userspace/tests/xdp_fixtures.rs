@@ -703,6 +703,38 @@ fn hash_collisions_pass_never_answer() {
     fx.answered(&Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes()));
 }
 
+/// Only packets to a listen address and port are answered; the set is exact,
+/// and the unspecified address of a family matches every address of it.
+#[test]
+fn only_listen_addresses_are_answered() {
+    use std::net::SocketAddr;
+    let mut fx = Fixture::new();
+    let q = Dns::a("edge.lagran.net").opt(1232, 0, false, &cookie()).bytes();
+    let to = |dst: &str, port: u16| {
+        let mut f = Frame::new().from("10.1.2.3");
+        f.dst = dst.parse().unwrap();
+        f.dport = port;
+        f.build(&q)
+    };
+    // The fixture's writer listens on 0.0.0.0:53: any address, port 53 only.
+    fx.answered(&to("198.51.100.9", 53));
+    fx.pass(&to("198.51.100.9", 5353), Counter::NotListenAddress);
+    let set: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap(), "192.0.2.54:5353".parse().unwrap()];
+    fx.writer.set_listen(&set).unwrap();
+    assert_eq!(fx.writer.maps().listen().unwrap(), set);
+    fx.answered(&to("192.0.2.53", 53));
+    fx.answered(&to("192.0.2.54", 5353));
+    fx.pass(&to("192.0.2.53", 5353), Counter::NotListenAddress);
+    fx.pass(&to("192.0.2.54", 53), Counter::NotListenAddress);
+    fx.pass(&to("192.0.2.55", 53), Counter::NotListenAddress);
+    fx.pass(&to("198.51.100.9", 53), Counter::NotListenAddress);
+    // An IPv6 wildcard does not open IPv4.
+    fx.writer.set_listen(&["[::]:53".parse().unwrap()]).unwrap();
+    fx.pass(&to("192.0.2.53", 53), Counter::NotListenAddress);
+    fx.writer.set_listen(&["0.0.0.0:53".parse().unwrap()]).unwrap();
+    fx.answered(&to("192.0.2.55", 53));
+}
+
 #[test]
 fn queries_userspace_must_answer_are_passed() {
     let fx = Fixture::new();
@@ -870,7 +902,7 @@ fn other_traffic_is_passed() {
     let dns = Dns::a("edge.lagran.net").bytes();
     let mut f = Frame::new();
     f.dport = 5353;
-    fx.pass(&f.build(&dns), Counter::NotDnsPort);
+    fx.pass(&f.build(&dns), Counter::NotListenAddress);
     let mut f = Frame::new();
     f.proto = 6;
     fx.pass(&f.build(&dns), Counter::NotUdp);

@@ -8,6 +8,7 @@
 //! stack (fail open).
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
@@ -83,12 +84,80 @@ pub struct XdpOptions {
     pub mode: Option<AttachMode>,
     /// The UDP payload size our OPT records advertise (`dns.max_udp_payload`).
     pub udp_payload: u16,
+    /// The addresses and ports the DNS server listens on; the program answers
+    /// only packets addressed to one of them. An unspecified address
+    /// (`0.0.0.0`, `::`) stands for every address of that family on the
+    /// interface. Empty: `0.0.0.0:dns_port`.
+    pub listen: Vec<SocketAddr>,
 }
 
 impl Default for XdpOptions {
     fn default() -> Self {
-        XdpOptions { pin_dir: Some(PathBuf::from(super::PIN_DIR)), mode: None, udp_payload: 1232 }
+        XdpOptions { pin_dir: Some(PathBuf::from(super::PIN_DIR)), mode: None, udp_payload: 1232, listen: Vec::new() }
     }
+}
+
+/// `listen` with each unspecified address replaced by the addresses of its
+/// family on `iface` (read when the program is attached; an address added to the
+/// interface later is passed to userspace until the next start).
+pub fn expand_listen(listen: &[SocketAddr], iface: &str) -> Result<Vec<SocketAddr>, XdpError> {
+    let mut out = Vec::new();
+    let mut ifaddrs: Option<Vec<IpAddr>> = None;
+    for a in listen {
+        if !a.ip().is_unspecified() {
+            out.push(*a);
+            continue;
+        }
+        if ifaddrs.is_none() {
+            ifaddrs = Some(iface_addrs(iface)?);
+        }
+        for ip in ifaddrs.iter().flatten() {
+            if ip.is_ipv4() == a.is_ipv4() {
+                out.push(SocketAddr::new(*ip, a.port()));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The IPv4 and IPv6 addresses of `iface` (getifaddrs(3)).
+fn iface_addrs(iface: &str) -> Result<Vec<IpAddr>, XdpError> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(XdpError::Interface { iface: iface.to_string(), source: std::io::Error::last_os_error() });
+    }
+    let mut out = Vec::new();
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if ifa.ifa_addr.is_null() || name.to_bytes() != iface.as_bytes() {
+            continue;
+        }
+        // SAFETY: the family tells which sockaddr type `ifa_addr` points to.
+        unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    out.push(IpAddr::from(u32::from_be(sa.sin_addr.s_addr).to_be_bytes()));
+                }
+                libc::AF_INET6 => {
+                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    out.push(IpAddr::from(sa.sin6_addr.s6_addr));
+                }
+                _ => {}
+            }
+        }
+    }
+    // SAFETY: `head` came from getifaddrs.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
 }
 
 /// The program loaded into the kernel (verified), not attached to anything.
@@ -275,7 +344,14 @@ impl XdpHandle {
         if let Some(dir) = &opts.pin_dir {
             loaded.pin_maps(dir)?;
         }
-        let writer = loaded.map_writer(dns_port, opts.udp_payload)?;
+        let mut writer = loaded.map_writer(dns_port, opts.udp_payload)?;
+        let wanted =
+            if opts.listen.is_empty() { vec![SocketAddr::from(([0, 0, 0, 0], dns_port))] } else { opts.listen.clone() };
+        let listen = expand_listen(&wanted, iface)?;
+        if listen.is_empty() {
+            tracing::warn!(iface, ?wanted, "no listen address on the interface: the fast path answers nothing");
+        }
+        writer.set_listen(&listen)?;
         let prog = program_mut(&mut loaded.ebpf)?;
         let (link, mode) = match opts.mode {
             Some(mode) => {
@@ -303,7 +379,7 @@ impl XdpHandle {
                 }
             },
         };
-        tracing::info!(iface, %mode, dns_port, pins = ?opts.pin_dir, "XDP fast path attached");
+        tracing::info!(iface, %mode, ?listen, pins = ?opts.pin_dir, "XDP fast path attached");
         Ok(XdpHandle { iface: iface.to_string(), mode, link: Some(link), writer, loaded })
     }
 

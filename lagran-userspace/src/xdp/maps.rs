@@ -18,7 +18,7 @@
 
 use std::collections::HashMap as StdHashMap;
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,7 @@ use lagran_common::{
     answers::{self, AnswerV4, MAX_ADDRS},
     config::{self, Config},
     counters::{self, Counter},
+    listen::{self, ListenKey, ListenValue},
     names::{self, NAME_MAX, NameValue, hash_wire},
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
 };
@@ -37,8 +38,8 @@ use crate::config::DnsSettings;
 use crate::route_table::{Answer, RouteTable, ScheduledName};
 
 /// The map names the loader pins, in a stable order.
-pub const MAP_NAMES: [&str; 5] =
-    [config::MAP_NAME, names::MAP_NAME, route_v4::MAP_NAME, answers::MAP_NAME, counters::MAP_NAME];
+pub const MAP_NAMES: [&str; 6] =
+    [config::MAP_NAME, listen::MAP_NAME, names::MAP_NAME, route_v4::MAP_NAME, answers::MAP_NAME, counters::MAP_NAME];
 
 fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
     move |source| XdpError::Map { map, source: Box::new(source) }
@@ -47,6 +48,7 @@ fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
 /// Typed handles on the fast path's maps.
 pub struct Maps {
     config: Array<MapData, Config>,
+    listen: HashMap<MapData, ListenKey, ListenValue>,
     names: HashMap<MapData, u64, NameValue>,
     routes: LpmTrie<MapData, RouteV4Data, RouteValue>,
     answers: Array<MapData, AnswerV4>,
@@ -58,11 +60,12 @@ impl Maps {
     pub fn from_ebpf(ebpf: &mut Ebpf) -> Result<Maps, XdpError> {
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(XdpError::NoMap(name));
         let config = take(config::MAP_NAME)?;
+        let listen = take(listen::MAP_NAME)?;
         let names = take(names::MAP_NAME)?;
         let routes = take(route_v4::MAP_NAME)?;
         let answers = take(answers::MAP_NAME)?;
         let counters = take(counters::MAP_NAME)?;
-        Maps::from_maps(config, names, routes, answers, counters)
+        Maps::from_maps([config, listen, names, routes, answers, counters])
     }
 
     /// Opens the maps pinned under `dir` by a running `lagran serve --xdp`
@@ -74,18 +77,22 @@ impl Maps {
                 .map_err(|source| XdpError::OpenPinned { path: path.clone(), source: Box::new(source) })?;
             Map::from_map_data(data).map_err(|source| XdpError::OpenPinned { path, source: Box::new(source) })
         };
-        Maps::from_maps(
+        Maps::from_maps([
             open(config::MAP_NAME)?,
+            open(listen::MAP_NAME)?,
             open(names::MAP_NAME)?,
             open(route_v4::MAP_NAME)?,
             open(answers::MAP_NAME)?,
             open(counters::MAP_NAME)?,
-        )
+        ])
     }
 
-    fn from_maps(config: Map, names: Map, routes: Map, answers: Map, counters: Map) -> Result<Maps, XdpError> {
+    /// The maps in [`MAP_NAMES`] order.
+    fn from_maps(maps: [Map; 6]) -> Result<Maps, XdpError> {
+        let [config, listen, names, routes, answers, counters] = maps;
         Ok(Maps {
             config: Array::try_from(config).map_err(map_err(config::MAP_NAME))?,
+            listen: HashMap::try_from(listen).map_err(map_err(listen::MAP_NAME))?,
             names: HashMap::try_from(names).map_err(map_err(names::MAP_NAME))?,
             routes: LpmTrie::try_from(routes).map_err(map_err(route_v4::MAP_NAME))?,
             answers: Array::try_from(answers).map_err(map_err(answers::MAP_NAME))?,
@@ -106,6 +113,36 @@ impl Maps {
     /// The config entry.
     pub fn config(&self) -> Result<Config, XdpError> {
         self.config.get(&config::INDEX, 0).map_err(map_err(config::MAP_NAME))
+    }
+
+    /// Makes `lagran_listen` hold exactly `addrs` (wildcards as given: the
+    /// loader expands them to an interface's addresses first).
+    pub fn set_listen(&mut self, addrs: &[SocketAddr]) -> Result<(), XdpError> {
+        let want: std::collections::HashSet<ListenKey> = addrs.iter().map(listen_key).collect();
+        if want.len() > listen::MAX_ENTRIES as usize {
+            return Err(XdpError::Full {
+                map: listen::MAP_NAME,
+                max: listen::MAX_ENTRIES,
+                what: "listen addresses".into(),
+            });
+        }
+        // Insert before deleting: a packet racing the change sees the old or the new set.
+        for k in &want {
+            self.listen.insert(k, ListenValue { on: 1 }, 0).map_err(map_err(listen::MAP_NAME))?;
+        }
+        let have: Vec<ListenKey> = self.listen.keys().collect::<Result<_, _>>().map_err(map_err(listen::MAP_NAME))?;
+        for k in have.iter().filter(|k| !want.contains(k)) {
+            remove_ok_if_missing(self.listen.remove(k), listen::MAP_NAME)?;
+        }
+        Ok(())
+    }
+
+    /// The listen set (for dumps and tests).
+    pub fn listen(&self) -> Result<Vec<SocketAddr>, XdpError> {
+        let keys: Vec<ListenKey> = self.listen.keys().collect::<Result<_, _>>().map_err(map_err(listen::MAP_NAME))?;
+        let mut out: Vec<SocketAddr> = keys.iter().map(socket_of).collect();
+        out.sort();
+        Ok(out)
     }
 
     /// Writes one `lagran_names` entry as given, bypassing the writer: for tests
@@ -132,6 +169,8 @@ impl Maps {
             c.udp_payload,
             c.enabled
         );
+        let listen: Vec<String> = self.listen()?.iter().map(ToString::to_string).collect();
+        let _ = writeln!(out, "{}: {}", listen::MAP_NAME, listen.join(" "));
         let mut names: Vec<(String, u32)> = Vec::new();
         for item in self.names.iter() {
             let (_, v) = item.map_err(map_err(names::MAP_NAME))?;
@@ -296,10 +335,13 @@ pub struct MapWriter {
 }
 
 impl MapWriter {
-    /// Writes the config (fast path off until the first successful sync).
+    /// Writes the config (fast path off until the first successful sync) and
+    /// the listen set `0.0.0.0:dns_port` — every IPv4 address, as where no
+    /// interface is known; the loader narrows it with [`Maps::set_listen`].
     pub fn new(mut maps: Maps, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
         let config = Config { dns_port, udp_payload, enabled: 0 };
         maps.set_config(&config)?;
+        maps.set_listen(&[SocketAddr::from((Ipv4Addr::UNSPECIFIED, dns_port))])?;
         Ok(MapWriter {
             maps,
             config,
@@ -317,6 +359,11 @@ impl MapWriter {
 
     pub fn maps(&self) -> &Maps {
         &self.maps
+    }
+
+    /// Makes the program answer only packets to `addrs` (see [`Maps::set_listen`]).
+    pub fn set_listen(&mut self, addrs: &[SocketAddr]) -> Result<(), XdpError> {
+        self.maps.set_listen(addrs)
     }
 
     /// The maps, writable: for tests (see [`Maps::put_name_raw`]).
@@ -602,6 +649,21 @@ impl MapWriter {
         self.needs_reset = false;
         Ok(())
     }
+}
+
+/// The `lagran_listen` key of a socket address (IPv4 as IPv4-mapped IPv6).
+fn listen_key(a: &SocketAddr) -> ListenKey {
+    let port = a.port().to_be_bytes();
+    match a.ip() {
+        IpAddr::V4(v4) => ListenKey::v4(v4.octets(), port),
+        IpAddr::V6(v6) => ListenKey::v6(v6.octets(), port),
+    }
+}
+
+fn socket_of(k: &ListenKey) -> SocketAddr {
+    let v6 = Ipv6Addr::from(k.addr);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    SocketAddr::new(ip, u16::from_be_bytes(k.port))
 }
 
 /// A failed insert: "map full" when the kernel says so, the raw error otherwise.
