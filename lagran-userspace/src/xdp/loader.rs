@@ -323,6 +323,32 @@ fn fs_type(path: &Path) -> Result<i64, XdpError> {
     Ok(st.f_type as i64)
 }
 
+/// Where the kernel's switch for per-program run-time accounting lives.
+const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// The kernel's accounting of the program (`bpf_prog_info.run_time_ns`, `run_cnt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunStats {
+    pub run_time_ns: u64,
+    pub runs: u64,
+}
+
+impl RunStats {
+    /// As Prometheus text: `lagran_xdp_run_time_ns_total` and `lagran_xdp_runs_total`.
+    pub fn render_prometheus(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "# HELP lagran_xdp_run_time_ns_total Time the kernel spent in the XDP program (kernel.bpf_stats_enabled=1)."
+        );
+        let _ = writeln!(out, "# TYPE lagran_xdp_run_time_ns_total counter");
+        let _ = writeln!(out, "lagran_xdp_run_time_ns_total {}", self.run_time_ns);
+        let _ = writeln!(out, "# HELP lagran_xdp_runs_total Runs of the XDP program (kernel.bpf_stats_enabled=1).");
+        let _ = writeln!(out, "# TYPE lagran_xdp_runs_total counter");
+        let _ = writeln!(out, "lagran_xdp_runs_total {}", self.runs);
+    }
+}
+
 /// The fast path attached to an interface, with its map writer.
 pub struct XdpHandle {
     iface: String,
@@ -396,6 +422,18 @@ impl XdpHandle {
         &mut self.writer
     }
 
+    /// The kernel's accounting of the program: (total run time, runs). `None`
+    /// unless `kernel.bpf_stats_enabled` is 1 (the kernel counts nothing then).
+    pub fn run_stats(&self) -> Option<RunStats> {
+        let on = std::fs::read_to_string(BPF_STATS_SYSCTL).ok()?;
+        if on.trim() != "1" {
+            return None;
+        }
+        let prog: &Xdp = self.loaded.ebpf.program(PROGRAM)?.try_into().ok()?;
+        let info = prog.info().ok()?;
+        Some(RunStats { run_time_ns: info.run_time().as_nanos() as u64, runs: info.run_count() })
+    }
+
     /// Detaches the program; the maps stay pinned until the handle is dropped.
     pub fn detach(&mut self) -> Result<(), XdpError> {
         if let Some(link) = self.link.take() {
@@ -419,6 +457,14 @@ impl Drop for XdpHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_stats_render_as_counters() {
+        let mut out = String::new();
+        RunStats { run_time_ns: 1234, runs: 10 }.render_prometheus(&mut out);
+        assert!(out.contains("lagran_xdp_run_time_ns_total 1234\n"), "{out}");
+        assert!(out.contains("lagran_xdp_runs_total 10\n"), "{out}");
+    }
 
     #[test]
     fn handles_can_move_to_another_task() {

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 pub use lagran_common::PIN_DIR;
 pub use loader::{
-    AttachMode, LoadedXdp, TestRunOutput, XdpHandle, XdpOptions, expand_listen, object_bytes, object_path,
+    AttachMode, LoadedXdp, RunStats, TestRunOutput, XdpHandle, XdpOptions, expand_listen, object_bytes, object_path,
 };
 pub use maps::{CounterSnapshot, MapWriter, Maps, SyncStats};
 
