@@ -66,6 +66,6 @@ impl AnswerV4 {
     }
 }
 
-const _: () = assert!(core::mem::size_of::<AnswerV4>() == 32 + RR_LEN * MAX_ADDRS + 8);
+const _: () = assert!(size_of::<AnswerV4>() == 32 + RR_LEN * MAX_ADDRS + 8);
 
 crate::impl_pod!(AnswerV4);

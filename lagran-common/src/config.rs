@@ -20,6 +20,6 @@ pub struct Config {
     pub enabled: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 8);
+const _: () = assert!(size_of::<Config>() == 8);
 
 crate::impl_pod!(Config);

@@ -47,7 +47,7 @@ pub struct ListenValue {
     pub on: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<ListenKey>() == 20);
-const _: () = assert!(core::mem::size_of::<ListenValue>() == 4);
+const _: () = assert!(size_of::<ListenKey>() == 20);
+const _: () = assert!(size_of::<ListenValue>() == 4);
 
 crate::impl_pod!(ListenKey, ListenValue);

@@ -110,7 +110,7 @@ pub const fn lowercase_word(w: u64) -> u64 {
     w | (upper >> 2)
 }
 
-const _: () = assert!(core::mem::size_of::<NameValue>() == 8 + 8 * WORDS);
+const _: () = assert!(size_of::<NameValue>() == 8 + 8 * WORDS);
 const _: () = assert!(WORDS == 32);
 
 crate::impl_pod!(NameValue);

@@ -74,8 +74,30 @@ pub fn count(c: Counter) {
 /// Whether we serve `addr:port` (IPv4, both in network order): the address
 /// itself, else the IPv4 wildcard.
 #[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value is copied through a zeroed temporary: a memset call in the XDP section"
+)]
 pub fn listening_v4(addr: [u8; 4], port: [u8; 2]) -> bool {
-    LISTEN.get_ptr(&ListenKey::v4(addr, port)).is_some() || LISTEN.get_ptr(&ListenKey::v4([0; 4], port)).is_some()
+    let exact = listen_key_v4(u32::from_ne_bytes(addr), port);
+    let any = listen_key_v4(0, port);
+    LISTEN.get_ptr(&exact).is_some() || LISTEN.get_ptr(&any).is_some()
+}
+
+/// `ListenKey::v4` built with four word stores: a struct literal with zero
+/// fields makes LLVM zero the key with a `memset` call first.
+#[inline(always)]
+fn listen_key_v4(addr: u32, port: [u8; 2]) -> ListenKey {
+    let mut k = core::mem::MaybeUninit::<ListenKey>::uninit();
+    let p = k.as_mut_ptr() as *mut u8;
+    // SAFETY: four stores covering the 20 bytes of the key (8 + 4 + 4 + 4).
+    unsafe {
+        core::ptr::write_unaligned(p as *mut u64, 0);
+        core::ptr::write_unaligned(p.add(8) as *mut u32, u32::from_ne_bytes([0, 0, 0xff, 0xff]));
+        core::ptr::write_unaligned(p.add(12) as *mut u32, addr);
+        core::ptr::write_unaligned(p.add(16) as *mut u32, u32::from_ne_bytes([port[0], port[1], 0, 0]));
+        k.assume_init()
+    }
 }
 
 #[inline(always)]

@@ -65,7 +65,7 @@ impl Frame {
     #[inline(always)]
     pub fn load<T: Copy>(&self, off: usize) -> Result<T, Counter> {
         let p = self.data + off;
-        if p + core::mem::size_of::<T>() > self.end {
+        if p + size_of::<T>() > self.end {
             return Err(Counter::TooShort);
         }
         // SAFETY: checked against the frame end just above.
@@ -76,7 +76,7 @@ impl Frame {
     #[inline(always)]
     pub fn store<T: Copy>(&self, off: usize, v: T) -> Result<(), Counter> {
         let p = self.data + off;
-        if p + core::mem::size_of::<T>() > self.end {
+        if p + size_of::<T>() > self.end {
             return Err(Counter::Malformed);
         }
         // SAFETY: checked against the frame end just above.
@@ -93,7 +93,7 @@ impl Frame {
     #[inline(always)]
     pub fn header<T: Copy>(&self, off: usize) -> Result<T, Counter> {
         let p = self.data + off;
-        if p + core::mem::size_of::<T>() > self.end {
+        if p + size_of::<T>() > self.end {
             return Err(Counter::TooShort);
         }
         // SAFETY: checked against the frame end just above.
