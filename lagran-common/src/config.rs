@@ -10,8 +10,8 @@ pub const INDEX: u32 = 0;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// UDP port the DNS server listens on (host order). 0 until userspace writes it,
-    /// which makes the program pass everything.
+    /// The DNS port userspace was started with (host order), for `lagran maps
+    /// dump`; the program answers what `lagran_listen` lists.
     pub dns_port: u16,
     /// UDP payload size advertised in our OPT record (host order), e.g. 1232.
     pub udp_payload: u16,
@@ -20,6 +20,6 @@ pub struct Config {
     pub enabled: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 8);
+const _: () = assert!(size_of::<Config>() == 8);
 
 crate::impl_pod!(Config);

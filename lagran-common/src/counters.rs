@@ -42,8 +42,8 @@ counters! {
     Fragment = "fragment",
     /// Not UDP.
     NotUdp = "not_udp",
-    /// UDP, but not to the configured DNS port.
-    NotDnsPort = "not_dns_port",
+    /// UDP, but not to an address and port in `lagran_listen`.
+    NotListenAddress = "not_listen_address",
     /// The packet ends before a header, the question or the OPT record it announces.
     TooShort = "too_short",
     /// QR=1: a response, not a query.
@@ -64,8 +64,8 @@ counters! {
     Qtype = "qtype",
     /// QCLASS other than IN.
     Qclass = "qclass",
-    /// OPT we do not answer: not the root name, EDNS version > 0, extended RCODE
-    /// set, or options other than a single ECS.
+    /// OPT we do not answer: EDNS version > 0, extended RCODE set, an option other
+    /// than ECS, COOKIE and padding, or more than four options.
     OptUnsupported = "opt_unsupported",
     /// Invalid ECS (length, family, prefix, non-zero scope or address bits beyond
     /// the prefix): userspace answers FORMERR.
@@ -82,9 +82,13 @@ counters! {
     Malformed = "malformed",
     /// `bpf_xdp_adjust_tail` refused to grow the frame for the answer.
     TailGrowFailed = "tail_grow_failed",
+    /// An EDNS option list that overruns the OPT RDATA: userspace answers FORMERR.
+    OptMalformed = "opt_malformed",
+    /// The IPv4 header checksum does not verify: the stack discards it (RFC 1122).
+    IpChecksum = "ip_checksum",
 }
 
 /// Number of counters: the `lagran_counters` array size.
 pub const COUNT: u32 = Counter::ALL.len() as u32;
 
-const _: () = assert!(Counter::TailGrowFailed as u32 + 1 == COUNT);
+const _: () = assert!(Counter::IpChecksum as u32 + 1 == COUNT);

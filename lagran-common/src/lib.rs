@@ -16,6 +16,7 @@ pub mod answers;
 pub mod canary;
 pub mod config;
 pub mod counters;
+pub mod listen;
 pub mod names;
 pub mod route_v4;
 

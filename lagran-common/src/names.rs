@@ -1,38 +1,130 @@
-//! `lagran_names`: hash map from a query name to the name's id.
-//! Written by userspace (the map writer) on every route-table sync.
+//! `lagran_names`: hash map from a query name's 64-bit hash to the name's id and
+//! its exact wire form. Written by userspace (the map writer) on every
+//! route-table sync.
+//!
+//! The program hashes the lowercased wire name in 8-byte words while it reads
+//! it ([`hash_words`]), looks the hash up (an 8-byte key: the kernel hashes and
+//! compares 8 bytes, not 256), then compares the name with the stored one word
+//! by word. Two names with the same hash cannot both be stored (the writer
+//! leaves the second to userspace), and a query whose name hashes like a stored
+//! one but differs fails the comparison and is passed: a collision can cost an
+//! answer in the kernel, never a wrong answer.
 
 /// Map name as `bpftool` shows it.
 pub const MAP_NAME: &str = "lagran_names";
 pub const MAX_ENTRIES: u32 = 4096;
 /// Longest wire-format name (RFC 1035 §2.3.4: 255 octets, length bytes included).
 pub const NAME_MAX: usize = 255;
-/// Key size: a whole wire-format name fits, plus zero padding.
-pub const KEY_LEN: usize = 256;
+/// 8-byte words a name of `NAME_MAX` octets occupies.
+pub const WORDS: usize = NAME_MAX.div_ceil(8);
 
-/// A query name in DNS wire format (`04 e d g e 06 l a g r a n 03 n e t 00`),
-/// ASCII letters lowercased, the root label included, zero-padded to `KEY_LEN`.
-/// The wire format is self-delimiting, so the padding is unambiguous.
+/// What the fast path knows about a name (the key is [`hash_words`] of it).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NameKey {
-    pub name: [u8; KEY_LEN],
-}
-
-impl NameKey {
-    pub const fn zeroed() -> Self {
-        NameKey { name: [0; KEY_LEN] }
-    }
-}
-
-/// What the fast path knows about a name.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NameValue {
     /// The name's id: the leading 32 bits of its `lagran_route_v4` keys (host order here).
     pub id: u32,
+    /// Length of the wire name in octets, root label included (1–255).
+    pub len: u32,
+    /// The wire name (`04 e d g e 06 l a g r a n 03 n e t 00`), ASCII letters
+    /// lowercased, as little-endian 8-byte words (octet `i` is byte `i % 8` of
+    /// word `i / 8`), zero after `len` octets.
+    pub name: [u64; WORDS],
 }
 
-const _: () = assert!(core::mem::size_of::<NameKey>() == KEY_LEN);
-const _: () = assert!(core::mem::size_of::<NameValue>() == 4);
+impl NameValue {
+    /// The value for `wire` (lowercased wire format, at most `NAME_MAX` octets).
+    pub fn new(id: u32, wire: &[u8]) -> NameValue {
+        NameValue { id, len: wire.len() as u32, name: words(wire) }
+    }
 
-crate::impl_pod!(NameKey, NameValue);
+    /// The wire name's octets.
+    pub fn wire(&self) -> impl Iterator<Item = u8> + '_ {
+        let len = (self.len as usize).min(NAME_MAX);
+        (0..len).map(|i| (self.name[i / 8] >> ((i % 8) * 8)) as u8)
+    }
+}
+
+/// `wire` as little-endian words, zero-padded.
+pub fn words(wire: &[u8]) -> [u64; WORDS] {
+    let mut w = [0u64; WORDS];
+    for (i, b) in wire.iter().take(NAME_MAX).enumerate() {
+        w[i / 8] |= (*b as u64) << ((i % 8) * 8);
+    }
+    w
+}
+
+/// FxHash's multiplier: odd, with well-spread bits.
+const K: u64 = 0x517c_c1b7_2722_0a95;
+
+/// One step of the name hash: mixes in the next 8-byte word.
+#[inline(always)]
+pub const fn hash_step(h: u64, word: u64) -> u64 {
+    (h.rotate_left(5) ^ word).wrapping_mul(K)
+}
+
+/// The hash before the first word: the name length decides it, so names that
+/// differ only in trailing zero octets cannot collide.
+#[inline(always)]
+pub const fn hash_seed(len: usize) -> u64 {
+    (len as u64).wrapping_mul(K)
+}
+
+/// The final mix (MurmurHash3's 64-bit finaliser), so that every bit of every
+/// word moves the key.
+#[inline(always)]
+pub const fn hash_finish(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
+}
+
+/// The key of a name given its lowercased words (as [`words`] makes them).
+pub fn hash_words(len: usize, words: &[u64; WORDS]) -> u64 {
+    let mut h = hash_seed(len);
+    for w in words.iter().take(len.div_ceil(8)) {
+        h = hash_step(h, *w);
+    }
+    hash_finish(h)
+}
+
+/// The key of a lowercased wire name.
+pub fn hash_wire(wire: &[u8]) -> u64 {
+    hash_words(wire.len(), &words(wire))
+}
+
+/// ASCII letters of the eight octets of `w` lowercased, other octets unchanged
+/// (label length octets are ≤ 63, below `A`). SWAR, branch-free.
+#[inline(always)]
+pub const fn lowercase_word(w: u64) -> u64 {
+    const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let b = w & LO7;
+    // High bit set where the low 7 bits are ≥ 'A', and where they are > 'Z'.
+    let ge_a = b + 0x3f3f_3f3f_3f3f_3f3f; // 0x80 - 'A'
+    let gt_z = b + 0x2525_2525_2525_2525; // 0x7f - 'Z'
+    let upper = ge_a & !gt_z & !w & HI;
+    w | (upper >> 2)
+}
+
+const _: () = assert!(size_of::<NameValue>() == 8 + 8 * WORDS);
+const _: () = assert!(WORDS == 32);
+
+crate::impl_pod!(NameValue);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowercase_word_matches_bytewise() {
+        for b in 0..=255u8 {
+            let w = u64::from_le_bytes([b, b'A', b'z', b, b'@', b'[', b'Z', b]);
+            let want = u64::from_le_bytes([b, b'A', b'z', b, b'@', b'[', b'Z', b].map(|c| c.to_ascii_lowercase()));
+            assert_eq!(lowercase_word(w), want, "byte {b:#x}");
+        }
+    }
+}

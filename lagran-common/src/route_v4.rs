@@ -43,7 +43,7 @@ pub struct RouteValue {
     pub scope: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<RouteV4Data>() == 8);
-const _: () = assert!(core::mem::size_of::<RouteValue>() == 8);
+const _: () = assert!(size_of::<RouteV4Data>() == 8);
+const _: () = assert!(size_of::<RouteValue>() == 8);
 
 crate::impl_pod!(RouteV4Data, RouteValue);

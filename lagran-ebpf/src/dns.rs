@@ -1,11 +1,15 @@
-//! The DNS query: header, one question, at most one OPT carrying at most ECS.
+//! The DNS query: header, one question, at most one OPT carrying at most one ECS
+//! option besides options that do not change the answer (COOKIE, padding).
 //!
 //! Anything else is handed to userspace, which answers it in full (RFC 1035,
 //! RFC 6891, RFC 7871); the counters say why.
 
-use lagran_common::{counters::Counter, names::NAME_MAX};
+use lagran_common::{
+    counters::Counter,
+    names::{NAME_MAX, NameValue, WORDS, hash_finish, hash_seed, hash_step, lowercase_word},
+};
 
-use crate::{csum::Sum, maps::Scratch, packet::Frame};
+use crate::{maps::Scratch, packet::Frame};
 
 pub const HDR_LEN: usize = 12;
 const QTYPE_A: u16 = 1;
@@ -13,6 +17,10 @@ const QCLASS_IN: u16 = 1;
 const TYPE_OPT: u16 = 41;
 /// RFC 7871 §6: OPTION-CODE of EDNS Client Subnet.
 const OPT_ECS: u16 = 8;
+/// RFC 7873 §4: OPTION-CODE of COOKIE.
+const OPT_COOKIE: u16 = 10;
+/// RFC 7830 §3: OPTION-CODE of Padding.
+const OPT_PADDING: u16 = 12;
 const FAMILY_IPV4: u16 = 1;
 const FAMILY_IPV6: u16 = 2;
 /// Size of the OPT record without options: root name, TYPE, CLASS, TTL, RDLEN.
@@ -38,6 +46,8 @@ pub struct Query {
     /// One's-complement partial sum of the name bytes, as they sit in the packet
     /// (the question starts at an even offset of the DNS message).
     pub qsum: u32,
+    /// The `lagran_names` key of the name.
+    pub qhash: u64,
     /// 1 when the query carried an OPT record.
     pub has_opt: u32,
     /// The DO bit as it sits in the OPT TTL's third byte (0x80 or 0).
@@ -50,8 +60,8 @@ pub struct Query {
     pub ecs_addr: [u8; 4],
 }
 
-/// Parses the message at `dns` (frame offset) of `len` bytes; the name goes into
-/// `scratch.key`, lowercased.
+/// Parses the message at `dns` (frame offset) of `len` bytes; the lowercased name
+/// goes into `scratch.words`.
 #[inline(always)]
 pub fn parse(
     ctx: &aya_ebpf::programs::XdpContext,
@@ -80,7 +90,8 @@ pub fn parse(
         return Err(Counter::OtherSections);
     }
 
-    let (qlen, qsum) = parse_name(f, dns + HDR_LEN, scratch)?;
+    let name = parse_name(ctx, f, dns + HDR_LEN, scratch)?;
+    let (qlen, qsum, qhash) = (name.len, name.sum, name.hash);
     let f = &Frame::reload(ctx);
 
     // QTYPE, QCLASS
@@ -96,8 +107,19 @@ pub fn parse(
         return Err(Counter::Qclass);
     }
 
-    let mut q =
-        Query { id, flags, arcount, qlen, qsum, has_opt: 0, do_bit: 0, has_ecs: 0, ecs_source: 0, ecs_addr: [0; 4] };
+    let mut q = Query {
+        id,
+        flags,
+        arcount,
+        qlen,
+        qsum,
+        qhash,
+        has_opt: 0,
+        do_bit: 0,
+        has_ecs: 0,
+        ecs_source: 0,
+        ecs_addr: [0; 4],
+    };
     if arcount == 0 {
         if q_end != len {
             return Err(Counter::TrailingData);
@@ -108,53 +130,56 @@ pub fn parse(
     Ok(q)
 }
 
-/// Reads the question name at frame offset `off` into `scratch.key`: label length
-/// bytes as they are, ASCII letters lowercased, the root label included. Returns
-/// its length and the checksum partial sum of its bytes as received.
+/// Most labels in a name of at most 255 octets: 127 one-octet labels and the root.
+const MAX_LABELS: usize = 128;
+
+/// The question name as parsed.
+pub struct Name {
+    /// Wire length, root label included, 1–255.
+    pub len: usize,
+    /// `lagran_names` key: `names::hash_words` of the lowercased name.
+    pub hash: u64,
+    /// One's-complement partial sum of the name octets as received, as a
+    /// big-endian 16-bit value (the name starts at an even offset of the message).
+    pub sum: u32,
+}
+
+/// Reads the question name at frame offset `off`.
 ///
-/// One bounded loop over at most 255 bytes. Compression pointers (RFC 1035 §4.1.4)
-/// and the reserved label types have no place in a question we answer.
+/// Two bounded loops, neither per byte: the labels are walked by their length
+/// octets to find the end of the name (compression pointers, RFC 1035 §4.1.4,
+/// and the reserved label types have no place in a question we answer); then the
+/// name is read in 8-byte words, each lowercased (SWAR), hashed, summed for the
+/// UDP checksum and kept in `scratch.words` for the exact comparison after the
+/// lookup. The last partial word is read as the 8 octets *ending* at the name's
+/// end and shifted, so no load reaches past the name (the DNS header lies before
+/// it, so the load never starts before the frame).
 #[inline(always)]
-fn parse_name(f: &Frame, off: usize, scratch: *mut Scratch) -> Result<(usize, u32), Counter> {
-    // SAFETY: `scratch` is this CPU's slot of the scratch map, valid for the whole run.
-    let key = unsafe { &mut (*scratch).key.name };
-    // Zero the key: the bytes after the name are part of the hash key.
-    // SAFETY: `key` is 256 bytes; the cast views it as 32 u64 words.
-    let words = unsafe { &mut *(key.as_mut_ptr() as *mut [u64; 32]) };
-    for w in words.iter_mut() {
-        *w = 0;
-    }
-    let mut sum = Sum::new();
-    // The offset of the next label's length byte lives in the scratch map, not in
-    // a register: the verifier does not track map memory, so the paths through a
-    // label byte and an ordinary byte meet at the loop head in the same state and
-    // are pruned, instead of one state per possible label layout.
-    // SAFETY (all raw accesses below): plain per-CPU map memory.
-    let next_label = unsafe { &mut (*scratch).next_label };
-    unsafe { core::ptr::write_volatile(next_label, 0) };
-    let mut i = 0usize;
+pub fn parse_name(
+    ctx: &aya_ebpf::programs::XdpContext,
+    f: &Frame,
+    off: usize,
+    scratch: *mut Scratch,
+) -> Result<Name, Counter> {
+    let mut pos = 0usize;
+    let mut n = 0;
     let len = loop {
-        if i >= NAME_MAX {
+        if n >= MAX_LABELS {
             return Err(Counter::NameTooLong);
         }
-        let b = f.u8(off + i)?;
-        sum.byte_at(b, i);
-        let out = if i == unsafe { core::ptr::read_volatile(next_label) } as usize {
-            if b == 0 {
-                // The root label ends the name.
-                key[i] = 0;
-                break i + 1;
-            }
-            if b & 0xc0 != 0 {
-                return Err(Counter::NameCompressed);
-            }
-            unsafe { core::ptr::write_volatile(next_label, (i + 1 + b as usize) as u32) };
-            b
-        } else {
-            b.to_ascii_lowercase()
-        };
-        key[i] = out;
-        i += 1;
+        let l = f.u8(off + pos)? as usize;
+        if l == 0 {
+            break pos + 1;
+        }
+        if l & 0xc0 != 0 {
+            return Err(Counter::NameCompressed);
+        }
+        pos += l + 1;
+        // The root octet would sit at `pos`: the name would exceed 255 octets.
+        if pos >= NAME_MAX {
+            return Err(Counter::NameTooLong);
+        }
+        n += 1;
     };
     // Store and reload the length: the loop leaves the verifier one exact value per
     // exit, and everything after it would be verified once per value. The reload
@@ -167,11 +192,89 @@ fn parse_name(f: &Frame, off: usize, scratch: *mut Scratch) -> Result<(usize, u3
     if qlen == 0 || qlen > NAME_MAX {
         return Err(Counter::NameTooLong);
     }
-    Ok((qlen, sum.value()))
+    // Fresh packet pointers: the loop's exits checked different ranges.
+    let f = &Frame::reload(ctx);
+    let full = qlen / 8;
+    let rem = qlen % 8;
+    let mut h = hash_seed(qlen);
+    let mut sum: u64 = 0;
+    let mut i = 0;
+    while i < WORDS {
+        if i >= full {
+            break;
+        }
+        let w: u64 = f.load(off + 8 * i)?;
+        sum += (w & 0xffff_ffff) + (w >> 32);
+        let lw = lowercase_word(w);
+        h = hash_step(h, lw);
+        // SAFETY: plain per-CPU map memory; `i` < WORDS.
+        unsafe { (*scratch).words[i] = lw };
+        i += 1;
+    }
+    if rem != 0 {
+        let f = &Frame::reload(ctx);
+        // Opaque to LLVM, which would otherwise check the end of the name and load
+        // 8 octets before it: the verifier accepts no load below a checked pointer.
+        let start = core::hint::black_box(off + qlen - 8);
+        let w: u64 = f.load::<u64>(start)? >> (8 * (8 - rem));
+        sum += (w & 0xffff_ffff) + (w >> 32);
+        let lw = lowercase_word(w);
+        h = hash_step(h, lw);
+        if full < WORDS {
+            // SAFETY: plain per-CPU map memory; `full` < WORDS.
+            unsafe { (*scratch).words[full] = lw };
+        }
+    }
+    // The words were loaded little-endian: fold, then swap to network order
+    // (RFC 1071 §2(B): the sum is byte-order independent up to that swap).
+    sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    Ok(Name { len: qlen, hash: hash_finish(h), sum: (sum as u16).swap_bytes() as u32 })
 }
 
+/// Whether the name in `scratch` (of `len` octets) is exactly the stored one.
+#[inline(always)]
+pub fn name_matches(scratch: *const Scratch, len: usize, v: &NameValue) -> bool {
+    if v.len as usize != len {
+        return false;
+    }
+    let n = len.div_ceil(8);
+    let mut i = 0;
+    while i < WORDS {
+        if i >= n {
+            return true;
+        }
+        // SAFETY: plain per-CPU map memory; the first `n` words were written by
+        // `parse_name` for this packet.
+        if unsafe { (*scratch).words[i] } != v.name[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Most EDNS options walked in one OPT record. `dig` sends a COOKIE, resolvers
+/// add ECS and sometimes padding: four covers them; more are passed.
+const MAX_OPTIONS: usize = 4;
+/// Longest OPT RDATA answered here (a padded query stays far below it). Also a
+/// constant bound the verifier needs on every option offset.
+const MAX_OPT_RDATA: usize = 512;
+
 /// Parses the one additional record, which must be an OPT (RFC 6891 §6.1.2) that
-/// ends the message, with no options or one ECS option (RFC 7871 §6).
+/// ends the message. Its options are walked exactly as `dns::ecs::find_in_opt`
+/// walks them in userspace: at most one ECS option (RFC 7871 §6) is used, and
+/// options that do not change the answer are skipped — userspace skips them too
+/// and echoes none of them, so the kernel's response is the same:
+/// - COOKIE (RFC 7873 §5.2.1: a server that does not implement cookies "MUST
+///   ignore the COOKIE option"; server cookies are not implemented);
+/// - Padding (RFC 7830 §3: "Responders MUST ignore the content of the Padding
+///   option"; we pad nothing, as §4 allows for unencrypted transport).
+///
+/// Any other option is passed, so that one we later start to honour in userspace
+/// cannot be answered differently here.
 #[inline(always)]
 fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Counter> {
     if left < OPT_FIXED_LEN {
@@ -197,29 +300,59 @@ fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Co
     if rdlen < rest {
         return Err(Counter::TrailingData);
     }
-    if rdlen == 0 {
-        return Ok(());
-    }
-    if rdlen < 4 {
+    if rdlen > MAX_OPT_RDATA {
         return Err(Counter::OptUnsupported);
     }
-    let o = off + OPT_FIXED_LEN;
-    let head = f.bytes::<4>(o)?;
-    if u16::from_be_bytes([head[0], head[1]]) != OPT_ECS {
+    let start = off + OPT_FIXED_LEN;
+    let end = start + rdlen;
+    let mut o = start;
+    let mut k = 0;
+    while k < MAX_OPTIONS {
+        if o >= end {
+            return Ok(());
+        }
+        // RFC 6891 §6.1.2: OPTION-CODE, OPTION-LENGTH, then OPTION-DATA. An option
+        // list that overruns RDATA is FORMERR in userspace.
+        if end - o < 4 {
+            return Err(Counter::OptMalformed);
+        }
+        let head = f.bytes::<4>(o)?;
+        let code = u16::from_be_bytes([head[0], head[1]]);
+        let len = u16::from_be_bytes([head[2], head[3]]) as usize;
+        if len > end - o - 4 {
+            return Err(Counter::OptMalformed);
+        }
+        // Implied by the check above; stated against a constant for the verifier.
+        if len > MAX_OPT_RDATA {
+            return Err(Counter::OptMalformed);
+        }
+        match code {
+            OPT_ECS => {
+                // RFC 7871 §7.2.1 (a second ECS option is malformed: FORMERR upstairs).
+                if q.has_ecs != 0 {
+                    return Err(Counter::EcsBad);
+                }
+                parse_ecs(f, o + 4, len, q)?;
+            }
+            OPT_COOKIE | OPT_PADDING => {}
+            _ => return Err(Counter::OptUnsupported),
+        }
+        o += 4 + len;
+        k += 1;
+    }
+    if o < end {
         return Err(Counter::OptUnsupported);
     }
-    let opt_len = u16::from_be_bytes([head[2], head[3]]) as usize;
-    if 4 + opt_len > rdlen {
+    Ok(())
+}
+
+/// Reads an ECS option's data (`len` bytes at `o`) into `q`.
+#[inline(always)]
+fn parse_ecs(f: &Frame, o: usize, len: usize, q: &mut Query) -> Result<(), Counter> {
+    if len < 4 {
         return Err(Counter::EcsBad);
     }
-    if 4 + opt_len < rdlen {
-        // Another option follows the ECS option.
-        return Err(Counter::OptUnsupported);
-    }
-    if opt_len < 4 {
-        return Err(Counter::EcsBad);
-    }
-    let ecs = f.bytes::<4>(o + 4)?;
+    let ecs = f.bytes::<4>(o)?;
     let family = u16::from_be_bytes([ecs[0], ecs[1]]);
     let source = ecs[2];
     let scope = ecs[3];
@@ -232,10 +365,10 @@ fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Co
         return Err(Counter::EcsBad);
     }
     let n = (source as usize).div_ceil(8);
-    if opt_len - 4 != n {
+    if len - 4 != n {
         return Err(Counter::EcsBad);
     }
-    let a = o + 8;
+    let a = o + 4;
     let mut addr = [0u8; 4];
     if n > 0 {
         addr[0] = f.u8(a)?;

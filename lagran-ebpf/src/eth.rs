@@ -11,8 +11,6 @@ const ETH_P_8021Q: u16 = 0x8100;
 /// The parsed layer 2 header.
 #[derive(Clone, Copy)]
 pub struct Eth {
-    pub dst: [u8; 6],
-    pub src: [u8; 6],
     /// Offset of the IPv4 header: 14, or 18 behind one VLAN tag.
     pub l3: usize,
 }
@@ -31,5 +29,5 @@ pub fn parse(f: &Frame) -> Result<Eth, Counter> {
     if proto != ETH_P_IP {
         return Err(Counter::NotIpv4);
     }
-    Ok(Eth { dst: eth.dst_addr, src: eth.src_addr, l3 })
+    Ok(Eth { l3 })
 }

@@ -13,10 +13,10 @@ pub const HDR_LEN: usize = Ipv4Hdr::LEN;
 pub struct Ipv4 {
     pub src: [u8; 4],
     pub dst: [u8; 4],
-    pub tos: u8,
-    pub id: [u8; 2],
-    /// Flags and fragment offset as received (DF may be set; MF and offset are 0).
-    pub frags: [u8; 2],
+    /// TTL as received (the response's TTL replaces it in the checksum).
+    pub ttl: u8,
+    /// Header checksum as received, updated incrementally for the response.
+    pub check: [u8; 2],
     /// Total length from the header (header + UDP datagram).
     pub tot_len: usize,
 }
@@ -38,10 +38,26 @@ pub fn parse(f: &Frame, l3: usize) -> Result<Ipv4, Counter> {
     if ip.proto != IPPROTO_UDP {
         return Err(Counter::NotUdp);
     }
+    // RFC 1122 §3.2.1.2: "A host MUST verify the IP header checksum on every
+    // received datagram and silently discard every datagram that has a bad
+    // checksum." Our stack would; we pass it to the stack. This also makes the
+    // response's incremental checksum update (RFC 1624) start from a true sum.
+    // Summed as three little-endian words: an all-ones sum is all ones in either
+    // byte order.
+    let w0: u64 = f.load(l3)?;
+    let w1: u64 = f.load(l3 + 8)?;
+    let w2: u32 = f.load(l3 + 16)?;
+    let mut sum = (w0 & 0xffff_ffff) + (w0 >> 32) + (w1 & 0xffff_ffff) + (w1 >> 32) + w2 as u64;
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    if sum != 0xffff {
+        return Err(Counter::IpChecksum);
+    }
     let tot_len = u16::from_be_bytes(ip.tot_len) as usize;
     // The frame may carry Ethernet padding after the datagram, never less than it.
     if tot_len < HDR_LEN + 8 || l3 + tot_len > f.len() {
         return Err(Counter::Malformed);
     }
-    Ok(Ipv4 { src: ip.src_addr, dst: ip.dst_addr, tos: ip.tos, id: ip.id, frags: ip.frags, tot_len })
+    Ok(Ipv4 { src: ip.src_addr, dst: ip.dst_addr, ttl: ip.ttl, check: ip.check, tot_len })
 }

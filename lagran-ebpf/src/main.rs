@@ -6,7 +6,7 @@
 //! rewrites (SPEC §8):
 //!
 //! ```text
-//! Ethernet [802.1Q] → IPv4 (no options, no fragments) → UDP to the DNS port
+//! Ethernet [802.1Q] → IPv4 (no options, no fragments) → UDP to a listen address (lagran_listen)
 //!   → DNS query, one question, A/IN, [OPT [ECS v4]]
 //!   → lagran_names (qname → name id)
 //!   → lagran_route_v4 ([name id | client] → answer id, scope)
@@ -60,17 +60,29 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
     let eth = eth::parse(&f)?;
     let ip = ipv4::parse(&f, eth.l3)?;
     let cfg = maps::config().ok_or(Counter::Disabled)?;
-    if cfg.enabled == 0 || cfg.dns_port == 0 {
+    if cfg.enabled == 0 {
         return Err(Counter::Disabled);
     }
     let l4 = eth.l3 + ipv4::HDR_LEN;
-    let udp = udp::parse(&f, l4, ip.tot_len - ipv4::HDR_LEN, cfg.dns_port)?;
+    let udp = udp::parse(&f, l4, ip.tot_len - ipv4::HDR_LEN)?;
+    // Only what we serve: another host's DNS traffic crossing this interface, or
+    // a port we do not listen on, is not ours to answer.
+    if !maps::listening_v4(ip.dst, udp.dst) {
+        return Err(Counter::NotListenAddress);
+    }
     let scratch = maps::SCRATCH.get_ptr_mut(0).ok_or(Counter::Malformed)?;
     let q = dns::parse(ctx, &f, l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
 
-    // SAFETY: this CPU's scratch slot, filled by `dns::parse`.
-    #[expect(clippy::needless_borrows_for_generic_args, reason = "by value would copy 256 bytes to the stack")]
-    let name = unsafe { maps::NAMES.get(&(*scratch).key) }.ok_or(Counter::NameUnknown)?;
+    // SAFETY: a read-only view of a map value, used before this program returns.
+    #[expect(
+        clippy::needless_borrows_for_generic_args,
+        reason = "a key passed by value goes through a zeroed temporary: a memset call in the XDP section"
+    )]
+    let name = unsafe { maps::NAMES.get(&q.qhash) }.ok_or(Counter::NameUnknown)?;
+    // The hash only finds the candidate; the exact name decides.
+    if !dns::name_matches(scratch, q.qlen, name) {
+        return Err(Counter::NameUnknown);
+    }
     let name_id = name.id;
     // RFC 7871 §7.1.1: the ECS address when SOURCE PREFIX-LENGTH > 0, else the sender.
     let client = if q.has_ecs != 0 && q.ecs_source > 0 { q.ecs_addr } else { ip.src };

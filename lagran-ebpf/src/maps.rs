@@ -11,7 +11,8 @@ use lagran_common::{
     answers::{self, AnswerV4},
     config::{self, Config},
     counters::{self, Counter},
-    names::{self, NameKey, NameValue},
+    listen::{self, ListenKey, ListenValue},
+    names::{self, NameValue, WORDS},
     route_v4::{self, RouteV4Data, RouteValue},
 };
 
@@ -20,10 +21,16 @@ use lagran_common::{
 #[btf_map(name = "lagran_config")]
 pub static CONFIG: Array<Config, 1> = Array::new();
 
-/// Lowercased wire-format query name -> name id.
+/// (Address, UDP port) pairs we serve; the unspecified address of a family is a
+/// wildcard. Written by the userspace loader at attach time.
+#[btf_map(name = "lagran_listen")]
+pub static LISTEN: HashMap<ListenKey, ListenValue, { listen::MAX_ENTRIES as usize }> = HashMap::new();
+
+/// Hash of the lowercased wire-format query name -> name id and the exact name
+/// (compared before answering: a colliding name is passed, never answered).
 /// Written by the userspace map writer on every route-table sync.
 #[btf_map(name = "lagran_names")]
-pub static NAMES: HashMap<NameKey, NameValue, { names::MAX_ENTRIES as usize }> = HashMap::new();
+pub static NAMES: HashMap<u64, NameValue, { names::MAX_ENTRIES as usize }> = HashMap::new();
 
 /// `[name id | IPv4 prefix]` -> (answer id, ECS scope); prefixes of one name never nest.
 /// Written by the userspace map writer with diffed inserts/deletes, never rebuilt.
@@ -39,22 +46,21 @@ pub static ANSWERS: Array<AnswerV4, { answers::MAX_ENTRIES as usize }> = Array::
 #[btf_map(name = "lagran_counters")]
 pub static COUNTERS: PerCpuArray<u64, { counters::COUNT as usize }> = PerCpuArray::new();
 
-/// Per-CPU working memory: the name key is too big for the 512-byte stack.
-/// Only this program touches it.
+/// Per-CPU working memory of one packet. Only this program touches it.
 #[btf_map(name = "lagran_scratch")]
 pub static SCRATCH: PerCpuArray<Scratch, 1> = PerCpuArray::new();
 
-/// Per-CPU working memory of one packet.
+/// Per-CPU working memory of one packet. Nothing in it is zeroed: only what the
+/// current packet wrote is read.
 #[repr(C)]
 pub struct Scratch {
-    /// The lowercased query name, built while parsing; the `NAMES` lookup key.
-    pub key: NameKey,
+    /// The lowercased question name as 8-byte words (the first `ceil(qlen / 8)`
+    /// are valid), compared with the `NAMES` value after the hash lookup.
+    pub words: [u64; WORDS],
     /// The parsed name length, stored and reloaded so the verifier sees a bounded
     /// range instead of one exact value per loop exit (see `dns::parse_name`).
     pub qlen: u32,
-    /// Offset of the next label length byte while parsing the name (see
-    /// `dns::parse_name` for why it lives here rather than in a register).
-    pub next_label: u32,
+    pub _pad: u32,
 }
 
 #[inline(always)]
@@ -62,6 +68,35 @@ pub fn count(c: Counter) {
     if let Some(p) = COUNTERS.get_ptr_mut(c as u32) {
         // SAFETY: per-CPU slot of this CPU; XDP programs do not nest on a CPU.
         unsafe { *p += 1 };
+    }
+}
+
+/// Whether we serve `addr:port` (IPv4, both in network order): the address
+/// itself, else the IPv4 wildcard.
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value is copied through a zeroed temporary: a memset call in the XDP section"
+)]
+pub fn listening_v4(addr: [u8; 4], port: [u8; 2]) -> bool {
+    let exact = listen_key_v4(u32::from_ne_bytes(addr), port);
+    let any = listen_key_v4(0, port);
+    LISTEN.get_ptr(&exact).is_some() || LISTEN.get_ptr(&any).is_some()
+}
+
+/// `ListenKey::v4` built with four word stores: a struct literal with zero
+/// fields makes LLVM zero the key with a `memset` call first.
+#[inline(always)]
+fn listen_key_v4(addr: u32, port: [u8; 2]) -> ListenKey {
+    let mut k = core::mem::MaybeUninit::<ListenKey>::uninit();
+    let p = k.as_mut_ptr() as *mut u8;
+    // SAFETY: four stores covering the 20 bytes of the key (8 + 4 + 4 + 4).
+    unsafe {
+        core::ptr::write_unaligned(p as *mut u64, 0);
+        core::ptr::write_unaligned(p.add(8) as *mut u32, u32::from_ne_bytes([0, 0, 0xff, 0xff]));
+        core::ptr::write_unaligned(p.add(12) as *mut u32, addr);
+        core::ptr::write_unaligned(p.add(16) as *mut u32, u32::from_ne_bytes([port[0], port[1], 0, 0]));
+        k.assume_init()
     }
 }
 

@@ -59,6 +59,31 @@ impl Frame {
         Ok(unsafe { core::ptr::read_unaligned(p as *const [u8; N]) })
     }
 
+    /// Reads an integer of type `T` at `off` in one load, in the machine's byte
+    /// order (little-endian: `from_be` turns a network-order field into a value).
+    /// The build allows misaligned packet access (see xtask's `build_ebpf`).
+    #[inline(always)]
+    pub fn load<T: Copy>(&self, off: usize) -> Result<T, Counter> {
+        let p = self.data + off;
+        if p + size_of::<T>() > self.end {
+            return Err(Counter::TooShort);
+        }
+        // SAFETY: checked against the frame end just above.
+        Ok(unsafe { core::ptr::read_unaligned(p as *const T) })
+    }
+
+    /// Stores an integer of type `T` at `off` in one store (machine byte order).
+    #[inline(always)]
+    pub fn store<T: Copy>(&self, off: usize, v: T) -> Result<(), Counter> {
+        let p = self.data + off;
+        if p + size_of::<T>() > self.end {
+            return Err(Counter::Malformed);
+        }
+        // SAFETY: checked against the frame end just above.
+        unsafe { core::ptr::write_unaligned(p as *mut T, v) };
+        Ok(())
+    }
+
     #[inline(always)]
     pub fn u8(&self, off: usize) -> Result<u8, Counter> {
         Ok(self.bytes::<1>(off)?[0])
@@ -68,7 +93,7 @@ impl Frame {
     #[inline(always)]
     pub fn header<T: Copy>(&self, off: usize) -> Result<T, Counter> {
         let p = self.data + off;
-        if p + core::mem::size_of::<T>() > self.end {
+        if p + size_of::<T>() > self.end {
             return Err(Counter::TooShort);
         }
         // SAFETY: checked against the frame end just above.

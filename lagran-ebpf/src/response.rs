@@ -11,11 +11,14 @@
 //!   TTL 0 but the DO bit copied, and the ECS option echoed with SCOPE
 //!   PREFIX-LENGTH set to the matched block's length (0 when SOURCE was 0).
 //!
-//! Sizes: the OPT record has the same length as in the query, so the frame grows
-//! by 16 bytes per address (less any Ethernet padding the query carried).
+//! Sizes: the frame grows by 16 bytes per address, less the query's options that
+//! are not echoed (COOKIE, padding) and any Ethernet padding it carried.
 
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_adjust_tail, programs::XdpContext};
-use lagran_common::{answers::AnswerV4, counters::Counter};
+use lagran_common::{
+    answers::{AnswerV4, RR_LEN},
+    counters::Counter,
+};
 
 use crate::{
     csum::Sum,
@@ -29,8 +32,6 @@ use crate::{
 /// IPv4 TTL of our responses.
 const IP_TTL: u8 = 64;
 const IPPROTO_UDP: u8 = 17;
-/// Bytes per answer record.
-const RR_LEN: usize = 16;
 
 /// What goes into the response besides the query itself.
 pub struct Reply<'a> {
@@ -46,7 +47,17 @@ pub struct Reply<'a> {
 #[inline(always)]
 pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &Reply) -> Result<u32, Counter> {
     let count = r.count;
-    let dns_len = udp.payload_len + RR_LEN * count;
+    // The response's OPT carries only the echoed ECS option: the query's other
+    // options (COOKIE, padding) are not echoed, so it may be shorter than the
+    // query's OPT and the frame may shrink.
+    let opt_len = if q.has_opt == 0 {
+        0
+    } else if q.has_ecs == 0 {
+        OPT_FIXED_LEN
+    } else {
+        OPT_FIXED_LEN + ECS_FIXED_LEN + (q.ecs_source as usize).div_ceil(8)
+    };
+    let dns_len = dns::HDR_LEN + q.qlen + 4 + RR_LEN * count + opt_len;
     let udp_len = udp::HDR_LEN + dns_len;
     let ip_len = ipv4::HDR_LEN + udp_len;
     let new_len = eth.l3 + ip_len;
@@ -62,83 +73,64 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
     let l4 = l3 + ipv4::HDR_LEN;
     let dns = l4 + udp::HDR_LEN;
 
-    // Ethernet: back to where it came from.
-    let (s, d) = (eth.src, eth.dst);
-    f.write::<12>(0, [s[0], s[1], s[2], s[3], s[4], s[5], d[0], d[1], d[2], d[3], d[4], d[5]])?;
+    // Ethernet: back to where it came from. The 12 MAC octets are one 8-byte and
+    // one 4-byte word; swapping the two 6-octet halves is shifts.
+    let w0: u64 = f.load(0)?;
+    let w1: u32 = f.load(8)?;
+    let old_dst = w0 & 0xffff_ffff_ffff;
+    let old_src = (w0 >> 48) | ((w1 as u64) << 16);
+    f.store::<u64>(0, old_src | (old_dst << 48))?;
+    f.store::<u32>(8, (old_dst >> 16) as u32)?;
 
-    // IPv4: addresses swapped, new length and TTL, header checksum recomputed.
-    let (src, dst) = (ip.dst, ip.src);
+    // IPv4: addresses swapped (which leaves the header sum as it is); the total
+    // length and TTL change, and the checksum follows them incrementally
+    // (RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m')). A query whose header checksum
+    // was wrong gets a response whose checksum is wrong: the client's stack drops
+    // it, as ours would have dropped the query.
+    let addrs: u64 = f.load(l3 + 12)?;
+    f.store::<u64>(l3 + 12, addrs.rotate_left(32))?;
     let mut ipsum = Sum::new();
-    ipsum.word(u16::from_be_bytes([0x45, ip.tos]));
+    ipsum.word(!u16::from_be_bytes(ip.check));
+    ipsum.word(!(ip.tot_len as u16));
     ipsum.word(ip_len as u16);
-    ipsum.word(u16::from_be_bytes(ip.id));
-    ipsum.word(u16::from_be_bytes(ip.frags));
+    ipsum.word(!u16::from_be_bytes([ip.ttl, IPPROTO_UDP]));
     ipsum.word(u16::from_be_bytes([IP_TTL, IPPROTO_UDP]));
-    let mut addrs = Sum::new();
-    addrs.word(u16::from_be_bytes([src[0], src[1]]));
-    addrs.word(u16::from_be_bytes([src[2], src[3]]));
-    addrs.word(u16::from_be_bytes([dst[0], dst[1]]));
-    addrs.word(u16::from_be_bytes([dst[2], dst[3]]));
-    ipsum.add(addrs.value());
-    let ipc = ipsum.finish().to_be_bytes();
-    let il = (ip_len as u16).to_be_bytes();
-    f.write::<20>(
-        l3,
-        [
-            0x45,
-            ip.tos,
-            il[0],
-            il[1],
-            ip.id[0],
-            ip.id[1],
-            ip.frags[0],
-            ip.frags[1],
-            IP_TTL,
-            IPPROTO_UDP,
-            ipc[0],
-            ipc[1],
-            src[0],
-            src[1],
-            src[2],
-            src[3],
-            dst[0],
-            dst[1],
-            dst[2],
-            dst[3],
-        ],
-    )?;
+    f.store::<u16>(l3 + 2, (ip_len as u16).to_be())?;
+    f.store::<u8>(l3 + 8, IP_TTL)?;
+    f.store::<u16>(l3 + 10, ipsum.finish().to_be())?;
+    // The addresses' share of the UDP pseudo-header, from the little-endian word.
+    let a32 = (addrs & 0xffff_ffff) + (addrs >> 32);
+    let addr_sum = (fold(((a32 & 0xffff_ffff) + (a32 >> 32)) as u32)).swap_bytes() as u32;
 
     // DNS header: ID, QDCOUNT (1), NSCOUNT (0) and ARCOUNT stay as received.
     let flags = FLAG_QR | FLAG_AA | (q.flags & (FLAG_RD | FLAG_CD));
-    let fl = flags.to_be_bytes();
-    f.write::<6>(dns + 2, [fl[0], fl[1], 0, 1, 0, count as u8])?;
+    f.store::<u16>(dns + 2, flags.to_be())?;
+    f.store::<u16>(dns + 6, (count as u16).to_be())?;
 
     // Everything after the name: QTYPE/QCLASS (kept), answers, OPT. It starts at
     // DNS offset 12 + qlen; its sum is taken as if that were even and swapped below.
     let mut tail = Sum::new();
     tail.word(1); // QTYPE A
     tail.word(1); // QCLASS IN
+    // The records and their sum come ready from the map writer.
     let a = r.answer;
-    let ttl = a.ttl.to_be_bytes();
+    tail.add(a.records_sum);
     let mut off = dns + dns::HDR_LEN + q.qlen + 4;
     let mut k = 0;
     while k < answers_max() {
         if k >= count {
             break;
         }
-        let ad = a.addrs[k];
-        f.write::<RR_LEN>(
-            off,
-            [0xc0, 0x0c, 0, 1, 0, 1, ttl[0], ttl[1], ttl[2], ttl[3], 0, 4, ad[0], ad[1], ad[2], ad[3]],
-        )?;
-        tail.word(0xc00c);
-        tail.word(1);
-        tail.word(1);
-        tail.word(u16::from_be_bytes([ttl[0], ttl[1]]));
-        tail.word(u16::from_be_bytes([ttl[2], ttl[3]]));
-        tail.word(4);
-        tail.word(u16::from_be_bytes([ad[0], ad[1]]));
-        tail.word(u16::from_be_bytes([ad[2], ad[3]]));
+        let rr = &a.records[k];
+        // SAFETY: `rr` is 16 octets of map memory.
+        let (r0, r1) = unsafe {
+            (
+                core::ptr::read_unaligned(rr.as_ptr() as *const u64),
+                core::ptr::read_unaligned(rr.as_ptr().add(8) as *const u64),
+            )
+        };
+        f.store::<u64>(off, r0)?;
+        f.store::<u64>(off + 8, r1)?;
         off += RR_LEN;
         k += 1;
     }
@@ -188,7 +180,7 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
 
     // UDP checksum over pseudo-header, UDP header and the whole message.
     let mut sum = Sum::new();
-    sum.add(addrs.value());
+    sum.add(addr_sum);
     sum.word(IPPROTO_UDP as u16);
     sum.word(udp_len as u16);
     sum.word(u16::from_be_bytes(udp.dst)); // new source port
@@ -208,9 +200,11 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
         // RFC 768: a computed zero is sent as all ones (0 means "no checksum").
         c = 0xffff;
     }
-    let ul = (udp_len as u16).to_be_bytes();
-    let cs = c.to_be_bytes();
-    f.write::<8>(l4, [udp.dst[0], udp.dst[1], udp.src[0], udp.src[1], ul[0], ul[1], cs[0], cs[1]])?;
+    // Ports swapped: one 4-octet word rotated.
+    let ports: u32 = f.load(l4)?;
+    f.store::<u32>(l4, ports.rotate_left(16))?;
+    f.store::<u16>(l4 + 4, (udp_len as u16).to_be())?;
+    f.store::<u16>(l4 + 6, c.to_be())?;
     Ok(xdp_action::XDP_TX)
 }
 

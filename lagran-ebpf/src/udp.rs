@@ -1,4 +1,4 @@
-//! UDP to the configured DNS port.
+//! UDP (the caller checks the destination against the listen set).
 
 use lagran_common::counters::Counter;
 use network_types::udp::UdpHdr;
@@ -19,11 +19,8 @@ pub struct Udp {
 /// check it, so a corrupted query may be answered; its DNS ID and question
 /// still have to match on the client side.
 #[inline(always)]
-pub fn parse(f: &Frame, l4: usize, ip_payload_len: usize, dns_port: u16) -> Result<Udp, Counter> {
+pub fn parse(f: &Frame, l4: usize, ip_payload_len: usize) -> Result<Udp, Counter> {
     let udp: UdpHdr = f.header(l4)?;
-    if u16::from_be_bytes(udp.dst) != dns_port {
-        return Err(Counter::NotDnsPort);
-    }
     let len = u16::from_be_bytes(udp.len) as usize;
     if len != ip_payload_len {
         return Err(Counter::Malformed);

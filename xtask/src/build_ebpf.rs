@@ -21,7 +21,12 @@ const BINARY: &str = "lagran";
 /// Flags for the BPF object: full debug info (BPF has no DWARF use, but bpf-linker
 /// turns it into BTF) and `--btf` so the linker emits `.BTF`/`.BTF.ext`, which the
 /// loader needs to create maps with typed keys/values.
-const RUSTFLAGS: &[&str] = &["-Cdebuginfo=2", "-Clink-arg=--btf"];
+///
+/// `allows-misaligned-mem-access`: the kernel allows BPF loads and stores of any
+/// width at any packet offset (x86-64 and arm64 have efficient unaligned access;
+/// the verifier checks alignment only under `BPF_F_STRICT_ALIGNMENT`). Without
+/// it LLVM splits every `read_unaligned` into byte loads and shifts.
+const RUSTFLAGS: &[&str] = &["-Cdebuginfo=2", "-Clink-arg=--btf", "-Ctarget-feature=+allows-misaligned-mem-access"];
 
 #[derive(Debug, Clone, Default, clap::Parser)]
 pub struct Options {
@@ -71,7 +76,40 @@ pub fn build_ebpf(opts: &Options) -> anyhow::Result<PathBuf> {
     if !path.is_file() {
         bail!("the build succeeded but {} is missing", path.display());
     }
+    check_no_mem_calls(&path)?;
     Ok(path)
+}
+
+/// Functions the XDP section must not call. LLVM emits them for large copies,
+/// fills and comparisons (a zeroed 256-byte key became a byte-at-a-time
+/// `memset` loop of ~1 280 instructions per packet); the fast path does its own
+/// bounded, word-sized work instead.
+const FORBIDDEN_CALLS: &[&str] = &["memset", "memcpy", "memmove", "memcmp", "bcmp"];
+
+/// Fails when the program section calls one of [`FORBIDDEN_CALLS`]: a BPF-to-BPF
+/// call into `.text` is a relocation against the callee's symbol.
+fn check_no_mem_calls(path: &std::path::Path) -> anyhow::Result<()> {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _, RelocationTarget};
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = object::File::parse(&*data).with_context(|| format!("parsing {}", path.display()))?;
+    let section = file.section_by_name("xdp").with_context(|| format!("{} has no `xdp` section", path.display()))?;
+    let mut found = Vec::new();
+    for (offset, reloc) in section.relocations() {
+        if let RelocationTarget::Symbol(idx) = reloc.target() {
+            let name = file.symbol_by_index(idx).and_then(|s| s.name().map(str::to_string)).unwrap_or_default();
+            if FORBIDDEN_CALLS.contains(&name.as_str()) {
+                found.push(format!("{name} (instruction {})", offset / 8));
+            }
+        }
+    }
+    if !found.is_empty() {
+        bail!(
+            "the XDP section of {} calls {}: a large zeroed or copied buffer crept into the fast path",
+            path.display(),
+            found.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The cargo target directory (honours CARGO_TARGET_DIR).

@@ -12,7 +12,7 @@ use anyhow::{Context as _, bail};
 use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, lpm_trie::Key};
 use lagran_common::{
     answers::AnswerV4,
-    names::{NameKey, NameValue},
+    names::{NameValue, hash_wire},
     route_v4::{FULL_PREFIX, RouteV4Data, RouteValue},
 };
 
@@ -55,11 +55,9 @@ impl Pinned {
             let data = MapData::from_pin(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
             Ok(Map::from_map_data(data)?)
         };
-        let names: HashMap<MapData, NameKey, NameValue> = HashMap::try_from(open(lagran_common::names::MAP_NAME)?)?;
+        let names: HashMap<MapData, u64, NameValue> = HashMap::try_from(open(lagran_common::names::MAP_NAME)?)?;
         let wire = lagran::xdp::maps::wire_key(&a.name).context("name is not a valid key")?;
-        let mut key = NameKey::zeroed();
-        key.name[..wire.len()].copy_from_slice(&wire);
-        let name_id = names.get(&key, 0).with_context(|| format!("{} is not in lagran_names", a.name))?.id;
+        let name_id = names.get(&hash_wire(&wire), 0).with_context(|| format!("{} is not in lagran_names", a.name))?.id;
         Ok(Pinned {
             routes: LpmTrie::try_from(open(lagran_common::route_v4::MAP_NAME)?)?,
             answers: Array::try_from(open(lagran_common::answers::MAP_NAME)?)?,

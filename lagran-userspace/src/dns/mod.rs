@@ -10,7 +10,8 @@
 //!
 //! For the query the fast path takes — one question, `A`, class IN, a
 //! scheduled name, no answer/authority records, at most one OPT carrying at
-//! most an ECS option — the userspace response is, octet by octet:
+//! most an ECS option besides COOKIE and Padding options (which are ignored:
+//! no server cookies yet) — the userspace response is, octet by octet:
 //!
 //! ```text
 //! header   ID copied | QR=1 OPCODE=0 AA=1 TC=0 RD=copied | RA=0 Z=0 AD=0 CD=copied RCODE=0

@@ -8,6 +8,7 @@
 //! stack (fail open).
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
@@ -83,12 +84,80 @@ pub struct XdpOptions {
     pub mode: Option<AttachMode>,
     /// The UDP payload size our OPT records advertise (`dns.max_udp_payload`).
     pub udp_payload: u16,
+    /// The addresses and ports the DNS server listens on; the program answers
+    /// only packets addressed to one of them. An unspecified address
+    /// (`0.0.0.0`, `::`) stands for every address of that family on the
+    /// interface. Empty: `0.0.0.0:dns_port`.
+    pub listen: Vec<SocketAddr>,
 }
 
 impl Default for XdpOptions {
     fn default() -> Self {
-        XdpOptions { pin_dir: Some(PathBuf::from(super::PIN_DIR)), mode: None, udp_payload: 1232 }
+        XdpOptions { pin_dir: Some(PathBuf::from(super::PIN_DIR)), mode: None, udp_payload: 1232, listen: Vec::new() }
     }
+}
+
+/// `listen` with each unspecified address replaced by the addresses of its
+/// family on `iface` (read when the program is attached; an address added to the
+/// interface later is passed to userspace until the next start).
+pub fn expand_listen(listen: &[SocketAddr], iface: &str) -> Result<Vec<SocketAddr>, XdpError> {
+    let mut out = Vec::new();
+    let mut ifaddrs: Option<Vec<IpAddr>> = None;
+    for a in listen {
+        if !a.ip().is_unspecified() {
+            out.push(*a);
+            continue;
+        }
+        if ifaddrs.is_none() {
+            ifaddrs = Some(iface_addrs(iface)?);
+        }
+        for ip in ifaddrs.iter().flatten() {
+            if ip.is_ipv4() == a.is_ipv4() {
+                out.push(SocketAddr::new(*ip, a.port()));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The IPv4 and IPv6 addresses of `iface` (getifaddrs(3)).
+fn iface_addrs(iface: &str) -> Result<Vec<IpAddr>, XdpError> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(XdpError::Interface { iface: iface.to_string(), source: std::io::Error::last_os_error() });
+    }
+    let mut out = Vec::new();
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: `p` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if ifa.ifa_addr.is_null() || name.to_bytes() != iface.as_bytes() {
+            continue;
+        }
+        // SAFETY: the family tells which sockaddr type `ifa_addr` points to.
+        unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    out.push(IpAddr::from(u32::from_be(sa.sin_addr.s_addr).to_be_bytes()));
+                }
+                libc::AF_INET6 => {
+                    let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    out.push(IpAddr::from(sa.sin6_addr.s6_addr));
+                }
+                _ => {}
+            }
+        }
+    }
+    // SAFETY: `head` came from getifaddrs.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
 }
 
 /// The program loaded into the kernel (verified), not attached to anything.
@@ -113,7 +182,16 @@ impl LoadedXdp {
         let mut ebpf = EbpfLoader::new().load(obj).map_err(|e| XdpError::Load(Box::new(e)))?;
         let prog = program_mut(&mut ebpf)?;
         prog.load().map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
-        Ok(LoadedXdp { ebpf, pins: Vec::new(), pin_dir: None })
+        let loaded = LoadedXdp { ebpf, pins: Vec::new(), pin_dir: None };
+        // The verifier's work is the first sign of a fast path grown too branchy.
+        tracing::info!(verified_insns = ?loaded.verified_insns(), "XDP program loaded");
+        Ok(loaded)
+    }
+
+    /// Instructions the verifier processed at load (kernel ≥ 5.16 reports it).
+    pub fn verified_insns(&self) -> Option<u32> {
+        let prog: &Xdp = self.ebpf.program(PROGRAM)?.try_into().ok()?;
+        prog.info().ok()?.verified_instruction_count()
     }
 
     /// Pins every map under `dir` (mounting bpffs on /sys/fs/bpf if needed).
@@ -158,6 +236,26 @@ impl LoadedXdp {
         let res = prog.test_run(opts).map_err(|e| XdpError::TestRun(Box::new(e)))?;
         out.truncate(res.data_size_out as usize);
         Ok(TestRunOutput { action: res.return_value, frame: out })
+    }
+
+    /// Runs the program `repeat` times on `frame` (`BPF_PROG_TEST_RUN`); returns
+    /// the last action and the kernel's mean time per run.
+    ///
+    /// Each run starts from `frame`'s bytes only when the program leaves them
+    /// alone (XDP_PASS): an answered frame is rewritten in place, and the next
+    /// repetition sees the response. Time answered frames with `repeat` 1.
+    pub fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<(u32, std::time::Duration), XdpError> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROGRAM)
+            .ok_or(XdpError::NoProgram(PROGRAM))?
+            .try_into()
+            .map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+        let mut out = vec![0u8; frame.len() + 512];
+        let opts =
+            TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), repeat, ..TestRunOptions::default() };
+        let res = prog.test_run(opts).map_err(|e| XdpError::TestRun(Box::new(e)))?;
+        Ok((res.return_value, res.duration))
     }
 
     fn unpin(&mut self) {
@@ -225,6 +323,32 @@ fn fs_type(path: &Path) -> Result<i64, XdpError> {
     Ok(st.f_type as i64)
 }
 
+/// Where the kernel's switch for per-program run-time accounting lives.
+const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// The kernel's accounting of the program (`bpf_prog_info.run_time_ns`, `run_cnt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunStats {
+    pub run_time_ns: u64,
+    pub runs: u64,
+}
+
+impl RunStats {
+    /// As Prometheus text: `lagran_xdp_run_time_ns_total` and `lagran_xdp_runs_total`.
+    pub fn render_prometheus(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "# HELP lagran_xdp_run_time_ns_total Time the kernel spent in the XDP program (kernel.bpf_stats_enabled=1)."
+        );
+        let _ = writeln!(out, "# TYPE lagran_xdp_run_time_ns_total counter");
+        let _ = writeln!(out, "lagran_xdp_run_time_ns_total {}", self.run_time_ns);
+        let _ = writeln!(out, "# HELP lagran_xdp_runs_total Runs of the XDP program (kernel.bpf_stats_enabled=1).");
+        let _ = writeln!(out, "# TYPE lagran_xdp_runs_total counter");
+        let _ = writeln!(out, "lagran_xdp_runs_total {}", self.runs);
+    }
+}
+
 /// The fast path attached to an interface, with its map writer.
 pub struct XdpHandle {
     iface: String,
@@ -246,7 +370,14 @@ impl XdpHandle {
         if let Some(dir) = &opts.pin_dir {
             loaded.pin_maps(dir)?;
         }
-        let writer = loaded.map_writer(dns_port, opts.udp_payload)?;
+        let mut writer = loaded.map_writer(dns_port, opts.udp_payload)?;
+        let wanted =
+            if opts.listen.is_empty() { vec![SocketAddr::from(([0, 0, 0, 0], dns_port))] } else { opts.listen.clone() };
+        let listen = expand_listen(&wanted, iface)?;
+        if listen.is_empty() {
+            tracing::warn!(iface, ?wanted, "no listen address on the interface: the fast path answers nothing");
+        }
+        writer.set_listen(&listen)?;
         let prog = program_mut(&mut loaded.ebpf)?;
         let (link, mode) = match opts.mode {
             Some(mode) => {
@@ -274,7 +405,7 @@ impl XdpHandle {
                 }
             },
         };
-        tracing::info!(iface, %mode, dns_port, pins = ?opts.pin_dir, "XDP fast path attached");
+        tracing::info!(iface, %mode, ?listen, pins = ?opts.pin_dir, "XDP fast path attached");
         Ok(XdpHandle { iface: iface.to_string(), mode, link: Some(link), writer, loaded })
     }
 
@@ -289,6 +420,18 @@ impl XdpHandle {
     /// The writer that keeps the maps equal to the route table.
     pub fn writer(&mut self) -> &mut MapWriter {
         &mut self.writer
+    }
+
+    /// The kernel's accounting of the program: (total run time, runs). `None`
+    /// unless `kernel.bpf_stats_enabled` is 1 (the kernel counts nothing then).
+    pub fn run_stats(&self) -> Option<RunStats> {
+        let on = std::fs::read_to_string(BPF_STATS_SYSCTL).ok()?;
+        if on.trim() != "1" {
+            return None;
+        }
+        let prog: &Xdp = self.loaded.ebpf.program(PROGRAM)?.try_into().ok()?;
+        let info = prog.info().ok()?;
+        Some(RunStats { run_time_ns: info.run_time().as_nanos() as u64, runs: info.run_count() })
     }
 
     /// Detaches the program; the maps stay pinned until the handle is dropped.
@@ -314,6 +457,14 @@ impl Drop for XdpHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_stats_render_as_counters() {
+        let mut out = String::new();
+        RunStats { run_time_ns: 1234, runs: 10 }.render_prometheus(&mut out);
+        assert!(out.contains("lagran_xdp_run_time_ns_total 1234\n"), "{out}");
+        assert!(out.contains("lagran_xdp_runs_total 10\n"), "{out}");
+    }
 
     #[test]
     fn handles_can_move_to_another_task() {

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap as StdHashMap;
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,8 @@ use lagran_common::{
     answers::{self, AnswerV4, MAX_ADDRS},
     config::{self, Config},
     counters::{self, Counter},
-    names::{self, KEY_LEN, NAME_MAX, NameKey, NameValue},
+    listen::{self, ListenKey, ListenValue},
+    names::{self, NAME_MAX, NameValue, hash_wire},
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
 };
 
@@ -37,8 +38,8 @@ use crate::config::DnsSettings;
 use crate::route_table::{Answer, RouteTable, ScheduledName};
 
 /// The map names the loader pins, in a stable order.
-pub const MAP_NAMES: [&str; 5] =
-    [config::MAP_NAME, names::MAP_NAME, route_v4::MAP_NAME, answers::MAP_NAME, counters::MAP_NAME];
+pub const MAP_NAMES: [&str; 6] =
+    [config::MAP_NAME, listen::MAP_NAME, names::MAP_NAME, route_v4::MAP_NAME, answers::MAP_NAME, counters::MAP_NAME];
 
 fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
     move |source| XdpError::Map { map, source: Box::new(source) }
@@ -47,7 +48,8 @@ fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
 /// Typed handles on the fast path's maps.
 pub struct Maps {
     config: Array<MapData, Config>,
-    names: HashMap<MapData, NameKey, NameValue>,
+    listen: HashMap<MapData, ListenKey, ListenValue>,
+    names: HashMap<MapData, u64, NameValue>,
     routes: LpmTrie<MapData, RouteV4Data, RouteValue>,
     answers: Array<MapData, AnswerV4>,
     counters: PerCpuArray<MapData, u64>,
@@ -58,11 +60,12 @@ impl Maps {
     pub fn from_ebpf(ebpf: &mut Ebpf) -> Result<Maps, XdpError> {
         let mut take = |name: &'static str| ebpf.take_map(name).ok_or(XdpError::NoMap(name));
         let config = take(config::MAP_NAME)?;
+        let listen = take(listen::MAP_NAME)?;
         let names = take(names::MAP_NAME)?;
         let routes = take(route_v4::MAP_NAME)?;
         let answers = take(answers::MAP_NAME)?;
         let counters = take(counters::MAP_NAME)?;
-        Maps::from_maps(config, names, routes, answers, counters)
+        Maps::from_maps([config, listen, names, routes, answers, counters])
     }
 
     /// Opens the maps pinned under `dir` by a running `lagran serve --xdp`
@@ -74,18 +77,22 @@ impl Maps {
                 .map_err(|source| XdpError::OpenPinned { path: path.clone(), source: Box::new(source) })?;
             Map::from_map_data(data).map_err(|source| XdpError::OpenPinned { path, source: Box::new(source) })
         };
-        Maps::from_maps(
+        Maps::from_maps([
             open(config::MAP_NAME)?,
+            open(listen::MAP_NAME)?,
             open(names::MAP_NAME)?,
             open(route_v4::MAP_NAME)?,
             open(answers::MAP_NAME)?,
             open(counters::MAP_NAME)?,
-        )
+        ])
     }
 
-    fn from_maps(config: Map, names: Map, routes: Map, answers: Map, counters: Map) -> Result<Maps, XdpError> {
+    /// The maps in [`MAP_NAMES`] order.
+    fn from_maps(maps: [Map; 6]) -> Result<Maps, XdpError> {
+        let [config, listen, names, routes, answers, counters] = maps;
         Ok(Maps {
             config: Array::try_from(config).map_err(map_err(config::MAP_NAME))?,
+            listen: HashMap::try_from(listen).map_err(map_err(listen::MAP_NAME))?,
             names: HashMap::try_from(names).map_err(map_err(names::MAP_NAME))?,
             routes: LpmTrie::try_from(routes).map_err(map_err(route_v4::MAP_NAME))?,
             answers: Array::try_from(answers).map_err(map_err(answers::MAP_NAME))?,
@@ -108,6 +115,43 @@ impl Maps {
         self.config.get(&config::INDEX, 0).map_err(map_err(config::MAP_NAME))
     }
 
+    /// Makes `lagran_listen` hold exactly `addrs` (wildcards as given: the
+    /// loader expands them to an interface's addresses first).
+    pub fn set_listen(&mut self, addrs: &[SocketAddr]) -> Result<(), XdpError> {
+        let want: std::collections::HashSet<ListenKey> = addrs.iter().map(listen_key).collect();
+        if want.len() > listen::MAX_ENTRIES as usize {
+            return Err(XdpError::Full {
+                map: listen::MAP_NAME,
+                max: listen::MAX_ENTRIES,
+                what: "listen addresses".into(),
+            });
+        }
+        // Insert before deleting: a packet racing the change sees the old or the new set.
+        for k in &want {
+            self.listen.insert(k, ListenValue { on: 1 }, 0).map_err(map_err(listen::MAP_NAME))?;
+        }
+        let have: Vec<ListenKey> = self.listen.keys().collect::<Result<_, _>>().map_err(map_err(listen::MAP_NAME))?;
+        for k in have.iter().filter(|k| !want.contains(k)) {
+            remove_ok_if_missing(self.listen.remove(k), listen::MAP_NAME)?;
+        }
+        Ok(())
+    }
+
+    /// The listen set (for dumps and tests).
+    pub fn listen(&self) -> Result<Vec<SocketAddr>, XdpError> {
+        let keys: Vec<ListenKey> = self.listen.keys().collect::<Result<_, _>>().map_err(map_err(listen::MAP_NAME))?;
+        let mut out: Vec<SocketAddr> = keys.iter().map(socket_of).collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Writes one `lagran_names` entry as given, bypassing the writer: for tests
+    /// that plant a colliding hash. The map writer owns the map otherwise.
+    #[doc(hidden)]
+    pub fn put_name_raw(&mut self, hash: u64, value: NameValue) -> Result<(), XdpError> {
+        self.names.insert(hash, value, 0).map_err(map_err(names::MAP_NAME))
+    }
+
     fn set_config(&mut self, c: &Config) -> Result<(), XdpError> {
         self.config.set(config::INDEX, c, 0).map_err(map_err(config::MAP_NAME))
     }
@@ -125,10 +169,12 @@ impl Maps {
             c.udp_payload,
             c.enabled
         );
+        let listen: Vec<String> = self.listen()?.iter().map(ToString::to_string).collect();
+        let _ = writeln!(out, "{}: {}", listen::MAP_NAME, listen.join(" "));
         let mut names: Vec<(String, u32)> = Vec::new();
         for item in self.names.iter() {
-            let (k, v) = item.map_err(map_err(names::MAP_NAME))?;
-            names.push((wire_to_text(&k.name), v.id));
+            let (_, v) = item.map_err(map_err(names::MAP_NAME))?;
+            names.push((wire_to_text(&v.wire().collect::<Vec<u8>>()), v.id));
         }
         names.sort();
         let _ = writeln!(out, "{} ({} entries):", names::MAP_NAME, names.len());
@@ -289,10 +335,13 @@ pub struct MapWriter {
 }
 
 impl MapWriter {
-    /// Writes the config (fast path off until the first successful sync).
+    /// Writes the config (fast path off until the first successful sync) and
+    /// the listen set `0.0.0.0:dns_port` — every IPv4 address, as where no
+    /// interface is known; the loader narrows it with [`Maps::set_listen`].
     pub fn new(mut maps: Maps, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
         let config = Config { dns_port, udp_payload, enabled: 0 };
         maps.set_config(&config)?;
+        maps.set_listen(&[SocketAddr::from((Ipv4Addr::UNSPECIFIED, dns_port))])?;
         Ok(MapWriter {
             maps,
             config,
@@ -310,6 +359,17 @@ impl MapWriter {
 
     pub fn maps(&self) -> &Maps {
         &self.maps
+    }
+
+    /// Makes the program answer only packets to `addrs` (see [`Maps::set_listen`]).
+    pub fn set_listen(&mut self, addrs: &[SocketAddr]) -> Result<(), XdpError> {
+        self.maps.set_listen(addrs)
+    }
+
+    /// The maps, writable: for tests (see [`Maps::put_name_raw`]).
+    #[doc(hidden)]
+    pub fn maps_mut(&mut self) -> &mut Maps {
+        &mut self.maps
     }
 
     pub fn counters(&self) -> Result<CounterSnapshot, XdpError> {
@@ -387,12 +447,25 @@ impl MapWriter {
         let mut owner: StdHashMap<u32, &str> = StdHashMap::new();
         let mut want_routes: StdHashMap<u32, Vec<Route>> = StdHashMap::new();
         let mut used: StdHashMap<AnswerV4, u32> = StdHashMap::new();
+        // Name hash -> wire name: two names with one hash cannot share the key.
+        let mut hashes: StdHashMap<u64, Vec<u8>> = StdHashMap::new();
         for name in table.scheduled_names() {
             let Some(key) = wire_key(&name.name) else {
                 tracing::warn!(name = %name.name, "name cannot be a fast-path key; userspace answers it");
                 stats.names_skipped += 1;
                 continue;
             };
+            let hash = hash_wire(&key);
+            match hashes.get(&hash) {
+                Some(other) if *other != key => {
+                    tracing::warn!(name = %name.name, "name hashes like another scheduled name; userspace answers it");
+                    stats.names_skipped += 1;
+                    continue;
+                }
+                _ => {
+                    hashes.insert(hash, key.clone());
+                }
+            }
             if let Some(other) = owner.insert(name.id, &name.name) {
                 return Err(XdpError::DuplicateNameId { id: name.id, a: other.to_string(), b: name.name.clone() });
             }
@@ -436,14 +509,15 @@ impl MapWriter {
             if self.names.get(key) != Some(&id) {
                 self.maps
                     .names
-                    .insert(name_key(key), NameValue { id }, 0)
+                    .insert(hash_wire(key), NameValue::new(id, key), 0)
                     .map_err(|e| full_or(names::MAP_NAME, names::MAX_ENTRIES, e, "names"))?;
                 stats.names_upserted += 1;
             }
         }
         for key in self.names.keys() {
-            if !want_names.contains_key(key) {
-                remove_ok_if_missing(self.maps.names.remove(&name_key(key)), names::MAP_NAME)?;
+            // A name gone whose hash a new name took: the insert above replaced it.
+            if !want_names.contains_key(key) && !hashes.contains_key(&hash_wire(key)) {
+                remove_ok_if_missing(self.maps.names.remove(&hash_wire(key)), names::MAP_NAME)?;
                 stats.names_deleted += 1;
             }
         }
@@ -552,7 +626,7 @@ impl MapWriter {
     /// Empties the maps (every key, including entries from an earlier process)
     /// and forgets what was written.
     fn reset(&mut self) -> Result<(), XdpError> {
-        let keys: Vec<NameKey> = self.maps.names.keys().collect::<Result<_, _>>().map_err(map_err(names::MAP_NAME))?;
+        let keys: Vec<u64> = self.maps.names.keys().collect::<Result<_, _>>().map_err(map_err(names::MAP_NAME))?;
         for k in keys {
             remove_ok_if_missing(self.maps.names.remove(&k), names::MAP_NAME)?;
         }
@@ -577,6 +651,21 @@ impl MapWriter {
     }
 }
 
+/// The `lagran_listen` key of a socket address (IPv4 as IPv4-mapped IPv6).
+fn listen_key(a: &SocketAddr) -> ListenKey {
+    let port = a.port().to_be_bytes();
+    match a.ip() {
+        IpAddr::V4(v4) => ListenKey::v4(v4.octets(), port),
+        IpAddr::V6(v6) => ListenKey::v6(v6.octets(), port),
+    }
+}
+
+fn socket_of(k: &ListenKey) -> SocketAddr {
+    let v6 = Ipv6Addr::from(k.addr);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    SocketAddr::new(ip, u16::from_be_bytes(k.port))
+}
+
 /// A failed insert: "map full" when the kernel says so, the raw error otherwise.
 fn full_or(map: &'static str, max: u32, e: MapError, what: &str) -> XdpError {
     let full = matches!(&e, MapError::SyscallError(s)
@@ -588,17 +677,8 @@ fn full_or(map: &'static str, max: u32, e: MapError, what: &str) -> XdpError {
 /// (`dns::scheduled_ttl`), at most four addresses (the responder takes the same
 /// four), no canary.
 fn plain_answer(a: &Answer, settings: &DnsSettings) -> AnswerV4 {
-    let mut addrs = [[0u8; 4]; MAX_ADDRS];
-    for (slot, ip) in addrs.iter_mut().zip(a.ipv4.iter()) {
-        *slot = ip.octets();
-    }
-    AnswerV4 {
-        ttl: crate::dns::scheduled_ttl(a.ttl, settings),
-        count: a.ipv4.len().min(MAX_ADDRS) as u32,
-        canary_percent: 0,
-        canary_id: 0,
-        addrs,
-    }
+    let addrs: Vec<[u8; 4]> = a.ipv4.iter().take(MAX_ADDRS).map(|ip| ip.octets()).collect();
+    AnswerV4::new(crate::dns::scheduled_ttl(a.ttl, settings), &addrs)
 }
 
 /// Trie entries to insert or update, and to delete, to go from `have` to `want`
@@ -674,14 +754,8 @@ pub fn wire_key(name: &str) -> Option<Vec<u8>> {
     (out.len() <= NAME_MAX).then_some(out)
 }
 
-fn name_key(wire: &[u8]) -> NameKey {
-    let mut k = NameKey::zeroed();
-    k.name[..wire.len()].copy_from_slice(wire);
-    k
-}
-
 /// `04 e d g e 03 n e t 00 …` back to `edge.net` (for dumps).
-fn wire_to_text(key: &[u8; KEY_LEN]) -> String {
+fn wire_to_text(key: &[u8]) -> String {
     let mut labels = Vec::new();
     let mut i = 0;
     while i < key.len() && key[i] != 0 {
@@ -715,8 +789,8 @@ mod tests {
 
     #[test]
     fn wire_key_round_trips_for_dumps() {
-        let k = name_key(&wire_key("pool-a.edge.lagran.net").unwrap());
-        assert_eq!(wire_to_text(&k.name), "pool-a.edge.lagran.net");
+        let v = NameValue::new(2, &wire_key("pool-a.edge.lagran.net").unwrap());
+        assert_eq!(wire_to_text(&v.wire().collect::<Vec<u8>>()), "pool-a.edge.lagran.net");
     }
 
     #[test]

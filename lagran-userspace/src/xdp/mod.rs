@@ -22,7 +22,9 @@ pub mod sync;
 use std::path::PathBuf;
 
 pub use lagran_common::PIN_DIR;
-pub use loader::{AttachMode, LoadedXdp, TestRunOutput, XdpHandle, XdpOptions, object_bytes, object_path};
+pub use loader::{
+    AttachMode, LoadedXdp, RunStats, TestRunOutput, XdpHandle, XdpOptions, expand_listen, object_bytes, object_path,
+};
 pub use maps::{CounterSnapshot, MapWriter, Maps, SyncStats};
 
 /// Something the fast path could not do. Each variant names the object and, where
@@ -64,6 +66,8 @@ pub enum XdpError {
     TestRun(#[source] Box<aya::programs::ProgramError>),
     #[error("map `{map}` is full ({max} entries): {what}")]
     Full { map: &'static str, max: u32, what: String },
+    #[error("reading the addresses of interface {iface}: {source}")]
+    Interface { iface: String, source: std::io::Error },
     #[error("scheduled names {a:?} and {b:?} share the name id {id}")]
     DuplicateNameId { id: u32, a: String, b: String },
 }

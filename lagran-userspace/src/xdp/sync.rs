@@ -39,6 +39,10 @@ pub fn start(
         if let Ok(c) = h.writer().counters() {
             c.render_prometheus(out);
         }
+        // Only while kernel.bpf_stats_enabled=1: the kernel's own time per packet.
+        if let Some(r) = h.run_stats() {
+            r.render_prometheus(out);
+        }
     }));
     Ok(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -1,0 +1,53 @@
+//! `lagran_listen`: hash set of the (address, UDP port) pairs the DNS server
+//! listens on. The program answers only packets addressed to one of them;
+//! everything else is passed (`not_listen_address`). Written by userspace (the
+//! loader) at attach time.
+//!
+//! Addresses are IPv6 or IPv4-mapped IPv6 (`::ffff:a.b.c.d`). The unspecified
+//! address of a family (`::ffff:0.0.0.0` for IPv4, `::` for IPv6) is a wildcard:
+//! it matches every destination address of that family. The loader expands a
+//! configured wildcard into the attached interface's addresses, so a wildcard
+//! entry only remains where no interface is known (`BPF_PROG_TEST_RUN`).
+
+/// Map name as `bpftool` shows it.
+pub const MAP_NAME: &str = "lagran_listen";
+pub const MAX_ENTRIES: u32 = 256;
+
+/// One listen address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ListenKey {
+    /// IPv6 address, or IPv4-mapped IPv6 address, network order.
+    pub addr: [u8; 16],
+    /// UDP port, network order (as it sits in the packet).
+    pub port: [u8; 2],
+    pub _pad: [u8; 2],
+}
+
+impl ListenKey {
+    /// The key of an IPv4 address (network order) and port (network order).
+    #[inline(always)]
+    pub const fn v4(addr: [u8; 4], port: [u8; 2]) -> ListenKey {
+        let [a, b, c, d] = addr;
+        ListenKey { addr: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d], port, _pad: [0; 2] }
+    }
+
+    /// The key of an IPv6 address (network order) and port (network order).
+    #[inline(always)]
+    pub const fn v6(addr: [u8; 16], port: [u8; 2]) -> ListenKey {
+        ListenKey { addr, port, _pad: [0; 2] }
+    }
+}
+
+/// The value of a listen entry.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListenValue {
+    /// 1 (present). A `u32`, not a `bool`.
+    pub on: u32,
+}
+
+const _: () = assert!(size_of::<ListenKey>() == 20);
+const _: () = assert!(size_of::<ListenValue>() == 4);
+
+crate::impl_pod!(ListenKey, ListenValue);
