@@ -193,7 +193,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
             iface,
-            listeners.addrs[0].port(),
+            &listeners.addrs,
             config.dns.clone(),
             table.clone(),
             cp.scheduler.subscribe(),
@@ -278,7 +278,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         Some(iface) => Some(
             crate::xdp::sync::start(
                 iface,
-                listeners.addrs[0].port(),
+                &listeners.addrs,
                 config.dns.clone(),
                 table.clone(),
                 follower.versions.subscribe(),

@@ -14,10 +14,12 @@ use crate::metrics::Metrics;
 use crate::route_table::SharedRouteTable;
 use crate::xdp::{XdpError, XdpHandle, XdpOptions, object_bytes};
 
-/// Attaches to `iface` for DNS on `dns_port` and spawns the sync loop.
+/// Attaches to `iface`, answering only DNS addressed to `listen` (the responder's
+/// bound addresses; an unspecified address means every address of the interface),
+/// and spawns the sync loop.
 pub fn start(
     iface: &str,
-    dns_port: u16,
+    listen: &[std::net::SocketAddr],
     settings: DnsSettings,
     table: SharedRouteTable,
     mut versions: watch::Receiver<u64>,
@@ -27,7 +29,9 @@ pub fn start(
     let obj = object_bytes()?;
     // LAGRAN_PIN_DIR moves the pins (tests and benchmarks running beside a production instance).
     let pin_dir = std::env::var_os("LAGRAN_PIN_DIR").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
-    let mut opts = XdpOptions { udp_payload: settings.max_udp_payload, ..XdpOptions::default() };
+    let mut opts =
+        XdpOptions { udp_payload: settings.max_udp_payload, listen: listen.to_vec(), ..XdpOptions::default() };
+    let dns_port = listen.first().map_or(53, std::net::SocketAddr::port);
     if pin_dir.is_some() {
         opts.pin_dir = pin_dir;
     }
