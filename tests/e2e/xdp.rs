@@ -59,17 +59,22 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
     };
     let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
 
-    // Through XDP: no COOKIE option, so the fast path owns the query.
-    let fast = dig(&pair, &[&shenzhen[..], &["+nocookie"]].concat());
+    // Default dig sends a COOKIE, as BIND resolvers do: the fast path answers it.
+    let fast = dig(&pair, &shenzhen);
     assert_eq!(fast.answers("A"), vec!["203.0.113.21"], "{}\n{}", fast.text, d.log());
     let m = metrics();
-    assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 1, "XDP answered it:\n{m}");
+    assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 1, "XDP answered the cookie query:\n{m}");
     assert_eq!(metric(&m, "lagran_dns_queries_total{transport=\"udp\"}"), 0, "userspace saw nothing:\n{m}");
-
-    // The same question with a cookie goes to userspace: same meaning.
-    let slow = dig(&pair, &shenzhen);
+    // And without a cookie too.
+    let plain = dig(&pair, &[&shenzhen[..], &["+nocookie"]].concat());
+    assert_eq!(plain.answer, fast.answer);
     let m = metrics();
-    assert_eq!(metric(&m, "lagran_dns_queries_total{transport=\"udp\"}"), 1, "userspace answered it:\n{m}");
+    assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 2, "XDP answered both:\n{m}");
+
+    // The same question over TCP is userspace's: same meaning.
+    let slow = dig(&pair, &[&shenzhen[..], &["+tcp"]].concat());
+    let m = metrics();
+    assert_eq!(metric(&m, "lagran_dns_queries_total{transport=\"tcp\"}"), 1, "userspace answered it:\n{m}");
     assert_eq!(slow.status, fast.status);
     assert_eq!(slow.flags, fast.flags, "same flags");
     assert_eq!(slow.answer, fast.answer, "same records and TTL");
@@ -81,10 +86,24 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
         dig(&pair, &["whoami.edge.lagran.net", "TXT", "+nocookie"]).answers("TXT").join(" ").contains("198.18.0.2")
     );
     assert_eq!(dig(&pair, &["nope.edge.lagran.net", "A", "+nocookie"]).status, "NXDOMAIN");
-    let tcp = dig(&pair, &[&shenzhen[..], &["+tcp"]].concat());
-    assert_eq!(tcp.answers("A"), vec!["203.0.113.21"]);
     let m = metrics();
-    assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 1, "still only the one:\n{m}");
+    assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 2, "still only the two:\n{m}");
+
+    // An address of the interface that is not a --dns-listen address: not ours to answer.
+    pair.server.ip(&["addr", "add", "198.18.0.9/32", "dev", pair.server_if]).expect("a second server address");
+    pair.client.ip(&["route", "add", "198.18.0.9/32", "dev", pair.client_if]).expect("a route to it");
+    let out = pair
+        .client_run("dig", &["@198.18.0.9", "+tries=1", "+time=1", "edge.lagran.net", "A"])
+        .expect("running dig in the client namespace");
+    let other = Dig::parse(&String::from_utf8_lossy(&out.stdout));
+    assert!(other.answers("A").is_empty(), "nothing listens on 198.18.0.9, so nothing answers:\n{}", other.text);
+    let m = metrics();
+    assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 2, "XDP did not answer it:\n{m}");
+    assert!(
+        metric(&m, "lagran_xdp_packets_total{result=\"passed\",reason=\"not_listen_address\"}") >= 1,
+        "passed as not_listen_address:\n{m}\ndig said:\n{}",
+        other.text
+    );
 
     // A node going down changes the XDP answer without a restart.
     let (s, _) = pair
@@ -102,7 +121,7 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
     }
     assert_eq!(moved.answers("A"), vec!["203.0.113.22"], "{}", moved.text);
     let m = metrics();
-    assert!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}") >= 2, "answered by XDP:\n{m}");
+    assert!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}") >= 3, "answered by XDP:\n{m}");
 
     drop(d);
     assert!(!std::path::Path::new(&pins).exists(), "a clean shutdown removes the pins");
