@@ -230,6 +230,12 @@ impl Daemon {
     }
 
     /// Everything the daemon logged so far.
+    /// SIGKILL: the daemon gets no chance to detach or unpin anything.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
@@ -288,6 +294,9 @@ impl Daemon {
 impl Drop for Daemon {
     /// SIGTERM first, so the daemon detaches XDP and removes its pins; SIGKILL after 5 s.
     fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return; // already gone (e.g. `kill_hard`)
+        }
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {

@@ -126,3 +126,90 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
     drop(d);
     assert!(!std::path::Path::new(&pins).exists(), "a clean shutdown removes the pins");
 }
+
+#[test]
+fn a_daemon_killed_hard_is_taken_over_by_the_next_one() {
+    for tool in ["dig", "ip"] {
+        if !have_tool(tool, "xdp_restart") {
+            return;
+        }
+    }
+    let obj =
+        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
+    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
+    let _client_prog = pair
+        .client
+        .enter(|| {
+            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
+        })
+        .expect("entering the client namespace")
+        .expect("a pass-through program on the client veth");
+    // `ip netns exec` gives the daemon a private /sys, whose bpffs dies with it; a bpffs
+    // mounted here first is shared with the namespace, as /sys/fs/bpf is in production.
+    let bpffs = BpfFs::mount();
+    let pins = format!("{}/pins", bpffs.dir.path().display());
+    let start = || {
+        Daemon::start(Options {
+            netns: Some(pair.server.name().to_string()),
+            args: vec!["--xdp".into(), pair.server_if.into()],
+            env: vec![("LAGRAN_PIN_DIR".into(), pins.clone())],
+            dns_listen: Some(format!("{}:53", pair.server_addr)),
+            ..Options::default()
+        })
+    };
+    let answered = |d: &Daemon| -> u64 {
+        let (_, v): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
+        metric(v.as_str().unwrap_or_default(), "lagran_xdp_packets_total{result=\"answered\"}")
+    };
+    let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
+
+    let mut first = start();
+    assert_eq!(dig(&pair, &shenzhen).answers("A"), vec!["203.0.113.21"], "{}", first.log());
+    assert_eq!(answered(&first), 1, "the first daemon answers through XDP");
+    first.kill_hard();
+    // Nobody detached: the pinned link keeps the program answering from the pinned maps.
+    let link = format!("{pins}/link_{}", pair.server_if);
+    assert!(std::path::Path::new(&link).exists(), "the link stays pinned after SIGKILL");
+    assert_eq!(
+        dig(&pair, &shenzhen).answers("A"),
+        vec!["203.0.113.21"],
+        "with the daemon dead, the kernel still answers from the last maps"
+    );
+
+    // The next daemon takes the interface over instead of failing with EBUSY/EEXIST.
+    let second = start();
+    let log = second.log();
+    assert!(log.contains("took over the XDP link"), "the restart says it took over:\n{log}");
+    assert_eq!(dig(&pair, &shenzhen).answers("A"), vec!["203.0.113.21"], "{}", second.log());
+    assert!(answered(&second) >= 1, "the new daemon's program answers through XDP:\n{}", second.log());
+
+    drop(second);
+    assert!(!std::path::Path::new(&pins).exists(), "a clean shutdown removes the link and the map pins");
+    let out = pair.server.command("ip").args(["link", "show", pair.server_if]).output().expect("ip link show");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("prog/xdp"), "and the program is off the interface");
+}
+
+/// A bpffs mounted on a temp dir for one test; unmounted on drop, also when the test fails.
+struct BpfFs {
+    dir: tempfile::TempDir,
+}
+
+impl BpfFs {
+    fn mount() -> BpfFs {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "bpf", "bpf"])
+            .arg(dir.path())
+            .status()
+            .expect("running mount")
+            .success();
+        assert!(ok, "mounting a bpffs on {} (root needed)", dir.path().display());
+        BpfFs { dir }
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}

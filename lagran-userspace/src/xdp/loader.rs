@@ -11,7 +11,9 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode, xdp::XdpLinkId};
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::xdp::{XdpLink, XdpLinkId};
+use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 
 use super::XdpError;
@@ -55,6 +57,9 @@ pub enum AttachMode {
     /// In the kernel stack after the driver (`XDP_FLAGS_SKB_MODE`): works on any
     /// interface, at a fraction of native speed.
     Generic,
+    /// The program replaced the one in a link a previous daemon left pinned; the
+    /// link keeps the mode it was created with.
+    TakenOver,
 }
 
 impl fmt::Display for AttachMode {
@@ -62,6 +67,7 @@ impl fmt::Display for AttachMode {
         f.write_str(match self {
             AttachMode::Native => "native",
             AttachMode::Generic => "generic",
+            AttachMode::TakenOver => "taken over (the pinned link's mode)",
         })
     }
 }
@@ -69,7 +75,7 @@ impl fmt::Display for AttachMode {
 impl AttachMode {
     fn aya(self) -> XdpMode {
         match self {
-            AttachMode::Native => XdpMode::Driver,
+            AttachMode::Native | AttachMode::TakenOver => XdpMode::Driver,
             AttachMode::Generic => XdpMode::Skb,
         }
     }
@@ -349,11 +355,39 @@ impl RunStats {
     }
 }
 
+/// How the program holds its interface.
+enum Attachment {
+    /// A bpf_link pinned under the pin directory (`link_<iface>`). It outlives a
+    /// daemon that dies without detaching (SIGKILL, OOM), so the program keeps
+    /// answering from the pinned maps meanwhile, and the next daemon replaces the
+    /// program inside it atomically (`bpf_link_update`) instead of failing with
+    /// EBUSY. Removing the pin file detaches it by hand.
+    Pinned(PinnedLink),
+    /// A link only this process holds (no pin directory: tests, benchmarks).
+    Owned(XdpLinkId),
+}
+
+/// The pinned link of `iface` under `dir`.
+fn link_pin_path(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(format!("link_{iface}"))
+}
+
+/// Puts `prog` into the link a previous daemon left pinned at `path`, atomically:
+/// the interface never runs without a program.
+fn take_over(prog: &mut Xdp, path: &Path) -> Result<PinnedLink, String> {
+    let pinned = PinnedLink::from_pin(path).map_err(|e| e.to_string())?;
+    let link = XdpLink::try_from(FdLink::from(pinned)).map_err(|e| format!("not an XDP link: {e}"))?;
+    let id = prog.attach_to_link(link).map_err(|e| e.to_string())?;
+    // The pin keeps the link alive; hold it through the pin and let this copy go.
+    drop(prog.take_link(id).map_err(|e| e.to_string())?);
+    PinnedLink::from_pin(path).map_err(|e| e.to_string())
+}
+
 /// The fast path attached to an interface, with its map writer.
 pub struct XdpHandle {
     iface: String,
     mode: AttachMode,
-    link: Option<XdpLinkId>,
+    link: Option<Attachment>,
     writer: MapWriter,
     loaded: LoadedXdp,
 }
@@ -379,6 +413,32 @@ impl XdpHandle {
         }
         writer.set_listen(&listen)?;
         let prog = program_mut(&mut loaded.ebpf)?;
+        let link_path = opts.pin_dir.as_deref().map(|d| link_pin_path(d, iface));
+        if let Some(path) = link_path.as_deref().filter(|p| p.exists()) {
+            match take_over(prog, path) {
+                Ok(pinned) => {
+                    tracing::warn!(
+                        iface,
+                        link = %path.display(),
+                        ?listen,
+                        "took over the XDP link a previous daemon left attached (it did not shut down cleanly)"
+                    );
+                    let link = Some(Attachment::Pinned(pinned));
+                    return Ok(XdpHandle {
+                        iface: iface.to_string(),
+                        mode: AttachMode::TakenOver,
+                        link,
+                        writer,
+                        loaded,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(iface, link = %path.display(), error = %e, "the pinned XDP link is unusable; removing it");
+                    std::fs::remove_file(path)
+                        .map_err(|source| XdpError::Bpffs { path: path.to_path_buf(), source })?;
+                }
+            }
+        }
         let (link, mode) = match opts.mode {
             Some(mode) => {
                 let link = prog.attach(iface, mode.aya()).map_err(|e| XdpError::AttachMode {
@@ -404,6 +464,23 @@ impl XdpHandle {
                     }
                 }
             },
+        };
+        let link = match link_path {
+            Some(path) => {
+                let owned =
+                    prog.take_link(link).map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+                // Kernels without XDP links (< 5.9) attach through netlink: nothing to pin.
+                let fd = FdLink::try_from(owned).map_err(|e| XdpError::LinkPin {
+                    path: path.clone(),
+                    reason: format!(
+                        "not a bpf_link ({e}): this kernel attaches XDP through netlink; 5.9 or newer is needed"
+                    ),
+                })?;
+                Attachment::Pinned(
+                    fd.pin(&path).map_err(|e| XdpError::LinkPin { path: path.clone(), reason: e.to_string() })?,
+                )
+            }
+            None => Attachment::Owned(link),
         };
         tracing::info!(iface, %mode, ?listen, pins = ?opts.pin_dir, "XDP fast path attached");
         Ok(XdpHandle { iface: iface.to_string(), mode, link: Some(link), writer, loaded })
@@ -436,11 +513,21 @@ impl XdpHandle {
 
     /// Detaches the program; the maps stay pinned until the handle is dropped.
     pub fn detach(&mut self) -> Result<(), XdpError> {
-        if let Some(link) = self.link.take() {
-            let prog = program_mut(&mut self.loaded.ebpf)?;
-            prog.detach(link).map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
-            tracing::info!(iface = %self.iface, "XDP fast path detached");
+        match self.link.take() {
+            Some(Attachment::Owned(link)) => {
+                let prog = program_mut(&mut self.loaded.ebpf)?;
+                prog.detach(link).map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+            }
+            // Unpinned and closed, the link goes and takes the program off the interface.
+            Some(Attachment::Pinned(pinned)) => {
+                drop(pinned.unpin().map_err(|source| XdpError::Bpffs {
+                    path: PathBuf::from(format!("link_{}", self.iface)),
+                    source,
+                })?)
+            }
+            None => return Ok(()),
         }
+        tracing::info!(iface = %self.iface, "XDP fast path detached");
         Ok(())
     }
 }

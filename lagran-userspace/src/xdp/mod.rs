@@ -62,6 +62,8 @@ pub enum XdpError {
     Attach { iface: String, native: String, generic: String },
     #[error("attaching XDP to {iface} in {mode} mode failed: {source}")]
     AttachMode { iface: String, mode: AttachMode, source: Box<aya::programs::ProgramError> },
+    #[error("pinning the XDP link at {path}: {reason}")]
+    LinkPin { path: PathBuf, reason: String },
     #[error("BPF_PROG_TEST_RUN failed: {0}")]
     TestRun(#[source] Box<aya::programs::ProgramError>),
     #[error("map `{map}` is full ({max} entries): {what}")]
