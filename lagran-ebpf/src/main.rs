@@ -45,10 +45,14 @@ pub fn lagran(ctx: XdpContext) -> u32 {
     match try_lagran(&ctx) {
         Ok(action) => {
             maps::count(Counter::Answered);
+            #[cfg(feature = "xdp-debug-log")]
+            aya_log_ebpf::debug!(&ctx, "lagran: answered");
             action
         }
         Err(reason) => {
             maps::count(reason);
+            #[cfg(feature = "xdp-debug-log")]
+            aya_log_ebpf::debug!(&ctx, "lagran: passed, counter {}", reason as u32);
             xdp_action::XDP_PASS
         }
     }

@@ -41,6 +41,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     fmt.current_dir(&root).args(["fmt", "--all", "--check"]);
     util::run(&mut fmt).context("unformatted code: run `cargo fmt --all`")?;
     let obj = build_ebpf::setup_and_build(true)?;
+    // The same program with its aya-log debug events (tests/xdp_debug_log.rs).
+    let debug_obj =
+        build_ebpf::build_ebpf(&build_ebpf::Options { release: true, features: vec!["xdp-debug-log".into()] })?;
     let mut clippy = Command::new("cargo");
     clippy.current_dir(&root).args([
         "clippy",
@@ -63,7 +66,8 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         // Tests that need PostgreSQL, dig or the XDP object fail instead of skipping.
         .env("LAGRAN_REQUIRE_PG", "1")
         .env("LAGRAN_REQUIRE_TOOLS", "1")
-        .env("LAGRAN_EBPF_OBJECT", &obj);
+        .env("LAGRAN_EBPF_OBJECT", &obj)
+        .env("LAGRAN_EBPF_DEBUG_OBJECT", &debug_obj);
     if !opts.args.is_empty() {
         test.arg("--").args(&opts.args);
     }

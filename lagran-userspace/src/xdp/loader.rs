@@ -194,6 +194,13 @@ impl LoadedXdp {
         Ok(loaded)
     }
 
+    /// The reader of the program's debug events, when the object was built with the
+    /// `xdp-debug-log` feature; `None` for a production object (it has no log map).
+    /// Taken once.
+    pub fn take_debug_logger<T: log::Log>(&mut self, logger: T) -> Option<aya_log::EbpfLogger<T>> {
+        aya_log::EbpfLogger::init_with_logger(&mut self.ebpf, logger).ok()
+    }
+
     /// Instructions the verifier processed at load (kernel ≥ 5.16 reports it).
     pub fn verified_insns(&self) -> Option<u32> {
         let prog: &Xdp = self.ebpf.program(PROGRAM)?.try_into().ok()?;
@@ -492,6 +499,11 @@ impl XdpHandle {
 
     pub fn mode(&self) -> AttachMode {
         self.mode
+    }
+
+    /// See [`LoadedXdp::take_debug_logger`].
+    pub fn take_debug_logger<T: log::Log>(&mut self, logger: T) -> Option<aya_log::EbpfLogger<T>> {
+        self.loaded.take_debug_logger(logger)
     }
 
     /// The writer that keeps the maps equal to the route table.

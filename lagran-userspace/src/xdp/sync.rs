@@ -35,7 +35,13 @@ pub fn start(
     if pin_dir.is_some() {
         opts.pin_dir = pin_dir;
     }
-    let handle = Arc::new(Mutex::new(XdpHandle::attach_with(iface, dns_port, &obj, &opts)?));
+    let mut attached = XdpHandle::attach_with(iface, dns_port, &obj, &opts)?;
+    // An object built with `xdp-debug-log` reports every packet's outcome; forward them.
+    if let Some(logger) = attached.take_debug_logger(log::logger()) {
+        tracing::warn!(iface, "the XDP object carries debug events (xdp-debug-log): not for production");
+        tokio::spawn(forward_debug_log(logger, shutdown.clone()));
+    }
+    let handle = Arc::new(Mutex::new(attached));
     sync(&handle, &table, &settings);
     let for_metrics = handle.clone();
     metrics.add_source(Box::new(move |out| {
@@ -87,6 +93,33 @@ fn sync(handle: &Mutex<XdpHandle>, table: &SharedRouteTable, settings: &DnsSetti
         ),
         Err(e) => {
             tracing::error!(version = t.version, error = %e, "XDP map sync failed; the fast path passes queries up until the next sync")
+        }
+    }
+}
+
+/// Reads the program's aya-log ring buffer as it fills and hands the records to `log`
+/// (bridged into `tracing`, target `lagran`, level debug), until `shutdown`.
+async fn forward_debug_log(logger: aya_log::EbpfLogger<&'static dyn log::Log>, shutdown: CancellationToken) {
+    use tokio::io::Interest;
+    use tokio::io::unix::AsyncFd;
+    // SAFETY: the fd is the logger's ring buffer map, owned by `logger` and open for as
+    // long as it lives; the AsyncFd owns the logger and never hands it out.
+    let mut fd = match unsafe { AsyncFd::register_with_interest(logger, Interest::READABLE) } {
+        Ok(fd) => fd,
+        Err(e) => {
+            let (_, e) = e.into_parts();
+            tracing::error!(error = %e, "cannot poll the XDP debug log; its events are lost");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            ready = fd.readable_mut() => {
+                let Ok(mut guard) = ready else { return };
+                guard.get_inner_mut().flush();
+                guard.clear_ready();
+            }
         }
     }
 }
