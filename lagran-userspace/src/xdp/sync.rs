@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 use crate::config::DnsSettings;
+use crate::confirmation::Confirmation;
 use crate::metrics::Metrics;
 use crate::route_table::SharedRouteTable;
 use crate::xdp::{XdpError, XdpHandle, XdpOptions, object_bytes};
@@ -21,6 +22,7 @@ pub fn start(
     settings: DnsSettings,
     table: SharedRouteTable,
     mut versions: watch::Receiver<u64>,
+    confirmation: Arc<Confirmation>,
     metrics: &Metrics,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, XdpError> {
@@ -52,9 +54,8 @@ pub fn start(
                     sync(&handle, &table, &settings);
                 }
                 _ = tick.tick() => {
-                    let t = table.load();
                     let mut h = handle.lock().expect("xdp handle lock poisoned");
-                    if let Err(e) = h.writer().update_staleness(&t, &settings, now_ms()) {
+                    if let Err(e) = h.writer().update_staleness(confirmation.last_ms(), &settings, now_ms()) {
                         tracing::error!(error = %e, "updating the XDP staleness switch failed");
                     }
                 }
