@@ -164,9 +164,11 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
             iface,
             dns_addr.port(),
             config.dns.clone(),
-            table.clone(),
-            cp.scheduler.subscribe(),
-            cp.scheduler.confirmation().clone(),
+            crate::xdp::sync::Follow {
+                table: table.clone(),
+                versions: cp.scheduler.subscribe(),
+                confirmation: cp.scheduler.confirmation().clone(),
+            },
             &metrics,
             shutdown.clone(),
         )
@@ -257,9 +259,11 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
                 iface,
                 dns_addr.port(),
                 config.dns.clone(),
-                table.clone(),
-                follower.versions.subscribe(),
-                confirmation.clone(),
+                crate::xdp::sync::Follow {
+                    table: table.clone(),
+                    versions: follower.versions.subscribe(),
+                    confirmation: confirmation.clone(),
+                },
                 &metrics,
                 shutdown.clone(),
             )

@@ -15,17 +15,24 @@ use crate::metrics::Metrics;
 use crate::route_table::SharedRouteTable;
 use crate::xdp::{XdpError, XdpHandle, XdpOptions, object_bytes};
 
+/// What the maps follow: the table, its published versions, and when the
+/// control plane last confirmed it (the staleness switch).
+pub struct Follow {
+    pub table: SharedRouteTable,
+    pub versions: watch::Receiver<u64>,
+    pub confirmation: Arc<Confirmation>,
+}
+
 /// Attaches to `iface` for DNS on `dns_port` and spawns the sync loop.
 pub fn start(
     iface: &str,
     dns_port: u16,
     settings: DnsSettings,
-    table: SharedRouteTable,
-    mut versions: watch::Receiver<u64>,
-    confirmation: Arc<Confirmation>,
+    follow: Follow,
     metrics: &Metrics,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, XdpError> {
+    let Follow { table, mut versions, confirmation } = follow;
     let obj = object_bytes()?;
     // LAGRAN_PIN_DIR moves the pins (tests and benchmarks running beside a production instance).
     let pin_dir = std::env::var_os("LAGRAN_PIN_DIR").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
