@@ -7,6 +7,7 @@ mod bench;
 mod build_ebpf;
 mod run;
 mod setup;
+mod simulate;
 mod test;
 mod util;
 
@@ -32,6 +33,9 @@ enum Subcommand {
     /// Measure SPEC §10: XDP vs userspace QPS in namespaces, node-down → map,
     /// kernel lookup cost, ECS scopes, geo lookup, xdb load, recompute (root, ~10 min).
     Bench(bench::Options),
+    /// Scheduling quality at fleet scale: real xdb, 100 000 client /24s with
+    /// ECS, dense and sparse fleets; a table and target/simulate/*.csv.
+    Simulate(simulate::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +46,6 @@ fn main() -> anyhow::Result<()> {
         Subcommand::Run(opts) => run::exec(opts),
         Subcommand::Test(opts) => test::exec(opts),
         Subcommand::Bench(opts) => bench::exec(opts),
+        Subcommand::Simulate(opts) => simulate::exec(opts),
     }
 }
