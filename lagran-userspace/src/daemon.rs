@@ -94,6 +94,9 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
     if overrides > 0 {
         tracing::info!(overrides, "geo overrides applied");
     }
+    if scheduler.restore_freeze().await.map_err(DaemonError::FirstRecompute)? {
+        tracing::warn!("a rollback made before the restart still holds the route table");
+    }
     let first = scheduler.recompute().await.map_err(DaemonError::FirstRecompute)?;
     tracing::info!(version = first.version, names = first.scheduled_names().count(), "first route table ready");
 
@@ -195,15 +198,20 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
             iface,
             &listeners.addrs,
             config.dns.clone(),
-            table.clone(),
-            cp.scheduler.subscribe(),
+            crate::xdp::sync::Follow {
+                table: table.clone(),
+                versions: cp.scheduler.subscribe(),
+                confirmation: cp.scheduler.confirmation().clone(),
+            },
             &metrics,
             shutdown.clone(),
         )
         .map_err(|source| DaemonError::Xdp { iface: iface.clone(), source })?;
         loops.push(task);
     }
-    let dns = Arc::new(DnsServer { table, settings: Arc::new(config.dns.clone()), counters });
+    add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
+    let dns =
+        Arc::new(DnsServer::new(table, Arc::new(config.dns.clone()), counters, cp.scheduler.confirmation().clone()));
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
@@ -234,6 +242,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
 pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
     let cp = start_control(&config, &opts).await?;
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
+    add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     let (api_listener, api_addr) = bind_api(&config).await?;
     let loops = spawn_control_loops(&cp, &shutdown);
     let state = AppState {
@@ -261,6 +270,8 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     let counters = Arc::new(DnsCounters::default());
     let metrics = Arc::new(Metrics::new(counters.clone()));
     let stats = Arc::new(crate::nshost::FollowerStats::default());
+    let confirmation = Arc::new(crate::confirmation::Confirmation::new());
+    add_confirmation_metrics(&metrics, confirmation.clone(), &config);
     let follower = crate::nshost::Follower {
         client: crate::api_client::ApiClient {
             base: opts.control.clone(),
@@ -271,6 +282,8 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         versions: tokio::sync::watch::Sender::new(0),
         state_file: opts.state_file.clone(),
         stats: stats.clone(),
+        confirmation: confirmation.clone(),
+        poll_wait: crate::nshost::Follower::poll_wait(config.dns.stale_secs),
     };
     let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
@@ -280,8 +293,11 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
                 iface,
                 &listeners.addrs,
                 config.dns.clone(),
-                table.clone(),
-                follower.versions.subscribe(),
+                crate::xdp::sync::Follow {
+                    table: table.clone(),
+                    versions: follower.versions.subscribe(),
+                    confirmation: confirmation.clone(),
+                },
                 &metrics,
                 shutdown.clone(),
             )
@@ -289,7 +305,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         ),
         None => None,
     };
-    let dns = Arc::new(DnsServer { table: table.clone(), settings: Arc::new(config.dns.clone()), counters });
+    let dns = Arc::new(DnsServer::new(table.clone(), Arc::new(config.dns.clone()), counters, confirmation.clone()));
     let follow_task = tokio::spawn(follower.run(shutdown.clone()));
     let ops = ns_router(table, metrics, stats);
     tracing::info!(dns = %listeners.display(), api = %api_addr, control = %opts.control, "lagran NS host serving");
@@ -312,6 +328,14 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
 }
 
 /// `/healthz` and `/metrics` of an NS host.
+/// `/metrics` lines for the table's confirmation (SPEC §7 staleness).
+fn add_confirmation_metrics(metrics: &Metrics, confirmation: Arc<crate::confirmation::Confirmation>, config: &Config) {
+    let settings = config.dns.clone();
+    metrics.add_source(Box::new(move |out| {
+        confirmation.render_prometheus(&settings, crate::clock::now_ms(), out);
+    }));
+}
+
 fn ns_router(
     table: crate::route_table::SharedRouteTable,
     metrics: Arc<Metrics>,

@@ -13,6 +13,7 @@ pub mod api_client;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod confirmation;
 pub mod daemon;
 pub mod demo;
 pub mod dns;

@@ -4,9 +4,14 @@
 //! publishes it to its responders and saves it to disk. When the control plane
 //! is unreachable it keeps answering from the last table it has — also across
 //! its own restarts, from the saved copy — and never withdraws itself (seed
-//! 003: the 2021 Facebook outage). How stale the table is shows in
-//! `_version.<zone>` and in `/metrics`; past DNS_STALE_SECS the responder
-//! answers DNS_FALLBACK_IP when one is set.
+//! 003: the 2021 Facebook outage).
+//!
+//! Every answer of the stream — a new table, or 304 "yours is still current" —
+//! is a confirmation, recorded on this host's own clock
+//! ([`Confirmation`]); the saved file's modification time carries the last
+//! one across restarts. How long ago the table was confirmed shows in
+//! `_version.<zone>` (`confirmed_ms_ago=`) and in `/metrics`; once it is more
+//! than DNS_STALE_SECS the responder answers DNS_FALLBACK_IP when one is set.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api_client::ApiClient;
 use crate::clock::now_ms;
+use crate::confirmation::Confirmation;
 use crate::route_table::{RouteTable, SharedRouteTable};
 
 /// What the follower has seen, for `/metrics`.
@@ -65,6 +71,21 @@ pub fn load_saved(path: &Path) -> Option<RouteTable> {
     }
 }
 
+/// When the saved table was last confirmed: its file's modification time
+/// (unix ms; 0 when unknown).
+pub fn saved_confirmed_at(path: &Path) -> i64 {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified());
+    modified
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Records a confirmation of the saved table (its modification time).
+fn touch(path: &Path) -> std::io::Result<()> {
+    std::fs::File::options().append(true).open(path)?.set_modified(std::time::SystemTime::now())
+}
+
 /// Saves a table atomically (write to a temporary file, then rename).
 pub fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
@@ -82,9 +103,21 @@ pub struct Follower {
     pub versions: tokio::sync::watch::Sender<u64>,
     pub state_file: Option<PathBuf>,
     pub stats: Arc<FollowerStats>,
+    /// Stamped on every answer of the stream (SPEC §7 staleness).
+    pub confirmation: Arc<Confirmation>,
+    /// How long one long poll waits for a newer table; keep it well under
+    /// DNS_STALE_SECS ([`Follower::poll_wait`]), since each answer is a confirmation.
+    pub poll_wait: Duration,
 }
 
 impl Follower {
+    /// The long-poll wait for a given DNS_STALE_SECS: at most 25 s and at most a
+    /// third of DNS_STALE_SECS, so a healthy control plane confirms the table
+    /// several times before it could go stale.
+    pub fn poll_wait(stale_secs: u64) -> Duration {
+        Duration::from_millis(stale_secs.saturating_mul(1000).div_euclid(3).clamp(100, 25_000))
+    }
+
     /// Publishes a saved table first (if any), then follows the control plane until shutdown.
     pub async fn run(self, shutdown: CancellationToken) {
         if let Some(path) = &self.state_file
@@ -92,13 +125,14 @@ impl Follower {
         {
             tracing::info!(version = t.version, path = %path.display(), "serving the saved route table until the control plane answers");
             let v = t.version;
+            self.confirmation.confirm(saved_confirmed_at(path));
             self.table.store(Arc::new(t));
             self.versions.send_replace(v);
         }
         let mut backoff = Duration::from_millis(500);
         loop {
             let since = self.table.load().version;
-            let path = format!("/api/v1/routes/table?since={since}&wait_ms=25000");
+            let path = format!("/api/v1/routes/table?since={since}&wait_ms={}", self.poll_wait.as_millis());
             let res = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 r = tokio::time::timeout(Duration::from_secs(35), self.client.get_raw(&path)) => r,
@@ -128,7 +162,15 @@ impl Follower {
             };
             match outcome {
                 Ok(()) => {
-                    self.stats.last_contact_ms.store(now_ms(), Ordering::Relaxed);
+                    let now = now_ms();
+                    self.stats.last_contact_ms.store(now, Ordering::Relaxed);
+                    self.confirmation.confirm(now);
+                    if let Some(p) = &self.state_file
+                        && self.table.load().version != 0
+                        && let Err(e) = touch(p)
+                    {
+                        tracing::debug!(path = %p.display(), error = %e, "cannot record the confirmation on the saved table");
+                    }
                     backoff = Duration::from_millis(500);
                 }
                 Err(e) => {

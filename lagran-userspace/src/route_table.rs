@@ -224,6 +224,60 @@ impl RouteTable {
         self.index.get(&name).map(|&(zi, ni)| &self.zones[zi].names[ni])
     }
 
+    /// Whether `other` makes every NS host answer exactly as `self` does: the
+    /// same zones, names and ids, the same prefix blocks (so the same ECS
+    /// scopes) and, block by block, the same served answer (TTL, addresses,
+    /// node, state, canary split). Versions, generation times and `reason`
+    /// texts (explanations: a score that moved inside the hysteresis margin
+    /// rewrites them) do not count. The scheduler publishes only tables that
+    /// are not the same as the current one.
+    pub fn serves_same_as(&self, other: &RouteTable) -> bool {
+        fn served(a: &Answer) -> (u32, &[Ipv4Addr], &[Ipv6Addr], Option<&str>, AnswerState) {
+            (a.ttl, &a.ipv4, &a.ipv6, a.node.as_deref(), a.state)
+        }
+        fn same_answer(x: &ScheduledName, xi: u32, y: &ScheduledName, yi: u32) -> bool {
+            let (Some(a), Some(b)) = (x.answers.get(xi as usize), y.answers.get(yi as usize)) else { return false };
+            if served(a) != served(b) {
+                return false;
+            }
+            match (a.canary, b.canary) {
+                (None, None) => true,
+                (Some(ca), Some(cb)) => {
+                    ca.percent == cb.percent
+                        && x.answers.get(ca.answer as usize).map(served)
+                            == y.answers.get(cb.answer as usize).map(served)
+                }
+                _ => false,
+            }
+        }
+        fn same_name(x: &ScheduledName, y: &ScheduledName) -> bool {
+            x.name == y.name
+                && x.id == y.id
+                && x.v4.len() == y.v4.len()
+                && x.v6.len() == y.v6.len()
+                && x.v4
+                    .iter()
+                    .zip(y.v4.iter())
+                    .all(|(p, q)| p.addr == q.addr && p.len == q.len && same_answer(x, p.value, y, q.value))
+                && x.v6
+                    .iter()
+                    .zip(y.v6.iter())
+                    .all(|(p, q)| p.addr == q.addr && p.len == q.len && same_answer(x, p.value, y, q.value))
+        }
+        self.zones.len() == other.zones.len()
+            && self.zones.iter().zip(&other.zones).all(|(a, b)| {
+                a.zone == b.zone
+                    && a.names.len() == b.names.len()
+                    && a.names.iter().zip(&b.names).all(|(x, y)| same_name(x, y))
+            })
+    }
+
+    /// The same content under another version and generation time (a rollback
+    /// republishes the old table this way, so followers see a newer version).
+    pub fn republished(&self, version: u64, generated_at_ms: i64) -> RouteTable {
+        RouteTable::new(version, generated_at_ms, self.zones.clone())
+    }
+
     /// Every scheduled name in every zone.
     pub fn scheduled_names(&self) -> impl Iterator<Item = &ScheduledName> {
         self.zones.iter().flat_map(|z| z.names.iter())

@@ -7,6 +7,7 @@ mod dns;
 mod geo;
 mod nshost;
 mod postgres;
+mod publish;
 mod real_geo;
 mod scheduling;
 mod support;

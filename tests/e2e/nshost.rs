@@ -73,9 +73,29 @@ fn a_stale_table_answers_the_fallback_when_one_is_set() {
     let ns = ns_host(&control, &state, env);
     let r = ns.dig_until(&SHENZHEN, Duration::from_secs(10), |r| !r.answers("A").is_empty());
     assert_eq!(r.answers("A"), vec!["203.0.113.21"]);
+    // A quiet, healthy control plane: the table outlives DNS_STALE_SECS but
+    // stays confirmed, so it is not stale.
+    std::thread::sleep(Duration::from_millis(3_500));
+    assert_eq!(ns.dig(&SHENZHEN).answers("A"), vec!["203.0.113.21"], "a confirmed table is not stale\n{}", ns.log());
+    let confirmed = confirmed_ms_ago(&ns);
+    assert!((0..2_000).contains(&confirmed), "the stream keeps confirming the table: {confirmed} ms ago");
+    // The confirmations stop: past DNS_STALE_SECS on the NS host's clock, the fallback.
     drop(control);
     let r = ns.dig_until(&SHENZHEN, Duration::from_secs(8), |r| r.answers("A") == vec!["192.0.2.99"]);
     assert_eq!(r.answers("A"), vec!["192.0.2.99"], "past DNS_STALE_SECS the fallback answers\n{}", r.text);
     let r = ns.dig(&["_version.edge.lagran.net", "TXT"]);
     assert!(r.answers("TXT").join(" ").contains("age_ms="), "{}", r.text);
+    assert!(confirmed_ms_ago(&ns) > 2_000, "_version shows the confirmations stopped: {}", r.text);
+    let (_, m) = ns.get("/metrics");
+    assert!(m.as_str().unwrap_or("").contains("lagran_route_table_stale 1"), "{m}");
+}
+
+/// `confirmed_ms_ago=` of the NS host's `_version` TXT.
+fn confirmed_ms_ago(ns: &Daemon) -> i64 {
+    let r = ns.dig(&["_version.edge.lagran.net", "TXT"]);
+    let txt = r.answers("TXT").join(" ").replace('"', "");
+    txt.split_whitespace()
+        .find_map(|w| w.strip_prefix("confirmed_ms_ago="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no confirmed_ms_ago= in {}", r.text))
 }

@@ -8,6 +8,7 @@ mod build_ebpf;
 mod integration_test;
 mod run;
 mod setup;
+mod simulate;
 mod test;
 mod util;
 
@@ -36,6 +37,9 @@ enum Subcommand {
     /// The XDP tests with the real object on the host kernel (`local`) or under
     /// QEMU on Debian's kernels (`vm [--kernels 5.10,6.1,6.12,sid]`), root.
     IntegrationTest(integration_test::Options),
+    /// Scheduling quality at fleet scale: real xdb, 100 000 client /24s with
+    /// ECS, dense and sparse fleets; a table and target/simulate/*.csv.
+    Simulate(simulate::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,5 +51,6 @@ fn main() -> anyhow::Result<()> {
         Subcommand::Test(opts) => test::exec(opts),
         Subcommand::Bench(opts) => bench::exec(opts),
         Subcommand::IntegrationTest(opts) => integration_test::exec(opts),
+        Subcommand::Simulate(opts) => simulate::exec(opts),
     }
 }

@@ -75,6 +75,9 @@ impl From<SchedulerError> for ApiError {
             SchedulerError::NoPrevious => {
                 ApiError::new(StatusCode::CONFLICT, "no previous route table to roll back to")
             }
+            e @ (SchedulerError::BadFreeze(_) | SchedulerError::Build(_)) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }
         }
     }
 }

@@ -46,14 +46,14 @@ pub async fn current(State(state): State<AppState>, headers: HeaderMap) -> Resul
 
 pub async fn rollback(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     state.auth.check_admin(&headers)?;
-    let t = state.scheduler.rollback()?;
+    let t = state.scheduler.rollback().await?;
     Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "frozen": true })))
 }
 
 /// Ends a rollback's freeze and recomputes.
 pub async fn resume(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     state.auth.check_admin(&headers)?;
-    state.scheduler.resume();
+    state.scheduler.resume().await?;
     let t = state.scheduler.recompute().await?;
     Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "frozen": false })))
 }
@@ -71,6 +71,11 @@ pub struct TableParams {
 
 /// The route table stream for NS hosts: long-polls for a table newer than
 /// `since`, answers it whole (JSON), or 304 when none came within `wait_ms`.
+///
+/// Every answer confirms the table the NS host will be serving (SPEC §7): a
+/// 304 says "yours is still current". While the scheduler itself has stopped
+/// confirming (its recomputes fail), a 304 would be a false confirmation, so
+/// the stream answers 503 instead and the NS host's table ages towards stale.
 pub async fn table(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -88,7 +93,17 @@ pub async fn table(
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
             Ok(Ok(())) => continue,
-            _ => return Ok(axum::http::StatusCode::NOT_MODIFIED.into_response()),
+            _ => {
+                let confirmation = state.scheduler.confirmation();
+                if confirmation.is_stale(&state.dns, crate::clock::now_ms()) {
+                    let ago = confirmation.ms_ago(crate::clock::now_ms()).unwrap_or(-1);
+                    return Err(ApiError::new(
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        format!("the scheduler has not confirmed route table {} for {ago} ms", t.version),
+                    ));
+                }
+                return Ok(axum::http::StatusCode::NOT_MODIFIED.into_response());
+            }
         }
     }
 }

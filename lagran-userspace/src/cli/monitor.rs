@@ -1,5 +1,6 @@
 //! `lagran monitor`: how far each NS host lags behind the control plane
-//! (seed 003). Each NS host is asked `_version.<zone> TXT` over UDP; the
+//! (seed 003) and how long ago the control plane last confirmed each one's
+//! table (`confirmed_ms_ago`, SPEC §7). Each NS host is asked `_version.<zone> TXT` over UDP; the
 //! control plane's own version comes from `GET /api/v1/routes`.
 
 use std::fmt::Write;
@@ -18,6 +19,9 @@ pub struct NsVersion {
     pub ns: SocketAddr,
     pub version: Option<u64>,
     pub age_ms: Option<i64>,
+    /// Milliseconds since the control plane last confirmed the NS host's table
+    /// (its own clock); -1 when it never did; `None` from an older NS host.
+    pub confirmed_ms_ago: Option<i64>,
     pub error: Option<String>,
 }
 
@@ -27,9 +31,14 @@ pub fn parse_version_txt(txt: &str) -> (Option<u64>, Option<i64>) {
     (field("version=").and_then(|v| v.parse().ok()), field("age_ms=").and_then(|v| v.parse().ok()))
 }
 
+/// Reads `confirmed_ms_ago=C` from the same TXT (absent from older NS hosts).
+pub fn parse_confirmed_ms_ago(txt: &str) -> Option<i64> {
+    txt.split_whitespace().find_map(|w| w.strip_prefix("confirmed_ms_ago=")).and_then(|v| v.parse().ok())
+}
+
 /// Asks one NS host for its route-table version.
 pub async fn query_ns(ns: SocketAddr, zone: &str, timeout: Duration) -> NsVersion {
-    let fail = |e: String| NsVersion { ns, version: None, age_ms: None, error: Some(e) };
+    let fail = |e: String| NsVersion { ns, version: None, age_ms: None, confirmed_ms_ago: None, error: Some(e) };
     let name = match Name::from_str(&format!("_version.{}.", zone.trim_end_matches('.'))) {
         Ok(n) => n,
         Err(e) => return fail(format!("bad zone {zone:?}: {e}")),
@@ -70,7 +79,7 @@ pub async fn query_ns(ns: SocketAddr, zone: &str, timeout: Duration) -> NsVersio
     if version.is_none() {
         return fail(format!("no version in the answer ({})", reply.response_code()));
     }
-    NsVersion { ns, version, age_ms, error: None }
+    NsVersion { ns, version, age_ms, confirmed_ms_ago: parse_confirmed_ms_ago(&txt), error: None }
 }
 
 /// One report: the control plane's version and every NS host's lag.
@@ -81,7 +90,8 @@ pub async fn report(client: Option<&ApiClient>, ns: &[SocketAddr], zone: &str) -
     };
     let mut out = String::new();
     let _ = writeln!(out, "control plane version: {}", control.map_or("unknown".to_string(), |v| v.to_string()));
-    let _ = writeln!(out, "{:<24} {:>16} {:>10} {:>10}  status", "NS", "VERSION", "BEHIND", "AGE_S");
+    let _ =
+        writeln!(out, "{:<24} {:>16} {:>10} {:>10} {:>12}  status", "NS", "VERSION", "BEHIND", "AGE_S", "CONFIRMED_S");
     let answers = futures_join(ns, zone).await;
     for a in answers {
         let behind = match (control, a.version) {
@@ -90,11 +100,16 @@ pub async fn report(client: Option<&ApiClient>, ns: &[SocketAddr], zone: &str) -
         };
         let _ = writeln!(
             out,
-            "{:<24} {:>16} {:>10} {:>10}  {}",
+            "{:<24} {:>16} {:>10} {:>10} {:>12}  {}",
             a.ns,
             a.version.map_or("-".to_string(), |v| v.to_string()),
             behind,
             a.age_ms.map_or("-".to_string(), |v| format!("{:.1}", v as f64 / 1e3)),
+            match a.confirmed_ms_ago {
+                None => "-".to_string(),
+                Some(v) if v < 0 => "never".to_string(),
+                Some(v) => format!("{:.1}", v as f64 / 1e3),
+            },
             a.error.as_deref().unwrap_or("ok")
         );
     }
@@ -115,6 +130,7 @@ async fn futures_join(ns: &[SocketAddr], zone: &str) -> Vec<NsVersion> {
             ns: a,
             version: None,
             age_ms: None,
+            confirmed_ms_ago: None,
             error: Some(e.to_string()),
         }));
     }
@@ -129,6 +145,10 @@ mod tests {
     fn version_txt_parses() {
         assert_eq!(parse_version_txt("version=17 generated_at=5 age_ms=1200"), (Some(17), Some(1200)));
         assert_eq!(parse_version_txt("nonsense"), (None, None));
+        let txt = "version=17 generated_at=5 age_ms=1200 confirmed_ms_ago=300";
+        assert_eq!(parse_version_txt(txt), (Some(17), Some(1200)));
+        assert_eq!(parse_confirmed_ms_ago(txt), Some(300));
+        assert_eq!(parse_confirmed_ms_ago("version=17 generated_at=5 age_ms=1200"), None, "an older NS host");
     }
 
     #[tokio::test]

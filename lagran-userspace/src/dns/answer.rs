@@ -196,10 +196,14 @@ pub fn scheduled_ttl(route_ttl: u32, settings: &DnsSettings) -> u32 {
     settings.served_ttl(route_ttl)
 }
 
-/// Whether a table generated at `generated_at_ms` is older than `stale_secs` at `now_ms`.
-pub fn is_stale(table: &RouteTable, settings: &DnsSettings, now_ms: i64) -> bool {
+/// SPEC §7, the one staleness policy (the responder, the XDP staleness switch
+/// and `/metrics` all ask this): the table is stale when the control plane last
+/// confirmed it (`confirmed_at_ms`, this host's clock, 0 = never) more than
+/// DNS_STALE_SECS before `now_ms`. The table's own age plays no part: a quiet,
+/// healthy cluster and a held rollback keep old tables that are not stale.
+pub fn is_stale(confirmed_at_ms: i64, settings: &DnsSettings, now_ms: i64) -> bool {
     let limit = i64::try_from(settings.stale_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
-    now_ms.saturating_sub(table.generated_at_ms) > limit
+    now_ms.saturating_sub(confirmed_at_ms) > limit
 }
 
 /// The question as read from the query.
@@ -290,8 +294,23 @@ impl<'q> Resp<'q> {
     }
 }
 
-/// Answers one query. See the module documentation of [`super`] for the rules.
+/// Answers one query from a table the control plane confirms right now (what
+/// `lagran explain`, the parity tests and the simulator want); the responder
+/// uses [`answer_confirmed`].
 pub fn answer(q: &Query, table: &RouteTable, settings: &DnsSettings, now_ms: i64) -> Reply {
+    answer_confirmed(q, table, settings, now_ms, now_ms)
+}
+
+/// Answers one query. See the module documentation of [`super`] for the rules.
+/// `confirmed_at_ms` is when the control plane last confirmed `table`, on the
+/// same clock as `now_ms` ([`crate::confirmation::Confirmation`]).
+pub fn answer_confirmed(
+    q: &Query,
+    table: &RouteTable,
+    settings: &DnsSettings,
+    now_ms: i64,
+    confirmed_at_ms: i64,
+) -> Reply {
     let buf = q.bytes;
     // RFC 1035 §4.1.1: the header is 12 octets; anything shorter has no ID to echo.
     if buf.len() < HEADER_LEN {
@@ -394,7 +413,7 @@ pub fn answer(q: &Query, table: &RouteTable, settings: &DnsSettings, now_ms: i64
         return finish(&ctx, Resp::new(None, opt_out, RCODE_FORMERR, false, Outcome::FormErr), None);
     };
 
-    let resp = resolve(q, question, ecs, opt_out, &mut client, table, settings, now_ms);
+    let resp = resolve(q, question, ecs, opt_out, &mut client, table, settings, (now_ms, confirmed_at_ms));
     finish(&ctx, resp, Some(client))
 }
 
@@ -415,7 +434,8 @@ fn resolve<'q>(
     client: &mut ClientInfo,
     table: &RouteTable,
     settings: &DnsSettings,
-    now_ms: i64,
+    // (now, when the control plane last confirmed the table), one clock.
+    (now_ms, confirmed_at_ms): (i64, i64),
 ) -> Resp<'q> {
     let mut r = Resp::new(Some(question), opt, RCODE_NOERROR, true, Outcome::Answered);
     // RFC 1035 §4.1.1: "Refused - The name server refuses to perform the
@@ -441,7 +461,7 @@ fn resolve<'q>(
             match qtype {
                 TYPE_A | TYPE_AAAA => {
                     r.scheduled = true;
-                    scheduled(r, question, zone, name, lookup_addr, ecs, table, settings, now_ms)
+                    scheduled(r, question, zone, name, lookup_addr, ecs, table, settings, (now_ms, confirmed_at_ms))
                 }
                 TYPE_SOA if apex => soa_answer(r, question, zone),
                 TYPE_NS if apex => ns_answer(r, question, zone),
@@ -465,11 +485,15 @@ fn resolve<'q>(
             if qtype != TYPE_TXT {
                 return nodata(r, question, zone);
             }
+            // `confirmed_ms_ago` is -1 when the table was never confirmed.
+            let confirmed_ms_ago =
+                if confirmed_at_ms == 0 { -1 } else { now_ms.saturating_sub(confirmed_at_ms).max(0) };
             let text = format!(
-                "version={} generated_at={} age_ms={}",
+                "version={} generated_at={} age_ms={} confirmed_ms_ago={}",
                 table.version,
                 table.generated_at_ms,
-                now_ms.saturating_sub(table.generated_at_ms)
+                now_ms.saturating_sub(table.generated_at_ms),
+                confirmed_ms_ago
             );
             r.answer.push(Record::from_rdata(question.name.clone(), 0, RData::TXT(TXT::new(vec![text]))));
             r
@@ -517,7 +541,8 @@ fn scheduled<'q>(
     ecs: Option<Ecs>,
     table: &RouteTable,
     settings: &DnsSettings,
-    now_ms: i64,
+    // (now, when the control plane last confirmed the table), one clock.
+    (now_ms, confirmed_at_ms): (i64, i64),
 ) -> Resp<'q> {
     let v4 = question.qtype == TYPE_A;
     if table.version == 0 {
@@ -533,7 +558,7 @@ fn scheduled<'q>(
     // SOURCE PREFIX-LENGTH of 0 means the packet's source address was used.
     let scope = if ecs.is_some_and(|e| e.source() > 0) { matched } else { 0 };
     let ttl = scheduled_ttl(ans.ttl, settings);
-    let stale = is_stale(table, settings, now_ms);
+    let stale = is_stale(confirmed_at_ms, settings, now_ms);
     if stale && let Some(fallback) = settings.fallback_ip {
         // SPEC §7: answers older than DNS_STALE_SECS are replaced by
         // DNS_FALLBACK_IP; it is the same for every client, so scope 0.

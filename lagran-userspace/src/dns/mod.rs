@@ -52,7 +52,7 @@
 //! | missing name / existing name, other type | NXDOMAIN / NODATA (AA=1), SOA in authority, TTL min(ns_ttl, soa_minimum) |
 //! | scheduled A, empty answer | DNS_FALLBACK_IP (same TTL rule and scope), else SERVFAIL |
 //! | scheduled AAAA, no IPv6 | NODATA + SOA, SCOPE of the partition |
-//! | table older than DNS_STALE_SECS | fallback set: A → fallback (SCOPE 0), AAAA → NODATA; else the stale answer (counted) |
+//! | table not confirmed by the control plane for DNS_STALE_SECS (this host's clock) | fallback set: A → fallback (SCOPE 0), AAAA → NODATA; else the stale answer (counted) |
 //! | no table (version 0) | A → fallback with TTL max(DNS_TTL, min_ttl), SCOPE 0; else SERVFAIL |
 //!
 //! RA=0, AD=0 and Z=0 always; RD, CD and the ID are copied; the question is
@@ -69,7 +69,7 @@ pub mod counters;
 pub mod ecs;
 pub mod server;
 
-pub use answer::{ClientInfo, Outcome, Query, Reply, Transport, answer, lookup_key, scheduled_ttl};
+pub use answer::{ClientInfo, Outcome, Query, Reply, Transport, answer, answer_confirmed, lookup_key, scheduled_ttl};
 pub use counters::DnsCounters;
 pub use server::{DnsServer, bind};
 

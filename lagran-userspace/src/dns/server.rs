@@ -22,9 +22,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::answer::{Query, Reply, Transport, answer};
+use super::answer::{Query, Reply, Transport, answer_confirmed};
 use super::counters::DnsCounters;
 use crate::config::DnsSettings;
+use crate::confirmation::Confirmation;
 use crate::route_table::SharedRouteTable;
 
 /// Largest UDP query accepted (bigger datagrams are ignored).
@@ -47,18 +48,27 @@ pub struct DnsServer {
     pub table: SharedRouteTable,
     pub settings: Arc<DnsSettings>,
     pub counters: Arc<DnsCounters>,
+    /// When the control plane last confirmed the table (SPEC §7 staleness).
+    pub confirmation: Arc<Confirmation>,
 }
 
 impl DnsServer {
-    pub fn new(table: SharedRouteTable, settings: Arc<DnsSettings>, counters: Arc<DnsCounters>) -> Self {
-        DnsServer { table, settings, counters }
+    pub fn new(
+        table: SharedRouteTable,
+        settings: Arc<DnsSettings>,
+        counters: Arc<DnsCounters>,
+        confirmation: Arc<Confirmation>,
+    ) -> Self {
+        DnsServer { table, settings, counters, confirmation }
     }
 
     /// Answers one message against the current table, counts and logs it.
     pub fn handle(&self, bytes: &[u8], source: IpAddr, transport: Transport) -> Reply {
         let table = self.table.load();
         let now = crate::clock::now_ms();
-        let reply = answer(&Query { bytes, source: source.to_canonical(), transport }, &table, &self.settings, now);
+        let confirmed_at = self.confirmation.last_ms();
+        let query = Query { bytes, source: source.to_canonical(), transport };
+        let reply = answer_confirmed(&query, &table, &self.settings, now, confirmed_at);
         self.counters.record(transport, &reply);
         if reply.scheduled
             && let Some(c) = &reply.client
@@ -86,9 +96,9 @@ impl DnsServer {
             {
                 tracing::warn!(
                     table_version = table.version,
-                    age_ms = now.saturating_sub(table.generated_at_ms),
+                    confirmed_ms_ago = now.saturating_sub(confirmed_at),
                     stale_secs = self.settings.stale_secs,
-                    "serving stale DNS answers: the route table is older than DNS_STALE_SECS and no DNS_FALLBACK_IP is set"
+                    "serving stale DNS answers: the control plane has not confirmed the route table for DNS_STALE_SECS and no DNS_FALLBACK_IP is set"
                 );
             }
         }
@@ -318,7 +328,10 @@ mod tests {
         assert_eq!(tcp.local_addr().unwrap(), addr, "same port for UDP and TCP");
         let shared = crate::route_table::empty_shared();
         shared.store(Arc::new(table()));
-        let server = Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new())));
+        let confirmed = Arc::new(Confirmation::new());
+        confirmed.confirm(crate::clock::now_ms());
+        let server =
+            Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed));
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(server.clone().run(udp, tcp, shutdown.clone()));
 

@@ -9,7 +9,7 @@ use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::answer::{MAX_ANSWERS, Outcome, Query, Reply, Transport, answer, scheduled_ttl};
+use super::answer::{MAX_ANSWERS, Outcome, Query, Reply, Transport, answer, answer_confirmed, scheduled_ttl};
 use crate::config::DnsSettings;
 use crate::model::{NsHost, Zone};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
@@ -184,6 +184,26 @@ fn ecs_option(data: &[u8]) -> Vec<u8> {
 
 fn run_with(bytes: &[u8], src: &str, t: Transport, table: &RouteTable, s: &DnsSettings) -> Reply {
     answer(&Query { bytes, source: ip(src), transport: t }, table, s, NOW)
+}
+
+/// Like [`ask_with`], the table last confirmed by the control plane at `confirmed_at_ms`.
+fn ask_confirmed(
+    m: &Message,
+    src: &str,
+    table: &RouteTable,
+    s: &DnsSettings,
+    confirmed_at_ms: i64,
+) -> (Reply, Message) {
+    let bytes = m.to_vec().unwrap();
+    let r = answer_confirmed(
+        &Query { bytes: &bytes, source: ip(src), transport: Transport::Udp },
+        table,
+        s,
+        NOW,
+        confirmed_at_ms,
+    );
+    let parsed = parse(&r);
+    (r, parsed)
 }
 
 fn parse(r: &Reply) -> Message {
@@ -662,8 +682,17 @@ fn whoami() {
 fn version_txt() {
     let (r, m) = ask(&msg("_version.edge.lagran.net.", RecordType::TXT), "9.9.9.9");
     assert_eq!(r.outcome, Outcome::Answered);
-    assert_eq!(txt_of(&m), format!("version=7 generated_at={} age_ms=1000", NOW - 1000));
+    assert_eq!(txt_of(&m), format!("version=7 generated_at={} age_ms=1000 confirmed_ms_ago=0", NOW - 1000));
     assert_eq!(m.answers()[0].ttl(), 0);
+}
+
+#[test]
+fn version_txt_says_when_the_table_was_last_confirmed() {
+    let q = msg("_version.edge.lagran.net.", RecordType::TXT);
+    let (_, m) = ask_confirmed(&q, "9.9.9.9", &table(), &settings(), NOW - 2_500);
+    assert_eq!(txt_of(&m), format!("version=7 generated_at={} age_ms=1000 confirmed_ms_ago=2500", NOW - 1000));
+    let (_, m) = ask_confirmed(&q, "9.9.9.9", &table(), &settings(), 0);
+    assert!(txt_of(&m).ends_with(" confirmed_ms_ago=-1"), "never confirmed: {}", txt_of(&m));
 }
 
 // ---- fallback, no table, stale -------------------------------------------------------
@@ -720,8 +749,23 @@ fn no_table_uses_fallback_or_servfail() {
 }
 
 #[test]
+fn an_old_but_confirmed_table_is_not_stale() {
+    // A quiet, healthy cluster (or a held rollback): the table is a day old,
+    // but the control plane confirmed it a second ago.
+    let old = table_at(7, NOW - 86_400_000);
+    let q = ecs(msg("edge.lagran.net.", RecordType::A), "1.2.3.0", 24);
+    let (r, m) = ask_confirmed(&q, "9.9.9.9", &old, &with_fallback(), NOW - 1_000);
+    assert_eq!(r.outcome, Outcome::Answered);
+    assert!(!r.stale);
+    assert_eq!(a_addrs(&m).len(), 3);
+}
+
+#[test]
 fn stale_table() {
-    let stale = table_at(7, NOW - 600_001);
+    // Fresh table, but the control plane stopped confirming it 600.001 s ago.
+    let stale = table_at(7, NOW - 1_000);
+    let confirmed = NOW - 600_001;
+    let ask_with = |q: &Message, src: &str, t: &RouteTable, s: &DnsSettings| ask_confirmed(q, src, t, s, confirmed);
     let q = ecs(msg("edge.lagran.net.", RecordType::A), "1.2.3.0", 24);
     // With a fallback: the fallback, for everyone (scope 0).
     let (r, m) = ask_with(&q, "9.9.9.9", &stale, &with_fallback());
@@ -739,8 +783,8 @@ fn stale_table() {
     assert!(r.stale);
     assert_eq!(a_addrs(&m).len(), 3);
     assert_eq!(ecs_of(&m).unwrap().scope_prefix(), 24);
-    // Exactly stale_secs old is not stale yet.
-    let (r, m) = ask_with(&q, "9.9.9.9", &table_at(7, NOW - 600_000), &with_fallback());
+    // Confirmed exactly stale_secs ago is not stale yet.
+    let (r, m) = ask_confirmed(&q, "9.9.9.9", &stale, &with_fallback(), NOW - 600_000);
     assert_eq!(r.outcome, Outcome::Answered);
     assert!(!r.stale);
     assert_eq!(a_addrs(&m).len(), 3);

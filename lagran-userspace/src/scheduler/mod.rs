@@ -5,10 +5,14 @@
 //! - this module: the running service. [`Scheduler`] reads the store, keeps the
 //!   compiled partitions of the current geo data, recomputes on events (node, rule
 //!   or health changes call [`Scheduler::recompute`] or [`Scheduler::trigger`]) and
-//!   every `recompute_secs`, publishes each table through the shared handle, and
-//!   keeps the previous one for rollback.
+//!   every `recompute_secs`, publishes each table that serves something new
+//!   through the shared handle (a recompute that changes nothing publishes
+//!   nothing), confirms the current table while it runs
+//!   ([`Scheduler::confirmation`]), and keeps the previous table for rollback.
+//!   The build itself runs on a blocking thread, off the async runtime.
 //! - [`decide`]: the decide/explain query ([`Scheduler::decide`]).
-//! - [`changes`]: the change log written after each publish.
+//! - [`changes`]: the change log, computed from the partition diff after each
+//!   publish (on a blocking thread).
 //! - [`geo_reload`]: replacing the geo data without a restart.
 
 mod build;
@@ -29,6 +33,7 @@ pub use decide::{ClientQuery, Decision};
 
 use crate::clock::now_ms;
 use crate::config::ScheduleSettings;
+use crate::confirmation::Confirmation;
 use crate::engine::Policy;
 use crate::geo::GeoDb;
 use crate::health::HealthMonitor;
@@ -43,6 +48,10 @@ pub enum SchedulerError {
     Store(#[from] StoreError),
     #[error("no previous route table to roll back to")]
     NoPrevious,
+    #[error("the held route table stored by a rollback is unusable: {0}")]
+    BadFreeze(String),
+    #[error("the route-table build stopped: {0}")]
+    Build(String),
 }
 
 /// The event-driven recompute loop around [`build_route_table`].
@@ -61,8 +70,13 @@ pub struct Scheduler {
     wake: Notify,
     last_duration_us: AtomicU64,
     recomputes: AtomicU64,
-    /// Set by a rollback: recomputes are held until [`Scheduler::resume`].
+    /// Set by a rollback (and kept in the store): recomputes are held until
+    /// [`Scheduler::resume`]. Changed only under the build lock.
     frozen: std::sync::atomic::AtomicBool,
+    /// Stamped while the scheduler runs and its recomputes succeed (SPEC §7).
+    confirmation: Arc<Confirmation>,
+    /// Whether the last recompute succeeded (the run loop confirms only then).
+    healthy: std::sync::atomic::AtomicBool,
     /// The version of every table published, for followers (map writer, NS-host stream).
     versions: tokio::sync::watch::Sender<u64>,
 }
@@ -94,6 +108,8 @@ impl Scheduler {
             last_duration_us: AtomicU64::new(0),
             recomputes: AtomicU64::new(0),
             frozen: std::sync::atomic::AtomicBool::new(false),
+            confirmation: Arc::new(Confirmation::new()),
+            healthy: std::sync::atomic::AtomicBool::new(true),
             versions: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -163,23 +179,89 @@ impl Scheduler {
         self.frozen.load(Ordering::SeqCst)
     }
 
-    /// Ends a rollback's freeze; the next recompute publishes again.
-    pub fn resume(&self) {
+    /// When the control plane last confirmed its current table (this host's
+    /// clock): the in-process responder, `/metrics` and the NS-host stream read it.
+    pub fn confirmation(&self) -> &Arc<Confirmation> {
+        &self.confirmation
+    }
+
+    /// The next version: above every one published, by this process or (the
+    /// counter starts at the wall clock) an earlier one.
+    fn next_version(&self) -> u64 {
+        self.version.load(Ordering::SeqCst).max(self.table.load().version) + 1
+    }
+
+    /// Publishes `table` (its version becomes the newest), keeps the old one
+    /// for rollback and logs the answers that moved, off the async runtime.
+    /// Call with the build lock held.
+    fn publish(&self, table: Arc<RouteTable>) -> Arc<RouteTable> {
+        self.version.fetch_max(table.version, Ordering::SeqCst);
+        let old = self.table.swap(table.clone());
+        self.versions.send_replace(table.version);
+        if old.version != 0 {
+            *self.previous.lock().expect("previous-table lock poisoned") = Some(old.clone());
+        }
+        if old.version != 0 && tokio::runtime::Handle::try_current().is_ok() {
+            let (partitions, old, new) = (self.partitions.load_full(), old.clone(), table.clone());
+            drop(tokio::task::spawn_blocking(move || changes::log_changes(&partitions, &old, &new)));
+        }
+        old
+    }
+
+    /// Restores a freeze recorded by a rollback before a restart: the held
+    /// table is published again (under a new version) and recomputes stay
+    /// held until [`Scheduler::resume`]. Returns whether a freeze was found.
+    pub async fn restore_freeze(&self) -> Result<bool, SchedulerError> {
+        let _guard = self.build.lock().await;
+        let Some(f) = self.store.load_freeze().await? else { return Ok(false) };
+        let held: RouteTable =
+            serde_json::from_str(&f.table_json).map_err(|e| SchedulerError::BadFreeze(e.to_string()))?;
+        let table = Arc::new(held.republished(self.next_version().max(f.version + 1), now_ms()));
+        self.frozen.store(true, Ordering::SeqCst);
+        self.publish(table.clone());
+        self.confirmation.confirm(now_ms());
+        tracing::warn!(
+            version = table.version,
+            frozen_at_ms = f.frozen_at_ms,
+            "route table still frozen by a rollback made before the restart (POST /api/v1/routes/resume)"
+        );
+        Ok(true)
+    }
+
+    /// Ends a rollback's freeze (in the store too); the next recompute
+    /// publishes again.
+    pub async fn resume(&self) -> Result<(), SchedulerError> {
+        let _guard = self.build.lock().await;
+        self.store.clear_freeze().await?;
         if self.frozen.swap(false, Ordering::SeqCst) {
             tracing::info!("route table unfrozen; recomputes publish again");
         }
+        Ok(())
     }
 
-    /// Recomputes now and publishes the new table; returns it. While a rollback
-    /// holds the table, nothing is recomputed and the held table is returned.
+    /// Recomputes now and publishes the new table when it serves something
+    /// new; returns the table in force. A recompute whose result serves the
+    /// same as the current table ([`RouteTable::serves_same_as`]) publishes no
+    /// version. While a rollback holds the table, nothing is recomputed and
+    /// the held table is returned.
     pub async fn recompute(&self) -> Result<Arc<RouteTable>, SchedulerError> {
+        let result = self.recompute_inner().await;
+        self.healthy.store(result.is_ok(), Ordering::SeqCst);
+        if result.is_ok() {
+            self.confirmation.confirm(now_ms());
+        }
+        result
+    }
+
+    async fn recompute_inner(&self) -> Result<Arc<RouteTable>, SchedulerError> {
+        // Serialise whole recomputes, reads included: a recompute that read the
+        // store before a write must not publish after the write's own recompute.
+        // Rollbacks take the same lock, so the frozen check below cannot race one.
+        let mut state = self.build.lock().await;
         if self.frozen() {
             tracing::warn!("route table frozen by a rollback: recompute skipped (POST /api/v1/routes/resume)");
             return Ok(self.table.load_full());
         }
-        // Serialise whole recomputes, reads included: a recompute that read the
-        // store before a write must not publish after the write's own recompute.
-        let mut state = self.build.lock().await;
         let inputs = Inputs {
             nodes: self.store.list_nodes().await?,
             zones: self.store.list_zones().await?,
@@ -190,44 +272,82 @@ impl Scheduler {
             now_ms: now_ms(),
         };
         let started = Instant::now();
-        let version = self.version.fetch_add(1, Ordering::SeqCst) + 1;
-        let partitions = self.partitions.load();
-        let table =
-            Arc::new(build_route_table(version, &inputs, &partitions, &self.settings, &self.policy, &mut state));
-        let old = self.table.swap(table.clone());
-        self.versions.send_replace(table.version);
-        changes::log_changes(&self.partitions.load(), &old, &table);
-        if old.version != 0 {
-            *self.previous.lock().expect("previous-table lock poisoned") = Some(old);
-        }
+        let version = self.next_version();
+        let current = self.table.load_full();
+        // The build and the comparison run on a blocking thread, so DNS and API
+        // tasks keep their runtime threads while a large table compiles.
+        let job = BuildJob {
+            version,
+            inputs,
+            partitions: self.partitions.load_full(),
+            settings: self.settings.clone(),
+            policy: self.policy.clone(),
+            state: std::mem::take(&mut *state),
+            current: current.clone(),
+        };
+        let (table, next_state, same) =
+            tokio::task::spawn_blocking(move || job.run()).await.map_err(|e| SchedulerError::Build(e.to_string()))?;
+        *state = next_state;
         let took = started.elapsed();
         self.last_duration_us.store(took.as_micros() as u64, Ordering::Relaxed);
         self.recomputes.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(version, took_ms = took.as_secs_f64() * 1e3, "route table recomputed");
+        if same {
+            tracing::debug!(
+                version = current.version,
+                took_ms = took.as_secs_f64() * 1e3,
+                "recompute changed nothing; nothing published"
+            );
+            return Ok(current);
+        }
+        let table = Arc::new(table);
+        self.publish(table.clone());
+        tracing::debug!(version, took_ms = took.as_secs_f64() * 1e3, "route table recomputed and published");
         Ok(table)
     }
 
-    /// Puts the previous table back (instant rollback).
-    pub fn rollback(&self) -> Result<Arc<RouteTable>, SchedulerError> {
+    /// Puts the previous table back (instant rollback) and holds it, across
+    /// restarts too, until [`Scheduler::resume`]. The old content is
+    /// republished under a new, higher version, so every follower (NS hosts,
+    /// the XDP maps) takes it as the newest table. Takes the build lock: a
+    /// recompute in flight finishes first and cannot publish over the rollback.
+    pub async fn rollback(&self) -> Result<Arc<RouteTable>, SchedulerError> {
+        let _guard = self.build.lock().await;
         let prev =
-            self.previous.lock().expect("previous-table lock poisoned").take().ok_or(SchedulerError::NoPrevious)?;
-        let current = self.table.swap(prev.clone());
-        self.versions.send_replace(prev.version);
-        *self.previous.lock().expect("previous-table lock poisoned") = Some(current);
+            self.previous.lock().expect("previous-table lock poisoned").clone().ok_or(SchedulerError::NoPrevious)?;
+        let table = Arc::new(prev.republished(self.next_version(), now_ms()));
+        let json = serde_json::to_string(&*table).map_err(|e| SchedulerError::BadFreeze(e.to_string()))?;
+        // Stored first: a rollback the store did not record does not happen.
+        self.store.save_freeze(table.version, &json).await?;
         self.frozen.store(true, Ordering::SeqCst);
-        tracing::warn!(version = prev.version, "route table rolled back and frozen until resumed");
-        Ok(prev)
+        self.publish(table.clone());
+        self.confirmation.confirm(now_ms());
+        tracing::warn!(
+            version = table.version,
+            content_of = prev.version,
+            "route table rolled back and frozen until resumed"
+        );
+        Ok(table)
     }
 
     /// Runs until `shutdown`: a recompute on every trigger and every `recompute_secs`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(Duration::from_secs(self.settings.recompute_secs));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The scheduler confirms its table every second while it runs and its
+        // last recompute succeeded, whether or not anything was published.
+        let mut confirm = tokio::time::interval(Duration::from_secs(1));
+        confirm.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
                 _ = self.wake.notified() => {}
+                _ = confirm.tick() => {
+                    if self.healthy.load(Ordering::SeqCst) {
+                        self.confirmation.confirm(now_ms());
+                    }
+                    continue;
+                }
             }
             if let Err(e) = self.recompute().await {
                 tracing::error!(error = %e, "recompute failed; the NS hosts keep the last table");
@@ -235,3 +355,34 @@ impl Scheduler {
         }
     }
 }
+
+/// One build, moved onto a blocking thread.
+struct BuildJob {
+    version: u64,
+    inputs: Inputs,
+    partitions: Arc<PartitionTable>,
+    settings: ScheduleSettings,
+    policy: Policy,
+    state: BuildState,
+    current: Arc<RouteTable>,
+}
+
+impl BuildJob {
+    /// The new table, the build state to keep, and whether the table serves
+    /// the same as the current one.
+    fn run(mut self) -> (RouteTable, BuildState, bool) {
+        let table = build_route_table(
+            self.version,
+            &self.inputs,
+            &self.partitions,
+            &self.settings,
+            &self.policy,
+            &mut self.state,
+        );
+        let same = self.current.version != 0 && table.serves_same_as(&self.current);
+        (table, self.state, same)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -30,6 +30,7 @@ use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Mig
 use sqlx::{Any, AnyPool, Decode, Row, Transaction, Type};
 
 pub mod certificates;
+pub mod freeze;
 pub mod lines;
 pub mod nodes;
 pub mod overrides;
@@ -50,11 +51,16 @@ pub use validate::double_option;
 /// `include_str!` (rather than `sqlx::migrate!`) makes cargo rebuild when a
 /// migration file changes and needs no sqlx macros; versions, descriptions
 /// and checksums are the ones `sqlx migrate` would record.
-const SQLITE_MIGRATIONS: Embedded = Embedded(&[(1, "init", include_str!("../../../migrations/sqlite/0001_init.sql"))]);
+const SQLITE_MIGRATIONS: Embedded = Embedded(&[
+    (1, "init", include_str!("../../../migrations/sqlite/0001_init.sql")),
+    (2, "route freeze", include_str!("../../../migrations/sqlite/0002_route_freeze.sql")),
+]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
-const POSTGRES_MIGRATIONS: Embedded =
-    Embedded(&[(1, "init", include_str!("../../../migrations/postgres/0001_init.sql"))]);
+const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
+    (1, "init", include_str!("../../../migrations/postgres/0001_init.sql")),
+    (2, "route freeze", include_str!("../../../migrations/postgres/0002_route_freeze.sql")),
+]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
 #[derive(Clone, Copy, Debug)]

@@ -389,16 +389,17 @@ impl MapWriter {
         self.apply_enabled()
     }
 
-    /// SPEC §7: once the table is older than DNS_STALE_SECS and DNS_FALLBACK_IP
-    /// is set, userspace answers the fallback; the maps still hold the stale
-    /// answers, so the fast path must stand aside. Call it periodically.
+    /// SPEC §7: once the control plane has not confirmed the table (last at
+    /// `confirmed_at_ms`) for DNS_STALE_SECS and DNS_FALLBACK_IP is set,
+    /// userspace answers the fallback; the maps still hold the stale answers,
+    /// so the fast path must stand aside. Call it periodically.
     pub fn update_staleness(
         &mut self,
-        table: &RouteTable,
+        confirmed_at_ms: i64,
         settings: &DnsSettings,
         now_ms: i64,
     ) -> Result<(), XdpError> {
-        let stale = crate::dns::answer::is_stale(table, settings, now_ms) && settings.fallback_ip.is_some();
+        let stale = crate::dns::answer::is_stale(confirmed_at_ms, settings, now_ms) && settings.fallback_ip.is_some();
         if stale == self.allowed {
             self.set_allowed(!stale)?;
         }

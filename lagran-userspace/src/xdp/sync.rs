@@ -10,9 +10,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 use crate::config::DnsSettings;
+use crate::confirmation::Confirmation;
 use crate::metrics::Metrics;
 use crate::route_table::SharedRouteTable;
 use crate::xdp::{XdpError, XdpHandle, XdpOptions, object_bytes};
+
+/// What the maps follow: the table, its published versions, and when the
+/// control plane last confirmed it (the staleness switch).
+pub struct Follow {
+    pub table: SharedRouteTable,
+    pub versions: watch::Receiver<u64>,
+    pub confirmation: Arc<Confirmation>,
+}
 
 /// Attaches to `iface`, answering only DNS addressed to `listen` (the responder's
 /// bound addresses; an unspecified address means every address of the interface),
@@ -21,11 +30,11 @@ pub fn start(
     iface: &str,
     listen: &[std::net::SocketAddr],
     settings: DnsSettings,
-    table: SharedRouteTable,
-    mut versions: watch::Receiver<u64>,
+    follow: Follow,
     metrics: &Metrics,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, XdpError> {
+    let Follow { table, mut versions, confirmation } = follow;
     let obj = object_bytes()?;
     // LAGRAN_PIN_DIR moves the pins (tests and benchmarks running beside a production instance).
     let pin_dir = std::env::var_os("LAGRAN_PIN_DIR").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
@@ -66,9 +75,8 @@ pub fn start(
                     sync(&handle, &table, &settings);
                 }
                 _ = tick.tick() => {
-                    let t = table.load();
                     let mut h = handle.lock().expect("xdp handle lock poisoned");
-                    if let Err(e) = h.writer().update_staleness(&t, &settings, now_ms()) {
+                    if let Err(e) = h.writer().update_staleness(confirmation.last_ms(), &settings, now_ms()) {
                         tracing::error!(error = %e, "updating the XDP staleness switch failed");
                     }
                 }

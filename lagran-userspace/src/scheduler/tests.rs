@@ -1,0 +1,186 @@
+//! The running scheduler: what it publishes, rollback and freeze, confirmation.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::config::DnsSettings;
+use crate::model::NodeStatus;
+use crate::route_table::empty_shared;
+use crate::store::{Heartbeat, NodePatch};
+
+const APEX: &str = "edge.lagran.net";
+
+async fn demo_store(url: &str) -> Store {
+    let store = Store::connect(url).await.unwrap();
+    crate::demo::install(&store).await.unwrap();
+    store
+}
+
+fn scheduler(store: Store) -> Arc<Scheduler> {
+    Arc::new(Scheduler::new(
+        store,
+        ScheduleSettings::default(),
+        HealthMonitor::new(Default::default()),
+        GeoDb::empty(),
+        empty_shared(),
+    ))
+}
+
+/// The node the apex answers for a client (the geo data is empty: one partition).
+fn primary(t: &RouteTable) -> String {
+    let name = t.scheduled(APEX).expect("the demo apex is scheduled");
+    name.answer_for("8.8.8.8".parse().unwrap()).0.node.clone().expect("a node answers")
+}
+
+/// Disables the apex's current primary, so the next recompute serves something new.
+async fn disable_primary(s: &Scheduler) -> String {
+    let node = primary(&s.table().load());
+    let patch = NodePatch { status: Some(NodeStatus::Disabled), ..Default::default() };
+    s.store.update_node(&node, &patch).await.unwrap();
+    node
+}
+
+#[tokio::test]
+async fn a_recompute_that_changes_nothing_publishes_nothing() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let mut versions = s.subscribe();
+    let first = s.recompute().await.unwrap();
+    versions.borrow_and_update();
+    let hb = Heartbeat { cpu_usage: 20.0, memory_usage: 30.0, bandwidth_mbps: 10.0, conns: 5 };
+    for node in ["gz-01", "hk-01", "kr-01"] {
+        s.store.record_heartbeat(node, &hb, now_ms()).await.unwrap();
+    }
+    let after_first_heartbeats = s.recompute().await.unwrap();
+    for _ in 0..20 {
+        for node in ["gz-01", "hk-01", "kr-01"] {
+            s.store.record_heartbeat(node, &hb, now_ms()).await.unwrap();
+        }
+        let t = s.recompute().await.unwrap();
+        assert_eq!(t.version, after_first_heartbeats.version, "identical heartbeats publish no version");
+    }
+    assert!(after_first_heartbeats.version >= first.version);
+    assert_eq!(s.table().load().version, after_first_heartbeats.version);
+    let (_, recomputes) = s.stats();
+    assert_eq!(recomputes, 22, "every recompute ran; none published");
+
+    // A real change publishes, under a higher version.
+    disable_primary(&s).await;
+    let changed = s.recompute().await.unwrap();
+    assert!(changed.version > after_first_heartbeats.version, "a change publishes a newer version");
+    assert_eq!(*versions.borrow_and_update(), changed.version, "followers hear of the new version");
+}
+
+#[tokio::test]
+async fn a_rollback_republishes_the_old_content_under_a_higher_version() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let before = s.recompute().await.unwrap();
+    let disabled = disable_primary(&s).await;
+    let after = s.recompute().await.unwrap();
+    assert!(after.version > before.version);
+    assert_ne!(primary(&after), disabled);
+
+    let rolled = s.rollback().await.unwrap();
+    assert!(
+        rolled.version > after.version,
+        "the rollback is the newest version: {} vs {}",
+        rolled.version,
+        after.version
+    );
+    assert!(rolled.serves_same_as(&before), "the rollback serves the old content");
+    assert_eq!(primary(&rolled), disabled);
+    assert_eq!(*s.subscribe().borrow(), rolled.version, "followers are told about the rollback's version");
+    assert!(s.frozen());
+    // Held: recomputes change nothing until resumed.
+    assert_eq!(s.recompute().await.unwrap().version, rolled.version, "a frozen table is not recomputed");
+    s.resume().await.unwrap();
+    let resumed = s.recompute().await.unwrap();
+    assert!(resumed.version > rolled.version);
+    assert_eq!(primary(&resumed), primary(&after), "after resume the recompute publishes the current state again");
+}
+
+#[tokio::test]
+async fn a_recompute_in_flight_cannot_publish_over_a_rollback() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let before = s.recompute().await.unwrap();
+    disable_primary(&s).await;
+    s.recompute().await.unwrap();
+    let held_content = before.clone();
+    // A change the in-flight recompute would publish.
+    let second = disable_primary(&s).await;
+
+    // Hold the build lock as a recompute in flight does, queue a recompute and
+    // a rollback behind it, then let them go in order.
+    let guard = s.build.lock().await;
+    let recompute = tokio::spawn({
+        let s = s.clone();
+        async move { s.recompute().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let rollback = tokio::spawn({
+        let s = s.clone();
+        async move { s.rollback().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!rollback.is_finished(), "the rollback waits for the build lock");
+    // And a recompute queued after the rollback.
+    let late = tokio::spawn({
+        let s = s.clone();
+        async move { s.recompute().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(guard);
+    let in_flight = recompute.await.unwrap();
+    let rolled = rollback.await.unwrap();
+    let late = late.await.unwrap();
+    assert!(primary(&in_flight) != second, "the in-flight recompute published the change first");
+    assert!(rolled.version > in_flight.version, "the rollback comes after the recompute it waited for");
+    assert_eq!(late.version, rolled.version, "a recompute after the rollback publishes nothing over it");
+    assert_eq!(s.table().load().version, rolled.version, "the rollback's table is the one served");
+    assert!(!rolled.serves_same_as(&in_flight), "the rollback undid the in-flight recompute's table");
+    let _ = held_content;
+}
+
+#[tokio::test]
+async fn the_freeze_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("lagran.db").display());
+    let s = scheduler(demo_store(&url).await);
+    let before = s.recompute().await.unwrap();
+    disable_primary(&s).await;
+    s.recompute().await.unwrap();
+    let rolled = s.rollback().await.unwrap();
+    drop(s);
+
+    // A new control process on the same database.
+    let s = scheduler(Store::connect(&url).await.unwrap());
+    assert!(s.restore_freeze().await.unwrap(), "the freeze is found in the store");
+    assert!(s.frozen());
+    let t = s.recompute().await.unwrap();
+    assert!(t.serves_same_as(&before), "the held content is served after the restart");
+    assert!(t.version > rolled.version, "and republished under a newer version");
+    assert_eq!(s.table().load().version, t.version);
+    s.resume().await.unwrap();
+    assert!(!s.frozen());
+    drop(s);
+    let s = scheduler(Store::connect(&url).await.unwrap());
+    assert!(!s.restore_freeze().await.unwrap(), "resume ends the freeze in the store too");
+}
+
+#[tokio::test]
+async fn a_quiet_table_is_confirmed_not_stale() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let settings = DnsSettings { stale_secs: 1, ..DnsSettings::default() };
+    assert!(s.confirmation().is_stale(&settings, now_ms()), "nothing confirmed before the first recompute");
+    let t = s.recompute().await.unwrap();
+    assert!(!s.confirmation().is_stale(&settings, now_ms()));
+    // The run loop keeps confirming an unchanged table, long past its age limit.
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(s.clone().run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(s.table().load().version, t.version, "a quiet cluster publishes nothing");
+    assert!(now_ms() - t.generated_at_ms > 2_000, "the table is older than DNS_STALE_SECS");
+    assert!(!s.confirmation().is_stale(&settings, now_ms()), "but confirmed, so not stale");
+    assert!(s.confirmation().ms_ago(now_ms()).unwrap() < 1_500);
+    shutdown.cancel();
+    running.await.unwrap();
+}
