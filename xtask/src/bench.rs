@@ -55,6 +55,8 @@ const PIN_DIR: &str = "/sys/fs/bpf/lagran-bench";
 const NS_PREFIX: &str = "lagran-bench-";
 /// A Shenzhen China Telecom subnet: the demo answers gz-01 (203.0.113.21) there.
 const PROBE_SUBNET: &str = "58.60.1.0/24";
+/// Queries the resolver-as-client step sends through Unbound.
+const RESOLVER_QUERIES: u32 = 300;
 const PROBE_ANSWER: &str = "203.0.113.21";
 
 #[derive(Debug, Clone, clap::Parser)]
@@ -415,6 +417,8 @@ struct Bench {
     helper: PathBuf,
     lagran: PathBuf,
     obj: PathBuf,
+    /// The bare XDP_TX reflector object.
+    reflector: PathBuf,
     xdb: PathBuf,
     work: PathBuf,
 }
@@ -425,6 +429,10 @@ enum Server {
     LagranXdp,
     LagranUserspace,
     Knot,
+    /// knotd answering from its own XDP path (AF_XDP, `xdp: listen`): the strongest peer.
+    KnotXdp,
+    /// A bare XDP_TX reflector (`lagran-ebpf/src/reflector.rs`): the ceiling of the box.
+    Reflector,
 }
 
 impl Server {
@@ -433,6 +441,8 @@ impl Server {
             Server::LagranXdp => "lagran XDP",
             Server::LagranUserspace => "lagran userspace",
             Server::Knot => "knotd",
+            Server::KnotXdp => "knotd XDP",
+            Server::Reflector => "XDP_TX reflector",
         }
     }
 }
@@ -574,7 +584,7 @@ impl Bench {
 
     /// One bounded load run of `generator` at `rate`.
     fn load_run(&self, t: &Topology, server: Server, generator: &str, rate: u64) -> anyhow::Result<Run> {
-        let ours = server != Server::Knot;
+        let ours = matches!(server, Server::LagranXdp | Server::LagranUserspace);
         let before = if ours { self.counters(t) } else { (None, None) };
         let mut run = match generator {
             "gun" => self.run_gun(t, rate)?,
@@ -706,8 +716,8 @@ impl Bench {
         })
     }
 
-    fn start_knot(&self, t: &Topology) -> anyhow::Result<Bg> {
-        let dir = self.work.join("knot");
+    fn start_knot(&self, t: &Topology, xdp: bool) -> anyhow::Result<Bg> {
+        let dir = self.work.join(if xdp { "knot-xdp" } else { "knot" });
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let zone = "$ORIGIN edge.lagran.net.\n$TTL 30\n@ SOA ns1 hostmaster 1 3600 600 604800 60\n@ NS ns1\n@ NS ns2\nns1 A 198.51.100.53\nns2 A 198.51.100.54\n@ A 203.0.113.21\n";
@@ -720,14 +730,91 @@ impl Bench {
              template:\n  - id: default\n    storage: \"{d}\"\n    semantic-checks: off\n\
              zone:\n  - domain: edge.lagran.net\n    file: edge.lagran.net.zone\n"
         );
+        // Knot's own fast path: AF_XDP on the server veth, UDP only.
+        let conf = if xdp { format!("{conf}xdp:\n    listen: {SRV_IF}@53\n    udp: on\n    tcp: off\n") } else { conf };
         std::fs::write(dir.join("knot.conf"), conf)?;
         let cpu = self.opts.server_cpu.to_string();
         let cfg = dir.join("knot.conf").display().to_string();
         let mut cmd = t.exec(&t.srv, &["taskset", "-c", &cpu, "knotd", "-c", &cfg]);
-        let mut bg = Bg::spawn("knotd", &mut cmd, &self.work.join("knotd.log"))?;
+        let name = if xdp { "knotd (XDP)" } else { "knotd" };
+        let log = self.work.join(if xdp { "knotd-xdp.log" } else { "knotd.log" });
+        let mut bg = Bg::spawn(name, &mut cmd, &log)?;
         let r = self.wait_answer(t, &mut bg, 20.0)?;
-        eprintln!("==> knotd answers {:?}", r.get("answer"));
+        eprintln!("==> {name} answers {:?}", r.get("answer"));
         Ok(bg)
+    }
+
+    /// Attaches the bare XDP_TX reflector to the server veth; detached on drop.
+    fn start_reflector(&self, t: &Topology) -> anyhow::Result<Reflector> {
+        let obj = self.reflector.display().to_string();
+        util::output(&mut t.exec(&t.srv, &["ip", "link", "set", "dev", SRV_IF, "xdp", "obj", &obj, "sec", "xdp"]))
+            .context("attaching the reflector")?;
+        Ok(Reflector { ns: t.srv.clone() })
+    }
+
+    /// A real recursive resolver (Unbound, ECS on, a stub zone for the demo zone) in
+    /// the client namespace as the client; every query carries a different client
+    /// /24 so each goes upstream. Returns (queries answered through Unbound, of them
+    /// answered by the XDP path, the passed reasons that moved).
+    fn resolver_share(&self, t: &Topology, queries: u32) -> anyhow::Result<(u64, u64, Vec<(String, u64)>)> {
+        let dir = self.work.join("unbound");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let conf = format!(
+            "server:\n  interface: 127.0.0.1@5300\n  port: 5300\n  do-daemonize: no\n  username: \"\"\n  chroot: \"\"\n\
+             \x20 directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n  logfile: \"\"\n  verbosity: 1\n\
+             \x20 do-not-query-localhost: no\n  access-control: 127.0.0.0/8 allow\n  module-config: \"subnetcache iterator\"\n\
+             \x20 send-client-subnet: {SRV_IP}\n  client-subnet-always-forward: yes\n  max-client-subnet-ipv4: 24\n\
+             \x20 cache-max-ttl: 0\n  msg-cache-size: 0\n  rrset-cache-size: 0\n  qname-minimisation: no\n\
+             \x20 harden-referral-path: no\n  target-fetch-policy: \"0 0 0 0 0\"\n\
+             stub-zone:\n  name: \"edge.lagran.net\"\n  stub-addr: {SRV_IP}\n",
+            d = dir.display()
+        );
+        std::fs::write(dir.join("unbound.conf"), conf)?;
+        let cfg = dir.join("unbound.conf").display().to_string();
+        let mut cmd = t.exec(&t.cli, &["unbound", "-d", "-c", &cfg]);
+        let mut unbound = Bg::spawn("unbound", &mut cmd, &self.work.join("unbound.log"))?;
+        std::thread::sleep(Duration::from_millis(500));
+        let passed = |t: &Topology| -> BTreeMap<String, u64> {
+            let out = util::output(&mut t.exec(&t.srv, &["curl", "-s", "-m", "2", "http://127.0.0.1:8080/metrics"]))
+                .unwrap_or_default();
+            out.lines()
+                .filter_map(|l| l.strip_prefix("lagran_xdp_packets_total{result=\"passed\",reason=\""))
+                .filter_map(|l| {
+                    let (reason, v) = l.split_once("\"} ")?;
+                    Some((reason.to_string(), v.trim().parse::<f64>().ok()? as u64))
+                })
+                .collect()
+        };
+        let (before, _) = self.counters(t);
+        let passed_before = passed(t);
+        let mut answered = 0;
+        for i in 0..queries {
+            check_interrupted()?;
+            unbound.check_alive()?;
+            // Distinct public /24s (58.60.0.0/16 and on): none is served from a cache.
+            let subnet = format!("+subnet={}.{}.{}.0/24", 58 + i / 65_536, 60 + (i / 256) % 196, i % 256);
+            let out = util::output(&mut t.exec(
+                &t.cli,
+                &["dig", "@127.0.0.1", "-p", "5300", "+tries=1", "+time=2", "+short", &subnet, "edge.lagran.net", "A"],
+            ))
+            .unwrap_or_default();
+            if out.lines().any(|l| l.parse::<std::net::Ipv4Addr>().is_ok()) {
+                answered += 1;
+            }
+        }
+        let (after, _) = self.counters(t);
+        let passed_after = passed(t);
+        let moved = passed_after
+            .into_iter()
+            .filter_map(|(r, v)| {
+                let d = v.saturating_sub(passed_before.get(&r).copied().unwrap_or(0));
+                (d > 0).then_some((r, d))
+            })
+            .collect();
+        unbound.check_alive()?;
+        drop(unbound);
+        Ok((answered, after.zip(before).map_or(0, |(a, b)| a.saturating_sub(b)), moved))
     }
 
     /// Every generator against one running server.
@@ -747,6 +834,17 @@ impl Bench {
             out.insert((server, g.clone()), best);
         }
         Ok(())
+    }
+}
+
+/// The reflector attached to the server veth; detached on drop, also on failure.
+struct Reflector {
+    ns: String,
+}
+
+impl Drop for Reflector {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["-n", &self.ns, "link", "set", "dev", SRV_IF, "xdp", "off"]).status();
     }
 }
 
@@ -808,10 +906,14 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         );
     }
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |d| root.join(d));
-    let obj = if opts.no_build {
-        target.join(build_ebpf::TARGET).join("release/lagran")
+    let (obj, reflector) = if opts.no_build {
+        (
+            target.join(build_ebpf::TARGET).join("release/lagran"),
+            target.join(build_ebpf::TARGET).join("release/reflector"),
+        )
     } else {
         let obj = build_ebpf::build_ebpf(&build_ebpf::Options { release: true, ..build_ebpf::Options::default() })?;
+        let reflector = build_ebpf::build_reflector()?;
         util::run(Command::new("cargo").current_dir(&root).args([
             "build",
             "--release",
@@ -822,7 +924,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             "--example",
             "bench_helper",
         ]))?;
-        obj
+        (obj, reflector)
     };
     let work = target.join("bench");
     std::fs::create_dir_all(&work)?;
@@ -830,12 +932,13 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         helper: target.join("release/examples/bench_helper"),
         lagran: target.join("release/lagran"),
         obj,
+        reflector,
         xdb,
         work: work.clone(),
         root: root.clone(),
         opts: opts.clone(),
     };
-    for p in [&b.helper, &b.lagran, &b.obj] {
+    for p in [&b.helper, &b.lagran, &b.obj, &b.reflector] {
         if !p.is_file() {
             bail!("{} is missing: run without --no-build", p.display());
         }
@@ -859,6 +962,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let mut failover = Results::new();
     let mut startup = BTreeMap::new();
     let mut notes: Vec<String> = Vec::new();
+    let mut resolver = None;
     let gens = generators(&opts, &mut notes);
     if !opts.no_load {
         let t = Topology::create(&opts, &b.helper).context("creating the namespaces and the veth pair")?;
@@ -885,6 +989,12 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         ]);
         failover = parse_results(&util::output(&mut cmd).context("measuring node-down → map")?);
         daemon.check_alive()?;
+        if util::which("unbound").is_none() {
+            notes.push("resolver as client: skipped, unbound not installed (`cargo xtask setup`)".into());
+        } else {
+            eprintln!("==> resolver as client: Unbound with ECS, {RESOLVER_QUERIES} queries from distinct /24s");
+            resolver = Some(b.resolver_share(&t, RESOLVER_QUERIES)?);
+        }
         b.qps(&t, Server::LagranXdp, &gens, &mut qps)?;
         daemon.check_alive()?;
         daemon.stop();
@@ -903,10 +1013,23 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         } else if util::which("knotd").is_none() {
             notes.push("peer authoritative server: skipped, knotd not installed (`apt-get install knot`)".into());
         } else {
-            let mut knot = b.start_knot(&t)?;
+            let mut knot = b.start_knot(&t, false)?;
             b.qps(&t, Server::Knot, &gens, &mut qps)?;
             knot.check_alive()?;
             drop(knot);
+            // The strongest peer: knotd in its own XDP mode.
+            match b.start_knot(&t, true) {
+                Ok(mut knot) => {
+                    b.qps(&t, Server::KnotXdp, &gens, &mut qps)?;
+                    knot.check_alive()?;
+                }
+                Err(e) => notes.push(format!("knotd XDP: did not start ({e:#})")),
+            }
+        }
+        // The ceiling of the box: a bare XDP_TX reflector, same generators, same pinning.
+        {
+            let _reflector = b.start_reflector(&t)?;
+            b.qps(&t, Server::Reflector, &gens, &mut qps)?;
         }
         drop(t);
     }
@@ -940,6 +1063,30 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
                 Some(ratio >= 10.0),
             ));
         }
+        if let Some(kx) = qps.get(&(Server::KnotXdp, g.clone())) {
+            rows.push(row(format!("QPS knotd XDP, static zone [{g}]"), kx.describe(), "-", None));
+            if let Some(x) = x {
+                let ratio = x.qps / kx.qps.max(1.0);
+                rows.push(row(
+                    format!("lagran-xdp / knot-XDP [{g}]"),
+                    format!("{ratio:.2}×"),
+                    "≥ 1.5×",
+                    Some(ratio >= 1.5),
+                ));
+            }
+        }
+        if let Some(r) = qps.get(&(Server::Reflector, g.clone())) {
+            rows.push(row(format!("QPS bare XDP_TX reflector [{g}]"), r.describe(), "-", None));
+            if let Some(x) = x {
+                let ratio = x.qps / r.qps.max(1.0);
+                rows.push(row(
+                    format!("lagran-xdp / reflector [{g}]"),
+                    format!("{ratio:.2}×"),
+                    "≥ 0.9×",
+                    Some(ratio >= 0.9),
+                ));
+            }
+        }
         if let Some(k) = k {
             rows.push(row(format!("QPS knotd, static zone [{g}]"), k.describe(), "-", None));
             if let Some(x) = x {
@@ -951,6 +1098,20 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
                 ));
             }
         }
+    }
+    if let Some((answered, in_kernel, passed)) = &resolver {
+        let share = if *answered == 0 { 0.0 } else { 100.0 * *in_kernel as f64 / *answered as f64 };
+        let why = if passed.is_empty() {
+            String::new()
+        } else {
+            format!(" (passed: {})", passed.iter().map(|(r, n)| format!("{r} {n}")).collect::<Vec<_>>().join(", "))
+        };
+        rows.push(row(
+            "Unbound (ECS) as the client: its A queries answered in the kernel",
+            format!("{in_kernel} / {answered} = {share:.0} %{why}"),
+            "100 %",
+            Some(*answered > 0 && in_kernel >= answered),
+        ));
     }
     if let Some(v) = num(&failover, "offline_median_ms") {
         let max = num(&failover, "offline_max_ms").unwrap_or(v);

@@ -43,6 +43,17 @@ pub struct Options {
 /// Builds the object and returns its path
 /// (`target/bpfel-unknown-none/{debug,release}/lagran`).
 pub fn build_ebpf(opts: &Options) -> anyhow::Result<PathBuf> {
+    let path = build_bin(opts, BINARY)?;
+    check_no_mem_calls(&path)?;
+    Ok(path)
+}
+
+/// The bench's bare XDP_TX reflector (`lagran-ebpf/src/reflector.rs`), release.
+pub fn build_reflector() -> anyhow::Result<PathBuf> {
+    build_bin(&Options { release: true, features: Vec::new() }, "reflector")
+}
+
+fn build_bin(opts: &Options, bin: &str) -> anyhow::Result<PathBuf> {
     if !util::succeeds(std::process::Command::new("bpf-linker").arg("--version")) {
         bail!("bpf-linker is not installed (or does not run): run `cargo xtask setup` first");
     }
@@ -58,7 +69,7 @@ pub fn build_ebpf(opts: &Options) -> anyhow::Result<PathBuf> {
         "--package",
         PACKAGE,
         "--bin",
-        BINARY,
+        bin,
         "--target",
         TARGET,
         "-Z",
@@ -72,11 +83,10 @@ pub fn build_ebpf(opts: &Options) -> anyhow::Result<PathBuf> {
     }
     util::run(&mut cmd)?;
     let profile = if opts.release { "release" } else { "debug" };
-    let path = target.join(TARGET).join(profile).join(BINARY);
+    let path = target.join(TARGET).join(profile).join(bin);
     if !path.is_file() {
         bail!("the build succeeded but {} is missing", path.display());
     }
-    check_no_mem_calls(&path)?;
     Ok(path)
 }
 

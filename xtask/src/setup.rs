@@ -57,6 +57,18 @@ const APT_TOOLS: &[AptTool] = &[
     AptTool { check: Check::Bin("ip"), package: "iproute2", optional: false, why: "netns/veth test topologies" },
     AptTool { check: Check::PostgresServer, package: "postgresql", optional: false, why: "PostgreSQL store tests" },
     AptTool { check: Check::Bin("dnsperf"), package: "dnsperf", optional: true, why: "benchmarks" },
+    AptTool {
+        check: Check::Bin("knotd"),
+        package: "knot",
+        optional: true,
+        why: "the peer server of the benchmarks (UDP and XDP)",
+    },
+    AptTool {
+        check: Check::Bin("unbound"),
+        package: "unbound",
+        optional: true,
+        why: "a real ECS resolver as the benchmarks' client",
+    },
 ];
 
 pub fn exec(opts: Options) -> anyhow::Result<()> {
