@@ -511,6 +511,6 @@ mod equivalence {
     #[test]
     #[ignore = "long: run by cargo xtask bench"]
     fn planner_tables_equal_the_oracles_long_run() {
-        run(1_000_000, 20_000, 10);
+        run(1_000_000, 5_000, 10);
     }
 }
