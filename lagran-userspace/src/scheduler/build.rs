@@ -407,6 +407,7 @@ pub fn build_route_table(
     let mut pools: HashMap<String, PoolRanks> = HashMap::new();
     let mut new_choices: HashMap<String, Vec<u32>> = HashMap::new();
     let mut zones = Vec::with_capacity(inputs.zones.len());
+    let mut shared: Vec<(Vec<u32>, PrefixMapV4, PrefixMapV6)> = Vec::new();
 
     for zone in &inputs.zones {
         let apex = inputs.domains.iter().find(|d| d.name == zone.name);
@@ -510,68 +511,81 @@ pub fn build_route_table(
                 };
                 list.push((s, e, o));
             }
-            let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition);
-            // Apply in priority order (lines, canary, manual), each layer sorted and
-            // non-overlapping within itself (a later, more specific entry wins).
-            let layer = |list: &[(u128, u128, PrefixOverride)], pick: fn(&PrefixOverride) -> bool| {
-                let mut l: Vec<(u128, u128, PrefixOverride)> = list.iter().filter(|o| pick(&o.2)).cloned().collect();
-                l.sort_by_key(|&(s, e, _)| (std::cmp::Reverse(e - s), s));
-                l
-            };
-            let picks: [fn(&PrefixOverride) -> bool; 3] = [
-                |o| matches!(o, PrefixOverride::Fixed(_)),
-                |o| matches!(o, PrefixOverride::Canary { .. }),
-                |o| matches!(o, PrefixOverride::Manual { .. }),
-            ];
-            for pick in picks {
-                for (ranges, over) in [(&mut ranges4, &over4), (&mut ranges6, &over6)] {
-                    for o in layer(over, pick) {
-                        let taken = std::mem::take(ranges);
-                        *ranges = overlay_with(taken, std::slice::from_ref(&o), |under, k| match k {
-                            PrefixOverride::Fixed(a) => *a,
-                            PrefixOverride::Manual { node, rule } => {
-                                let why = format!("manual rule {rule}");
-                                nb.node_answer(
-                                    &ctx,
-                                    pr,
-                                    class0,
-                                    node,
-                                    &why,
-                                    &unknown.0,
-                                    &unknown.1,
-                                    AnswerState::Steady,
-                                )
-                                .unwrap_or(under)
-                            }
-                            PrefixOverride::Canary { node, percent, rule } => {
-                                let why = format!("canary rule {rule} {percent}%");
-                                match nb.node_answer(
-                                    &ctx,
-                                    pr,
-                                    class0,
-                                    node,
-                                    &why,
-                                    &unknown.0,
-                                    &unknown.1,
-                                    AnswerState::Canary,
-                                ) {
-                                    Some(cid) => {
-                                        let mut base = nb.answers.list[under as usize].clone();
-                                        base.ttl = base.ttl.min(settings.canary_ttl);
-                                        base.canary = Some(Canary { percent: *percent, answer: cid });
-                                        nb.answers.id(base)
-                                    }
-                                    None => under,
+            // Names of one pool without prefix overrides of their own often get the
+            // same answers everywhere: their prefix maps are built once.
+            let own = over4.is_empty() && over6.is_empty();
+            let shared_maps = own.then(|| shared.iter().find(|s| s.0 == by_partition)).flatten();
+            let (v4, v6) = if let Some((_, v4, v6)) = shared_maps {
+                (v4.clone(), v6.clone())
+            } else {
+                let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition);
+                // Apply in priority order (lines, canary, manual), each layer sorted and
+                // non-overlapping within itself (a later, more specific entry wins).
+                let layer = |list: &[(u128, u128, PrefixOverride)], pick: fn(&PrefixOverride) -> bool| {
+                    let mut l: Vec<(u128, u128, PrefixOverride)> =
+                        list.iter().filter(|o| pick(&o.2)).cloned().collect();
+                    l.sort_by_key(|&(s, e, _)| (std::cmp::Reverse(e - s), s));
+                    l
+                };
+                let picks: [fn(&PrefixOverride) -> bool; 3] = [
+                    |o| matches!(o, PrefixOverride::Fixed(_)),
+                    |o| matches!(o, PrefixOverride::Canary { .. }),
+                    |o| matches!(o, PrefixOverride::Manual { .. }),
+                ];
+                for pick in picks {
+                    for (ranges, over) in [(&mut ranges4, &over4), (&mut ranges6, &over6)] {
+                        for o in layer(over, pick) {
+                            let taken = std::mem::take(ranges);
+                            *ranges = overlay_with(taken, std::slice::from_ref(&o), |under, k| match k {
+                                PrefixOverride::Fixed(a) => *a,
+                                PrefixOverride::Manual { node, rule } => {
+                                    let why = format!("manual rule {rule}");
+                                    nb.node_answer(
+                                        &ctx,
+                                        pr,
+                                        class0,
+                                        node,
+                                        &why,
+                                        &unknown.0,
+                                        &unknown.1,
+                                        AnswerState::Steady,
+                                    )
+                                    .unwrap_or(under)
                                 }
-                            }
-                        });
+                                PrefixOverride::Canary { node, percent, rule } => {
+                                    let why = format!("canary rule {rule} {percent}%");
+                                    match nb.node_answer(
+                                        &ctx,
+                                        pr,
+                                        class0,
+                                        node,
+                                        &why,
+                                        &unknown.0,
+                                        &unknown.1,
+                                        AnswerState::Canary,
+                                    ) {
+                                        Some(cid) => {
+                                            let mut base = nb.answers.list[under as usize].clone();
+                                            base.ttl = base.ttl.min(settings.canary_ttl);
+                                            base.canary = Some(Canary { percent: *percent, answer: cid });
+                                            nb.answers.id(base)
+                                        }
+                                        None => under,
+                                    }
+                                }
+                            });
+                        }
                     }
                 }
-            }
-            let fill = by_partition[0];
+                let fill = by_partition[0];
+                let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
+                let v6 = PrefixMapV6::from_ranges(ranges6, fill);
+                if own {
+                    shared.push((by_partition.clone(), v4.clone(), v6.clone()));
+                }
+                (v4, v6)
+            };
             let answers = nb.answers.list;
-            let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
-            let v6 = PrefixMapV6::from_ranges(ranges6, fill);
             scheduled.push(ScheduledName { id: state.name_ids.id(&spec.name), name: spec.name, answers, v4, v6 });
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
