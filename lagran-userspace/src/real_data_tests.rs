@@ -245,3 +245,51 @@ async fn reload_on_real_data_refuses_corrupt_and_large_changes() {
     assert!(r.accepted && r.forced, "{}", r.message);
     assert!(!Arc::ptr_eq(&serving, &s.geo()));
 }
+
+/// Issue 8: with 1 000 extra nodes at real client locations, on SQLite, taking
+/// the node that answers Shenzhen China Telecom offline moves the DNS answer
+/// (how fast is `cargo xtask bench`'s job).
+#[tokio::test]
+async fn a_node_taken_offline_moves_the_answer_with_1000_nodes_on_sqlite() {
+    let Some(path) = real_path() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::connect(&crate::testkit::temp_sqlite_url(dir.path())).await.unwrap();
+    crate::demo::install(&store).await.unwrap();
+    let geo = GeoDb::load(Some(&path), None);
+    let partitions = crate::partition::PartitionTable::build(&geo, &[]);
+    let locations = partitions.locations();
+    let mut rng = StdRng::seed_from_u64(8);
+    for i in 0..1_000u32 {
+        let loc = &locations[rng.gen_range(1..locations.len())];
+        let mut n = crate::model::Node::new(format!("extra-{i:04}"));
+        n.country = loc.country.clone();
+        n.province = loc.province.clone();
+        n.city = loc.city.clone();
+        n.isp = loc.isp.clone();
+        n.weight = rng.gen_range(50..150);
+        n.cpu_usage = rng.gen_range(0.0..80.0);
+        n.public_ip = Some(Ipv4Addr::from(0x0a00_0000 + i));
+        store.create_node(&n, None).await.unwrap();
+    }
+    let s = crate::scheduler::Scheduler::new(
+        store.clone(),
+        Default::default(),
+        crate::health::HealthMonitor::new(Default::default()),
+        geo,
+        crate::route_table::empty_shared(),
+    );
+    s.recompute().await.unwrap();
+    let answer = |ip: &str| {
+        let t = s.table().load();
+        t.scheduled("edge.lagran.net").unwrap().answer_for(ip.parse().unwrap()).0.clone()
+    };
+    let before = answer("58.60.0.1");
+    let serving = before.node.clone().expect("Shenzhen China Telecom is answered with 1 003 nodes");
+    let patch = crate::store::NodePatch { status: Some(crate::model::NodeStatus::Offline), ..Default::default() };
+    store.update_node(&serving, &patch).await.unwrap();
+    s.recompute().await.unwrap();
+    let after = answer("58.60.0.1");
+    assert!(after.node.is_some(), "another node answers once {serving} is offline");
+    assert_ne!(after.node, before.node, "{serving} went offline: the answer must move");
+    assert_ne!(after.ipv4, before.ipv4, "the addresses move with the node");
+}

@@ -66,7 +66,8 @@ pub struct Args {
     builds: usize,
     /// Recompute configurations: `1pool` (every name in the default pool) and/or
     /// `10pools` (each name its own pool of a tenth of the nodes).
-    #[arg(long, value_delimiter = ',', default_value = "1pool")]
+    /// `real`: the real xdb with 100 and 1 000 nodes, full and after one node goes down.
+    #[arg(long, value_delimiter = ',', default_value = "1pool,real")]
     configs: Vec<String>,
 }
 
@@ -428,6 +429,9 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
 
     let settings = ScheduleSettings::default();
     let policy = settings.policy();
+    if a.configs.iter().any(|c| c == "real") {
+        recompute_real(a)?;
+    }
     for (label, pools) in [("recompute_1pool", false), ("recompute_10pools", true)] {
         if !a.configs.iter().any(|c| label.ends_with(c.as_str())) {
             continue;
@@ -478,6 +482,76 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
         eprintln!(
             "tables: {label}: {nodes_n} nodes × {} partitions × {names_n} names: {times:?} ms",
             partitions.locations().len()
+        );
+    }
+    Ok(())
+}
+
+/// The real xdb's partitions with `n` nodes placed at real client locations
+/// (10 names, one pool): a full recompute, then one node down.
+fn recompute_real(a: &Args) -> anyhow::Result<()> {
+    let xdb = Xdb::open(&a.xdb).with_context(|| format!("opening {}", a.xdb.display()))?;
+    let partitions = PartitionTable::build(&GeoDb::from_xdbs(Some(xdb), None), &[]);
+    let settings = ScheduleSettings::default();
+    let policy = settings.policy();
+    let locations = partitions.locations();
+    for nodes_n in [100usize, 1_000] {
+        let mut rng = StdRng::seed_from_u64(nodes_n as u64);
+        let nodes: Vec<Node> = (0..nodes_n)
+            .map(|i| {
+                let loc = &locations[rng.gen_range(1..locations.len())];
+                let mut n = Node::new(format!("node-{i:04}"));
+                n.country = loc.country.clone();
+                n.province = loc.province.clone();
+                n.city = loc.city.clone();
+                n.isp = loc.isp.clone();
+                n.weight = rng.gen_range(50..150);
+                n.cpu_usage = rng.gen_range(0.0..80.0);
+                n.memory_usage = rng.gen_range(0.0..80.0);
+                n.public_ip = Some(Ipv4Addr::from(0x0a00_0000 + i as u32));
+                n
+            })
+            .collect();
+        let zone = Zone::new("bench.lagran.net");
+        let domains: Vec<Domain> = (0..a.names)
+            .map(|i| Domain {
+                name: if i == 0 { zone.name.clone() } else { format!("n{i}.{}", zone.name) },
+                zone: zone.name.clone(),
+                pool: DEFAULT_POOL.to_string(),
+                ttl: None,
+                origin_ip: None,
+            })
+            .collect();
+        let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
+        let mut state = BuildState::default();
+        let mut full = Vec::new();
+        for v in 0..a.builds.max(3) as u64 {
+            let t = Instant::now();
+            build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state);
+            full.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        // One node down: the primary for Shenzhen China Telecom goes offline.
+        let t = build_route_table(100, &inputs, &partitions, &settings, &policy, &mut state);
+        let probe: IpAddr = "58.60.1.1".parse()?;
+        let before = t.scheduled("bench.lagran.net").context("no apex")?.answer_for(probe).0.node.clone();
+        let down = before.clone().context("no answer for the probe")?;
+        let i = inputs.nodes.iter().position(|n| n.name == down).context("primary not a node")?;
+        inputs.nodes[i].status = lagran::model::NodeStatus::Offline;
+        let t0 = Instant::now();
+        let t = build_route_table(101, &inputs, &partitions, &settings, &policy, &mut state);
+        let one_down = t0.elapsed().as_secs_f64() * 1e3;
+        let after = t.scheduled("bench.lagran.net").context("no apex")?.answer_for(probe).0.node.clone();
+        if after == before {
+            bail!("recompute_real: {down} went offline but the answer stayed");
+        }
+        let (_, median) = stats(full.clone());
+        let label = format!("recompute_real_{nodes_n}nodes");
+        result(&format!("{label}_ms"), format!("{median:.1}"));
+        result(&format!("{label}_one_down_ms"), format!("{one_down:.1}"));
+        eprintln!(
+            "tables: {label}: {nodes_n} nodes × {} partitions × {} names: full {full:?} ms, one node down {one_down:.1} ms",
+            locations.len(),
+            a.names
         );
     }
     Ok(())

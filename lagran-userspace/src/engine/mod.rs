@@ -12,6 +12,8 @@
 //! family asked for, in the name's pool (the `default` pool holds every node).
 //! Ties break by node name.
 
+pub mod planner;
+
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;

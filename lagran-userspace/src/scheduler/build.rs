@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use ipnet::IpNet;
 
 use crate::config::ScheduleSettings;
-use crate::engine::{self, Candidate, Family, NodeView, Policy, Ranking};
+use crate::engine::planner::{Eligible, Plan, RegionFilter, Top};
+use crate::engine::{self, Family, NodeView, Policy, Ranking};
 use crate::health::Liveness;
 use crate::location::Location;
 use crate::model::{DEFAULT_POOL, Domain, Line, LineAnswer, Node, Rule, RuleKind, Zone};
@@ -34,8 +35,41 @@ pub struct BuildState {
     /// Stable small integers for scheduled names, so the data-plane keys of a
     /// name never change while it exists.
     pub name_ids: NameIds,
-    /// The automatic primary per (name, partition location), for hysteresis.
-    pub choices: HashMap<(String, Location), String>,
+    /// The automatic primary per name and partition (hysteresis): an index
+    /// into `chosen_nodes`, or [`NO_CHOICE`].
+    choices: HashMap<String, Vec<u32>>,
+    /// The partition locations `choices` is indexed by.
+    choice_locations: Vec<Location>,
+    /// Node names that were chosen, interned.
+    chosen_nodes: NameIds,
+    chosen_names: Vec<String>,
+}
+
+/// No automatic primary (no eligible node).
+const NO_CHOICE: u32 = u32::MAX;
+
+impl BuildState {
+    /// The interned id of a node name in `choices`.
+    fn node_id(&mut self, name: &str) -> u32 {
+        let id = self.chosen_nodes.id(name) - 1;
+        if id as usize == self.chosen_names.len() {
+            self.chosen_names.push(name.to_string());
+        }
+        id
+    }
+
+    /// Re-indexes `choices` when the partitions changed (a geo reload): the
+    /// choice follows the partition's location.
+    fn follow_partitions(&mut self, locations: &[Location]) {
+        if self.choice_locations.as_slice() == locations {
+            return;
+        }
+        let old: HashMap<&Location, usize> = self.choice_locations.iter().enumerate().map(|(i, l)| (l, i)).collect();
+        for v in self.choices.values_mut() {
+            *v = locations.iter().map(|l| old.get(l).map_or(NO_CHOICE, |&i| v[i])).collect();
+        }
+        self.choice_locations = locations.to_vec();
+    }
 }
 
 /// Stable name ids.
@@ -83,24 +117,6 @@ impl Answers {
     }
 }
 
-/// Does a rule's region filter match a location (canonical comparison)?
-fn rule_matches(rule: &Rule, name: &str, loc: &Location) -> bool {
-    if rule.domain.as_deref().is_some_and(|d| d.trim_end_matches('.').to_ascii_lowercase() != name) {
-        return false;
-    }
-    let want = Location::new(
-        rule.country.as_deref().unwrap_or(""),
-        rule.province.as_deref().unwrap_or(""),
-        rule.city.as_deref().unwrap_or(""),
-        rule.isp.as_deref().unwrap_or(""),
-    );
-    let ok = |filter: &Option<String>, want: &str, have: &str| filter.is_none() || want == have;
-    ok(&rule.country, &want.country, &loc.country)
-        && ok(&rule.province, &want.province, &loc.province)
-        && ok(&rule.city, &want.city, &loc.city)
-        && ok(&rule.isp, &want.isp, &loc.isp)
-}
-
 /// The answer of a ranking: the first `per_answer` addresses of each family.
 fn answer_of(r4: &Ranking, r6: &Ranking, per_answer: usize, ttl: u32, state: AnswerState) -> Answer {
     let ipv4: Vec<_> = r4.candidates.iter().filter_map(|c| c.public_ip).take(per_answer).collect();
@@ -125,18 +141,6 @@ pub(super) fn pin(r: &mut Ranking, node: &str, why: &str) -> bool {
     c.reason = why.to_string();
     r.candidates.insert(0, c);
     true
-}
-
-/// Whether a dead node (probe down, heartbeat timeout) would have beaten `chosen`.
-fn is_failover(views: &[NodeView], loc: &Location, pool: &str, chosen: Option<&Candidate>, policy: &Policy) -> bool {
-    let Some(chosen) = chosen else { return false };
-    views.iter().any(|v| {
-        v.dead.is_some() && {
-            let alive = NodeView { dead: None, ..v.clone() };
-            engine::exclusion(&alive, Family::V4, pool).is_none()
-                && engine::score(&alive, loc, None, policy).score > chosen.score
-        }
-    })
 }
 
 /// Lays `over` ranges (sorted by start, non-overlapping) on `base`, computing
@@ -194,9 +198,178 @@ enum PrefixOverride {
     Manual { node: String, rule: i64 },
 }
 
+/// A region rule, canonicalised once per build.
+struct RegionRule<'a> {
+    rule: &'a Rule,
+    /// The scheduled name it is limited to, lowercase without the dot.
+    domain: Option<String>,
+    want: Location,
+    on: [bool; 4],
+    filter: RegionFilter,
+}
+
+impl RegionRule<'_> {
+    fn applies_to(&self, name: &str) -> bool {
+        self.domain.as_deref().is_none_or(|d| d == name)
+    }
+}
+
+fn rule_domain(rule: &Rule) -> Option<String> {
+    rule.domain.as_deref().map(|d| d.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// What the build shares across names: nodes, plan, rules.
+struct Ctx<'a> {
+    views: &'a [NodeView],
+    by_name: HashMap<&'a str, usize>,
+    plan: Plan,
+    policy: &'a Policy,
+    partitions: &'a PartitionTable,
+}
+
+/// The automatic rankings of one pool: per class, the top of each family as
+/// numbers and as engine candidates (with reasons).
+struct PoolRanks {
+    sets: [Eligible; 2],
+    tops: Vec<[Top; 2]>,
+    rankings: Vec<(Ranking, Ranking)>,
+}
+
+impl Ctx<'_> {
+    fn pool(&self, pool: &str, k: usize) -> PoolRanks {
+        let sets = [self.plan.eligible(self.views, Family::V4, pool), self.plan.eligible(self.views, Family::V6, pool)];
+        let mut tops = Vec::with_capacity(self.plan.class_count());
+        let mut rankings = Vec::with_capacity(self.plan.class_count());
+        for class in 0..self.plan.class_count() as u32 {
+            let t = [self.plan.top(&sets[0], class, k), self.plan.top(&sets[1], class, k)];
+            rankings.push((self.ranking(&t[0], class), self.ranking(&t[1], class)));
+            tops.push(t);
+        }
+        PoolRanks { sets, tops, rankings }
+    }
+
+    /// The engine's candidate (score terms, reason) for one node and class.
+    fn candidate(&self, node: usize, class: u32) -> engine::Candidate {
+        let rep = &self.partitions.locations()[self.plan.representative(class) as usize];
+        engine::score(&self.views[node], rep, self.plan.class_coords(class), self.policy)
+    }
+
+    /// The top as an engine ranking (what `engine::rank` would put first).
+    fn ranking(&self, top: &Top, class: u32) -> Ranking {
+        let mut r = Ranking::default();
+        for &(n, score) in &top.nodes {
+            let c = self.candidate(n as usize, class);
+            debug_assert_eq!(c.score, score, "planner and engine::score disagree on {}", c.name);
+            r.candidates.push(c);
+        }
+        if let (Some(from), Some(first)) = (top.spilled_from, r.candidates.first_mut()) {
+            first.reason = format!("{} (spill from overloaded {})", first.reason, self.views[from as usize].node.name);
+        }
+        r
+    }
+
+    /// `r` with `node` in it when the full ranking has it (pins and hysteresis
+    /// reach past the top).
+    fn with_node(&self, r: &Ranking, pr: &PoolRanks, family: usize, class: u32, node: &str) -> Ranking {
+        let mut r = r.clone();
+        if !r.candidates.iter().any(|c| c.name == node)
+            && let Some(&i) = self.by_name.get(node)
+            && self.plan.candidate_score(&pr.sets[family], &pr.tops[class as usize][family], i, class).is_some()
+        {
+            r.candidates.push(self.candidate(i, class));
+        }
+        r
+    }
+}
+
+/// One scheduled name's build: its answers and how each is made.
+struct NameBuild<'a> {
+    name: &'a str,
+    steady_ttl: u32,
+    per_answer: usize,
+    settings: &'a ScheduleSettings,
+    answers: Answers,
+}
+
+impl NameBuild<'_> {
+    /// A manual pin or canary node put first; `None` when it is not eligible.
+    #[expect(clippy::too_many_arguments, reason = "the stage's inputs, named")]
+    fn node_answer(
+        &mut self,
+        ctx: &Ctx,
+        pr: &PoolRanks,
+        class: u32,
+        node: &str,
+        why: &str,
+        r4: &Ranking,
+        r6: &Ranking,
+        st: AnswerState,
+    ) -> Option<u32> {
+        let (mut a, mut b) = (ctx.with_node(r4, pr, 0, class, node), ctx.with_node(r6, pr, 1, class, node));
+        (pin(&mut a, node, why) || pin(&mut b, node, why)).then(|| {
+            let ttl = if st == AnswerState::Canary { self.settings.canary_ttl } else { self.steady_ttl };
+            self.answers.id(answer_of(&a, &b, self.per_answer, ttl, st))
+        })
+    }
+
+    /// The answer of one class (given the previous automatic primary, for
+    /// hysteresis): automatic, then region rules. Returns it and the new primary.
+    fn decide(
+        &mut self,
+        ctx: &Ctx,
+        pr: &PoolRanks,
+        rules: &[RegionRule],
+        class: u32,
+        prev: Option<&str>,
+    ) -> (u32, Option<usize>) {
+        let (base4, r6) = &pr.rankings[class as usize];
+        let held;
+        let r4: &Ranking = match (self.settings.hysteresis > 0.0, prev, base4.primary()) {
+            (true, Some(prev), Some(best)) if best.name != prev => {
+                let mut r = ctx.with_node(base4, pr, 0, class, prev);
+                engine::apply_hysteresis(&mut r, Some(prev), self.settings.hysteresis);
+                held = r;
+                &held
+            }
+            _ => base4,
+        };
+        let primary = r4.primary().and_then(|c| ctx.by_name.get(c.name.as_str()).copied());
+        let failover = match (r4.primary(), pr.tops[class as usize][0].max_dead) {
+            (Some(c), Some(dead)) => dead > c.score,
+            _ => false,
+        };
+        let (st, ttl) = if failover {
+            (AnswerState::Failover, self.settings.failover_ttl.min(self.steady_ttl))
+        } else {
+            (AnswerState::Steady, self.steady_ttl)
+        };
+        let mut id = self.answers.id(answer_of(r4, r6, self.per_answer, ttl, st));
+        let matching = || rules.iter().filter(|r| r.applies_to(self.name) && ctx.plan.filter_matches(&r.filter, class));
+        if let Some(rule) = matching().find(|r| r.rule.kind == RuleKind::Canary).map(|r| r.rule) {
+            let why = format!("canary rule {} {}%", rule.id, rule.percent);
+            if let Some(cid) = self.node_answer(ctx, pr, class, &rule.node, &why, r4, r6, AnswerState::Canary) {
+                let mut base = self.answers.list[id as usize].clone();
+                base.ttl = base.ttl.min(self.settings.canary_ttl);
+                base.canary = Some(Canary { percent: rule.percent, answer: cid });
+                id = self.answers.id(base);
+            }
+        }
+        if let Some(rule) = matching().find(|r| r.rule.kind == RuleKind::Manual).map(|r| r.rule) {
+            let why = format!("manual rule {}", rule.id);
+            if let Some(mid) = self.node_answer(ctx, pr, class, &rule.node, &why, r4, r6, AnswerState::Steady) {
+                id = mid;
+            }
+        }
+        (id, primary)
+    }
+}
+
 /// Computes a route table: one answer per (scheduled name, partition), stored
 /// as the coarsest client prefixes that share an answer. Stage order, lowest
 /// priority first: automatic ranking (with hysteresis) → lines → canary → manual.
+///
+/// Rankings come from the numeric [`Plan`]: one per (pool, effective location
+/// class), not per partition; `engine::rank` is the oracle the tests hold it to.
 pub fn build_route_table(
     version: u64,
     inputs: &Inputs,
@@ -209,11 +382,32 @@ pub fn build_route_table(
     let views = NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, now);
     let per_answer = settings.answers_per_query.clamp(1, 4) as usize;
     let rules: Vec<&Rule> = inputs.rules.iter().filter(|r| r.is_active(now)).collect();
-    let region_rules: Vec<&Rule> = rules.iter().copied().filter(|r| r.prefix.is_none()).collect();
-    // Automatic rankings depend on (pool, partition) only: names sharing a pool share them.
-    let mut rankings: HashMap<String, Vec<(Ranking, Ranking)>> = HashMap::new();
-    let mut new_choices = HashMap::new();
+    let mut region: Vec<RegionRule> = rules
+        .iter()
+        .filter(|r| r.prefix.is_none())
+        .map(|&rule| {
+            let f = |o: &Option<String>| o.as_deref().unwrap_or("").to_string();
+            let want = Location::new(&f(&rule.country), &f(&rule.province), &f(&rule.city), &f(&rule.isp));
+            let on = [rule.country.is_some(), rule.province.is_some(), rule.city.is_some(), rule.isp.is_some()];
+            RegionRule { rule, domain: rule_domain(rule), want, on, filter: [None; 4] }
+        })
+        .collect();
+    let plan = Plan::new(&views, partitions.locations(), region.iter().map(|r| (&r.want, r.on)), policy);
+    for r in &mut region {
+        r.filter = plan.filter(&r.want, r.on);
+    }
+    let by_name: HashMap<&str, usize> =
+        views.iter().enumerate().rev().map(|(i, v)| (v.node.name.as_str(), i)).collect();
+    let ctx = Ctx { views: &views, by_name, plan, policy, partitions };
+    let class_of = ctx.plan.class_of();
+    state.follow_partitions(partitions.locations());
+    let node_ids: Vec<u32> = views.iter().map(|v| state.node_id(&v.node.name)).collect();
+    // Automatic rankings depend on (pool, class) only: names sharing a pool share them.
+    let k = per_answer + 1;
+    let mut pools: HashMap<String, PoolRanks> = HashMap::new();
+    let mut new_choices: HashMap<String, Vec<u32>> = HashMap::new();
     let mut zones = Vec::with_capacity(inputs.zones.len());
+    let mut shared: Vec<(Vec<u32>, PrefixMapV4, PrefixMapV6)> = Vec::new();
 
     for zone in &inputs.zones {
         let apex = inputs.domains.iter().find(|d| d.name == zone.name);
@@ -228,83 +422,50 @@ pub fn build_route_table(
         }
         let mut scheduled = Vec::with_capacity(specs.len());
         for spec in specs {
-            let pool = spec.pool.clone();
-            let ranked = rankings.entry(pool.clone()).or_insert_with(|| {
-                partitions
-                    .locations()
-                    .iter()
-                    .map(|loc| {
-                        (
-                            engine::rank(&views, loc, Family::V4, &pool, policy),
-                            engine::rank(&views, loc, Family::V6, &pool, policy),
-                        )
-                    })
-                    .collect()
-            });
+            let pr = pools.entry(spec.pool.clone()).or_insert_with(|| ctx.pool(&spec.pool, k));
             let steady_ttl = spec.ttl.unwrap_or(settings.ttl);
-            let mut answers = Answers::default();
-            let node_answer = |answers: &mut Answers, node: &str, why: &str, r4: &Ranking, r6: &Ranking, st| {
-                let (mut a, mut b) = (r4.clone(), r6.clone());
-                (pin(&mut a, node, why) || pin(&mut b, node, why)).then(|| {
-                    let ttl = if st == AnswerState::Canary { settings.canary_ttl } else { steady_ttl };
-                    answers.id(answer_of(&a, &b, per_answer, ttl, st))
-                })
-            };
+            let mut nb = NameBuild { name: &spec.name, steady_ttl, per_answer, settings, answers: Answers::default() };
 
-            // Per partition: automatic (+ hysteresis), then region rules.
-            let mut by_partition = Vec::with_capacity(ranked.len());
-            for (pid, (r4, r6)) in ranked.iter().enumerate() {
-                let loc = &partitions.locations()[pid];
-                let key = (spec.name.clone(), loc.clone());
-                // Clone the (possibly long) ranking only when hysteresis may reorder it.
-                let previous = state.choices.get(&key).map(String::as_str);
-                let held;
-                let r4: &Ranking = match (settings.hysteresis > 0.0, previous, r4.primary()) {
-                    (true, Some(prev), Some(best)) if best.name != prev => {
-                        let mut r = r4.clone();
-                        engine::apply_hysteresis(&mut r, Some(prev), settings.hysteresis);
-                        held = r;
-                        &held
-                    }
-                    _ => r4,
+            // Per partition: the answer of its class, given its previous primary.
+            let previous = state.choices.get(&spec.name);
+            let best: Vec<u32> = pr
+                .rankings
+                .iter()
+                .map(|(r4, _)| {
+                    r4.primary().and_then(|c| ctx.by_name.get(c.name.as_str())).map_or(NO_CHOICE, |&i| node_ids[i])
+                })
+                .collect();
+            let mut natural: Vec<Option<(u32, u32)>> = vec![None; ctx.plan.class_count()];
+            let mut held: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
+            let mut by_partition = Vec::with_capacity(class_of.len());
+            let mut chosen = Vec::with_capacity(class_of.len());
+            for (pid, &class) in class_of.iter().enumerate() {
+                let prev = previous.map_or(NO_CHOICE, |p| p[pid]);
+                let b = best[class as usize];
+                let sticky = settings.hysteresis > 0.0 && prev != NO_CHOICE && b != NO_CHOICE && prev != b;
+                let mut decide = |prev: Option<&str>| {
+                    let (id, primary) = nb.decide(&ctx, pr, &region, class, prev);
+                    (id, primary.map_or(NO_CHOICE, |i| node_ids[i]))
                 };
-                if let Some(p) = r4.primary() {
-                    new_choices.insert(key, p.name.clone());
-                }
-                let failover = is_failover(&views, loc, &pool, r4.primary(), policy);
-                let (st, ttl) = if failover {
-                    (AnswerState::Failover, settings.failover_ttl.min(steady_ttl))
+                let (id, primary) = if sticky {
+                    *held.entry((class, prev)).or_insert_with(|| decide(Some(&state.chosen_names[prev as usize])))
                 } else {
-                    (AnswerState::Steady, steady_ttl)
+                    *natural[class as usize].get_or_insert_with(|| decide(None))
                 };
-                let mut id = answers.id(answer_of(r4, r6, per_answer, ttl, st));
-                let matching: Vec<&&Rule> = region_rules.iter().filter(|r| rule_matches(r, &spec.name, loc)).collect();
-                if let Some(rule) = matching.iter().find(|r| r.kind == RuleKind::Canary) {
-                    let why = format!("canary rule {} {}%", rule.id, rule.percent);
-                    if let Some(cid) = node_answer(&mut answers, &rule.node, &why, r4, r6, AnswerState::Canary) {
-                        let mut base = answers.list[id as usize].clone();
-                        base.ttl = base.ttl.min(settings.canary_ttl);
-                        base.canary = Some(Canary { percent: rule.percent, answer: cid });
-                        id = answers.id(base);
-                    }
-                }
-                if let Some(rule) = matching.iter().find(|r| r.kind == RuleKind::Manual) {
-                    let why = format!("manual rule {}", rule.id);
-                    if let Some(mid) = node_answer(&mut answers, &rule.node, &why, r4, r6, AnswerState::Steady) {
-                        id = mid;
-                    }
-                }
                 by_partition.push(id);
+                chosen.push(primary);
             }
+            new_choices.insert(spec.name.clone(), chosen);
 
             // Prefix overrides: lines, then canary and manual prefix rules on top.
             let mut over4: Vec<(u128, u128, PrefixOverride)> = Vec::new();
             let mut over6: Vec<(u128, u128, PrefixOverride)> = Vec::new();
-            let unknown = &ranked[0];
+            let class0 = class_of[0];
+            let unknown = &pr.rankings[class0 as usize];
             for line in inputs.lines.iter().filter(|l| l.domains.is_empty() || l.domains.contains(&spec.name)) {
                 let answer = match line.answer {
                     LineAnswer::Origin => spec.domain.and_then(|d| d.origin_ip).map(|ip| {
-                        answers.id(Answer {
+                        nb.answers.id(Answer {
                             ttl: steady_ttl,
                             ipv4: vec![ip],
                             ipv6: vec![],
@@ -315,19 +476,13 @@ pub fn build_route_table(
                         })
                     }),
                     LineAnswer::Node => line.node.as_deref().and_then(|n| {
-                        node_answer(
-                            &mut answers,
-                            n,
-                            &format!("line {}", line.name),
-                            &unknown.0,
-                            &unknown.1,
-                            AnswerState::Steady,
-                        )
+                        let why = format!("line {}", line.name);
+                        nb.node_answer(&ctx, pr, class0, n, &why, &unknown.0, &unknown.1, AnswerState::Steady)
                     }),
                     LineAnswer::Schedule => {
                         let mut a = answer_of(&unknown.0, &unknown.1, per_answer, steady_ttl, AnswerState::Steady);
                         a.reason = format!("line {}: {}", line.name, a.reason);
-                        Some(answers.id(a))
+                        Some(nb.answers.id(a))
                     }
                 };
                 let Some(answer) = answer else {
@@ -343,7 +498,7 @@ pub fn build_route_table(
             // Prefix rules match by domain and prefix; their region filters do not apply.
             for rule in &rules {
                 let Some(p) = &rule.prefix else { continue };
-                if rule.domain.as_deref().is_some_and(|d| d.trim_end_matches('.').to_ascii_lowercase() != spec.name) {
+                if rule_domain(rule).is_some_and(|d| d != spec.name) {
                     continue;
                 }
                 let (is4, s, e) = net_range(p);
@@ -356,82 +511,115 @@ pub fn build_route_table(
                 };
                 list.push((s, e, o));
             }
-            // Apply in priority order (lines, canary, manual), each layer sorted and
-            // non-overlapping within itself (a later, more specific entry wins).
-            let layer = |list: &[(u128, u128, PrefixOverride)], pick: fn(&PrefixOverride) -> bool| {
-                let mut l: Vec<(u128, u128, PrefixOverride)> = list.iter().filter(|o| pick(&o.2)).cloned().collect();
-                l.sort_by_key(|&(s, e, _)| (std::cmp::Reverse(e - s), s));
-                l
-            };
-            let mut ranges4: Vec<(u128, u128, u32)> = partitions
-                .v4_ranges()
-                .iter()
-                .map(|&(s, e, p)| (s as u128, e as u128, by_partition[p as usize]))
-                .collect();
-            let mut ranges6: Vec<(u128, u128, u32)> =
-                partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, by_partition[p as usize])).collect();
-            let picks: [fn(&PrefixOverride) -> bool; 3] = [
-                |o| matches!(o, PrefixOverride::Fixed(_)),
-                |o| matches!(o, PrefixOverride::Canary { .. }),
-                |o| matches!(o, PrefixOverride::Manual { .. }),
-            ];
-            for pick in picks {
-                for (ranges, over) in [(&mut ranges4, &over4), (&mut ranges6, &over6)] {
-                    for o in layer(over, pick) {
-                        let taken = std::mem::take(ranges);
-                        *ranges = overlay_with(taken, std::slice::from_ref(&o), |under, k| match k {
-                            PrefixOverride::Fixed(a) => *a,
-                            PrefixOverride::Manual { node, rule } => {
-                                let (r4, r6) = unknown;
-                                node_answer(
-                                    &mut answers,
-                                    node,
-                                    &format!("manual rule {rule}"),
-                                    r4,
-                                    r6,
-                                    AnswerState::Steady,
-                                )
-                                .unwrap_or(under)
-                            }
-                            PrefixOverride::Canary { node, percent, rule } => {
-                                let (r4, r6) = unknown;
-                                match node_answer(
-                                    &mut answers,
-                                    node,
-                                    &format!("canary rule {rule} {percent}%"),
-                                    r4,
-                                    r6,
-                                    AnswerState::Canary,
-                                ) {
-                                    Some(cid) => {
-                                        let mut base = answers.list[under as usize].clone();
-                                        base.ttl = base.ttl.min(settings.canary_ttl);
-                                        base.canary = Some(Canary { percent: *percent, answer: cid });
-                                        answers.id(base)
-                                    }
-                                    None => under,
+            // Names of one pool without prefix overrides of their own often get the
+            // same answers everywhere: their prefix maps are built once.
+            let own = over4.is_empty() && over6.is_empty();
+            let shared_maps = own.then(|| shared.iter().find(|s| s.0 == by_partition)).flatten();
+            let (v4, v6) = if let Some((_, v4, v6)) = shared_maps {
+                (v4.clone(), v6.clone())
+            } else {
+                let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition);
+                // Apply in priority order (lines, canary, manual), each layer sorted and
+                // non-overlapping within itself (a later, more specific entry wins).
+                let layer = |list: &[(u128, u128, PrefixOverride)], pick: fn(&PrefixOverride) -> bool| {
+                    let mut l: Vec<(u128, u128, PrefixOverride)> =
+                        list.iter().filter(|o| pick(&o.2)).cloned().collect();
+                    l.sort_by_key(|&(s, e, _)| (std::cmp::Reverse(e - s), s));
+                    l
+                };
+                let picks: [fn(&PrefixOverride) -> bool; 3] = [
+                    |o| matches!(o, PrefixOverride::Fixed(_)),
+                    |o| matches!(o, PrefixOverride::Canary { .. }),
+                    |o| matches!(o, PrefixOverride::Manual { .. }),
+                ];
+                for pick in picks {
+                    for (ranges, over) in [(&mut ranges4, &over4), (&mut ranges6, &over6)] {
+                        for o in layer(over, pick) {
+                            let taken = std::mem::take(ranges);
+                            *ranges = overlay_with(taken, std::slice::from_ref(&o), |under, k| match k {
+                                PrefixOverride::Fixed(a) => *a,
+                                PrefixOverride::Manual { node, rule } => {
+                                    let why = format!("manual rule {rule}");
+                                    nb.node_answer(
+                                        &ctx,
+                                        pr,
+                                        class0,
+                                        node,
+                                        &why,
+                                        &unknown.0,
+                                        &unknown.1,
+                                        AnswerState::Steady,
+                                    )
+                                    .unwrap_or(under)
                                 }
-                            }
-                        });
+                                PrefixOverride::Canary { node, percent, rule } => {
+                                    let why = format!("canary rule {rule} {percent}%");
+                                    match nb.node_answer(
+                                        &ctx,
+                                        pr,
+                                        class0,
+                                        node,
+                                        &why,
+                                        &unknown.0,
+                                        &unknown.1,
+                                        AnswerState::Canary,
+                                    ) {
+                                        Some(cid) => {
+                                            let mut base = nb.answers.list[under as usize].clone();
+                                            base.ttl = base.ttl.min(settings.canary_ttl);
+                                            base.canary = Some(Canary { percent: *percent, answer: cid });
+                                            nb.answers.id(base)
+                                        }
+                                        None => under,
+                                    }
+                                }
+                            });
+                        }
                     }
                 }
-            }
-            let fill = by_partition[0];
-            let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
-            let v6 = PrefixMapV6::from_ranges(ranges6, fill);
-            scheduled.push(ScheduledName {
-                id: state.name_ids.id(&spec.name),
-                name: spec.name,
-                answers: answers.list,
-                v4,
-                v6,
-            });
+                let fill = by_partition[0];
+                let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
+                let v6 = PrefixMapV6::from_ranges(ranges6, fill);
+                if own {
+                    shared.push((by_partition.clone(), v4.clone(), v6.clone()));
+                }
+                (v4, v6)
+            };
+            let answers = nb.answers.list;
+            scheduled.push(ScheduledName { id: state.name_ids.id(&spec.name), name: spec.name, answers, v4, v6 });
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
     state.choices = new_choices;
     RouteTable::new(version, now, zones)
 }
+
+/// Inclusive address ranges with a value, sorted.
+type Runs = Vec<(u128, u128, u32)>;
+
+/// The partition ranges of both families with each partition's answer,
+/// adjacent ranges of equal answer merged.
+fn partition_runs(partitions: &PartitionTable, by_partition: &[u32]) -> (Runs, Runs) {
+    fn runs(it: impl Iterator<Item = (u128, u128, u32)>) -> Runs {
+        let mut out: Vec<(u128, u128, u32)> = Vec::new();
+        for (s, e, v) in it {
+            if let Some(last) = out.last_mut()
+                && last.2 == v
+                && last.1.checked_add(1) == Some(s)
+            {
+                last.1 = e;
+                continue;
+            }
+            out.push((s, e, v));
+        }
+        out
+    }
+    let v4 = runs(partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, by_partition[p as usize])));
+    let v6 = runs(partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, by_partition[p as usize])));
+    (v4, v6)
+}
+#[cfg(test)]
+mod oracle;
 
 #[cfg(test)]
 mod tests {
