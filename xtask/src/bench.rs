@@ -761,9 +761,8 @@ impl Bench {
 
     /// A real recursive resolver (Unbound, ECS on, a stub zone for the demo zone) in
     /// the client namespace as the client; every query carries a different client
-    /// /24 so each goes upstream. Returns (queries answered through Unbound, of them
-    /// answered by the XDP path, the passed reasons that moved).
-    fn resolver_share(&self, t: &Topology, queries: u32) -> anyhow::Result<(u64, u64, Vec<(String, u64)>)> {
+    /// /24 so each goes upstream.
+    fn resolver_share(&self, t: &Topology, queries: u32) -> anyhow::Result<ResolverShare> {
         let dir = self.work.join("unbound");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
@@ -821,7 +820,11 @@ impl Bench {
             .collect();
         unbound.check_alive()?;
         drop(unbound);
-        Ok((answered, after.zip(before).map_or(0, |(a, b)| a.saturating_sub(b)), moved))
+        Ok(ResolverShare {
+            answered,
+            in_kernel: after.zip(before).map_or(0, |(a, b)| a.saturating_sub(b)),
+            passed: moved,
+        })
     }
 
     /// Every generator against one running server.
@@ -842,6 +845,16 @@ impl Bench {
         }
         Ok(())
     }
+}
+
+/// What the resolver-as-client step saw.
+struct ResolverShare {
+    /// Queries answered through Unbound.
+    answered: u64,
+    /// Of them, answered by the XDP path.
+    in_kernel: u64,
+    /// The pass reasons that moved meanwhile, and by how much.
+    passed: Vec<(String, u64)>,
 }
 
 /// The reflector attached to the server veth; detached on drop, also on failure.
@@ -1120,7 +1133,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             }
         }
     }
-    if let Some((answered, in_kernel, passed)) = &resolver {
+    if let Some(ResolverShare { answered, in_kernel, passed }) = &resolver {
         let share = if *answered == 0 { 0.0 } else { 100.0 * *in_kernel as f64 / *answered as f64 };
         let why = if passed.is_empty() {
             String::new()
