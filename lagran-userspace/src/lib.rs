@@ -17,6 +17,7 @@ pub mod daemon;
 pub mod demo;
 pub mod dns;
 pub mod engine;
+pub mod entry;
 pub mod geo;
 pub mod health;
 pub mod location;

@@ -229,6 +229,17 @@ impl Daemon {
         Daemon { child, dns, api, db_url: db, geo_path, log, _dir: dir }
     }
 
+    /// The address an entry point (`dot`, `doq`, `http`) was bound to, from
+    /// its `entry point listening` log line (logged before `lagran serving`).
+    pub fn entry(&self, entry: &str) -> SocketAddr {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["fields"]["message"] == "entry point listening" && v["fields"]["entry"] == entry)
+            .and_then(|v| v["fields"]["addr"].as_str().and_then(|a| a.parse().ok()))
+            .unwrap_or_else(|| panic!("no `{entry}` entry point in the log:\n{}", self.log()))
+    }
+
     /// Everything the daemon logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
@@ -299,6 +310,15 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A self-signed certificate for `dns.test` (DoT and DoQ), as PEM files under `dir`.
+pub fn write_test_certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let ck = rcgen::generate_simple_self_signed(vec!["dns.test".to_string()]).expect("generating a test certificate");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).expect("writing the test certificate");
+    std::fs::write(&key, ck.key_pair.serialize_pem()).expect("writing the test key");
+    (cert, key)
 }
 
 /// One resource record as dig prints it.
