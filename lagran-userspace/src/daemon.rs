@@ -207,7 +207,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     }
     let dns = Arc::new(DnsServer { table, settings: Arc::new(config.dns.clone()), counters });
     // DoT, DoQ and the HTTP 302 redirect, when configured.
-    loops.extend(crate::entry::start(&config, dns.clone(), shutdown.clone()).await?);
+    loops.extend(crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?);
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
@@ -294,7 +294,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         None => None,
     };
     let dns = Arc::new(DnsServer { table: table.clone(), settings: Arc::new(config.dns.clone()), counters });
-    let entry_tasks = crate::entry::start(&config, dns.clone(), shutdown.clone()).await?;
+    let entry_tasks = crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?;
     let follow_task = tokio::spawn(follower.run(shutdown.clone()));
     let ops = ns_router(table, metrics, stats);
     tracing::info!(dns = %listeners.display(), api = %api_addr, control = %opts.control, "lagran NS host serving");

@@ -1,6 +1,6 @@
 //! The entry points beside plain DNS, each optional: DNS over TLS
 //! (`dns.dot_listen`), DNS over QUIC (`dns.doq_listen`) and the HTTP 302
-//! redirect (`http_redirect.listen`). Every one answers from the same route
+//! redirect (`http_redirect.listen`, [`crate::redirect`]). Every one answers from the same route
 //! table as the UDP responder; this module only binds them and starts them.
 //!
 //! Each bound address is logged as `entry point listening` with `entry`
@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::dns::cert::{ALPN_DOT, CertError, Certificate};
 use crate::dns::server::DnsServer;
+use crate::metrics::Metrics;
+use crate::redirect::{RedirectCounters, Redirector};
 
 /// Why an entry point could not start.
 #[derive(Debug, thiserror::Error)]
@@ -28,10 +30,12 @@ pub enum EntryError {
     Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
 }
 
-/// Binds and starts every configured entry point; the tasks end with `shutdown`.
+/// Binds and starts every configured entry point; the tasks end with
+/// `shutdown`. The redirect counters join `metrics`.
 pub async fn start(
     config: &Config,
     dns: Arc<DnsServer>,
+    metrics: &Metrics,
     shutdown: CancellationToken,
 ) -> Result<Vec<JoinHandle<()>>, EntryError> {
     let mut tasks = Vec::new();
@@ -50,6 +54,25 @@ pub async fn start(
         log_bound("dot", listener.local_addr().map_err(bind_err)?);
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cert.server_config(ALPN_DOT)?));
         tasks.push(tokio::spawn(crate::dns::tls::run(dns.clone(), listener, acceptor, shutdown.clone())));
+    }
+    if let Some(addr) = config.http_redirect.listen {
+        let bind_err = |source| EntryError::Bind { what: "HTTP redirect", addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
+        log_bound("http", listener.local_addr().map_err(bind_err)?);
+        let counters = Arc::new(RedirectCounters::default());
+        let rendered = counters.clone();
+        metrics.add_source(Box::new(move |out| rendered.render_prometheus(out)));
+        let redirector = Arc::new(Redirector {
+            table: dns.table.clone(),
+            settings: dns.settings.clone(),
+            trusted_proxies: config.http_redirect.trusted_proxies.clone(),
+            counters,
+        });
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = redirector.run(listener, shutdown).await {
+                tracing::error!(error = %e, "the HTTP redirect listener stopped");
+            }
+        }));
     }
     Ok(tasks)
 }

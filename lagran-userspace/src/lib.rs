@@ -26,6 +26,7 @@ pub mod model;
 pub mod nshost;
 pub mod partition;
 pub mod prefix_map;
+pub mod redirect;
 pub mod route_table;
 pub mod scheduler;
 pub mod store;

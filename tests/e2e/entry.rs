@@ -65,3 +65,65 @@ fn dot_answers_like_udp_with_the_ecs_scope() {
     assert_eq!(udp.answers("A"), vec!["203.0.113.21"], "gz-01 for Shenzhen Telecom\n{}", udp.text);
     assert_eq!(metric(&d, "lagran_dns_queries_total{transport=\"dot\"}"), 2.0, "two DoT queries counted");
 }
+
+/// `curl -sI`-like: the status line and headers of a request (no redirect followed).
+fn curl(d: &Daemon, method: &str, path: &str, headers: &[&str]) -> (u16, String) {
+    let http = d.entry("http");
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-o", "/dev/null", "-D", "-", "--max-time", "5", "-X", method]);
+    if method == "HEAD" {
+        cmd.arg("--head");
+    }
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd.arg(format!("http://{http}{path}")).output().expect("running curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+fn header<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')).map(str::trim))
+}
+
+fn redirect_daemon(trusted: &str) -> Daemon {
+    let config = format!("[http_redirect]\ntrusted_proxies = [{trusted}]\n");
+    let args = vec!["--http-listen".to_string(), "127.0.0.1:0".to_string()];
+    Daemon::start(Options { args, config: Some(config), ..Options::default() })
+}
+
+#[test]
+fn http_302_to_the_node_of_the_forwarded_client_only_from_a_trusted_proxy() {
+    if !have_tool("curl", "http_302") {
+        return;
+    }
+    let host = "Host: edge.lagran.net";
+    let xff = "X-Forwarded-For: 58.60.1.1";
+
+    // 127.0.0.0/8 is a trusted proxy: its X-Forwarded-For names a Shenzhen Telecom client.
+    let d = redirect_daemon("\"127.0.0.0/8\"");
+    let (status, text) = curl(&d, "GET", "/video/a.mp4?start=10", &[host, xff]);
+    assert_eq!(status, 302, "{text}");
+    assert_eq!(header(&text, "location"), Some("http://203.0.113.21/video/a.mp4?start=10"), "gz-01\n{text}");
+    assert_eq!(header(&text, "cache-control"), Some("no-store"), "{text}");
+    let (status, text) = curl(&d, "HEAD", "/", &[host, xff]);
+    assert_eq!((status, header(&text, "location")), (302, Some("http://203.0.113.21/")), "HEAD too\n{text}");
+    let (status, text) = curl(&d, "GET", "/", &["Host: elsewhere.example", xff]);
+    assert_eq!(status, 404, "an unknown Host\n{text}");
+    assert_eq!(header(&text, "cache-control"), Some("no-store"), "{text}");
+    let (status, _) = curl(&d, "POST", "/", &[host, xff]);
+    assert_eq!(status, 405, "only GET and HEAD");
+    assert_eq!(metric(&d, "lagran_http_redirects_total{node=\"gz-01\"}"), 2.0, "redirects counted per node");
+    drop(d);
+
+    // No trusted proxy: the same header is ignored and the client is the
+    // peer, 127.0.0.1 (reserved: the unknown partition, hk-01).
+    let d = redirect_daemon("");
+    let (status, text) = curl(&d, "GET", "/video/a.mp4?start=10", &[host, xff]);
+    assert_eq!(status, 302, "{text}");
+    assert_eq!(header(&text, "location"), Some("http://203.0.113.22/video/a.mp4?start=10"), "hk-01\n{text}");
+    let udp = d.dig(&[ZONE, "A"]);
+    assert_eq!(udp.answers("A"), vec!["203.0.113.22"], "DNS decides the same for 127.0.0.1\n{}", udp.text);
+    assert_eq!(metric(&d, "lagran_http_redirects_total{node=\"hk-01\"}"), 1.0);
+}
