@@ -26,6 +26,8 @@ pub enum EntryError {
     Cert(#[from] CertError),
     #[error("DoT/DoQ need --tls-cert and --tls-key (TOML [tls] cert, key)")]
     NoCertificate,
+    #[error("starting DNS over QUIC: {0}")]
+    Doq(#[from] crate::dns::quic::DoqError),
     #[error("binding the {what} listener on {addr}: {source}")]
     Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
 }
@@ -55,6 +57,13 @@ pub async fn start(
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cert.server_config(ALPN_DOT)?));
         tasks.push(tokio::spawn(crate::dns::tls::run(dns.clone(), listener, acceptor, shutdown.clone())));
     }
+    if let (Some(addr), Some(cert)) = (config.dns.doq_listen, &cert) {
+        let bind_err = |source| EntryError::Bind { what: "DNS over QUIC", addr, source };
+        let socket = std::net::UdpSocket::bind(addr).map_err(bind_err)?;
+        log_bound("doq", socket.local_addr().map_err(bind_err)?);
+        let endpoint = crate::dns::quic::endpoint(cert, socket)?;
+        tasks.push(tokio::spawn(crate::dns::quic::run(dns.clone(), endpoint, shutdown.clone())));
+    }
     if let Some(addr) = config.http_redirect.listen {
         let bind_err = |source| EntryError::Bind { what: "HTTP redirect", addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
@@ -69,7 +78,7 @@ pub async fn start(
             counters,
         });
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = redirector.run(listener, shutdown).await {
+            if let Err(e) = redirector.run(listener, shutdown.clone()).await {
                 tracing::error!(error = %e, "the HTTP redirect listener stopped");
             }
         }));

@@ -6,16 +6,16 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{Daemon, Dig, Options, have_tool, write_test_certificate};
+use crate::support::{Daemon, Dig, Options, doq_python, have_tool, write_test_certificate};
 
 const ZONE: &str = "edge.lagran.net";
 /// Shenzhen China Telecom in the test geo file: gz-01.
 const SHENZHEN: &str = "58.60.0.0/24";
 
-/// A daemon with DoT on port 0 and the certificate under `dir`.
+/// A daemon with DoT and DoQ on port 0 and the certificate under `dir`.
 fn encrypted_daemon(dir: &Path) -> Daemon {
     let (cert, key) = write_test_certificate(dir);
-    let args = ["--dot-listen", "127.0.0.1:0", "--tls-cert"]
+    let args = ["--dot-listen", "127.0.0.1:0", "--doq-listen", "127.0.0.1:0", "--tls-cert"]
         .iter()
         .map(|s| s.to_string())
         .chain([cert.display().to_string(), "--tls-key".into(), key.display().to_string()])
@@ -126,4 +126,54 @@ fn http_302_to_the_node_of_the_forwarded_client_only_from_a_trusted_proxy() {
     let udp = d.dig(&[ZONE, "A"]);
     assert_eq!(udp.answers("A"), vec!["203.0.113.22"], "DNS decides the same for 127.0.0.1\n{}", udp.text);
     assert_eq!(metric(&d, "lagran_http_redirects_total{node=\"hk-01\"}"), 1.0);
+}
+
+/// dnspython's DoQ client (over aioquic): one `A` query for the zone with ECS
+/// `subnet`; prints the answer, the ECS echoed and whether it was padded.
+const DOQ_CLIENT: &str = r#"
+import sys
+import dns.edns, dns.message, dns.query
+host, port, subnet = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+addr, plen = subnet.split("/")
+q = dns.message.make_query("edge.lagran.net", "A", use_edns=0, options=[dns.edns.ECSOption(addr, int(plen))])
+r = dns.query.quic(q, host, port=port, timeout=5, verify=False)
+ecs = [o for o in r.options if isinstance(o, dns.edns.ECSOption)]
+print("answer", " ".join(rd.to_text() for rrset in r.answer for rd in rrset))
+print("ecs", f"{ecs[0].address}/{ecs[0].srclen}/{ecs[0].scopelen}" if ecs else "none")
+print("padded", any(o.otype == dns.edns.OptionType.PADDING for o in r.options))
+"#;
+
+/// (answer addresses, ECS as dig prints it, padded) from dnspython over QUIC.
+fn doq_query(python: &Path, d: &Daemon, subnet: &str) -> (Vec<String>, Option<String>, bool) {
+    let doq = d.entry("doq");
+    let out = Command::new(python)
+        .args(["-c", DOQ_CLIENT, &doq.ip().to_string(), &doq.port().to_string(), subnet])
+        .output()
+        .expect("running the dnspython DoQ client");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "the DoQ query failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    let field = |k: &str| text.lines().find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()));
+    let answers = field("answer ").unwrap_or_default().split_whitespace().map(str::to_string).collect();
+    let ecs = field("ecs ").filter(|e| e != "none");
+    (answers, ecs, field("padded ").as_deref() == Some("True"))
+}
+
+#[test]
+fn doq_answers_like_udp_with_the_ecs_scope() {
+    if !have_tool("dig", "doq_answers_like_udp") {
+        return;
+    }
+    let Some(python) = doq_python("doq_answers_like_udp") else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = encrypted_daemon(dir.path());
+    for subnet in [SHENZHEN, "123.112.0.0/24"] {
+        let udp = d.dig(&[ZONE, "A", &format!("+subnet={subnet}")]);
+        let (answers, ecs, padded) = doq_query(&python, &d, subnet);
+        assert_eq!(answers, udp.answers("A"), "DoQ answers like UDP for {subnet}\n{}", udp.text);
+        assert_eq!(ecs, udp.ecs, "DoQ echoes the same ECS scope as UDP for {subnet}");
+        assert!(padded, "RFC 8467: the DoQ response is padded");
+    }
+    let (answers, _, _) = doq_query(&python, &d, SHENZHEN);
+    assert_eq!(answers, vec!["203.0.113.21"], "gz-01 for Shenzhen Telecom");
+    assert_eq!(metric(&d, "lagran_dns_queries_total{transport=\"doq\"}"), 3.0, "three DoQ queries counted");
 }

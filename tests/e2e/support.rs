@@ -312,6 +312,44 @@ impl Drop for Daemon {
     }
 }
 
+/// A Python with dnspython and aioquic (a DNS over QUIC client that is not
+/// ours), in a venv under the target directory made on first use and reused
+/// after. `None` (after a note) when it cannot be made on a laptop; a panic
+/// under CI.
+pub fn doq_python(test: &str) -> Option<PathBuf> {
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = MAKING.lock().unwrap_or_else(|p| p.into_inner());
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    let venv = target.join("e2e-venv");
+    let python = venv.join("bin").join("python");
+    let ready = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import dns.quic, aioquic; assert dns.quic.have_quic"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ready(&python) {
+        return Some(python);
+    }
+    let made = Command::new("python3").arg("-m").arg("venv").arg(&venv).status().is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "dnspython", "aioquic"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if made && ready(&python) {
+        return Some(python);
+    }
+    assert!(
+        !tools_required(),
+        "{test}: could not make {} with dnspython and aioquic (needs python3-venv: run `cargo xtask setup`, and PyPI)",
+        venv.display()
+    );
+    eprintln!("note: {test}: skipped, no Python venv with dnspython and aioquic");
+    None
+}
+
 /// A self-signed certificate for `dns.test` (DoT and DoQ), as PEM files under `dir`.
 pub fn write_test_certificate(dir: &Path) -> (PathBuf, PathBuf) {
     let ck = rcgen::generate_simple_self_signed(vec!["dns.test".to_string()]).expect("generating a test certificate");

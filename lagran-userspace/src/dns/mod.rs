@@ -72,6 +72,7 @@ pub mod answer;
 pub mod cert;
 pub mod counters;
 pub mod ecs;
+pub mod quic;
 pub mod server;
 pub mod tls;
 
