@@ -64,6 +64,18 @@ fn dot_answers_like_udp_with_the_ecs_scope() {
     let udp = d.dig(&[ZONE, "A", &format!("+subnet={SHENZHEN}")]);
     assert_eq!(udp.answers("A"), vec!["203.0.113.21"], "gz-01 for Shenzhen Telecom\n{}", udp.text);
     assert_eq!(metric(&d, "lagran_dns_queries_total{transport=\"dot\"}"), 2.0, "two DoT queries counted");
+
+    // SIGHUP reloads the certificate; DoT keeps answering with the new one.
+    write_test_certificate(dir.path());
+    let hup = Command::new("kill").args(["-HUP", &d.pid().to_string()]).status().expect("running kill");
+    assert!(hup.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !d.log().contains("DoT/DoQ certificate reloaded") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(d.log().contains("DoT/DoQ certificate reloaded"), "SIGHUP reloads the certificate:\n{}", d.log());
+    let dot = kdig_tls(&d, &[ZONE, "A", &format!("+subnet={SHENZHEN}")]);
+    assert_eq!(dot.answers("A"), vec!["203.0.113.21"], "DoT answers after the reload\n{}", dot.text);
 }
 
 /// `curl -sI`-like: the status line and headers of a request (no redirect followed).

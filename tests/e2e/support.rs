@@ -240,6 +240,11 @@ impl Daemon {
             .unwrap_or_else(|| panic!("no `{entry}` entry point in the log:\n{}", self.log()))
     }
 
+    /// The daemon's process id (for signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything the daemon logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
