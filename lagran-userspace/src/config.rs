@@ -14,6 +14,11 @@
 //! | `admin_token`       | `ADMIN_TOKEN`      | none                        |
 //! | `geo.ipv4_path`     | `GEOIP_PATH`       | `data/ip2region.xdb` if present |
 //! | `geo.ipv6_path`     | `GEOIP_IPV6_PATH`  | none                        |
+//! | `dns.dot_listen`    | `--dot-listen`     | none (DNS over TLS, RFC 7858) |
+//! | `dns.doq_listen`    | `--doq-listen`     | none (DNS over QUIC, RFC 9250) |
+//! | `tls.cert`, `tls.key` | `--tls-cert`, `--tls-key` | none (PEM; DoT and DoQ only, reloaded on SIGHUP) |
+//! | `http_redirect.listen` | `--http-listen` | none (HTTP 302 to the chosen node) |
+//! | `http_redirect.trusted_proxies` |        | none (CIDRs whose X-Forwarded-For is believed) |
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -49,6 +54,10 @@ pub struct DnsSettings {
     pub fallback_ip: Option<Ipv4Addr>,
     /// Largest UDP response we ever send, whatever the client advertises (RFC 9715 suggests 1232).
     pub max_udp_payload: u16,
+    /// DNS over TLS (RFC 7858) listen address; needs `[tls]`.
+    pub dot_listen: Option<SocketAddr>,
+    /// DNS over QUIC (RFC 9250) listen address (UDP); needs `[tls]`.
+    pub doq_listen: Option<SocketAddr>,
 }
 
 impl DnsSettings {
@@ -62,7 +71,16 @@ impl DnsSettings {
 
 impl Default for DnsSettings {
     fn default() -> Self {
-        DnsSettings { ttl: 30, min_ttl: 5, cache_secs: 30, stale_secs: 600, fallback_ip: None, max_udp_payload: 1232 }
+        DnsSettings {
+            ttl: 30,
+            min_ttl: 5,
+            cache_secs: 30,
+            stale_secs: 600,
+            fallback_ip: None,
+            max_udp_payload: 1232,
+            dot_listen: None,
+            doq_listen: None,
+        }
     }
 }
 
@@ -130,6 +148,27 @@ pub struct GeoSettings {
     pub ipv6_path: Option<PathBuf>,
 }
 
+/// The certificate of DoT and DoQ (PEM files, reloaded on SIGHUP). The
+/// control API's TLS is configured apart.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSettings {
+    /// Certificate chain, leaf first.
+    pub cert: Option<PathBuf>,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: Option<PathBuf>,
+}
+
+/// The HTTP 302 entry point (seed 002 §3.4).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpRedirectSettings {
+    /// Where plain HTTP requests are answered with a redirect to the chosen node.
+    pub listen: Option<SocketAddr>,
+    /// Peers whose `X-Forwarded-For` is believed (load balancers in front of us).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -149,6 +188,8 @@ pub struct Config {
     pub health: crate::health::HealthSettings,
     /// Public-resolver prefixes beyond the built-in list; a line covering one needs `force`.
     pub public_resolvers: Vec<ipnet::IpNet>,
+    pub tls: TlsSettings,
+    pub http_redirect: HttpRedirectSettings,
 }
 
 impl Default for Config {
@@ -164,6 +205,8 @@ impl Default for Config {
             geo: GeoSettings::default(),
             health: crate::health::HealthSettings::default(),
             public_resolvers: Vec::new(),
+            tls: TlsSettings::default(),
+            http_redirect: HttpRedirectSettings::default(),
         }
     }
 }
@@ -293,6 +336,14 @@ impl Config {
                 reason: "interval_secs, fall and rise must be > 0".into(),
             });
         }
+        let encrypted = self.dns.dot_listen.is_some() || self.dns.doq_listen.is_some();
+        if encrypted && (self.tls.cert.is_none() || self.tls.key.is_none()) {
+            return Err(ConfigError::Invalid {
+                key: "tls",
+                reason: "dns.dot_listen / dns.doq_listen need a certificate: set tls.cert and tls.key (--tls-cert, --tls-key)"
+                    .into(),
+            });
+        }
         if self.schedule.recompute_secs == 0 {
             return Err(ConfigError::Invalid { key: "schedule.recompute_secs", reason: "must be > 0".into() });
         }
@@ -340,6 +391,19 @@ mod tests {
         assert!(env.validate().unwrap_err().to_string().contains("twice"));
         env.dns_listen.clear();
         assert!(env.validate().is_err(), "no address at all is refused");
+    }
+
+    #[test]
+    fn entry_points_parse_and_need_a_certificate() {
+        let text = "[dns]\ndot_listen = \"127.0.0.1:853\"\ndoq_listen = \"127.0.0.1:853\"\n\
+                    [http_redirect]\nlisten = \"127.0.0.1:80\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n";
+        let mut cfg: Config = toml::from_str(text).unwrap();
+        assert_eq!(cfg.dns.dot_listen, Some("127.0.0.1:853".parse().unwrap()));
+        assert_eq!(cfg.http_redirect.trusted_proxies.len(), 1);
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("tls.cert"), "DoT without a certificate is refused, naming the keys: {err}");
+        cfg.tls = toml::from_str("cert = \"c.pem\"\nkey = \"k.pem\"\n").unwrap();
+        cfg.validate().unwrap();
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub enum DaemonError {
     Task { what: &'static str, source: std::io::Error },
     #[error("attaching the XDP fast path to {iface}: {source}")]
     Xdp { iface: String, source: crate::xdp::XdpError },
+    #[error(transparent)]
+    Entry(#[from] crate::entry::EntryError),
 }
 
 /// Flags of `lagran dns` (an NS host following a control plane).
@@ -212,6 +214,8 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     let dns =
         Arc::new(DnsServer::new(table, Arc::new(config.dns.clone()), counters, cp.scheduler.confirmation().clone()));
+    // DoT, DoQ and the HTTP 302 redirect, when configured.
+    loops.extend(crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?);
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
@@ -306,6 +310,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         None => None,
     };
     let dns = Arc::new(DnsServer::new(table.clone(), Arc::new(config.dns.clone()), counters, confirmation.clone()));
+    let entry_tasks = crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?;
     let follow_task = tokio::spawn(follower.run(shutdown.clone()));
     let ops = ns_router(table, metrics, stats);
     tracing::info!(dns = %listeners.display(), api = %api_addr, control = %opts.control, "lagran NS host serving");
@@ -321,6 +326,9 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     };
     shutdown.cancel();
     let _ = follow_task.await;
+    for t in entry_tasks {
+        let _ = t.await;
+    }
     if let Some(t) = xdp_task {
         let _ = t.await;
     }

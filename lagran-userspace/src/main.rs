@@ -26,6 +26,39 @@ struct Cli {
     command: Command,
 }
 
+/// The entry points beside plain DNS (`lagran serve` and `lagran dns`).
+#[derive(clap::Args, Debug)]
+struct EntryArgs {
+    /// DNS over TLS (RFC 7858) listen address, e.g. 0.0.0.0:853; needs --tls-cert/--tls-key.
+    #[arg(long)]
+    dot_listen: Option<std::net::SocketAddr>,
+    /// DNS over QUIC (RFC 9250) listen address (UDP), e.g. 0.0.0.0:853; needs --tls-cert/--tls-key.
+    #[arg(long)]
+    doq_listen: Option<std::net::SocketAddr>,
+    /// PEM certificate chain of DoT and DoQ (reloaded on SIGHUP).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// HTTP listen address answering 302 to the node chosen for the client.
+    #[arg(long)]
+    http_listen: Option<std::net::SocketAddr>,
+}
+
+impl EntryArgs {
+    /// Flags win over the TOML file.
+    fn apply(self, config: &mut Config) -> Result<()> {
+        config.dns.dot_listen = self.dot_listen.or(config.dns.dot_listen);
+        config.dns.doq_listen = self.doq_listen.or(config.dns.doq_listen);
+        config.tls.cert = self.tls_cert.or(config.tls.cert.take());
+        config.tls.key = self.tls_key.or(config.tls.key.take());
+        config.http_redirect.listen = self.http_listen.or(config.http_redirect.listen);
+        config.validate().context("--dot-listen/--doq-listen/--tls-cert/--tls-key/--http-listen")?;
+        Ok(())
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run everything in one process: store, scheduler, DNS responder, control API.
@@ -46,6 +79,8 @@ enum Command {
         /// Attach the XDP fast path to this interface (native mode, else generic).
         #[arg(long)]
         xdp: Option<String>,
+        #[command(flatten)]
+        entry: EntryArgs,
     },
     /// The control plane only (store, scheduler, probes, API); NS hosts run `lagran dns`.
     Control {
@@ -73,6 +108,8 @@ enum Command {
         /// Attach the XDP fast path to this interface (native mode, else generic).
         #[arg(long)]
         xdp: Option<String>,
+        #[command(flatten)]
+        entry: EntryArgs,
     },
     /// The XDP fast path's pinned maps (names, routes, answers, counters), readable.
     Maps {
@@ -167,7 +204,8 @@ async fn main() -> Result<()> {
     init_tracing(&cli.log_format);
     let mut config = Config::load(cli.config.as_deref()).context("loading the configuration")?;
     match cli.command {
-        Command::Serve { dns_listen, api_listen, demo, insecure_open_api, xdp } => {
+        Command::Serve { dns_listen, api_listen, demo, insecure_open_api, xdp, entry } => {
+            entry.apply(&mut config)?;
             if !dns_listen.is_empty() {
                 config.dns_listen = dns_listen;
                 config.validate().context("--dns-listen")?;
@@ -183,7 +221,8 @@ async fn main() -> Result<()> {
             }
             daemon::control(config, ServeOptions { demo, insecure_open_api, xdp: None }, shutdown_on_signal()).await?;
         }
-        Command::Dns { control, dns_listen, api_listen, state_file, xdp } => {
+        Command::Dns { control, dns_listen, api_listen, state_file, xdp, entry } => {
+            entry.apply(&mut config)?;
             if !dns_listen.is_empty() {
                 config.dns_listen = dns_listen;
                 config.validate().context("--dns-listen")?;

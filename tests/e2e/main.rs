@@ -4,6 +4,7 @@
 mod api;
 mod cli;
 mod dns;
+mod entry;
 mod geo;
 mod nshost;
 mod postgres;

@@ -229,6 +229,22 @@ impl Daemon {
         Daemon { child, dns, api, db_url: db, geo_path, log, _dir: dir }
     }
 
+    /// The address an entry point (`dot`, `doq`, `http`) was bound to, from
+    /// its `entry point listening` log line (logged before `lagran serving`).
+    pub fn entry(&self, entry: &str) -> SocketAddr {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["fields"]["message"] == "entry point listening" && v["fields"]["entry"] == entry)
+            .and_then(|v| v["fields"]["addr"].as_str().and_then(|a| a.parse().ok()))
+            .unwrap_or_else(|| panic!("no `{entry}` entry point in the log:\n{}", self.log()))
+    }
+
+    /// The daemon's process id (for signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything the daemon logged so far.
     /// SIGKILL: the daemon gets no chance to detach or unpin anything.
     pub fn kill_hard(&mut self) {
@@ -308,6 +324,53 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A Python with dnspython and aioquic (a DNS over QUIC client that is not
+/// ours), in a venv under the target directory made on first use and reused
+/// after. `None` (after a note) when it cannot be made on a laptop; a panic
+/// under CI.
+pub fn doq_python(test: &str) -> Option<PathBuf> {
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = MAKING.lock().unwrap_or_else(|p| p.into_inner());
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from);
+    let venv = target.join("e2e-venv");
+    let python = venv.join("bin").join("python");
+    let ready = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import dns.quic, aioquic; assert dns.quic.have_quic"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ready(&python) {
+        return Some(python);
+    }
+    let made = Command::new("python3").arg("-m").arg("venv").arg(&venv).status().is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", "dnspython", "aioquic"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if made && ready(&python) {
+        return Some(python);
+    }
+    assert!(
+        !tools_required(),
+        "{test}: could not make {} with dnspython and aioquic (needs python3-venv: run `cargo xtask setup`, and PyPI)",
+        venv.display()
+    );
+    eprintln!("note: {test}: skipped, no Python venv with dnspython and aioquic");
+    None
+}
+
+/// A self-signed certificate for `dns.test` (DoT and DoQ), as PEM files under `dir`.
+pub fn write_test_certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let ck = rcgen::generate_simple_self_signed(vec!["dns.test".to_string()]).expect("generating a test certificate");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).expect("writing the test certificate");
+    std::fs::write(&key, ck.key_pair.serialize_pem()).expect("writing the test key");
+    (cert, key)
 }
 
 /// One resource record as dig prints it.

@@ -6,7 +6,8 @@
 //! Steps:
 //! 1. Debian packages for the tools the tests and benchmarks drive (`dig`, `kdig`,
 //!    `kxdpgun`, `bpftool`, `ip`, a PostgreSQL server, `dnsperf` when the archive
-//!    has it). `apt-get update` runs once, and only when something is missing.
+//!    has it), `python3-venv` (the e2e DoQ client's venv). `apt-get update` runs
+//!    once, and only when something is missing.
 //! 2. `rust-src` for the nightly toolchain (the eBPF build uses `-Z build-std=core`).
 //! 3. `bpf-linker`, built against the nightly's own libLLVM so that the bitcode
 //!    rustc emits and the linker's LLVM are the same version.
@@ -47,6 +48,9 @@ enum Check {
     Bin(&'static str),
     /// The PostgreSQL server binary, which Debian keeps under /usr/lib/postgresql/<ver>/bin.
     PostgresServer,
+    /// `python3 -m venv` works (Debian ships `venv` without `ensurepip` unless
+    /// python3-venv is installed); the e2e tests make a venv for their DoQ client.
+    PythonVenv,
 }
 
 const APT_TOOLS: &[AptTool] = &[
@@ -68,6 +72,12 @@ const APT_TOOLS: &[AptTool] = &[
         package: "unbound",
         optional: true,
         why: "a real ECS resolver as the benchmarks' client",
+    },
+    AptTool {
+        check: Check::PythonVenv,
+        package: "python3-venv",
+        optional: false,
+        why: "the DoQ client of the e2e tests (dnspython + aioquic from PyPI)",
     },
 ];
 
@@ -98,6 +108,9 @@ fn is_present(check: &Check) -> bool {
         Check::PostgresServer => std::fs::read_dir("/usr/lib/postgresql")
             .map(|dir| dir.flatten().any(|v| v.path().join("bin/postgres").is_file()))
             .unwrap_or(false),
+        Check::PythonVenv => {
+            Command::new("python3").args(["-c", "import venv, ensurepip"]).status().is_ok_and(|s| s.success())
+        }
     }
 }
 
@@ -105,6 +118,7 @@ fn check_name(check: &Check) -> &'static str {
     match check {
         Check::Bin(name) => name,
         Check::PostgresServer => "postgres (server)",
+        Check::PythonVenv => "python3 -m venv",
     }
 }
 

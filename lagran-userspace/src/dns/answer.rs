@@ -57,6 +57,10 @@ pub mod wire {
     pub const UDP_PLAIN_LIMIT: usize = 512;
     /// TCP messages carry a 2-octet length.
     pub const TCP_LIMIT: usize = 65_535;
+    /// EDNS(0) Padding option (RFC 7830 §3).
+    pub const OPTION_PADDING: u16 = 12;
+    /// RFC 8467 §4.1: "Responders: Block-Length Padding ... 468 octets".
+    pub const RESPONSE_PAD_BLOCK: usize = 468;
 }
 use wire::*;
 
@@ -71,6 +75,17 @@ const MAX_POINTER_HOPS: usize = 127;
 pub enum Transport {
     Udp,
     Tcp,
+    /// DNS over TLS (RFC 7858): TCP framing inside TLS.
+    Dot,
+    /// DNS over QUIC (RFC 9250): one query per stream, 2-octet length prefix.
+    Doq,
+}
+
+impl Transport {
+    /// Encrypted transports pad their responses (RFC 8467).
+    pub fn is_encrypted(self) -> bool {
+        matches!(self, Transport::Dot | Transport::Doq)
+    }
 }
 
 /// One query as received.
@@ -244,6 +259,8 @@ struct Ctx {
     limit: usize,
     /// SOURCE PREFIX-LENGTH is echoed, our OPT advertises this.
     max_udp_payload: u16,
+    /// Pad the OPT record to a multiple of this many octets (encrypted transports).
+    pad_block: Option<usize>,
 }
 
 /// A response under construction.
@@ -330,9 +347,16 @@ pub fn answer_confirmed(
         cd: buf[3] & 0x10 != 0,
         limit: match q.transport {
             Transport::Udp => UDP_PLAIN_LIMIT,
-            Transport::Tcp => TCP_LIMIT,
+            Transport::Tcp | Transport::Dot | Transport::Doq => TCP_LIMIT,
         },
         max_udp_payload: settings.max_udp_payload,
+        // RFC 7830 §4: "Responders MUST pad DNS responses when the respective DNS
+        // query included the 'Padding' option [...]. Responders MAY pad DNS
+        // responses when the respective DNS query indicated EDNS(0) support of
+        // the Requestor but did not include the 'Padding' option." We pad every
+        // response with an OPT, and only on encrypted transports (§6: padding
+        // clear text gains nothing).
+        pad_block: q.transport.is_encrypted().then_some(RESPONSE_PAD_BLOCK),
     };
     let (qdcount, ancount, nscount, arcount) = (be16(4), be16(6), be16(8), be16(10));
 
@@ -609,7 +633,7 @@ fn scheduled<'q>(
 /// [`ScheduledName::answer_for`], but `None` instead of a panic when the
 /// table is inconsistent (empty prefix map, answer or canary index past the
 /// answers).
-fn checked_answer_for(name: &ScheduledName, addr: IpAddr) -> Option<(&crate::route_table::Answer, u8)> {
+pub(crate) fn checked_answer_for(name: &ScheduledName, addr: IpAddr) -> Option<(&crate::route_table::Answer, u8)> {
     let idx = match addr {
         IpAddr::V4(a) => (!name.v4.is_empty()).then(|| name.v4.lookup(u32::from(a)).0),
         IpAddr::V6(a) => match a.to_ipv4_mapped() {
@@ -958,7 +982,10 @@ fn encode(ctx: &Ctx, r: &Resp<'_>, truncated: bool) -> Result<Vec<u8>, ProtoErro
         }
     }
     if let Some(opt) = &r.opt {
-        write_opt(&mut buf, ctx.max_udp_payload, r.rcode, opt, r.scope);
+        let rdlen_at = write_opt(&mut buf, ctx.max_udp_payload, r.rcode, opt, r.scope);
+        if let Some(block) = ctx.pad_block {
+            pad_opt(&mut buf, rdlen_at, block, ctx.limit);
+        }
     }
     Ok(buf)
 }
@@ -966,14 +993,15 @@ fn encode(ctx: &Ctx, r: &Resp<'_>, truncated: bool) -> Result<Vec<u8>, ProtoErro
 /// The response's OPT record (RFC 6891 §6.1.2), always the last record:
 /// owner root, TYPE 41, CLASS = our UDP payload size, TTL = extended RCODE
 /// (high 8 bits of the 12-bit RCODE) | VERSION 0 | DO copied | Z 0, RDATA =
-/// the echoed ECS option when the query had one.
-fn write_opt(out: &mut Vec<u8>, payload: u16, rcode: u16, opt: &OptOut, scope: u8) {
+/// the echoed ECS option when the query had one. Returns where its RDLEN is.
+fn write_opt(out: &mut Vec<u8>, payload: u16, rcode: u16, opt: &OptOut, scope: u8) -> usize {
     out.push(0);
     out.extend_from_slice(&TYPE_OPT.to_be_bytes());
     out.extend_from_slice(&payload.to_be_bytes());
     // RFC 3225 §3: "The DO bit of the query MUST be copied in the response."
     let ttl: u32 = (u32::from((rcode >> 4) as u8) << 24) | if opt.dnssec_ok { 0x8000 } else { 0 };
     out.extend_from_slice(&ttl.to_be_bytes());
+    let rdlen_at = out.len();
     match opt.ecs {
         Some(e) => {
             out.extend_from_slice(&(e.wire_len() as u16).to_be_bytes());
@@ -981,4 +1009,22 @@ fn write_opt(out: &mut Vec<u8>, payload: u16, rcode: u16, opt: &OptOut, scope: u
         }
         None => out.extend_from_slice(&0u16.to_be_bytes()),
     }
+    rdlen_at
+}
+
+/// Appends a Padding option (RFC 7830 §3: zero octets) to the OPT record that
+/// ends `out` (its RDLEN at `rdlen_at`), so that the message is a multiple of
+/// `block` octets, unless that would pass `limit`.
+fn pad_opt(out: &mut Vec<u8>, rdlen_at: usize, block: usize, limit: usize) {
+    let header = 4;
+    let pad = (block - (out.len() + header) % block) % block;
+    let rdlen = u16::from_be_bytes([out[rdlen_at], out[rdlen_at + 1]]) as usize + header + pad;
+    // RFC 8467 §4.1 pads to the block, but never past what the transport carries.
+    if out.len() + header + pad > limit || rdlen > u16::MAX as usize {
+        return;
+    }
+    out[rdlen_at..rdlen_at + 2].copy_from_slice(&(rdlen as u16).to_be_bytes());
+    out.extend_from_slice(&OPTION_PADDING.to_be_bytes());
+    out.extend_from_slice(&(pad as u16).to_be_bytes());
+    out.resize(out.len() + pad, 0);
 }

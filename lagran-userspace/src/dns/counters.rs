@@ -10,6 +10,8 @@ use super::answer::{Outcome, Reply, Transport};
 pub struct DnsCounters {
     pub queries_udp: AtomicU64,
     pub queries_tcp: AtomicU64,
+    pub queries_dot: AtomicU64,
+    pub queries_doq: AtomicU64,
     pub answered: AtomicU64,
     pub nodata: AtomicU64,
     pub nxdomain: AtomicU64,
@@ -28,6 +30,10 @@ pub struct DnsCounters {
     pub stale_served: AtomicU64,
     /// TCP connections refused because the connection limit was reached.
     pub tcp_rejected: AtomicU64,
+    /// DoT and DoQ connections refused because the connection limit was reached.
+    pub tls_rejected: AtomicU64,
+    /// DoT and DoQ handshakes that failed or timed out.
+    pub tls_handshake_failed: AtomicU64,
     /// UDP datagrams larger than the receive buffer (ignored).
     pub oversized: AtomicU64,
     /// Socket errors (receive, send, accept), logged and survived.
@@ -50,6 +56,8 @@ impl DnsCounters {
         match transport {
             Transport::Udp => inc(&self.queries_udp),
             Transport::Tcp => inc(&self.queries_tcp),
+            Transport::Dot => inc(&self.queries_dot),
+            Transport::Doq => inc(&self.queries_doq),
         }
         inc(self.outcome_counter(reply.outcome));
         if matches!(reply.outcome, Outcome::Dropped | Outcome::FormErr) {
@@ -89,6 +97,8 @@ impl DnsCounters {
         vec![
             ("queries_udp", l(&self.queries_udp)),
             ("queries_tcp", l(&self.queries_tcp)),
+            ("queries_dot", l(&self.queries_dot)),
+            ("queries_doq", l(&self.queries_doq)),
             ("answered", l(&self.answered)),
             ("nodata", l(&self.nodata)),
             ("nxdomain", l(&self.nxdomain)),
@@ -103,6 +113,8 @@ impl DnsCounters {
             ("malformed", l(&self.malformed)),
             ("stale_served", l(&self.stale_served)),
             ("tcp_rejected", l(&self.tcp_rejected)),
+            ("tls_rejected", l(&self.tls_rejected)),
+            ("tls_handshake_failed", l(&self.tls_handshake_failed)),
             ("oversized", l(&self.oversized)),
             ("io_errors", l(&self.io_errors)),
         ]
@@ -114,7 +126,8 @@ impl DnsCounters {
     /// - `lagran_dns_responses_total{outcome,rcode}` (dropped packets are not responses)
     /// - `lagran_dns_dropped_total`, `lagran_dns_truncated_total`,
     ///   `lagran_dns_malformed_total`, `lagran_dns_stale_served_total`,
-    ///   `lagran_dns_tcp_rejected_total`, `lagran_dns_oversized_total`,
+    ///   `lagran_dns_tcp_rejected_total`, `lagran_dns_tls_rejected_total`,
+    ///   `lagran_dns_tls_handshake_failed_total`, `lagran_dns_oversized_total`,
     ///   `lagran_dns_io_errors_total`
     pub fn render_prometheus(&self, out: &mut String) {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -122,6 +135,8 @@ impl DnsCounters {
         let _ = writeln!(out, "# TYPE lagran_dns_queries_total counter");
         let _ = writeln!(out, "lagran_dns_queries_total{{transport=\"udp\"}} {}", l(&self.queries_udp));
         let _ = writeln!(out, "lagran_dns_queries_total{{transport=\"tcp\"}} {}", l(&self.queries_tcp));
+        let _ = writeln!(out, "lagran_dns_queries_total{{transport=\"dot\"}} {}", l(&self.queries_dot));
+        let _ = writeln!(out, "lagran_dns_queries_total{{transport=\"doq\"}} {}", l(&self.queries_doq));
         let _ = writeln!(out, "# HELP lagran_dns_responses_total DNS responses by outcome and RCODE.");
         let _ = writeln!(out, "# TYPE lagran_dns_responses_total counter");
         for o in Outcome::ALL {
@@ -136,7 +151,7 @@ impl DnsCounters {
                 self.outcome(o)
             );
         }
-        let simple: [(&str, &str, &AtomicU64); 7] = [
+        let simple: [(&str, &str, &AtomicU64); 9] = [
             ("lagran_dns_dropped_total", "Packets dropped without a response (short, QR=1).", &self.dropped),
             ("lagran_dns_truncated_total", "UDP responses sent with TC=1.", &self.truncated),
             ("lagran_dns_malformed_total", "Malformed packets (dropped or FORMERR).", &self.malformed),
@@ -146,6 +161,16 @@ impl DnsCounters {
                 &self.stale_served,
             ),
             ("lagran_dns_tcp_rejected_total", "TCP connections refused at the connection limit.", &self.tcp_rejected),
+            (
+                "lagran_dns_tls_rejected_total",
+                "DoT and DoQ connections refused at the connection limit.",
+                &self.tls_rejected,
+            ),
+            (
+                "lagran_dns_tls_handshake_failed_total",
+                "DoT and DoQ handshakes that failed or timed out.",
+                &self.tls_handshake_failed,
+            ),
             ("lagran_dns_oversized_total", "UDP datagrams larger than the receive buffer.", &self.oversized),
             ("lagran_dns_io_errors_total", "Socket errors survived by the listeners.", &self.io_errors),
         ];

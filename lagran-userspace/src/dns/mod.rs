@@ -4,6 +4,8 @@
 //!   the listeners, `lagran explain` and the XDP parity tests;
 //! - [`ecs`]: EDNS Client Subnet parsing, validation and echo;
 //! - [`server`]: UDP and TCP listeners on the same port;
+//! - [`tls`]: DNS over TLS (RFC 7858), [`quic`]: DNS over QUIC (RFC 9250),
+//!   both with the SIGHUP-reloaded certificate of [`cert`];
 //! - [`counters`]: atomic counters rendered as Prometheus text.
 //!
 //! # What a response looks like (the XDP fast path mirrors this)
@@ -59,15 +61,20 @@
 //! echoed as received. Every response to a query with OPT has an OPT (our
 //! payload size, version 0, DO copied) as its last record, with the ECS
 //! option echoed when the query had a valid one (SCOPE 0 unless the answer
-//! was tailored). Cookies and other options are not echoed.
+//! was tailored). Cookies and other options are not echoed. Over DoT and DoQ
+//! that OPT also carries a Padding option making the message a multiple of
+//! 468 octets (RFC 8467 §4.1); UDP and TCP responses are never padded.
 //!
 //! [`ScheduledName::answer_for`]: crate::route_table::ScheduledName::answer_for
 //! [`Answer`]: crate::route_table::Answer
 
 pub mod answer;
+pub mod cert;
 pub mod counters;
 pub mod ecs;
+pub mod quic;
 pub mod server;
+pub mod tls;
 
 pub use answer::{ClientInfo, Outcome, Query, Reply, Transport, answer, answer_confirmed, lookup_key, scheduled_ttl};
 pub use counters::DnsCounters;

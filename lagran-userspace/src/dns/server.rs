@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -180,20 +180,23 @@ impl DnsServer {
                 drop(stream);
                 continue;
             };
-            conns.spawn(self.clone().tcp_connection(stream, peer, shutdown.clone(), permit));
+            let _ = stream.set_nodelay(true);
+            conns.spawn(self.clone().stream_connection(stream, peer, Transport::Tcp, shutdown.clone(), permit));
         }
         // Connections watch the same token; wait for them to wind down.
         while conns.join_next().await.is_some() {}
     }
 
-    async fn tcp_connection(
+    /// One TCP or DoT connection (RFC 7766 §8, RFC 7858 §3.3: the same
+    /// 2-octet length framing), answered in order until idle, EOF or shutdown.
+    pub(crate) async fn stream_connection<S: AsyncRead + AsyncWrite + Unpin>(
         self: Arc<Self>,
-        mut stream: TcpStream,
+        mut stream: S,
         peer: SocketAddr,
+        transport: Transport,
         shutdown: CancellationToken,
         _permit: OwnedSemaphorePermit,
     ) {
-        let _ = stream.set_nodelay(true);
         let mut msg = Vec::new();
         loop {
             let mut len = [0u8; 2];
@@ -219,7 +222,7 @@ impl DnsServer {
             if !matches!(read, Ok(Ok(_))) {
                 return;
             }
-            let reply = self.handle(&msg, peer.ip(), Transport::Tcp);
+            let reply = self.handle(&msg, peer.ip(), transport);
             let Some(bytes) = reply.bytes else { continue };
             let Ok(out_len) = u16::try_from(bytes.len()) else { continue };
             let mut out = Vec::with_capacity(bytes.len() + 2);
@@ -227,7 +230,11 @@ impl DnsServer {
             out.extend_from_slice(&bytes);
             let written = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.write_all(&out)) => r,
+                // Flushed: a TLS stream holds written records until then.
+                r = tokio::time::timeout(TCP_IDLE_TIMEOUT, async {
+                    stream.write_all(&out).await?;
+                    stream.flush().await
+                }) => r,
             };
             if !matches!(written, Ok(Ok(()))) {
                 return;
@@ -256,20 +263,16 @@ pub async fn bind(addr: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
     Err(last_err.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no port free for both UDP and TCP")))
 }
 
+/// The small table the listener tests (UDP, TCP, DoT, DoQ) answer from.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests_support {
     use std::net::Ipv4Addr;
 
-    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query as HQuery};
-    use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
-    use hickory_proto::rr::{Name, RData, RecordType};
-
-    use super::*;
     use crate::model::{NsHost, Zone};
     use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
     use crate::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
 
-    fn table() -> RouteTable {
+    pub(crate) fn table() -> RouteTable {
         let mut zone = Zone::new("edge.lagran.net");
         zone.ns_hosts =
             vec![NsHost { name: "ns1.edge.lagran.net".into(), ipv4: Some(Ipv4Addr::new(192, 0, 2, 53)), ipv6: None }];
@@ -289,6 +292,20 @@ mod tests {
         };
         RouteTable::new(1, crate::clock::now_ms(), vec![ZoneRoutes { zone, names: vec![apex] }])
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query as HQuery};
+    use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
+    use hickory_proto::rr::{Name, RData, RecordType};
+
+    use tokio::net::TcpStream;
+
+    use super::tests_support::table;
+    use super::*;
 
     fn query(id: u16, name: &str, t: RecordType, ecs: Option<(&str, u8)>) -> Vec<u8> {
         let mut m = Message::new();

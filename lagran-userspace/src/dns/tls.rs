@@ -1,0 +1,191 @@
+//! DNS over TLS (RFC 7858) on `--dot-listen`.
+//!
+//! RFC 7858 §3.3: "The messages [...] MUST use the two-octet length field
+//! defined in Section 4.2.2 of [RFC1035]" — so after the handshake a DoT
+//! connection is the TCP listener's connection ([`DnsServer`]'s
+//! `stream_connection`): several queries per connection answered in order,
+//! the same idle timeout and message limit, the same [`answer()`] (with
+//! [`Transport::Dot`], which pads responses, RFC 8467).
+//!
+//! - at most [`DOT_MAX_CONNECTIONS`] connections; more are closed at once and
+//!   counted (`lagran_dns_tls_rejected_total`);
+//! - a handshake has [`HANDSHAKE_TIMEOUT`]; failures are counted
+//!   (`lagran_dns_tls_handshake_failed_total`);
+//! - the certificate is the shared, SIGHUP-reloaded [`Certificate`].
+//!
+//! [`answer()`]: super::answer()
+//! [`Certificate`]: super::cert::Certificate
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::answer::Transport;
+use super::server::DnsServer;
+
+/// Concurrent DoT connections; more are accepted and closed at once.
+pub const DOT_MAX_CONNECTIONS: usize = 256;
+/// A TLS handshake taking longer than this is abandoned.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause after an accept error, so a persistent error cannot spin a core.
+const ERROR_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Serves DoT on `listener` until `shutdown` is cancelled.
+pub async fn run(dns: Arc<DnsServer>, listener: TcpListener, acceptor: TlsAcceptor, shutdown: CancellationToken) {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(addr = %addr, "dns over tls listening");
+    }
+    let slots = Arc::new(Semaphore::new(DOT_MAX_CONNECTIONS));
+    let mut conns = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        while conns.try_join_next().is_some() {}
+        let (stream, peer) = match accepted {
+            Ok(v) => v,
+            Err(e) => {
+                dns.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "dns over tls accept error");
+                tokio::time::sleep(ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+            continue;
+        };
+        conns.spawn(connection(dns.clone(), acceptor.clone(), stream, peer, shutdown.clone(), permit));
+    }
+    while conns.join_next().await.is_some() {}
+}
+
+async fn connection(
+    dns: Arc<DnsServer>,
+    acceptor: TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: CancellationToken,
+    permit: OwnedSemaphorePermit,
+) {
+    let _ = stream.set_nodelay(true);
+    let handshake = tokio::select! {
+        _ = shutdown.cancelled() => return,
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => r,
+    };
+    let tls = match handshake {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            dns.counters.tls_handshake_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %peer, error = %e, "dns over tls handshake failed");
+            return;
+        }
+        Err(_) => {
+            dns.counters.tls_handshake_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %peer, "dns over tls handshake timed out");
+            return;
+        }
+    };
+    dns.stream_connection(tls, peer, Transport::Dot, shutdown, permit).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query as HQuery};
+    use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
+    use hickory_proto::rr::{Name, RData, RecordType};
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::config::DnsSettings;
+    use crate::dns::cert::{ALPN_DOT, Certificate, write_self_signed};
+    use crate::dns::counters::DnsCounters;
+    use crate::dns::server::tests_support::table;
+
+    fn query(id: u16, ecs: Option<(&str, u8)>) -> Vec<u8> {
+        let mut m = Message::new();
+        m.set_id(id).set_message_type(MessageType::Query).set_op_code(OpCode::Query);
+        m.add_query(HQuery::query(Name::from_ascii("edge.lagran.net.").unwrap(), RecordType::A));
+        let mut e = Edns::new();
+        e.set_max_payload(1232);
+        if let Some((addr, source)) = ecs {
+            e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(addr.parse().unwrap(), source, 0)));
+        }
+        m.set_edns(e);
+        m.to_vec().unwrap()
+    }
+
+    #[tokio::test]
+    async fn answers_over_tls_padded_like_tcp() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_path, key_path) = write_self_signed(dir.path(), &["dns.test"]);
+        let cert = Certificate::load(&cert_path, &key_path).unwrap();
+        let acceptor = TlsAcceptor::from(Arc::new(cert.server_config(ALPN_DOT).unwrap()));
+        let shared = crate::route_table::empty_shared();
+        shared.store(Arc::new(table()));
+        let confirmed = Arc::new(crate::confirmation::Confirmation::new());
+        confirmed.confirm(crate::clock::now_ms());
+        let dns =
+            Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(run(dns.clone(), listener, acceptor, shutdown.clone()));
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_file(&cert_path).unwrap()).unwrap();
+        let mut client =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+        client.alpn_protocols = vec![ALPN_DOT.to_vec()];
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut tls = connector.connect(ServerName::try_from("dns.test").unwrap(), tcp).await.unwrap();
+
+        for (id, ecs, want, scope) in [(1u16, None, 10u8, None), (2, Some(("10.1.2.0", 24)), 1, Some(16u8))] {
+            let q = query(id, ecs);
+            let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+            framed.extend_from_slice(&q);
+            tls.write_all(&framed).await.unwrap();
+            let mut len = [0u8; 2];
+            tls.read_exact(&mut len).await.unwrap();
+            let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
+            tls.read_exact(&mut buf).await.unwrap();
+            assert_eq!(buf.len() % 468, 0, "RFC 8467: the response is padded to a multiple of 468 octets");
+            let m = Message::from_vec(&buf).unwrap();
+            assert_eq!(m.id(), id);
+            match m.answers()[0].data() {
+                RData::A(a) => assert_eq!(a.0, Ipv4Addr::new(203, 0, 113, want), "the same answer as UDP"),
+                other => panic!("{other:?}"),
+            }
+            let opts = m.extensions().as_ref().expect("OPT echoed");
+            assert!(opts.option(EdnsCode::Padding).is_some(), "a Padding option is present");
+            if let Some(scope) = scope {
+                let Some(EdnsOption::Subnet(cs)) = opts.option(EdnsCode::Subnet) else { panic!("no ECS echoed") };
+                assert_eq!(cs.scope_prefix(), scope, "ECS honoured with the partition's scope");
+            }
+        }
+        let snap: std::collections::HashMap<_, _> = dns.counters.snapshot().into_iter().collect();
+        assert_eq!(snap["queries_dot"], 2);
+
+        // A client that never finishes its handshake does not hold up the others.
+        let _idle = TcpStream::connect(addr).await.unwrap();
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap();
+    }
+}
