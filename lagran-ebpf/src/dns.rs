@@ -188,7 +188,11 @@ pub fn parse_name(
     let qlen = unsafe {
         core::ptr::write_volatile(&mut (*scratch).qlen, len as u32);
         core::ptr::read_volatile(&(*scratch).qlen)
-    } as usize;
+    } as usize
+        // Exact (the loop's length is 1–255); a bound on this very register,
+        // which old verifiers need before it becomes part of a packet offset or
+        // a `words` index (`qlen / 8` < WORDS).
+        & 0xff;
     if qlen == 0 || qlen > NAME_MAX {
         return Err(Counter::NameTooLong);
     }

@@ -3,7 +3,7 @@
 use lagran_common::counters::Counter;
 use network_types::ip::Ipv4Hdr;
 
-use crate::packet::Frame;
+use crate::packet::{Frame, MAX_OFF};
 
 const IPPROTO_UDP: u8 = 17;
 /// Header length: IHL = 5, no options.
@@ -55,6 +55,14 @@ pub fn parse(f: &Frame, l3: usize) -> Result<Ipv4, Counter> {
         return Err(Counter::IpChecksum);
     }
     let tot_len = u16::from_be_bytes(ip.tot_len) as usize;
+    // Before any other use of the length: verifiers before 6.x do not bound a
+    // byte-swapped (`be16`) value to 16 bits. Every offset the program touches
+    // lies inside the datagram (or the response, under 1 KiB): a datagram this
+    // large cannot be a query we answer, and no access is masked by
+    // `packet::bound`.
+    if tot_len > MAX_OFF - l3 {
+        return Err(Counter::Malformed);
+    }
     // The frame may carry Ethernet padding after the datagram, never less than it.
     if tot_len < HDR_LEN + 8 || l3 + tot_len > f.len() {
         return Err(Counter::Malformed);

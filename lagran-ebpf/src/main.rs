@@ -17,8 +17,9 @@
 //! Fail open: any query it cannot answer exactly like userspace would is passed,
 //! and counted by reason in `lagran_counters`.
 //!
-//! Minimum kernel version: 5.8 (bounded loops, BTF-defined maps,
-//! `bpf_xdp_adjust_tail` growing the frame).
+//! Minimum kernel version: 5.10, the oldest kernel the matrix
+//! (`cargo xtask integration-test vm`) passes; it needs bounded loops, BTF-defined
+//! maps and `bpf_xdp_adjust_tail` growing the frame (5.8).
 #![no_std]
 #![no_main]
 

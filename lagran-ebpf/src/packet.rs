@@ -1,8 +1,22 @@
 //! Bounds-checked access to the frame. Every read or write of packet memory goes
-//! through [`at`], which compares the end of the access with `data_end` — the
+//! through one check, which compares the end of the access with `data_end` — the
 //! comparison the verifier needs to see before the access.
 
 use lagran_common::counters::Counter;
+
+/// Largest frame offset an access may start at; larger datagrams are passed
+/// (`ipv4::parse` checks the total length first), so no offset in a frame we
+/// answer is ever masked.
+pub const MAX_OFF: usize = 0x3fff;
+
+/// `off` with a constant upper bound the verifier can see. Verifiers before 6.x
+/// mark a packet range as checked only when the variable part of the pointer is
+/// at most 64 KiB, and they do not carry a bound checked on one register over to
+/// a copy of it: the mask on the very register added to `data` does both.
+#[inline(always)]
+pub fn bound(off: usize) -> usize {
+    off & MAX_OFF
+}
 
 /// The frame as the program sees it: `[data, end)`.
 #[derive(Clone, Copy)]
@@ -41,14 +55,32 @@ impl Frame {
         self.end - self.data
     }
 
+    /// The address of `n` bytes at `off`, if they are inside the frame (`n` is a
+    /// constant once inlined).
+    ///
+    /// One byte is checked as the two bytes ending at it (`off` ≥ 1 at every
+    /// call: the headers come first): LLVM turns `p + 1 > end` into
+    /// `p >= end`, from which verifiers before 6.x learn no range at all.
+    #[inline(always)]
+    fn check(&self, off: usize, n: usize) -> Option<usize> {
+        if n == 1 {
+            let b = self.data + bound(off - 1);
+            if b + 2 > self.end {
+                return None;
+            }
+            return Some(b + 1);
+        }
+        let p = self.data + bound(off);
+        if p + n > self.end {
+            return None;
+        }
+        Some(p)
+    }
+
     /// The address of `N` bytes at `off`, if they are inside the frame.
     #[inline(always)]
     pub fn at<const N: usize>(&self, off: usize) -> Result<usize, Counter> {
-        let p = self.data + off;
-        if p + N > self.end {
-            return Err(Counter::TooShort);
-        }
-        Ok(p)
+        self.check(off, N).ok_or(Counter::TooShort)
     }
 
     /// Reads `N` bytes at `off`.
@@ -64,10 +96,7 @@ impl Frame {
     /// The build allows misaligned packet access (see xtask's `build_ebpf`).
     #[inline(always)]
     pub fn load<T: Copy>(&self, off: usize) -> Result<T, Counter> {
-        let p = self.data + off;
-        if p + size_of::<T>() > self.end {
-            return Err(Counter::TooShort);
-        }
+        let p = self.check(off, size_of::<T>()).ok_or(Counter::TooShort)?;
         // SAFETY: checked against the frame end just above.
         Ok(unsafe { core::ptr::read_unaligned(p as *const T) })
     }
@@ -75,10 +104,7 @@ impl Frame {
     /// Stores an integer of type `T` at `off` in one store (machine byte order).
     #[inline(always)]
     pub fn store<T: Copy>(&self, off: usize, v: T) -> Result<(), Counter> {
-        let p = self.data + off;
-        if p + size_of::<T>() > self.end {
-            return Err(Counter::Malformed);
-        }
+        let p = self.check(off, size_of::<T>()).ok_or(Counter::Malformed)?;
         // SAFETY: checked against the frame end just above.
         unsafe { core::ptr::write_unaligned(p as *mut T, v) };
         Ok(())
@@ -92,21 +118,13 @@ impl Frame {
     /// Reads a `#[repr(C)]` header at `off`.
     #[inline(always)]
     pub fn header<T: Copy>(&self, off: usize) -> Result<T, Counter> {
-        let p = self.data + off;
-        if p + size_of::<T>() > self.end {
-            return Err(Counter::TooShort);
-        }
-        // SAFETY: checked against the frame end just above.
-        Ok(unsafe { core::ptr::read_unaligned(p as *const T) })
+        self.load(off)
     }
 
     /// Writes `bytes` at `off`.
     #[inline(always)]
     pub fn write<const N: usize>(&self, off: usize, bytes: [u8; N]) -> Result<(), Counter> {
-        let p = self.data + off;
-        if p + N > self.end {
-            return Err(Counter::Malformed);
-        }
+        let p = self.check(off, N).ok_or(Counter::Malformed)?;
         // SAFETY: checked against the frame end just above.
         unsafe { core::ptr::write_unaligned(p as *mut [u8; N], bytes) };
         Ok(())

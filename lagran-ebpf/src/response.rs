@@ -129,8 +129,15 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
                 core::ptr::read_unaligned(rr.as_ptr().add(8) as *const u64),
             )
         };
-        f.store::<u64>(off, r0)?;
-        f.store::<u64>(off + 8, r1)?;
+        // One check for both words: with two, LLVM turns the second into a
+        // comparison with `data_end - 8`, arithmetic on `pkt_end` that verifiers
+        // before 6.x refuse.
+        let p = f.at::<RR_LEN>(off).map_err(|_| Counter::Malformed)?;
+        // SAFETY: `at` checked `[p, p + 16)` against the frame end.
+        unsafe {
+            core::ptr::write_unaligned(p as *mut u64, r0);
+            core::ptr::write_unaligned((p + 8) as *mut u64, r1);
+        }
         off += RR_LEN;
         k += 1;
     }

@@ -10,8 +10,9 @@
 //!   writing only what changed; [`Maps`] reads counters and dumps the maps.
 //! - `netns`: network-namespace and veth helpers for tests (feature `testkit`).
 //!
-//! Minimum kernel version: 5.8 (BTF-defined maps, bounded loops, growing
-//! frames with `bpf_xdp_adjust_tail`); the tests run `BPF_PROG_TEST_RUN`.
+//! Minimum kernel version: 5.10, the oldest kernel the matrix
+//! (`cargo xtask integration-test vm`) passes (BTF-defined maps, bounded loops,
+//! growing frames with `bpf_xdp_adjust_tail`); the tests run `BPF_PROG_TEST_RUN`.
 
 pub mod loader;
 pub mod maps;
