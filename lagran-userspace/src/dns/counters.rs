@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use super::answer::{Outcome, Reply, Transport};
+use super::answer::{DropReason, Outcome, Reply, Transport};
 
 /// Counters shared by every listener task.
 #[derive(Debug, Default)]
@@ -20,6 +20,8 @@ pub struct DnsCounters {
     pub servfail: AtomicU64,
     pub fallback: AtomicU64,
     pub dropped: AtomicU64,
+    /// `dropped` by [`DropReason`], indexed by its position in [`DropReason::ALL`].
+    pub dropped_by: [AtomicU64; DropReason::ALL.len()],
     /// UDP responses sent with TC=1.
     pub truncated: AtomicU64,
     /// Packets that could not be understood: dropped + FORMERR.
@@ -55,6 +57,9 @@ impl DnsCounters {
         if matches!(reply.outcome, Outcome::Dropped | Outcome::FormErr) {
             inc(&self.malformed);
         }
+        if let Some(reason) = reply.dropped {
+            inc(&self.dropped_by[reason as usize]);
+        }
         if reply.truncated {
             inc(&self.truncated);
         }
@@ -86,7 +91,7 @@ impl DnsCounters {
     /// Every counter by name (`queries_udp`, `answered`, …).
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        vec![
+        let mut v = vec![
             ("queries_udp", l(&self.queries_udp)),
             ("queries_tcp", l(&self.queries_tcp)),
             ("answered", l(&self.answered)),
@@ -105,14 +110,27 @@ impl DnsCounters {
             ("tcp_rejected", l(&self.tcp_rejected)),
             ("oversized", l(&self.oversized)),
             ("io_errors", l(&self.io_errors)),
-        ]
+        ];
+        for r in DropReason::ALL {
+            let name = match r {
+                DropReason::Short => "dropped_short",
+                DropReason::Response => "dropped_response",
+                DropReason::NoQuestion => "dropped_no_question",
+                DropReason::BadQuestion => "dropped_bad_question",
+                DropReason::Unencodable => "dropped_unencodable",
+            };
+            v.push((name, l(&self.dropped_by[r as usize])));
+        }
+        v
     }
 
     /// Appends the counters in the Prometheus text exposition format.
     ///
     /// - `lagran_dns_queries_total{transport}`
     /// - `lagran_dns_responses_total{outcome,rcode}` (dropped packets are not responses)
-    /// - `lagran_dns_dropped_total`, `lagran_dns_truncated_total`,
+    /// - `lagran_dns_dropped_total{reason}` (short, response, no_question,
+    ///   bad_question, unencodable: junk gets no response, so it cannot be reflected)
+    /// - `lagran_dns_truncated_total`,
     ///   `lagran_dns_malformed_total`, `lagran_dns_stale_served_total`,
     ///   `lagran_dns_tcp_rejected_total`, `lagran_dns_oversized_total`,
     ///   `lagran_dns_io_errors_total`
@@ -136,8 +154,17 @@ impl DnsCounters {
                 self.outcome(o)
             );
         }
-        let simple: [(&str, &str, &AtomicU64); 7] = [
-            ("lagran_dns_dropped_total", "Packets dropped without a response (short, QR=1).", &self.dropped),
+        let _ = writeln!(out, "# HELP lagran_dns_dropped_total Packets dropped without a response, by reason.");
+        let _ = writeln!(out, "# TYPE lagran_dns_dropped_total counter");
+        for r in DropReason::ALL {
+            let _ = writeln!(
+                out,
+                "lagran_dns_dropped_total{{reason=\"{}\"}} {}",
+                r.as_str(),
+                l(&self.dropped_by[r as usize])
+            );
+        }
+        let simple: [(&str, &str, &AtomicU64); 6] = [
             ("lagran_dns_truncated_total", "UDP responses sent with TC=1.", &self.truncated),
             ("lagran_dns_malformed_total", "Malformed packets (dropped or FORMERR).", &self.malformed),
             (
@@ -171,6 +198,7 @@ mod tests {
             truncated,
             stale,
             scheduled: false,
+            dropped: (outcome == Outcome::Dropped).then_some(DropReason::BadQuestion),
         };
         c.record(Transport::Udp, &r(Outcome::Answered, true, true));
         c.record(Transport::Tcp, &r(Outcome::FormErr, false, false));
@@ -186,7 +214,9 @@ mod tests {
         c.render_prometheus(&mut s);
         assert!(s.contains("lagran_dns_responses_total{outcome=\"answered\",rcode=\"NOERROR\"} 1"), "{s}");
         assert!(s.contains("lagran_dns_responses_total{outcome=\"formerr\",rcode=\"FORMERR\"} 1"), "{s}");
-        assert!(s.contains("lagran_dns_dropped_total 1"), "{s}");
+        assert!(s.contains("lagran_dns_dropped_total{reason=\"bad_question\"} 1"), "{s}");
+        assert!(s.contains("lagran_dns_dropped_total{reason=\"short\"} 0"), "{s}");
+        assert_eq!(snap["dropped_bad_question"], 1);
         assert!(s.contains("lagran_dns_queries_total{transport=\"tcp\"} 1"), "{s}");
     }
 }
