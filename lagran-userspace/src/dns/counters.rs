@@ -28,8 +28,14 @@ pub struct DnsCounters {
     pub malformed: AtomicU64,
     /// Answers served from a route table older than DNS_STALE_SECS (no fallback set).
     pub stale_served: AtomicU64,
-    /// TCP connections refused because the connection limit was reached.
+    /// TCP connections refused because `tcp_max_connections` was reached.
     pub tcp_rejected: AtomicU64,
+    /// TCP connections refused because their client had `tcp_max_per_client`.
+    pub tcp_rejected_per_client: AtomicU64,
+    /// TCP connections closed because no whole query arrived within `tcp_idle_secs`.
+    pub tcp_idle_closed: AtomicU64,
+    /// TCP connections closed after `tcp_max_queries_per_connection` queries.
+    pub tcp_query_limit_closed: AtomicU64,
     /// UDP datagrams larger than the receive buffer (ignored).
     pub oversized: AtomicU64,
     /// Socket errors (receive, send, accept), logged and survived.
@@ -108,6 +114,9 @@ impl DnsCounters {
             ("malformed", l(&self.malformed)),
             ("stale_served", l(&self.stale_served)),
             ("tcp_rejected", l(&self.tcp_rejected)),
+            ("tcp_rejected_per_client", l(&self.tcp_rejected_per_client)),
+            ("tcp_idle_closed", l(&self.tcp_idle_closed)),
+            ("tcp_query_limit_closed", l(&self.tcp_query_limit_closed)),
             ("oversized", l(&self.oversized)),
             ("io_errors", l(&self.io_errors)),
         ];
@@ -132,8 +141,10 @@ impl DnsCounters {
     ///   bad_question, unencodable: junk gets no response, so it cannot be reflected)
     /// - `lagran_dns_truncated_total`,
     ///   `lagran_dns_malformed_total`, `lagran_dns_stale_served_total`,
-    ///   `lagran_dns_tcp_rejected_total`, `lagran_dns_oversized_total`,
+    ///   `lagran_dns_oversized_total`,
     ///   `lagran_dns_io_errors_total`
+    /// - `lagran_dns_tcp_rejected_total{limit}` (total, per_client)
+    /// - `lagran_dns_tcp_closed_total{reason}` (idle, query_limit): closed by the server
     pub fn render_prometheus(&self, out: &mut String) {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let _ = writeln!(out, "# HELP lagran_dns_queries_total DNS queries received by the userspace responder.");
@@ -164,7 +175,32 @@ impl DnsCounters {
                 l(&self.dropped_by[r as usize])
             );
         }
-        let simple: [(&str, &str, &AtomicU64); 6] = [
+        let labelled: [(&str, &str, &str, &str, &AtomicU64); 4] = [
+            (
+                "lagran_dns_tcp_rejected_total",
+                "TCP connections refused at a limit.",
+                "limit",
+                "total",
+                &self.tcp_rejected,
+            ),
+            ("lagran_dns_tcp_rejected_total", "", "limit", "per_client", &self.tcp_rejected_per_client),
+            (
+                "lagran_dns_tcp_closed_total",
+                "TCP connections closed by the server.",
+                "reason",
+                "idle",
+                &self.tcp_idle_closed,
+            ),
+            ("lagran_dns_tcp_closed_total", "", "reason", "query_limit", &self.tcp_query_limit_closed),
+        ];
+        for (name, help, label, value, c) in labelled {
+            if !help.is_empty() {
+                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# TYPE {name} counter");
+            }
+            let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {}", l(c));
+        }
+        let simple: [(&str, &str, &AtomicU64); 5] = [
             ("lagran_dns_truncated_total", "UDP responses sent with TC=1.", &self.truncated),
             ("lagran_dns_malformed_total", "Malformed packets (dropped or FORMERR).", &self.malformed),
             (
@@ -172,7 +208,6 @@ impl DnsCounters {
                 "Answers served from a route table older than DNS_STALE_SECS.",
                 &self.stale_served,
             ),
-            ("lagran_dns_tcp_rejected_total", "TCP connections refused at the connection limit.", &self.tcp_rejected),
             ("lagran_dns_oversized_total", "UDP datagrams larger than the receive buffer.", &self.oversized),
             ("lagran_dns_io_errors_total", "Socket errors survived by the listeners.", &self.io_errors),
         ];
