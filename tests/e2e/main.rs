@@ -5,6 +5,7 @@ mod api;
 mod cli;
 mod dns;
 mod geo;
+mod hostile;
 mod nshost;
 mod postgres;
 mod real_geo;
