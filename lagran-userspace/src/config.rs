@@ -9,6 +9,10 @@
 //! | `dns.cache_secs`    | `DNS_CACHE_SECS`   | 30                          |
 //! | `dns.stale_secs`    | `DNS_STALE_SECS`   | 600                         |
 //! | `dns.fallback_ip`   | `DNS_FALLBACK_IP`  | none                        |
+//! | `dns.tcp_max_connections` | —            | 1024 (DNS over TCP, all clients) |
+//! | `dns.tcp_max_per_client`  | —            | 16 (per IPv4 address / IPv6 /64) |
+//! | `dns.tcp_idle_secs`       | —            | 10 (to read a whole query; trickling does not extend it) |
+//! | `dns.tcp_max_queries_per_connection` | — | 100 (then the connection is closed) |
 //! | `schedule.ttl`      | `SCHEDULE_TTL`     | 30                          |
 //! | `agent_token`       | `AGENT_TOKEN`      | none                        |
 //! | `admin_token`       | `ADMIN_TOKEN`      | none                        |
@@ -58,6 +62,16 @@ pub struct DnsSettings {
     pub dot_listen: Option<SocketAddr>,
     /// DNS over QUIC (RFC 9250) listen address (UDP); needs `[tls]`.
     pub doq_listen: Option<SocketAddr>,
+    /// Concurrent DNS-over-TCP connections, all clients together (RFC 7766 §6.2.2).
+    pub tcp_max_connections: usize,
+    /// Concurrent TCP connections from one client (an IPv4 address, an IPv6 /64),
+    /// so that one host holding idle connections cannot keep others out.
+    pub tcp_max_per_client: usize,
+    /// Seconds a connection may take to deliver a whole query, counted from the
+    /// previous response (or the accept): trickled bytes do not extend it.
+    pub tcp_idle_secs: u64,
+    /// Queries answered on one connection before it is closed.
+    pub tcp_max_queries_per_connection: u32,
 }
 
 impl DnsSettings {
@@ -80,6 +94,10 @@ impl Default for DnsSettings {
             max_udp_payload: 1232,
             dot_listen: None,
             doq_listen: None,
+            tcp_max_connections: 1024,
+            tcp_max_per_client: 16,
+            tcp_idle_secs: 10,
+            tcp_max_queries_per_connection: 100,
         }
     }
 }
@@ -320,6 +338,26 @@ impl Config {
         }
         if self.dns.max_udp_payload < 512 {
             return Err(ConfigError::Invalid { key: "dns.max_udp_payload", reason: "must be at least 512".into() });
+        }
+        let d = &self.dns;
+        for (key, zero) in [
+            ("dns.tcp_max_connections", d.tcp_max_connections == 0),
+            ("dns.tcp_max_per_client", d.tcp_max_per_client == 0),
+            ("dns.tcp_idle_secs", d.tcp_idle_secs == 0),
+            ("dns.tcp_max_queries_per_connection", d.tcp_max_queries_per_connection == 0),
+        ] {
+            if zero {
+                return Err(ConfigError::Invalid { key, reason: "must be > 0".into() });
+            }
+        }
+        if d.tcp_max_per_client > d.tcp_max_connections {
+            return Err(ConfigError::Invalid {
+                key: "dns.tcp_max_per_client",
+                reason: format!(
+                    "{} is above dns.tcp_max_connections ({})",
+                    d.tcp_max_per_client, d.tcp_max_connections
+                ),
+            });
         }
         if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
             return Err(ConfigError::Invalid {

@@ -6,6 +6,7 @@ mod cli;
 mod dns;
 mod entry;
 mod geo;
+mod hostile;
 mod nshost;
 mod postgres;
 mod publish;

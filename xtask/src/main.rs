@@ -5,6 +5,7 @@
 
 mod bench;
 mod build_ebpf;
+mod fuzz;
 mod integration_test;
 mod run;
 mod setup;
@@ -34,6 +35,9 @@ enum Subcommand {
     /// Measure SPEC §10: XDP vs userspace QPS in namespaces, node-down → map,
     /// kernel lookup cost, ECS scopes, geo lookup, xdb load, recompute (root, ~10 min).
     Bench(bench::Options),
+    /// Every cargo-fuzz target for `--seconds N` (60) each, then 10⁶ mutated
+    /// packets through BPF_PROG_TEST_RUN against userspace's answers (root).
+    Fuzz(fuzz::Options),
     /// The XDP tests with the real object on the host kernel (`local`) or under
     /// QEMU on Debian's kernels (`vm [--kernels 5.10,6.1,6.12,sid]`), root.
     IntegrationTest(integration_test::Options),
@@ -50,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         Subcommand::Run(opts) => run::exec(opts),
         Subcommand::Test(opts) => test::exec(opts),
         Subcommand::Bench(opts) => bench::exec(opts),
+        Subcommand::Fuzz(opts) => fuzz::exec(opts),
         Subcommand::IntegrationTest(opts) => integration_test::exec(opts),
         Subcommand::Simulate(opts) => simulate::exec(opts),
     }

@@ -10,7 +10,8 @@
 //!    once, and only when something is missing.
 //! 2. `rust-src` for the nightly toolchain (the eBPF build uses `-Z build-std=core`).
 //! 3. `bpf-linker`, built against the nightly's own libLLVM so that the bitcode
-//!    rustc emits and the linker's LLVM are the same version.
+//!    rustc emits and the linker's LLVM are the same version; then `cargo-fuzz`
+//!    from crates.io (`cargo xtask fuzz`, and briefly `cargo xtask test`).
 //! 4. `scripts/fetch-geoip.sh` (the real ip2region file into `data/`) when present.
 
 use std::path::{Path, PathBuf};
@@ -89,12 +90,25 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     }
     rust_src()?;
     bpf_linker(opts.force_bpf_linker)?;
+    cargo_fuzz()?;
     if opts.no_geo {
         step("geo data: skipped (--no-geo)");
     } else {
         geo_data()?;
     }
     step("setup complete");
+    Ok(())
+}
+
+/// `cargo-fuzz` from crates.io (`cargo xtask fuzz`), unless one runs already.
+pub fn cargo_fuzz() -> anyhow::Result<()> {
+    if util::succeeds(nightly_cargo().args(["fuzz", "--version"])) {
+        let v = util::output(nightly_cargo().args(["fuzz", "--version"])).unwrap_or_default();
+        step(&format!("cargo-fuzz: present ({})", v.trim()));
+        return Ok(());
+    }
+    step("cargo-fuzz: installing from crates.io (~2 minutes)");
+    util::run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
     Ok(())
 }
 

@@ -9,7 +9,9 @@
 //! 6. `cargo test` over the default members (not `--workspace`: that would build
 //!    `lagran-ebpf` for the host): unit tests, store tests against SQLite
 //!    and a throwaway PostgreSQL, end-to-end tests with `dig`/`kdig`.
-//! 7. The XDP tests under QEMU on the oldest and the newest Debian kernel
+//! 7. Every cargo-fuzz target for a few seconds (`cargo xtask fuzz --seconds 3`,
+//!    without the 10⁶-packet XDP fuzz: step 6 sent 10⁴ packets through it).
+//! 8. The XDP tests under QEMU on the oldest and the newest Debian kernel
 //!    (`cargo xtask integration-test vm --kernels oldest,newest`; the full
 //!    matrix is `cargo xtask integration-test vm`).
 
@@ -72,6 +74,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         test.arg("--").args(&opts.args);
     }
     util::run(&mut test)?;
+    crate::fuzz::exec(crate::fuzz::Options::brief())?;
     if opts.no_vm {
         return Ok(());
     }

@@ -66,6 +66,8 @@ use wire::*;
 
 /// Scheduled answers never carry more than this many addresses (primary + 3 backups).
 pub const MAX_ANSWERS: usize = 4;
+/// The smallest question: the root name (one octet), QTYPE and QCLASS.
+const MIN_QUESTION_LEN: usize = 5;
 /// Longest chain of compression pointers accepted in a name (a name has at most 127 labels).
 const MAX_POINTER_HOPS: usize = 127;
 
@@ -114,11 +116,59 @@ pub struct Reply {
     /// The question was `A`/`AAAA` for a scheduled name (answered, fallback,
     /// NODATA or SERVFAIL): the listener logs these.
     pub scheduled: bool,
+    /// Why no response was sent (`Some` exactly when `outcome` is [`Outcome::Dropped`]).
+    pub dropped: Option<DropReason>,
 }
 
 impl Reply {
-    fn dropped() -> Reply {
-        Reply { bytes: None, outcome: Outcome::Dropped, client: None, truncated: false, stale: false, scheduled: false }
+    fn dropped(reason: DropReason) -> Reply {
+        Reply {
+            bytes: None,
+            outcome: Outcome::Dropped,
+            client: None,
+            truncated: false,
+            stale: false,
+            scheduled: false,
+            dropped: Some(reason),
+        }
+    }
+}
+
+/// Why a packet got no response at all. A response to junk would make this
+/// server a reflector for anyone who spoofs a victim's address, so only a
+/// packet whose header and question parse is answered, if only with FORMERR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Shorter than a header and the smallest question (17 octets).
+    Short,
+    /// QR=1: a response, not a query.
+    Response,
+    /// QDCOUNT=0: nothing to echo, nothing to answer.
+    NoQuestion,
+    /// The first question does not parse (truncated, bad label, pointer forward).
+    BadQuestion,
+    /// The response could not be encoded (a broken zone configuration).
+    Unencodable,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 5] = [
+        DropReason::Short,
+        DropReason::Response,
+        DropReason::NoQuestion,
+        DropReason::BadQuestion,
+        DropReason::Unencodable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Short => "short",
+            DropReason::Response => "response",
+            DropReason::NoQuestion => "no_question",
+            DropReason::BadQuestion => "bad_question",
+            DropReason::Unencodable => "unencodable",
+        }
     }
 }
 
@@ -329,15 +379,17 @@ pub fn answer_confirmed(
     confirmed_at_ms: i64,
 ) -> Reply {
     let buf = q.bytes;
-    // RFC 1035 §4.1.1: the header is 12 octets; anything shorter has no ID to echo.
-    if buf.len() < HEADER_LEN {
-        return Reply::dropped();
+    // RFC 1035 §4.1.1: the header is 12 octets, and the smallest question (the
+    // root name, QTYPE, QCLASS) 5 more. FORMERR is only for packets whose header
+    // and question parse: answering junk would reflect it at a spoofed victim.
+    if buf.len() < HEADER_LEN + MIN_QUESTION_LEN {
+        return Reply::dropped(DropReason::Short);
     }
     // RFC 1035 §4.1.1: "QR  A one bit field that specifies whether this message
     // is a query (0), or a response (1)." Responses are never answered (that
     // would let two servers bounce packets forever).
     if buf[2] & 0x80 != 0 {
-        return Reply::dropped();
+        return Reply::dropped(DropReason::Response);
     }
     let be16 = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
     let mut ctx = Ctx {
@@ -359,6 +411,9 @@ pub fn answer_confirmed(
         pad_block: q.transport.is_encrypted().then_some(RESPONSE_PAD_BLOCK),
     };
     let (qdcount, ancount, nscount, arcount) = (be16(4), be16(6), be16(8), be16(10));
+    if qdcount == 0 {
+        return Reply::dropped(DropReason::NoQuestion);
+    }
 
     // The question section.
     let mut pos = HEADER_LEN;
@@ -374,6 +429,8 @@ pub fn answer_confirmed(
         };
         match read {
             Some(end) => pos = end,
+            // An unreadable first question: junk, dropped (see above).
+            None if i == 0 => return Reply::dropped(DropReason::BadQuestion),
             // RFC 1035 §4.1.1: "Format error - The name server was unable to interpret the query."
             None => return finish(&ctx, Resp::new(None, None, RCODE_FORMERR, false, Outcome::FormErr), None),
         }
@@ -936,7 +993,7 @@ fn finish(ctx: &Ctx, mut r: Resp<'_>, client: Option<ClientInfo>) -> Reply {
         r = r.error(RCODE_SERVFAIL, Outcome::ServFail);
         encoded = encode(ctx, &r, false);
     }
-    let Ok(mut bytes) = encoded else { return Reply::dropped() };
+    let Ok(mut bytes) = encoded else { return Reply::dropped(DropReason::Unencodable) };
     let mut truncated = false;
     if bytes.len() > ctx.limit {
         // RFC 1035 §4.1.1: "TC  TrunCation - specifies that this message was
@@ -945,11 +1002,19 @@ fn finish(ctx: &Ctx, mut r: Resp<'_>, client: Option<ClientInfo>) -> Reply {
         // §7: the OPT record must be kept) and let the client retry over TCP.
         match encode(ctx, &r, true) {
             Ok(b) => bytes = b,
-            Err(_) => return Reply::dropped(),
+            Err(_) => return Reply::dropped(DropReason::Unencodable),
         }
         truncated = true;
     }
-    Reply { bytes: Some(bytes), outcome: r.outcome, client, truncated, stale: r.stale, scheduled: r.scheduled }
+    Reply {
+        bytes: Some(bytes),
+        outcome: r.outcome,
+        client,
+        truncated,
+        stale: r.stale,
+        scheduled: r.scheduled,
+        dropped: None,
+    }
 }
 
 fn encode(ctx: &Ctx, r: &Resp<'_>, truncated: bool) -> Result<Vec<u8>, ProtoError> {

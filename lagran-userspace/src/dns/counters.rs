@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use super::answer::{Outcome, Reply, Transport};
+use super::answer::{DropReason, Outcome, Reply, Transport};
 
 /// Counters shared by every listener task.
 #[derive(Debug, Default)]
@@ -22,18 +22,26 @@ pub struct DnsCounters {
     pub servfail: AtomicU64,
     pub fallback: AtomicU64,
     pub dropped: AtomicU64,
+    /// `dropped` by [`DropReason`], indexed by its position in [`DropReason::ALL`].
+    pub dropped_by: [AtomicU64; DropReason::ALL.len()],
     /// UDP responses sent with TC=1.
     pub truncated: AtomicU64,
     /// Packets that could not be understood: dropped + FORMERR.
     pub malformed: AtomicU64,
     /// Answers served from a route table older than DNS_STALE_SECS (no fallback set).
     pub stale_served: AtomicU64,
-    /// TCP connections refused because the connection limit was reached.
+    /// TCP connections refused because `tcp_max_connections` was reached.
     pub tcp_rejected: AtomicU64,
     /// DoT and DoQ connections refused because the connection limit was reached.
     pub tls_rejected: AtomicU64,
     /// DoT and DoQ handshakes that failed or timed out.
     pub tls_handshake_failed: AtomicU64,
+    /// TCP connections refused because their client had `tcp_max_per_client`.
+    pub tcp_rejected_per_client: AtomicU64,
+    /// TCP connections closed because no whole query arrived within `tcp_idle_secs`.
+    pub tcp_idle_closed: AtomicU64,
+    /// TCP connections closed after `tcp_max_queries_per_connection` queries.
+    pub tcp_query_limit_closed: AtomicU64,
     /// UDP datagrams larger than the receive buffer (ignored).
     pub oversized: AtomicU64,
     /// Socket errors (receive, send, accept), logged and survived.
@@ -62,6 +70,9 @@ impl DnsCounters {
         inc(self.outcome_counter(reply.outcome));
         if matches!(reply.outcome, Outcome::Dropped | Outcome::FormErr) {
             inc(&self.malformed);
+        }
+        if let Some(reason) = reply.dropped {
+            inc(&self.dropped_by[reason as usize]);
         }
         if reply.truncated {
             inc(&self.truncated);
@@ -94,7 +105,7 @@ impl DnsCounters {
     /// Every counter by name (`queries_udp`, `answered`, …).
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        vec![
+        let mut v = vec![
             ("queries_udp", l(&self.queries_udp)),
             ("queries_tcp", l(&self.queries_tcp)),
             ("queries_dot", l(&self.queries_dot)),
@@ -115,20 +126,39 @@ impl DnsCounters {
             ("tcp_rejected", l(&self.tcp_rejected)),
             ("tls_rejected", l(&self.tls_rejected)),
             ("tls_handshake_failed", l(&self.tls_handshake_failed)),
+            ("tcp_rejected_per_client", l(&self.tcp_rejected_per_client)),
+            ("tcp_idle_closed", l(&self.tcp_idle_closed)),
+            ("tcp_query_limit_closed", l(&self.tcp_query_limit_closed)),
             ("oversized", l(&self.oversized)),
             ("io_errors", l(&self.io_errors)),
-        ]
+        ];
+        for r in DropReason::ALL {
+            let name = match r {
+                DropReason::Short => "dropped_short",
+                DropReason::Response => "dropped_response",
+                DropReason::NoQuestion => "dropped_no_question",
+                DropReason::BadQuestion => "dropped_bad_question",
+                DropReason::Unencodable => "dropped_unencodable",
+            };
+            v.push((name, l(&self.dropped_by[r as usize])));
+        }
+        v
     }
 
     /// Appends the counters in the Prometheus text exposition format.
     ///
     /// - `lagran_dns_queries_total{transport}`
     /// - `lagran_dns_responses_total{outcome,rcode}` (dropped packets are not responses)
-    /// - `lagran_dns_dropped_total`, `lagran_dns_truncated_total`,
+    /// - `lagran_dns_dropped_total{reason}` (short, response, no_question,
+    ///   bad_question, unencodable: junk gets no response, so it cannot be reflected)
+    /// - `lagran_dns_truncated_total`,
     ///   `lagran_dns_malformed_total`, `lagran_dns_stale_served_total`,
     ///   `lagran_dns_tcp_rejected_total`, `lagran_dns_tls_rejected_total`,
     ///   `lagran_dns_tls_handshake_failed_total`, `lagran_dns_oversized_total`,
+    ///   `lagran_dns_oversized_total`,
     ///   `lagran_dns_io_errors_total`
+    /// - `lagran_dns_tcp_rejected_total{limit}` (total, per_client)
+    /// - `lagran_dns_tcp_closed_total{reason}` (idle, query_limit): closed by the server
     pub fn render_prometheus(&self, out: &mut String) {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let _ = writeln!(out, "# HELP lagran_dns_queries_total DNS queries received by the userspace responder.");
@@ -151,8 +181,42 @@ impl DnsCounters {
                 self.outcome(o)
             );
         }
-        let simple: [(&str, &str, &AtomicU64); 9] = [
-            ("lagran_dns_dropped_total", "Packets dropped without a response (short, QR=1).", &self.dropped),
+        let _ = writeln!(out, "# HELP lagran_dns_dropped_total Packets dropped without a response, by reason.");
+        let _ = writeln!(out, "# TYPE lagran_dns_dropped_total counter");
+        for r in DropReason::ALL {
+            let _ = writeln!(
+                out,
+                "lagran_dns_dropped_total{{reason=\"{}\"}} {}",
+                r.as_str(),
+                l(&self.dropped_by[r as usize])
+            );
+        }
+        let labelled: [(&str, &str, &str, &str, &AtomicU64); 4] = [
+            (
+                "lagran_dns_tcp_rejected_total",
+                "TCP connections refused at a limit.",
+                "limit",
+                "total",
+                &self.tcp_rejected,
+            ),
+            ("lagran_dns_tcp_rejected_total", "", "limit", "per_client", &self.tcp_rejected_per_client),
+            (
+                "lagran_dns_tcp_closed_total",
+                "TCP connections closed by the server.",
+                "reason",
+                "idle",
+                &self.tcp_idle_closed,
+            ),
+            ("lagran_dns_tcp_closed_total", "", "reason", "query_limit", &self.tcp_query_limit_closed),
+        ];
+        for (name, help, label, value, c) in labelled {
+            if !help.is_empty() {
+                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# TYPE {name} counter");
+            }
+            let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {}", l(c));
+        }
+        let simple: [(&str, &str, &AtomicU64); 7] = [
             ("lagran_dns_truncated_total", "UDP responses sent with TC=1.", &self.truncated),
             ("lagran_dns_malformed_total", "Malformed packets (dropped or FORMERR).", &self.malformed),
             (
@@ -160,7 +224,6 @@ impl DnsCounters {
                 "Answers served from a route table older than DNS_STALE_SECS.",
                 &self.stale_served,
             ),
-            ("lagran_dns_tcp_rejected_total", "TCP connections refused at the connection limit.", &self.tcp_rejected),
             (
                 "lagran_dns_tls_rejected_total",
                 "DoT and DoQ connections refused at the connection limit.",
@@ -196,6 +259,7 @@ mod tests {
             truncated,
             stale,
             scheduled: false,
+            dropped: (outcome == Outcome::Dropped).then_some(DropReason::BadQuestion),
         };
         c.record(Transport::Udp, &r(Outcome::Answered, true, true));
         c.record(Transport::Tcp, &r(Outcome::FormErr, false, false));
@@ -211,7 +275,9 @@ mod tests {
         c.render_prometheus(&mut s);
         assert!(s.contains("lagran_dns_responses_total{outcome=\"answered\",rcode=\"NOERROR\"} 1"), "{s}");
         assert!(s.contains("lagran_dns_responses_total{outcome=\"formerr\",rcode=\"FORMERR\"} 1"), "{s}");
-        assert!(s.contains("lagran_dns_dropped_total 1"), "{s}");
+        assert!(s.contains("lagran_dns_dropped_total{reason=\"bad_question\"} 1"), "{s}");
+        assert!(s.contains("lagran_dns_dropped_total{reason=\"short\"} 0"), "{s}");
+        assert_eq!(snap["dropped_bad_question"], 1);
         assert!(s.contains("lagran_dns_queries_total{transport=\"tcp\"} 1"), "{s}");
     }
 }

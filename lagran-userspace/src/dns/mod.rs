@@ -41,12 +41,12 @@
 //!
 //! | query | response |
 //! |---|---|
-//! | < 12 octets, or QR=1 | dropped |
-//! | unreadable question, bad records, 2 OPTs, OPT outside additional / non-root | FORMERR (AA=0), question echoed when readable, no OPT |
+//! | < 17 octets (header + root question), QR=1, QDCOUNT=0, unreadable first question | dropped, counted by reason (junk is never answered: that would reflect it at a spoofed source) |
+//! | bad records after the question, 2 OPTs, OPT outside additional / non-root | FORMERR (AA=0), question echoed, no OPT |
 //! | OPT VERSION > 0 | BADVERS (RCODE 16: OPT TTL high octet 1), OPT without ECS |
 //! | malformed or repeated ECS, truncated option list | FORMERR with OPT, no ECS |
 //! | OPCODE ≠ QUERY | NOTIMP (opcode echoed) |
-//! | QDCOUNT ≠ 1 | FORMERR, no question |
+//! | QDCOUNT > 1 | FORMERR, no question |
 //! | class ≠ IN, ANY, AXFR, IXFR, name outside every zone | REFUSED (AA=0) |
 //! | apex SOA / NS | SOA (TTL ns_ttl) / NS set + in-zone glue (A then AAAA per host) in additional |
 //! | NS host A/AAAA | glue (TTL ns_ttl); other types NODATA |
@@ -76,7 +76,9 @@ pub mod quic;
 pub mod server;
 pub mod tls;
 
-pub use answer::{ClientInfo, Outcome, Query, Reply, Transport, answer, answer_confirmed, lookup_key, scheduled_ttl};
+pub use answer::{
+    ClientInfo, DropReason, Outcome, Query, Reply, Transport, answer, answer_confirmed, lookup_key, scheduled_ttl,
+};
 pub use counters::DnsCounters;
 pub use server::{DnsServer, bind};
 

@@ -3,22 +3,30 @@
 //! - UDP: [`UDP_WORKERS`] tasks share the socket (`recv_from` → answer →
 //!   `send_to`); datagrams larger than [`UDP_BUFFER`] are ignored.
 //! - TCP (RFC 7766): one task per connection, 2-octet length framing, several
-//!   queries per connection answered in order, [`TCP_IDLE_TIMEOUT`] idle
-//!   timeout, at most [`TCP_MAX_CONNECTIONS`] connections (more are closed at
-//!   once), messages above [`TCP_MAX_MESSAGE`] close the connection.
+//!   queries per connection answered in order, messages above
+//!   [`TCP_MAX_MESSAGE`] close the connection. Limits from [`DnsSettings`], so
+//!   that one host holding hundreds of idle connections cannot keep others out:
+//!   - `tcp_max_connections` in all and `tcp_max_per_client` per client (an
+//!     IPv4 address or an IPv6 /64); a connection over either is accepted and
+//!     closed at once, counted;
+//!   - `tcp_idle_secs` to deliver a whole query, counted from the accept or
+//!     the previous response, so bytes trickled one at a time do not extend it;
+//!   - `tcp_max_queries_per_connection`, then the server closes, so even a
+//!     client trickling whole queries holds a slot for a bounded time.
 //!
 //! Socket errors are logged, counted and survived; only the shutdown token
 //! ends [`DnsServer::run`].
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -32,10 +40,6 @@ use crate::route_table::SharedRouteTable;
 pub const UDP_BUFFER: usize = 4096;
 /// Tasks sharing the UDP socket.
 pub const UDP_WORKERS: usize = 4;
-/// A TCP connection with no complete query for this long is closed.
-pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Concurrent TCP connections; more are accepted and closed at once.
-pub const TCP_MAX_CONNECTIONS: usize = 256;
 /// Largest TCP query accepted; a longer one closes the connection.
 pub const TCP_MAX_MESSAGE: usize = 16 * 1024;
 /// Pause after an accept/receive error, so a persistent error cannot spin a core.
@@ -157,7 +161,8 @@ impl DnsServer {
     }
 
     async fn tcp_accept(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(TCP_MAX_CONNECTIONS));
+        let slots = Arc::new(Semaphore::new(self.settings.tcp_max_connections));
+        let per_client = Arc::new(PerClient::default());
         let mut conns = JoinSet::new();
         loop {
             let accepted = tokio::select! {
@@ -175,13 +180,28 @@ impl DnsServer {
                     continue;
                 }
             };
+            // RFC 7766 §6.2.2: "To mitigate the risk of unintentional server
+            // overload, DNS clients MUST take care to minimize the number of
+            // concurrent TCP connections made to any individual server." A
+            // server enforces what careless or hostile clients do not.
+            let Some(client) = PerClient::claim(&per_client, peer.ip(), self.settings.tcp_max_per_client) else {
+                self.counters.tcp_rejected_per_client.fetch_add(1, Ordering::Relaxed);
+                drop(stream);
+                continue;
+            };
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 self.counters.tcp_rejected.fetch_add(1, Ordering::Relaxed);
                 drop(stream);
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            conns.spawn(self.clone().stream_connection(stream, peer, Transport::Tcp, shutdown.clone(), permit));
+            conns.spawn(self.clone().stream_connection(
+                stream,
+                peer,
+                Transport::Tcp,
+                shutdown.clone(),
+                (permit, client),
+            ));
         }
         // Connections watch the same token; wait for them to wind down.
         while conns.join_next().await.is_some() {}
@@ -189,23 +209,31 @@ impl DnsServer {
 
     /// One TCP or DoT connection (RFC 7766 §8, RFC 7858 §3.3: the same
     /// 2-octet length framing), answered in order until idle, EOF or shutdown.
-    pub(crate) async fn stream_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    /// `_held` (the connection's slots) is released when the connection ends.
+    pub(crate) async fn stream_connection<S: AsyncRead + AsyncWrite + Unpin, H: Send>(
         self: Arc<Self>,
         mut stream: S,
         peer: SocketAddr,
         transport: Transport,
         shutdown: CancellationToken,
-        _permit: OwnedSemaphorePermit,
+        _held: H,
     ) {
+        let idle = Duration::from_secs(self.settings.tcp_idle_secs);
         let mut msg = Vec::new();
-        loop {
+        for _ in 0..self.settings.tcp_max_queries_per_connection {
+            // RFC 7766 §6.2.3: "DNS servers SHOULD ... manage their idle
+            // timeouts"; one deadline for the whole next message (length and
+            // body), so a client trickling an octet at a time cannot extend it.
+            let deadline = tokio::time::Instant::now() + idle;
             let mut len = [0u8; 2];
             let read = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.read_exact(&mut len)) => r,
+                r = tokio::time::timeout_at(deadline, stream.read_exact(&mut len)) => r,
             };
-            if !matches!(read, Ok(Ok(_))) {
-                return; // idle timeout, EOF or error
+            match read {
+                Ok(Ok(_)) => {}
+                Err(_) => return self.idle_closed(),
+                Ok(Err(_)) => return, // EOF or error
             }
             let n = u16::from_be_bytes(len) as usize;
             if n > TCP_MAX_MESSAGE {
@@ -217,10 +245,12 @@ impl DnsServer {
             msg.resize(n, 0);
             let read = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout(TCP_IDLE_TIMEOUT, stream.read_exact(&mut msg)) => r,
+                r = tokio::time::timeout_at(deadline, stream.read_exact(&mut msg)) => r,
             };
-            if !matches!(read, Ok(Ok(_))) {
-                return;
+            match read {
+                Ok(Ok(_)) => {}
+                Err(_) => return self.idle_closed(),
+                Ok(Err(_)) => return,
             }
             let reply = self.handle(&msg, peer.ip(), transport);
             let Some(bytes) = reply.bytes else { continue };
@@ -231,13 +261,76 @@ impl DnsServer {
             let written = tokio::select! {
                 _ = shutdown.cancelled() => return,
                 // Flushed: a TLS stream holds written records until then.
-                r = tokio::time::timeout(TCP_IDLE_TIMEOUT, async {
+                r = tokio::time::timeout(idle, async {
                     stream.write_all(&out).await?;
                     stream.flush().await
                 }) => r,
             };
             if !matches!(written, Ok(Ok(()))) {
                 return;
+            }
+        }
+        // RFC 7766 §6.2.3: "A DNS server ... MAY close the connection at any
+        // time", e.g. to share its resources; the client reconnects.
+        self.counters.tcp_query_limit_closed.fetch_add(1, Ordering::Relaxed);
+        let _ = tokio::time::timeout(idle, stream.shutdown()).await;
+    }
+
+    fn idle_closed(&self) {
+        self.counters.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Open TCP (and DoT) connections by client, for `tcp_max_per_client`.
+#[derive(Default)]
+pub(crate) struct PerClient {
+    open: Mutex<HashMap<ClientKey, usize>>,
+}
+
+/// A client as far as the connection limit goes: an IPv4 address, or the /64
+/// of an IPv6 address (one host usually holds a whole /64).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum ClientKey {
+    V4(u32),
+    V6(u64),
+}
+
+impl ClientKey {
+    fn of(ip: IpAddr) -> ClientKey {
+        match ip.to_canonical() {
+            IpAddr::V4(a) => ClientKey::V4(u32::from(a)),
+            IpAddr::V6(a) => ClientKey::V6((u128::from(a) >> 64) as u64),
+        }
+    }
+}
+
+impl PerClient {
+    /// One more connection for `ip`, or `None` when it already has `max`.
+    pub(crate) fn claim(this: &Arc<PerClient>, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+        let key = ClientKey::of(ip);
+        let mut open = this.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(key).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot { table: this.clone(), key })
+    }
+}
+
+/// A claimed per-client connection, released on drop.
+pub(crate) struct ClientSlot {
+    table: Arc<PerClient>,
+    key: ClientKey,
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.key);
             }
         }
     }
@@ -297,6 +390,7 @@ pub(crate) mod tests_support {
 #[cfg(test)]
 mod tests {
     use std::net::Ipv4Addr;
+    use std::sync::atomic::AtomicU64;
 
     use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query as HQuery};
     use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
@@ -400,6 +494,190 @@ mod tests {
 
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap().unwrap();
+    }
+
+    /// Raises the soft open-file limit to at least `want` (up to the hard limit).
+    fn raise_fd_limit(want: libc::rlim_t) {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+            if lim.rlim_cur < want {
+                lim.rlim_cur = want.min(lim.rlim_max);
+                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+            }
+        }
+        assert!(lim.rlim_cur >= want, "this test needs {want} open files; the hard limit is {}", lim.rlim_max);
+    }
+
+    async fn start(
+        settings: DnsSettings,
+    ) -> (SocketAddr, Arc<DnsServer>, CancellationToken, tokio::task::JoinHandle<io::Result<()>>) {
+        let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = udp.local_addr().unwrap();
+        let shared = crate::route_table::empty_shared();
+        shared.store(Arc::new(table()));
+        let confirmed = Arc::new(Confirmation::new());
+        confirmed.confirm(crate::clock::now_ms());
+        let server = Arc::new(DnsServer::new(shared, Arc::new(settings), Arc::new(DnsCounters::new()), confirmed));
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(server.clone().run(udp, tcp, shutdown.clone()));
+        (addr, server, shutdown, running)
+    }
+
+    async fn connect_from(source: &str, to: SocketAddr) -> io::Result<TcpStream> {
+        let s = tokio::net::TcpSocket::new_v4()?;
+        s.bind(SocketAddr::new(source.parse().unwrap(), 0))?;
+        s.connect(to).await
+    }
+
+    /// Reads until EOF or error; true when the peer closed within `within`.
+    async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+        let mut buf = [0u8; 512];
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Err(_) => return false,
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn one_host_with_600_idle_connections_does_not_keep_another_out() {
+        raise_fd_limit(2048);
+        let (addr, server, shutdown, running) = start(DnsSettings::default()).await;
+        let per_client = DnsSettings::default().tcp_max_per_client;
+
+        // 600 idle connections from 127.0.0.1: the kernel completes every
+        // handshake; the server keeps `tcp_max_per_client` and closes the rest.
+        let mut idle = Vec::with_capacity(600);
+        for i in 0..600 {
+            match tokio::time::timeout(Duration::from_secs(5), connect_from("127.0.0.1", addr)).await {
+                Ok(Ok(s)) => idle.push(s),
+                other => panic!("idle connection {i} from 127.0.0.1 could not be opened: {other:?}"),
+            }
+        }
+        let counted = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while counted(&server.counters.tcp_rejected_per_client) < (600 - per_client) as u64 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not refuse the connections over the per-client limit"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(counted(&server.counters.tcp_rejected_per_client), (600 - per_client) as u64);
+        assert_eq!(counted(&server.counters.tcp_rejected), 0, "the total limit was never reached");
+
+        // Another host is answered at once, and so is a UDP client.
+        let started = std::time::Instant::now();
+        let mut other = tokio::time::timeout(Duration::from_secs(3), connect_from("127.0.0.2", addr))
+            .await
+            .expect("127.0.0.2 connects within 3 s")
+            .unwrap();
+        let m = tokio::time::timeout(
+            Duration::from_secs(3),
+            tcp_ask(&mut other, &query(7, "edge.lagran.net.", RecordType::A, None)),
+        )
+        .await
+        .expect("127.0.0.2 is answered within 3 s while 127.0.0.1 holds 600 connections");
+        assert_eq!((m.id(), first_a(&m)), (7, Ipv4Addr::new(203, 0, 113, 10)));
+        assert!(started.elapsed() < Duration::from_secs(3));
+
+        // The host holding the slots still gets its own `tcp_max_per_client` back once it lets go.
+        drop(idle);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut s = connect_from("127.0.0.1", addr).await.unwrap();
+            let q = query(8, "edge.lagran.net.", RecordType::A, None);
+            if let Ok(m) = tokio::time::timeout(Duration::from_millis(500), tcp_ask_checked(&mut s, &q)).await
+                && let Some(m) = m
+            {
+                assert_eq!(m.id(), 8);
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "127.0.0.1 was not served again after closing its connections"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    }
+
+    /// [`tcp_ask`] that returns `None` instead of panicking when the connection is closed.
+    async fn tcp_ask_checked(stream: &mut TcpStream, q: &[u8]) -> Option<Message> {
+        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(q);
+        stream.write_all(&framed).await.ok()?;
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len).await.ok()?;
+        let mut buf = vec![0u8; u16::from_be_bytes(len) as usize];
+        stream.read_exact(&mut buf).await.ok()?;
+        Message::from_vec(&buf).ok()
+    }
+
+    #[tokio::test]
+    async fn trickled_bytes_do_not_extend_the_idle_timeout_and_queries_per_connection_are_bounded() {
+        let settings = DnsSettings {
+            tcp_idle_secs: 1,
+            tcp_max_queries_per_connection: 3,
+            tcp_max_per_client: 4,
+            tcp_max_connections: 6,
+            ..DnsSettings::default()
+        };
+        let (addr, server, shutdown, running) = start(settings).await;
+        let counted = |c: &AtomicU64| c.load(Ordering::Relaxed);
+
+        // One octet every 200 ms of a 30-octet query: the 1 s deadline for the
+        // whole message passes long before it is complete.
+        let mut slow = connect_from("127.0.0.1", addr).await.unwrap();
+        let q = query(1, "edge.lagran.net.", RecordType::A, None);
+        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&q);
+        let started = std::time::Instant::now();
+        let mut closed = false;
+        for b in framed.iter().take(25) {
+            if slow.write_all(&[*b]).await.is_err() {
+                closed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        closed = closed || closed_within(&mut slow, Duration::from_secs(3)).await;
+        assert!(closed, "a trickling client was not closed");
+        assert!(started.elapsed() < Duration::from_secs(4), "closed after {:?}", started.elapsed());
+        assert_eq!(counted(&server.counters.tcp_idle_closed), 1);
+
+        // Three queries answered on one connection, then the server closes it.
+        let mut c = connect_from("127.0.0.1", addr).await.unwrap();
+        for id in 0..3 {
+            let m = tcp_ask(&mut c, &query(id, "edge.lagran.net.", RecordType::A, None)).await;
+            assert_eq!(m.id(), id);
+        }
+        assert!(closed_within(&mut c, Duration::from_secs(3)).await, "the connection outlived its query limit");
+        assert_eq!(counted(&server.counters.tcp_query_limit_closed), 1);
+
+        // The total limit: 4 from 127.0.0.1 and 2 from 127.0.0.3 fill it; the 7th,
+        // from a fresh host, is closed at once and counted.
+        let mut held = Vec::new();
+        for src in ["127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.3", "127.0.0.3"] {
+            held.push(connect_from(src, addr).await.unwrap());
+        }
+        let mut fifth = connect_from("127.0.0.1", addr).await.unwrap();
+        assert!(closed_within(&mut fifth, Duration::from_secs(3)).await, "a 5th connection from one client was kept");
+        let mut seventh = connect_from("127.0.0.4", addr).await.unwrap();
+        assert!(closed_within(&mut seventh, Duration::from_secs(3)).await, "a connection over the total was kept");
+        assert_eq!(counted(&server.counters.tcp_rejected_per_client), 1);
+        assert_eq!(counted(&server.counters.tcp_rejected), 1);
+        drop(held);
+
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
     }
 
     #[tokio::test]

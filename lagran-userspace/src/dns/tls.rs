@@ -28,7 +28,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::answer::Transport;
-use super::server::DnsServer;
+use super::server::{ClientSlot, DnsServer, PerClient};
 
 /// Concurrent DoT connections; more are accepted and closed at once.
 pub const DOT_MAX_CONNECTIONS: usize = 256;
@@ -43,6 +43,7 @@ pub async fn run(dns: Arc<DnsServer>, listener: TcpListener, acceptor: TlsAccept
         tracing::info!(addr = %addr, "dns over tls listening");
     }
     let slots = Arc::new(Semaphore::new(DOT_MAX_CONNECTIONS));
+    let per_client = Arc::new(PerClient::default());
     let mut conns = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -59,12 +60,18 @@ pub async fn run(dns: Arc<DnsServer>, listener: TcpListener, acceptor: TlsAccept
                 continue;
             }
         };
+        // The same per-client bound as plain TCP (RFC 7766 §6.2.2).
+        let Some(client) = PerClient::claim(&per_client, peer.ip(), dns.settings.tcp_max_per_client) else {
+            dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+            continue;
+        };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
             drop(stream);
             continue;
         };
-        conns.spawn(connection(dns.clone(), acceptor.clone(), stream, peer, shutdown.clone(), permit));
+        conns.spawn(connection(dns.clone(), acceptor.clone(), stream, peer, shutdown.clone(), (permit, client)));
     }
     while conns.join_next().await.is_some() {}
 }
@@ -75,7 +82,7 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     shutdown: CancellationToken,
-    permit: OwnedSemaphorePermit,
+    slots: (OwnedSemaphorePermit, ClientSlot),
 ) {
     let _ = stream.set_nodelay(true);
     let handshake = tokio::select! {
@@ -95,7 +102,7 @@ async fn connection(
             return;
         }
     };
-    dns.stream_connection(tls, peer, Transport::Dot, shutdown, permit).await;
+    dns.stream_connection(tls, peer, Transport::Dot, shutdown, slots).await;
 }
 
 #[cfg(test)]

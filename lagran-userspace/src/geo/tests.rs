@@ -327,6 +327,48 @@ fn reader_reports_what_is_wrong() {
     assert!(err(b).contains("not UTF-8"));
 }
 
+/// A valid-looking IPv4 xdb: 60 000 octets of region data, then `n` one-address
+/// entries whose regions are the windows (offset k, length 60 000 - 1 000) of it.
+fn overlapping_windows_file(n: usize) -> Vec<u8> {
+    let data_len = 60_000usize;
+    let window = data_len - 1_000;
+    let mut b = vec![0u8; DATA_START];
+    b[0..2].copy_from_slice(&2u16.to_le_bytes());
+    b[2..4].copy_from_slice(&1u16.to_le_bytes());
+    let index_start = DATA_START + data_len;
+    let index_last = index_start + (n - 1) * 14;
+    b[8..12].copy_from_slice(&(index_start as u32).to_le_bytes());
+    b[12..16].copy_from_slice(&(index_last as u32).to_le_bytes());
+    b.extend(std::iter::repeat_n(b'a', data_len));
+    for k in 0..n {
+        let ip = k as u32;
+        b.extend_from_slice(&ip.to_le_bytes());
+        b.extend_from_slice(&ip.to_le_bytes());
+        b.extend_from_slice(&(window as u16).to_le_bytes());
+        b.extend_from_slice(&((DATA_START + k % 1_000) as u32).to_le_bytes());
+    }
+    b
+}
+
+#[test]
+fn overlapping_region_windows_are_refused_before_they_cost_memory() {
+    // 1 000 distinct windows of 59 000 octets: 59 MB of regions from a 600 kB file.
+    let file = overlapping_windows_file(1_000);
+    let len = file.len();
+    assert!(len < 700_000);
+    let err = Xdb::from_bytes(file).expect_err("a file whose regions add up to 100x its size is refused");
+    assert!(err.to_string().contains("overlapping windows"), "{err}");
+    // Entries sharing one window are fine: each distinct region is stored once.
+    let mut file = overlapping_windows_file(1_000);
+    let start = DATA_START + 60_000;
+    for k in 0..1_000 {
+        let ptr = start + k * 14 + 10;
+        file[ptr..ptr + 4].copy_from_slice(&(DATA_START as u32).to_le_bytes());
+    }
+    let xdb = Xdb::from_bytes(file).expect("1 000 entries sharing one region are read");
+    assert_eq!(xdb.len(), 1_000);
+}
+
 #[test]
 fn open_names_the_path() {
     let dir = tempfile::tempdir().unwrap();

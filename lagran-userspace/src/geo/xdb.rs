@@ -448,6 +448,14 @@ impl Xdb {
 
         // Segment entries: sorted, non-overlapping, region in bounds and UTF-8 (each
         // distinct region checked once). The same pass builds the lookup index.
+        //
+        // Regions are copied into the index once per distinct (pointer, length). A
+        // real file stores each distinct string once, so these never add up to more
+        // than the file; a crafted one whose entries point at overlapping windows of
+        // the data (offset k, 65 535 octets, for every k) would make a small file
+        // cost gigabytes. The total is checked before each copy: the index never
+        // holds more region octets than the file has.
+        let mut region_bytes = 0usize;
         let mut index = IndexBuilder::new(version, entries);
         let mut regions = 0usize;
         let mut prev_end: Option<u128> = None;
@@ -479,6 +487,13 @@ impl Xdb {
                     let Some(region) = b.get(data..data_end) else {
                         return Err(bad(format!("region data {data}..{data_end} is outside the {len}-byte file")));
                     };
+                    region_bytes += region.len();
+                    if region_bytes > len {
+                        return Err(bad(format!(
+                            "distinct regions add up to more than the {len}-byte file (entries point at \
+                             overlapping windows of the data)"
+                        )));
+                    }
                     let region = match std::str::from_utf8(region) {
                         Ok(r) => r,
                         Err(err) => {

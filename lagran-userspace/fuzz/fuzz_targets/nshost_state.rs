@@ -1,0 +1,61 @@
+//! Arbitrary bytes as the NS host's saved state file (the last route table,
+//! read at start-up by `lagran::nshost::load_saved`): never a panic; a table it
+//! accepts is answered from like any other.
+#![no_main]
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query as HQuery};
+use hickory_proto::rr::{Name, RecordType};
+use lagran::config::DnsSettings;
+use lagran::dns::{Query, Transport, answer};
+use lagran::route_table::RouteTable;
+use lagran::nshost::load_saved;
+use libfuzzer_sys::fuzz_target;
+
+const NOW: i64 = 1_700_000_000_000;
+
+/// Queries every kind of name of every zone in `table` and checks each reply.
+fn ask_everything(table: &RouteTable) {
+    let settings = DnsSettings::default();
+    let mut names: Vec<String> = Vec::new();
+    for z in table.zones.iter().take(4) {
+        names.push(z.zone.name.clone());
+        names.push(format!("whoami.{}", z.zone.name));
+        names.push(format!("_version.{}", z.zone.name));
+        names.extend(z.zone.ns_hosts.iter().take(4).map(|h| h.name.clone()));
+        names.extend(z.names.iter().take(8).map(|n| n.name.clone()));
+    }
+    let sources: [IpAddr; 3] =
+        [Ipv4Addr::new(1, 2, 3, 4).into(), Ipv6Addr::new(0x2400, 0xcb00, 0, 0, 0, 0, 0, 1).into(), Ipv4Addr::LOCALHOST.into()];
+    for name in &names {
+        let Ok(name) = Name::from_ascii(name) else { continue };
+        for t in [RecordType::A, RecordType::AAAA, RecordType::NS, RecordType::SOA, RecordType::TXT] {
+            let mut m = Message::new();
+            m.set_id(0x4242).set_message_type(MessageType::Query).set_op_code(OpCode::Query);
+            m.add_query(HQuery::query(name.clone(), t));
+            let Ok(q) = m.to_vec() else { continue };
+            for source in sources {
+                let reply = answer(&Query { bytes: &q, source, transport: Transport::Udp }, table, &settings, NOW);
+                let bytes = reply.bytes.expect("a well-formed query is answered");
+                assert!(bytes.len() <= 512);
+                let r = Message::from_vec(&bytes).expect("our response parses");
+                assert_eq!(r.id(), 0x4242);
+                assert_eq!(r.message_type(), MessageType::Response);
+            }
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("lagran-fuzz-nshost-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("a temporary directory");
+        d
+    });
+    let path = dir.join("routes.json");
+    std::fs::write(&path, data).expect("the state file is written");
+    let Some(table) = load_saved(&path) else { return };
+    ask_everything(&table);
+});
