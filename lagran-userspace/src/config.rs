@@ -6,7 +6,6 @@
 //! | `api_listen`        | `API_LISTEN`       | `127.0.0.1:8080`            |
 //! | `database_url`      | `DATABASE_URL`     | `sqlite://./lagran-data/lagran.db` |
 //! | `dns.ttl`           | `DNS_TTL`          | 30                          |
-//! | `dns.cache_secs`    | `DNS_CACHE_SECS`   | 30                          |
 //! | `dns.stale_secs`    | `DNS_STALE_SECS`   | 600                         |
 //! | `dns.fallback_ip`   | `DNS_FALLBACK_IP`  | none                        |
 //! | `schedule.ttl`      | `SCHEDULE_TTL`     | 30                          |
@@ -14,6 +13,7 @@
 //! | `admin_token`       | `ADMIN_TOKEN`      | none                        |
 //! | `geo.ipv4_path`     | `GEOIP_PATH`       | `data/ip2region.xdb` if present |
 //! | `geo.ipv6_path`     | `GEOIP_IPV6_PATH`  | none                        |
+//! | `geo.max_change_ratio` | `GEO_MAX_CHANGE_RATIO` | 0.01 (a geo reload changing more sampled addresses is refused unless forced) |
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -41,8 +41,6 @@ pub struct DnsSettings {
     pub ttl: u32,
     /// Lower bound of every scheduled TTL; the seed fixes it at 5 s.
     pub min_ttl: u32,
-    /// How long an NS host reuses a fetched answer (DNS_CACHE_SECS).
-    pub cache_secs: u64,
     /// Age of the route table after which DNS_FALLBACK_IP replaces answers (DNS_STALE_SECS).
     pub stale_secs: u64,
     /// Answered when no node is eligible or the table is stale (DNS_FALLBACK_IP).
@@ -62,7 +60,7 @@ impl DnsSettings {
 
 impl Default for DnsSettings {
     fn default() -> Self {
-        DnsSettings { ttl: 30, min_ttl: 5, cache_secs: 30, stale_secs: 600, fallback_ip: None, max_udp_payload: 1232 }
+        DnsSettings { ttl: 30, min_ttl: 5, stale_secs: 600, fallback_ip: None, max_udp_payload: 1232 }
     }
 }
 
@@ -123,11 +121,24 @@ impl ScheduleSettings {
 }
 
 /// Geo database files (SPEC §5).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GeoSettings {
     pub ipv4_path: Option<PathBuf>,
     pub ipv6_path: Option<PathBuf>,
+    /// A reload changing the partition of more than this share of the sampled
+    /// addresses is refused unless forced (seed 001 §5.2; GEO_MAX_CHANGE_RATIO).
+    pub max_change_ratio: f64,
+}
+
+impl Default for GeoSettings {
+    fn default() -> Self {
+        GeoSettings {
+            ipv4_path: None,
+            ipv6_path: None,
+            max_change_ratio: crate::scheduler::geo_reload::DEFAULT_MAX_CHANGE_RATIO,
+        }
+    }
 }
 
 /// The whole configuration.
@@ -233,9 +244,6 @@ impl Config {
         if let Some(v) = non_empty("DNS_TTL") {
             self.dns.ttl = parse("DNS_TTL", v)?;
         }
-        if let Some(v) = non_empty("DNS_CACHE_SECS") {
-            self.dns.cache_secs = parse("DNS_CACHE_SECS", v)?;
-        }
         if let Some(v) = non_empty("DNS_STALE_SECS") {
             self.dns.stale_secs = parse("DNS_STALE_SECS", v)?;
         }
@@ -256,6 +264,9 @@ impl Config {
         }
         if let Some(v) = non_empty("GEOIP_IPV6_PATH") {
             self.geo.ipv6_path = Some(PathBuf::from(v));
+        }
+        if let Some(v) = non_empty("GEO_MAX_CHANGE_RATIO") {
+            self.geo.max_change_ratio = parse("GEO_MAX_CHANGE_RATIO", v)?;
         }
         Ok(())
     }
@@ -291,6 +302,12 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "health",
                 reason: "interval_secs, fall and rise must be > 0".into(),
+            });
+        }
+        if !(0.0..=1.0).contains(&self.geo.max_change_ratio) {
+            return Err(ConfigError::Invalid {
+                key: "geo.max_change_ratio",
+                reason: format!("{} is not a fraction within 0..=1", self.geo.max_change_ratio),
             });
         }
         if self.schedule.recompute_secs == 0 {
@@ -347,5 +364,17 @@ mod tests {
         let mut cfg = Config::default();
         cfg.schedule.answers_per_query = 5;
         assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn geo_max_change_ratio_has_a_toml_key_and_the_environment_wins() {
+        let mut cfg: Config = toml::from_str("[geo]\nmax_change_ratio = 0.05\n").unwrap();
+        assert_eq!(cfg.geo.max_change_ratio, 0.05);
+        assert_eq!(Config::default().geo.max_change_ratio, 0.01, "the default is seed 001's 1 %");
+        cfg.apply_env(|k| (k == "GEO_MAX_CHANGE_RATIO").then(|| "0.2".to_string())).unwrap();
+        assert_eq!(cfg.geo.max_change_ratio, 0.2);
+        cfg.geo.max_change_ratio = 1.5;
+        assert!(cfg.validate().unwrap_err().to_string().contains("geo.max_change_ratio"));
+        assert!(toml::from_str::<Config>("[dns]\ncache_secs = 3\n").is_err(), "DNS_CACHE_SECS had no effect: gone");
     }
 }
