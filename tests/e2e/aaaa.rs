@@ -54,13 +54,13 @@ fn aaaa_with_an_ipv6_geo_file_from_geoip_ipv6_path() {
     }
     let dir = tempfile::tempdir().unwrap();
     let v6 = |s: &str| u128::from(s.parse::<std::net::Ipv6Addr>().unwrap());
-    // 240e::/20 Shenzhen China Telecom, 2408:8000::/20 Beijing Unicom, the rest the US.
+    // 2408:8000::/20 Beijing Unicom, 240e::/20 Shenzhen China Telecom, the rest the US.
     let ranges = vec![
-        (0, v6("240d:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), "美国|0|0|0|0".to_string()),
-        (v6("240e::"), v6("240e:fff:ffff:ffff:ffff:ffff:ffff:ffff"), "中国|0|广东省|深圳市|电信".to_string()),
-        (v6("240e:1000::"), v6("2407:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), "美国|0|0|0|0".to_string()),
+        (0, v6("2408:7fff:ffff:ffff:ffff:ffff:ffff:ffff"), "美国|0|0|0|0".to_string()),
         (v6("2408:8000::"), v6("2408:8fff:ffff:ffff:ffff:ffff:ffff:ffff"), "中国|0|北京|北京市|联通".to_string()),
-        (v6("2408:9000::"), u128::MAX, "美国|0|0|0|0".to_string()),
+        (v6("2408:9000::"), v6("240d:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), "美国|0|0|0|0".to_string()),
+        (v6("240e::"), v6("240e:fff:ffff:ffff:ffff:ffff:ffff:ffff"), "中国|0|广东省|深圳市|电信".to_string()),
+        (v6("240e:1000::"), u128::MAX, "美国|0|0|0|0".to_string()),
     ];
     let path = dir.path().join("v6.xdb");
     std::fs::write(&path, write_xdb(IpVersion::V6, &ranges).expect("the project's writer")).unwrap();
@@ -94,7 +94,8 @@ fn partitions_are_readable_over_the_api_and_schedule_takes_a_node_token() {
     assert_eq!(s, 200);
     assert_eq!(all["rows"][0], v["rows"][1], "offset pages through the same order");
     let (s, e) = d.get("/api/v1/geo/partitions?limit=0");
-    assert_eq!(s, 400, "{e}");
+    assert_eq!(s, 422, "a limit of 0 is refused, naming the field: {e}");
+    assert_eq!(e["field"], "limit");
 }
 
 #[test]
