@@ -199,8 +199,15 @@ fn build(
     v: u64,
 ) -> RouteTable {
     let zone = Zone::new(ZONE);
-    let domains =
-        vec![Domain { name: ZONE.into(), zone: ZONE.into(), pool: DEFAULT_POOL.into(), ttl: None, origin_ip: None }];
+    let domains = vec![Domain {
+        name: ZONE.into(),
+        zone: ZONE.into(),
+        pool: DEFAULT_POOL.into(),
+        ttl: None,
+        origin_ip: None,
+        answer_mode: Default::default(),
+        ecs: true,
+    }];
     let inputs =
         Inputs { nodes: nodes.to_vec(), zones: vec![zone], domains, now_ms: 1_700_000_000_000, ..Inputs::default() };
     build_route_table(v, &inputs, partitions, settings, &settings.policy(), state)

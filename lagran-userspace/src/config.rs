@@ -6,7 +6,6 @@
 //! | `api_listen`        | `API_LISTEN`       | `127.0.0.1:8080`            |
 //! | `database_url`      | `DATABASE_URL`     | `sqlite://./lagran-data/lagran.db` |
 //! | `dns.ttl`           | `DNS_TTL`          | 30                          |
-//! | `dns.cache_secs`    | `DNS_CACHE_SECS`   | 30                          |
 //! | `dns.stale_secs`    | `DNS_STALE_SECS`   | 600                         |
 //! | `dns.fallback_ip`   | `DNS_FALLBACK_IP`  | none                        |
 //! | `dns.tcp_max_connections` | —            | 1024 (DNS over TCP, all clients) |
@@ -23,6 +22,7 @@
 //! | `tls.cert`, `tls.key` | `--tls-cert`, `--tls-key` | none (PEM; DoT and DoQ only, reloaded on SIGHUP) |
 //! | `http_redirect.listen` | `--http-listen` | none (HTTP 302 to the chosen node) |
 //! | `http_redirect.trusted_proxies` |        | none (CIDRs whose X-Forwarded-For is believed) |
+//! | `geo.max_change_ratio` | `GEO_MAX_CHANGE_RATIO` | 0.01 (a geo reload changing more sampled addresses is refused unless forced) |
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -50,8 +50,6 @@ pub struct DnsSettings {
     pub ttl: u32,
     /// Lower bound of every scheduled TTL; the seed fixes it at 5 s.
     pub min_ttl: u32,
-    /// How long an NS host reuses a fetched answer (DNS_CACHE_SECS).
-    pub cache_secs: u64,
     /// Age of the route table after which DNS_FALLBACK_IP replaces answers (DNS_STALE_SECS).
     pub stale_secs: u64,
     /// Answered when no node is eligible or the table is stale (DNS_FALLBACK_IP).
@@ -88,7 +86,6 @@ impl Default for DnsSettings {
         DnsSettings {
             ttl: 30,
             min_ttl: 5,
-            cache_secs: 30,
             stale_secs: 600,
             fallback_ip: None,
             max_udp_payload: 1232,
@@ -159,11 +156,24 @@ impl ScheduleSettings {
 }
 
 /// Geo database files (SPEC §5).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GeoSettings {
     pub ipv4_path: Option<PathBuf>,
     pub ipv6_path: Option<PathBuf>,
+    /// A reload changing the partition of more than this share of the sampled
+    /// addresses is refused unless forced (seed 001 §5.2; GEO_MAX_CHANGE_RATIO).
+    pub max_change_ratio: f64,
+}
+
+impl Default for GeoSettings {
+    fn default() -> Self {
+        GeoSettings {
+            ipv4_path: None,
+            ipv6_path: None,
+            max_change_ratio: crate::scheduler::geo_reload::DEFAULT_MAX_CHANGE_RATIO,
+        }
+    }
 }
 
 /// The certificate of DoT and DoQ (PEM files, reloaded on SIGHUP). The
@@ -294,9 +304,6 @@ impl Config {
         if let Some(v) = non_empty("DNS_TTL") {
             self.dns.ttl = parse("DNS_TTL", v)?;
         }
-        if let Some(v) = non_empty("DNS_CACHE_SECS") {
-            self.dns.cache_secs = parse("DNS_CACHE_SECS", v)?;
-        }
         if let Some(v) = non_empty("DNS_STALE_SECS") {
             self.dns.stale_secs = parse("DNS_STALE_SECS", v)?;
         }
@@ -317,6 +324,9 @@ impl Config {
         }
         if let Some(v) = non_empty("GEOIP_IPV6_PATH") {
             self.geo.ipv6_path = Some(PathBuf::from(v));
+        }
+        if let Some(v) = non_empty("GEO_MAX_CHANGE_RATIO") {
+            self.geo.max_change_ratio = parse("GEO_MAX_CHANGE_RATIO", v)?;
         }
         Ok(())
     }
@@ -380,6 +390,12 @@ impl Config {
                 key: "tls",
                 reason: "dns.dot_listen / dns.doq_listen need a certificate: set tls.cert and tls.key (--tls-cert, --tls-key)"
                     .into(),
+            });
+        }
+        if !(0.0..=1.0).contains(&self.geo.max_change_ratio) {
+            return Err(ConfigError::Invalid {
+                key: "geo.max_change_ratio",
+                reason: format!("{} is not a fraction within 0..=1", self.geo.max_change_ratio),
             });
         }
         if self.schedule.recompute_secs == 0 {
@@ -449,5 +465,17 @@ mod tests {
         let mut cfg = Config::default();
         cfg.schedule.answers_per_query = 5;
         assert!(cfg.validate().is_err());
+    }
+
+    #[test]
+    fn geo_max_change_ratio_has_a_toml_key_and_the_environment_wins() {
+        let mut cfg: Config = toml::from_str("[geo]\nmax_change_ratio = 0.05\n").unwrap();
+        assert_eq!(cfg.geo.max_change_ratio, 0.05);
+        assert_eq!(Config::default().geo.max_change_ratio, 0.01, "the default is seed 001's 1 %");
+        cfg.apply_env(|k| (k == "GEO_MAX_CHANGE_RATIO").then(|| "0.2".to_string())).unwrap();
+        assert_eq!(cfg.geo.max_change_ratio, 0.2);
+        cfg.geo.max_change_ratio = 1.5;
+        assert!(cfg.validate().unwrap_err().to_string().contains("geo.max_change_ratio"));
+        assert!(toml::from_str::<Config>("[dns]\ncache_secs = 3\n").is_err(), "DNS_CACHE_SECS had no effect: gone");
     }
 }

@@ -167,7 +167,11 @@ async fn serve_dns(
 }
 
 /// Starts the control plane's background loops (recompute, probes, SIGHUP reload).
-fn spawn_control_loops(cp: &ControlPlane, shutdown: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+fn spawn_control_loops(
+    cp: &ControlPlane,
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let scheduler = cp.scheduler.clone();
     let probe_store = cp.store.clone();
     let on_change = scheduler.clone();
@@ -182,7 +186,11 @@ fn spawn_control_loops(cp: &ControlPlane, shutdown: &CancellationToken) -> Vec<t
             shutdown.clone(),
         )),
         // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).
-        tokio::spawn(crate::scheduler::geo_reload::sighup_loop(scheduler, shutdown.clone())),
+        tokio::spawn(crate::scheduler::geo_reload::sighup_loop(
+            scheduler,
+            config.geo.max_change_ratio,
+            shutdown.clone(),
+        )),
     ]
 }
 
@@ -194,7 +202,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
     let table = cp.scheduler.table().clone();
-    let mut loops = spawn_control_loops(&cp, &shutdown);
+    let mut loops = spawn_control_loops(&cp, &config, &shutdown);
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
             iface,
@@ -223,6 +231,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         auth: Arc::new(cp.auth),
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),
+        geo_max_change_ratio: config.geo.max_change_ratio,
     };
     tracing::info!(dns = %listeners.display(), api = %api_addr, "lagran serving");
 
@@ -248,7 +257,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     let (api_listener, api_addr) = bind_api(&config).await?;
-    let loops = spawn_control_loops(&cp, &shutdown);
+    let loops = spawn_control_loops(&cp, &config, &shutdown);
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
@@ -256,6 +265,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
         auth: Arc::new(cp.auth),
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),
+        geo_max_change_ratio: config.geo.max_change_ratio,
     };
     tracing::info!(api = %api_addr, "lagran control plane serving");
     let result = flatten("the control API", tokio::spawn(api::run(api_listener, state, shutdown.clone())).await);

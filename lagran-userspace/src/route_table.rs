@@ -70,6 +70,15 @@ pub struct ScheduledName {
     pub v4: PrefixMapV4,
     /// IPv6 client prefix -> index into `answers`.
     pub v6: PrefixMapV6,
+    /// Whether an ECS address decides the answer (seed 004 §4.5: ECS only for the
+    /// names the operator chose); `false`: the resolver's address decides and ECS
+    /// is echoed with SCOPE 0.
+    #[serde(default = "ecs_on")]
+    pub ecs: bool,
+}
+
+fn ecs_on() -> bool {
+    true
 }
 
 impl ScheduledName {

@@ -48,6 +48,7 @@ fn answer(ttl: u32, ips: &[&str]) -> Answer {
 /// `canary.edge.lagran.net` (id 3): 50 % of the /24s get the canary answer.
 fn table() -> RouteTable {
     let edge = ScheduledName {
+        ecs: true,
         name: "edge.lagran.net".into(),
         id: 1,
         answers: vec![answer(300, &["192.0.2.10"]), answer(10, &["192.0.2.20", "192.0.2.21"]), answer(30, &[])],
@@ -58,6 +59,7 @@ fn table() -> RouteTable {
         v6: PrefixMapV6::uniform(0),
     };
     let pool = ScheduledName {
+        ecs: true,
         name: "pool-a.edge.lagran.net".into(),
         id: 2,
         answers: vec![answer(20, &["198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4"])],
@@ -67,6 +69,7 @@ fn table() -> RouteTable {
     let mut primary = answer(30, &["192.0.2.100"]);
     primary.canary = Some(Canary { percent: 50, answer: 1 });
     let canary = ScheduledName {
+        ecs: true,
         name: "canary.edge.lagran.net".into(),
         id: 3,
         answers: vec![primary, answer(30, &["192.0.2.200"])],
@@ -646,6 +649,7 @@ fn names_of_every_word_alignment_and_case() {
     names.push(long);
     for (i, n) in names.iter().enumerate() {
         t.zones[0].names.push(ScheduledName {
+            ecs: true,
             name: n.clone(),
             id: 100 + i as u32,
             answers: vec![answer(30, &[&format!("198.51.100.{}", i + 1)])],
@@ -654,6 +658,7 @@ fn names_of_every_word_alignment_and_case() {
         });
     }
     let short = ScheduledName {
+        ecs: true,
         name: "x.y".into(),
         id: 99,
         answers: vec![answer(30, &["198.51.100.99"])],
@@ -1078,6 +1083,7 @@ fn large_tables_sync_by_difference() {
     };
     let big = |version, answers: Vec<Answer>, shift| {
         let name = ScheduledName {
+            ecs: true,
             name: "big.edge.lagran.net".into(),
             id: 9,
             answers,

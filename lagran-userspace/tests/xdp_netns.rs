@@ -28,6 +28,7 @@ fn table() -> RouteTable {
         ..Answer::default()
     };
     let name = ScheduledName {
+        ecs: true,
         name: "edge.lagran.net".into(),
         id: 1,
         answers: vec![ans(60, &["192.0.2.10"]), ans(20, &["192.0.2.20", "192.0.2.21"])],

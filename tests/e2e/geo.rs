@@ -270,7 +270,10 @@ fn geo_file_commands_on_the_binary() {
     let (ok, out, err) =
         lagran(dir.path(), &[], &["geo", "lookup", "--raw", "--file", "a.xdb", "58.60.0.1", "10.0.0.1"]);
     assert!(ok, "{err}");
-    assert_eq!(out, "58.60.0.1\t中国|0|广东省|深圳市|电信\n10.0.0.1\t\n");
+    assert_eq!(
+        out, "58.60.0.1\t中国|0|广东省|深圳市|电信\n10.0.0.1\t美国|0|0|0|0\n",
+        "--raw prints what the file stores, reserved ranges included"
+    );
     let geo_env = path("b.xdb").display().to_string();
     let (ok, out, err) = lagran(dir.path(), &[("GEOIP_PATH", &geo_env)], &["geo", "lookup", "58.61.0.1"]);
     assert!(ok && out.contains("province=广东 city=广州 isp=联通"), "{out}{err}");

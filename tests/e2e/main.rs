@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `lagran` binary, real `dig`, real HTTP, real
 //! SQLite and PostgreSQL. Each test starts its own daemon on free ports.
 
+mod aaaa;
 mod api;
 mod cli;
 mod dns;

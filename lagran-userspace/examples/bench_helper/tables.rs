@@ -154,6 +154,7 @@ fn unmerged_name(p: &PartitionTable) -> ScheduledName {
         .collect();
     let v4 = PrefixMapV4::from_ranges(p.v4_ranges().iter().map(|&(s, e, id)| (s, e, id % n)), 0);
     ScheduledName {
+        ecs: true,
         name: lagran::demo::DEMO_ZONE.into(),
         id: 1,
         answers,
@@ -332,12 +333,14 @@ fn kernel(a: &Args, geo: &GeoDb, real: &RouteTable, unmerged: ScheduledName, com
 
     let edge = real.scheduled(lagran::demo::DEMO_ZONE).context("no apex")?.clone();
     let tiny = ScheduledName {
+        ecs: true,
         answers: vec![Answer { ttl: 30, ipv4: vec![Ipv4Addr::new(203, 0, 113, 22)], ..Answer::default() }],
         v4: PrefixMapV4::uniform(0),
         ..edge.clone()
     };
     // 1 024 /10 blocks over 7 answers (adjacent blocks differ, so none merge).
     let small = ScheduledName {
+        ecs: true,
         answers: (0..7u8)
             .map(|i| Answer { ttl: 30, ipv4: vec![Ipv4Addr::new(203, 0, 113, 20 + i)], ..Answer::default() })
             .collect(),
@@ -462,6 +465,8 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
                 pool: if pools { format!("p{i}") } else { DEFAULT_POOL.to_string() },
                 ttl: None,
                 origin_ip: None,
+                answer_mode: Default::default(),
+                ecs: true,
             })
             .collect();
         let inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
@@ -520,6 +525,8 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
                 pool: DEFAULT_POOL.to_string(),
                 ttl: None,
                 origin_ip: None,
+                answer_mode: Default::default(),
+                ecs: true,
             })
             .collect();
         let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };

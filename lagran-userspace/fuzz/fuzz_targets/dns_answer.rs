@@ -38,7 +38,7 @@ fn table() -> &'static RouteTable {
             node: Some("n".into()),
             ..Answer::default()
         };
-        let apex = ScheduledName {
+        let apex = ScheduledName { ecs: true,
             name: "edge.lagran.net".into(),
             id: 1,
             answers: vec![

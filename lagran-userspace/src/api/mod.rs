@@ -46,6 +46,8 @@ pub struct AppState {
     /// Public-resolver prefixes beyond the built-in list (config `public_resolvers`);
     /// a line covering one needs `force`.
     pub public_resolvers: Arc<Vec<ipnet::IpNet>>,
+    /// `geo.max_change_ratio`: the threshold of `POST /api/v1/geo/reload`.
+    pub geo_max_change_ratio: f64,
 }
 
 impl AppState {
@@ -81,6 +83,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/geo/overrides", get(geo::list_overrides).post(geo::upsert_override))
         .route("/api/v1/geo/overrides/{prefix}", axum::routing::delete(geo::delete_override))
         .route("/api/v1/geo/reload", post(geo::reload))
+        .route("/api/v1/geo/partitions", get(geo::partitions))
         .fallback(|| async { ApiError::not_found("no such API route") })
         .with_state(state)
 }

@@ -1,4 +1,6 @@
 //! `GET /api/v1/schedule`: the decision for one client, in seed 000 §4's shape.
+//! Readable with the agent token, the admin token, or any node's own token (seed 000
+//! step 6: an edge node asks for the decision with its own credentials).
 
 use std::net::IpAddr;
 
@@ -136,7 +138,14 @@ pub async fn get_schedule(
     headers: HeaderMap,
     params: Result<Query<ScheduleParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ScheduleJson>, ApiError> {
-    state.auth.check_agent(&headers)?;
+    if let Err(e) = state.auth.check_agent(&headers) {
+        // Seed 000 step 6: an edge node asks with its own token.
+        let presented = headers.get(super::auth::AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok());
+        let Some(t) = presented else { return Err(e) };
+        if state.store.node_of_token(t).await?.is_none() {
+            return Err(e);
+        }
+    }
     let Query(p) = params.map_err(|e| ApiError::new(axum::http::StatusCode::BAD_REQUEST, e.body_text()))?;
     let domain = p.domain.as_deref().map(str::trim).filter(|d| !d.is_empty());
     let Some(domain) = domain else { return Err(ApiError::bad_field("domain", "domain is required")) };

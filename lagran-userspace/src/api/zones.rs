@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::AppState;
 use super::error::{ApiError, parse_json};
-use crate::model::{DEFAULT_POOL, Domain, NsHost, Zone};
+use crate::model::{AnswerMode, DEFAULT_POOL, Domain, NsHost, Zone};
 
 /// `PUT /api/v1/zones/{name}` body; absent fields keep their defaults.
 #[derive(Debug, Default, Deserialize)]
@@ -36,6 +36,11 @@ pub struct DomainBody {
     pub pool: Option<String>,
     pub ttl: Option<u32>,
     pub origin_ip: Option<Ipv4Addr>,
+    /// `"a"` (default) or `"cname"`; a zone apex cannot be `"cname"` (422).
+    #[serde(default)]
+    pub answer_mode: AnswerMode,
+    /// ECS decides (default `true`); `false`: the resolver's address decides.
+    pub ecs: Option<bool>,
 }
 
 fn normalise(name: &str) -> String {
@@ -136,6 +141,8 @@ pub async fn put_domain(
         pool: body.pool.unwrap_or_else(|| DEFAULT_POOL.to_string()),
         ttl: body.ttl,
         origin_ip: body.origin_ip,
+        answer_mode: body.answer_mode,
+        ecs: body.ecs.unwrap_or(true),
     };
     if domain.name != domain.zone && !domain.name.ends_with(&format!(".{}", domain.zone)) {
         return Err(ApiError::bad_field("zone", format!("{} is not inside zone {}", domain.name, domain.zone)));

@@ -27,6 +27,7 @@ use crate::geo::formats::{self, Format};
 use crate::geo::{GeoDb, GeoError, IpVersion, Xdb, write_xdb};
 use crate::partition::diff::{DEFAULT_SAMPLE, DEFAULT_SEED, DiffOptions, diff_geo, tuple_text};
 use crate::partition::{Override, PartitionTable};
+pub use crate::partition::{PartitionRow, partition_rows, prefix_count};
 
 /// The `lagran geo` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -95,7 +96,7 @@ pub enum GeoCommand {
         api: Option<String>,
     },
     /// Make the running daemon re-read its geo files (refused above
-    /// GEO_MAX_CHANGE_RATIO unless --force).
+    /// geo.max_change_ratio / GEO_MAX_CHANGE_RATIO unless --force).
     Reload {
         /// Replace the data even when more than the allowed ratio of addresses change.
         #[arg(long)]
@@ -226,11 +227,13 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
 fn lookup(geo: &GeoDb, ips: &[IpAddr], raw: bool) -> String {
     let mut out = String::new();
     for ip in ips {
-        let hit = geo.lookup(*ip);
         if raw {
-            let _ = writeln!(out, "{ip}\t{}", hit.as_ref().map_or("", |h| h.region.as_str()));
+            // Exactly what the file stores, special-purpose ranges included.
+            let stored = geo.stored(*ip);
+            let _ = writeln!(out, "{ip}\t{}", stored.as_ref().map_or("", |h| h.region.as_str()));
             continue;
         }
+        let hit = geo.lookup(*ip);
         match hit {
             Some(h) => {
                 let _ = writeln!(
@@ -297,47 +300,6 @@ pub fn build(from: &Path, out: &Path, out_v6: Option<&Path>, format: Option<Form
         );
     }
     Ok(report)
-}
-
-/// CIDR prefixes needed to cover an inclusive range of a family.
-pub fn prefix_count(version: IpVersion, start: u128, end: u128) -> usize {
-    match version {
-        IpVersion::V4 => ipnet::Ipv4Subnets::new(Ipv4Addr::from(start as u32), Ipv4Addr::from(end as u32), 0).count(),
-        IpVersion::V6 => ipnet::Ipv6Subnets::new(Ipv6Addr::from(start), Ipv6Addr::from(end), 0).count(),
-    }
-}
-
-/// One row of `lagran geo partitions`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PartitionRow {
-    /// Partition id.
-    pub id: u32,
-    /// Ranges (both families), from [`PartitionTable::range_counts`].
-    pub ranges: usize,
-    /// CIDR prefixes covering them (what the data-plane LPM maps hold).
-    pub prefixes: usize,
-    /// IPv4 addresses in it.
-    pub v4_addresses: u64,
-}
-
-/// Every partition with its counts, largest (most ranges, then most prefixes) first.
-pub fn partition_rows(t: &PartitionTable) -> Vec<PartitionRow> {
-    let counts = t.range_counts();
-    let mut rows: Vec<PartitionRow> = counts
-        .iter()
-        .enumerate()
-        .map(|(id, &ranges)| PartitionRow { id: id as u32, ranges, ..Default::default() })
-        .collect();
-    for &(s, e, id) in t.v4_ranges() {
-        let r = &mut rows[id as usize];
-        r.prefixes += prefix_count(IpVersion::V4, u128::from(s), u128::from(e));
-        r.v4_addresses += u64::from(e - s) + 1;
-    }
-    for &(s, e, id) in t.v6_ranges() {
-        rows[id as usize].prefixes += prefix_count(IpVersion::V6, s, e);
-    }
-    rows.sort_by(|a, b| b.ranges.cmp(&a.ranges).then(b.prefixes.cmp(&a.prefixes)).then(a.id.cmp(&b.id)));
-    rows
 }
 
 async fn partitions(config: &Config, top: usize, no_overrides: bool) -> Result<String, GeoError> {
@@ -574,6 +536,9 @@ mod tests {
         );
         // raw lookup prints the region exactly as stored
         assert_eq!(lookup(&db, &["58.60.0.1".parse().unwrap()], true), "58.60.0.1\t中国|0|广东省|深圳市|电信\n");
+        // reserved ranges too: --raw shows the file, not the scheduling view
+        assert_eq!(lookup(&db, &["244.210.111.72".parse().unwrap()], true), "244.210.111.72\t美国|0|0|0|0\n");
+        assert_eq!(lookup(&db, &["244.210.111.72".parse().unwrap()], false), "244.210.111.72\tunknown\n");
 
         let csv = dir.path().join("mixed.csv");
         std::fs::write(

@@ -542,7 +542,11 @@ fn resolve<'q>(
             match qtype {
                 TYPE_A | TYPE_AAAA => {
                     r.scheduled = true;
-                    scheduled(r, question, zone, name, lookup_addr, ecs, table, settings, (now_ms, confirmed_at_ms))
+                    // Seed 004 §4.5: a name with ECS off is answered for the resolver's
+                    // address, and the ECS option — supported but not used — is echoed
+                    // with SCOPE 0 (RFC 7871, quoted in `scheduled`): no ECS is passed.
+                    let (addr, used) = if name.ecs { (lookup_addr, ecs) } else { (q.source, None) };
+                    scheduled(r, question, zone, name, addr, used, table, settings, (now_ms, confirmed_at_ms))
                 }
                 TYPE_SOA if apex => soa_answer(r, question, zone),
                 TYPE_NS if apex => ns_answer(r, question, zone),

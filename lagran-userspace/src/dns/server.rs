@@ -376,6 +376,7 @@ pub(crate) mod tests_support {
             ..Answer::default()
         };
         let apex = ScheduledName {
+            ecs: true,
             name: "edge.lagran.net".into(),
             id: 1,
             answers: vec![answer(10, "default-01"), answer(1, "gz-01")],

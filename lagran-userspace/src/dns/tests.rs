@@ -64,6 +64,7 @@ fn r4(a: &str, b: &str, v: u32) -> (u32, u32, u32) {
 /// 3.0.0.0/25 → 3 (TTL 1), 4.4.0.0/16 → 4 (empty); 2400:cb00::/32 → 1.
 fn apex() -> ScheduledName {
     ScheduledName {
+        ecs: true,
         name: ZONE.into(),
         id: 1,
         answers: vec![
@@ -91,6 +92,7 @@ fn apex() -> ScheduledName {
 
 fn pool() -> ScheduledName {
     ScheduledName {
+        ecs: true,
         name: format!("pool-a.{ZONE}"),
         id: 2,
         answers: vec![ans(30, &["203.0.113.77"], &[], Some("pool-01"))],
@@ -1227,4 +1229,19 @@ fn replies_to_well_formed_queries_are_parseable() {
             assert_eq!(resp.queries(), m.queries());
         }
     }
+}
+
+#[test]
+fn a_name_with_ecs_off_answers_for_the_resolver_with_scope_0() {
+    // Seed 004 §4.5: ECS only for the names the operator chose.
+    let mut name = apex();
+    name.ecs = false;
+    let t = RouteTable::new(7, NOW - 1000, vec![ZoneRoutes { zone: zone(), names: vec![name, pool()] }]);
+    let q = ecs(msg("edge.lagran.net.", RecordType::A), "1.2.3.0", 24);
+    let (_, m) = ask_with(&q, "2.2.2.2", &t, &settings());
+    assert_eq!(a_addrs(&m), vec![v4("203.0.113.4")], "the resolver's address (2.0.0.0/8) decides, not the ECS");
+    let cs = ecs_of(&m).expect("ECS still echoed");
+    assert_eq!((cs.source_prefix(), cs.scope_prefix()), (24, 0), "not used for the answer: SCOPE 0");
+    let (_, m) = ask(&q, "2.2.2.2");
+    assert_eq!(a_addrs(&m).len(), 3, "with ECS on, the ECS address decides");
 }

@@ -218,6 +218,17 @@ impl GeoDb {
         if is_special(ip) {
             return None;
         }
+        self.stored(ip)
+    }
+
+    /// What the file stores for `ip`, special-purpose ranges included (the real
+    /// file stores e.g. `0|0|0|内网IP|内网IP` for them): for `geo lookup --raw`,
+    /// never for scheduling. IPv4-mapped IPv6 addresses are looked up as IPv4.
+    pub fn stored(&self, ip: IpAddr) -> Option<GeoHit> {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
         let db = match ip {
             IpAddr::V4(_) => self.v4.as_ref()?,
             IpAddr::V6(_) => self.v6.as_ref()?,

@@ -58,6 +58,11 @@ pub struct Node {
     pub public_ip: Option<Ipv4Addr>,
     /// The IPv6 address answered to clients; `None` makes the node ineligible for `AAAA`.
     pub public_ipv6: Option<Ipv6Addr>,
+    /// The node's own DNS name (e.g. `gz-01.edge.lagran.net`), answered as the CNAME
+    /// target for names in CNAME mode (seed 004 "CNAME调度"); `None` makes the node
+    /// ineligible for them.
+    #[serde(default)]
+    pub hostname: Option<String>,
     pub country: String,
     pub province: String,
     pub city: String,
@@ -90,6 +95,7 @@ impl Node {
             status: NodeStatus::Online,
             public_ip: None,
             public_ipv6: None,
+            hostname: None,
             country: String::new(),
             province: String::new(),
             city: String::new(),
@@ -172,4 +178,44 @@ pub struct Domain {
     pub ttl: Option<u32>,
     /// Address answered for clients on a line that asks for the origin (seed 003).
     pub origin_ip: Option<Ipv4Addr>,
+    /// Addresses (`a`, the default) or a CNAME to the chosen node's hostname.
+    #[serde(default)]
+    pub answer_mode: AnswerMode,
+    /// Whether the ECS address decides (default); `false`: the resolver's address
+    /// decides and ECS is echoed with SCOPE 0 (seed 004 §4.5).
+    #[serde(default = "yes")]
+    pub ecs: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// How a scheduled name is answered (seed 004 "CNAME调度").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerMode {
+    /// `A`/`AAAA` with the chosen nodes' addresses.
+    #[default]
+    A,
+    /// `CNAME <hostname of the chosen node>` (plus its address records when the
+    /// hostname is in a served zone).
+    Cname,
+}
+
+impl AnswerMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnswerMode::A => "a",
+            AnswerMode::Cname => "cname",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "a" => Some(AnswerMode::A),
+            "cname" => Some(AnswerMode::Cname),
+            _ => None,
+        }
+    }
 }

@@ -252,6 +252,52 @@ fn overlay(base: Vec<(u128, u128, u32)>, over: &[(u128, u128, u32)]) -> Vec<(u12
     out
 }
 
+/// CIDR prefixes needed to cover an inclusive range of a family.
+pub fn prefix_count(version: crate::geo::IpVersion, start: u128, end: u128) -> usize {
+    match version {
+        crate::geo::IpVersion::V4 => {
+            ipnet::Ipv4Subnets::new(std::net::Ipv4Addr::from(start as u32), std::net::Ipv4Addr::from(end as u32), 0)
+                .count()
+        }
+        crate::geo::IpVersion::V6 => {
+            ipnet::Ipv6Subnets::new(std::net::Ipv6Addr::from(start), std::net::Ipv6Addr::from(end), 0).count()
+        }
+    }
+}
+
+/// One row of `lagran geo partitions` and `GET /api/v1/geo/partitions`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionRow {
+    /// Partition id.
+    pub id: u32,
+    /// Ranges (both families), from [`PartitionTable::range_counts`].
+    pub ranges: usize,
+    /// CIDR prefixes covering them (what the data-plane LPM maps hold).
+    pub prefixes: usize,
+    /// IPv4 addresses in it.
+    pub v4_addresses: u64,
+}
+
+/// Every partition with its counts, largest (most ranges, then most prefixes) first.
+pub fn partition_rows(t: &PartitionTable) -> Vec<PartitionRow> {
+    let counts = t.range_counts();
+    let mut rows: Vec<PartitionRow> = counts
+        .iter()
+        .enumerate()
+        .map(|(id, &ranges)| PartitionRow { id: id as u32, ranges, ..Default::default() })
+        .collect();
+    for &(s, e, id) in t.v4_ranges() {
+        let r = &mut rows[id as usize];
+        r.prefixes += prefix_count(crate::geo::IpVersion::V4, u128::from(s), u128::from(e));
+        r.v4_addresses += u64::from(e - s) + 1;
+    }
+    for &(s, e, id) in t.v6_ranges() {
+        rows[id as usize].prefixes += prefix_count(crate::geo::IpVersion::V6, s, e);
+    }
+    rows.sort_by(|a, b| b.ranges.cmp(&a.ranges).then(b.prefixes.cmp(&a.prefixes)).then(a.id.cmp(&b.id)));
+    rows
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

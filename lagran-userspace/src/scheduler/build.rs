@@ -586,7 +586,8 @@ pub fn build_route_table(
                 (v4, v6)
             };
             let answers = nb.answers.list;
-            scheduled.push(ScheduledName { id: state.name_ids.id(&spec.name), name: spec.name, answers, v4, v6 });
+            let ecs = spec.domain.is_none_or(|d| d.ecs);
+            scheduled.push(ScheduledName { ecs, id: state.name_ids.id(&spec.name), name: spec.name, answers, v4, v6 });
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
@@ -758,6 +759,8 @@ mod tests {
             pool: "pool-a".into(),
             ttl: Some(10),
             origin_ip: None,
+            answer_mode: Default::default(),
+            ecs: true,
         });
         let mut state = BuildState::default();
         let s = ScheduleSettings::default();
@@ -838,6 +841,8 @@ mod tests {
             pool: DEFAULT_POOL.into(),
             ttl: None,
             origin_ip: Some(Ipv4Addr::new(198, 51, 100, 80)),
+            answer_mode: Default::default(),
+            ecs: true,
         });
         inputs.lines.push(Line::new("spiders", LineAnswer::Origin, vec!["58.60.0.0/20".parse().unwrap()]));
         let t = build(&inputs, &ScheduleSettings::default());

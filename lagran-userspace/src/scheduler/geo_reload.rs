@@ -15,8 +15,8 @@
 //! `POST /api/v1/geo/reload` (`{"force": true}` to override the check), both
 //! reading the configured paths again ([`reload_configured`]).
 //!
-//! The threshold comes from the environment variable `GEO_MAX_CHANGE_RATIO`
-//! (a fraction: `0.01` = 1 %, the default; see [`max_change_ratio_from_env`]).
+//! The threshold is `geo.max_change_ratio` in the configuration (environment
+//! `GEO_MAX_CHANGE_RATIO`; a fraction: `0.01` = 1 %, the default).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,32 +31,6 @@ use crate::partition::diff::{DiffOptions, DiffReport, diff_partitions};
 
 /// Default largest accepted ratio of changed sampled addresses (seed 001 §5.2: 1 %).
 pub const DEFAULT_MAX_CHANGE_RATIO: f64 = 0.01;
-/// The environment variable that sets the ratio.
-pub const MAX_CHANGE_RATIO_ENV: &str = "GEO_MAX_CHANGE_RATIO";
-
-/// `GEO_MAX_CHANGE_RATIO` as a fraction in `0..=1`; unset → 0.01; an invalid value is
-/// logged and gives the default.
-pub fn max_change_ratio_from_env() -> f64 {
-    match std::env::var(MAX_CHANGE_RATIO_ENV) {
-        Err(_) => DEFAULT_MAX_CHANGE_RATIO,
-        Ok(v) => match parse_ratio(&v) {
-            Some(r) => r,
-            None => {
-                tracing::warn!(
-                    value = %v,
-                    default = DEFAULT_MAX_CHANGE_RATIO,
-                    "{MAX_CHANGE_RATIO_ENV} is not a fraction between 0 and 1; using the default"
-                );
-                DEFAULT_MAX_CHANGE_RATIO
-            }
-        },
-    }
-}
-
-fn parse_ratio(v: &str) -> Option<f64> {
-    v.trim().parse::<f64>().ok().filter(|r| r.is_finite() && (0.0..=1.0).contains(r))
-}
-
 /// The outcome of a reload: the comparison and whether the new data serves.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReloadReport {
@@ -139,7 +113,7 @@ pub async fn reload(
             report.diff.sampled,
             pct(report.diff.ratio),
             pct(max_change_ratio),
-            MAX_CHANGE_RATIO_ENV,
+            "geo.max_change_ratio / GEO_MAX_CHANGE_RATIO",
         );
         tracing::warn!(
             sampled = report.diff.sampled,
@@ -195,12 +169,13 @@ pub async fn reload_configured(
 }
 
 /// Reloads the configured files on every SIGHUP until `shutdown` (never forced; the
-/// threshold from `GEO_MAX_CHANGE_RATIO`). The signal handler is installed when this
+/// threshold `max_change_ratio` is `geo.max_change_ratio`). The signal handler is installed when this
 /// is called, before the returned future first runs, so the daemon can say it is
 /// serving only once a SIGHUP no longer kills it. Call inside the runtime; spawn the
 /// future.
 pub fn sighup_loop(
     scheduler: Arc<Scheduler>,
+    max_change_ratio: f64,
     shutdown: CancellationToken,
 ) -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
@@ -215,7 +190,7 @@ pub fn sighup_loop(
                     return;
                 }
             };
-            let ratio = max_change_ratio_from_env();
+            let ratio = max_change_ratio;
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -233,7 +208,7 @@ pub fn sighup_loop(
         }
         #[cfg(not(unix))]
         {
-            let _ = (scheduler, shutdown);
+            let _ = (scheduler, max_change_ratio, shutdown);
         }
     }
 }

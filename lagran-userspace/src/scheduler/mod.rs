@@ -262,6 +262,14 @@ impl Scheduler {
             tracing::warn!("route table frozen by a rollback: recompute skipped (POST /api/v1/routes/resume)");
             return Ok(self.table.load_full());
         }
+        // Expired rules never apply (`Rule::is_active`); they are also purged, so the
+        // store and `GET /api/v1/rules` do not keep them forever.
+        let now = now_ms();
+        match self.store.purge_expired_rules(now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(rules = n, "expired rules purged"),
+            Err(e) => tracing::warn!(error = %e, "purging expired rules failed; they are ignored meanwhile"),
+        }
         let inputs = Inputs {
             nodes: self.store.list_nodes().await?,
             zones: self.store.list_zones().await?,
@@ -269,7 +277,7 @@ impl Scheduler {
             rules: self.store.list_rules().await?,
             lines: self.store.list_lines().await?,
             liveness: self.health.liveness(),
-            now_ms: now_ms(),
+            now_ms: now,
         };
         let started = Instant::now();
         let version = self.next_version();

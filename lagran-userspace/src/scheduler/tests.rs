@@ -184,3 +184,16 @@ async fn a_quiet_table_is_confirmed_not_stale() {
     shutdown.cancel();
     running.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_recompute_purges_expired_rules_from_the_store() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let mut rule = crate::store::NewRule::manual("kr-01");
+    rule.expires_at_ms = Some(now_ms() + 50);
+    s.store.create_rule(&rule).await.unwrap();
+    let lasting = s.store.create_rule(&crate::store::NewRule::manual("hk-01")).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+    s.recompute().await.unwrap();
+    let left: Vec<i64> = s.store.list_rules().await.unwrap().iter().map(|r| r.id).collect();
+    assert_eq!(left, vec![lasting.id], "the expired rule is deleted, the lasting one stays");
+}

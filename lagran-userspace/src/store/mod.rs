@@ -54,12 +54,14 @@ pub use validate::double_option;
 const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../../../migrations/sqlite/0001_init.sql")),
     (2, "route freeze", include_str!("../../../migrations/sqlite/0002_route_freeze.sql")),
+    (3, "answer modes", include_str!("../../../migrations/sqlite/0003_answer_modes.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
 const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../../../migrations/postgres/0001_init.sql")),
     (2, "route freeze", include_str!("../../../migrations/postgres/0002_route_freeze.sql")),
+    (3, "answer modes", include_str!("../../../migrations/postgres/0003_answer_modes.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.

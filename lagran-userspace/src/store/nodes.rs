@@ -18,7 +18,7 @@ use super::{Cols, DbContext, Store, StoreError, now_ms};
 use crate::model::{Node, NodeStatus};
 
 /// Every column of `nodes` that makes up a [`Node`], in `SELECT` order.
-const NODE_COLUMNS: &str = "name, status, public_ip, public_ipv6, country, province, city, isp, \
+const NODE_COLUMNS: &str = "name, status, public_ip, public_ipv6, hostname, country, province, city, isp, \
      weight, cpu_usage, memory_usage, bandwidth_mbps, max_bandwidth_mbps, conns, max_conns, \
      agent_url, probe_port, pool, lat, lon, last_heartbeat_ms, created_at_ms, updated_at_ms";
 
@@ -91,6 +91,9 @@ pub fn validate_node(node: &Node) -> Result<(), StoreError> {
     validate_probe_port(node.probe_port)?;
     validate_lat(node.lat)?;
     validate_lon(node.lon)?;
+    if let Some(h) = &node.hostname {
+        validate::dns_name("hostname", h)?;
+    }
     Ok(())
 }
 
@@ -107,6 +110,8 @@ pub struct NodePatch {
     pub public_ip: Option<Option<Ipv4Addr>>,
     #[serde(default, deserialize_with = "double_option")]
     pub public_ipv6: Option<Option<Ipv6Addr>>,
+    #[serde(default, deserialize_with = "double_option")]
+    pub hostname: Option<Option<String>>,
     pub country: Option<String>,
     pub province: Option<String>,
     pub city: Option<String>,
@@ -169,6 +174,9 @@ impl NodePatch {
         if let Some(token) = &self.auth_token {
             validate_token(token)?;
         }
+        if let Some(Some(h)) = &self.hostname {
+            validate::dns_name("hostname", h)?;
+        }
         Ok(())
     }
 
@@ -189,6 +197,7 @@ impl NodePatch {
         push("status", self.status.map(|s| Val::Text(Some(s.as_str().into()))));
         push("public_ip", self.public_ip.map(|v| Val::Text(v.map(|a| a.to_string()))));
         push("public_ipv6", self.public_ipv6.map(|v| Val::Text(v.map(|a| a.to_string()))));
+        push("hostname", self.hostname.clone().map(Val::Text));
         push("country", text(&self.country));
         push("province", text(&self.province));
         push("city", text(&self.city));
@@ -257,6 +266,7 @@ fn node_from_row(row: &AnyRow) -> Result<Node, StoreError> {
         status,
         public_ip: c.parse_opt("public_ip")?,
         public_ipv6: c.parse_opt("public_ipv6")?,
+        hostname: c.get("hostname")?,
         country: c.get("country")?,
         province: c.get("province")?,
         city: c.get("city")?,
@@ -313,12 +323,13 @@ impl Store {
         let row = sqlx::query(&format!(
             "INSERT INTO nodes ({NODE_COLUMNS}, auth_token_hash) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-              $17, $18, $19, $20, $21, $22, $23, $24) RETURNING {NODE_COLUMNS}"
+              $17, $18, $19, $20, $21, $22, $23, $24, $25) RETURNING {NODE_COLUMNS}"
         ))
         .bind(&node.name)
         .bind(node.status.as_str())
         .bind(node.public_ip.map(|a| a.to_string()))
         .bind(node.public_ipv6.map(|a| a.to_string()))
+        .bind(&node.hostname)
         .bind(&node.country)
         .bind(&node.province)
         .bind(&node.city)
@@ -423,6 +434,20 @@ impl Store {
             Some(row) => row
                 .try_get::<Option<String>, _>("auth_token_hash")
                 .ctx(|| format!("reading the token hash of node {name:?}")),
+            None => Ok(None),
+        }
+    }
+
+    /// The node whose own agent token is `presented`, if any. The lookup is by the
+    /// token's SHA-256, so its timing says nothing about the token itself.
+    pub async fn node_of_token(&self, presented: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT name FROM nodes WHERE auth_token_hash = $1")
+            .bind(hash_token(presented))
+            .fetch_optional(self.pool())
+            .await
+            .ctx(|| "looking a node up by its token".to_string())?;
+        match row {
+            Some(row) => row.try_get::<String, _>("name").map(Some).ctx(|| "reading a node name".to_string()),
             None => Ok(None),
         }
     }

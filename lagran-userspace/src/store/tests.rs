@@ -71,6 +71,7 @@ fn full_node(name: &str) -> Node {
         status: NodeStatus::Online,
         public_ip: Some(Ipv4Addr::new(203, 0, 113, 10)),
         public_ipv6: Some("2001:db8::10".parse().unwrap()),
+        hostname: Some("gz-01.edge.lagran.net".into()),
         country: "中国".into(),
         province: "广东".into(),
         city: "广州".into(),
@@ -100,7 +101,15 @@ fn zone(name: &str, hosts: &[(&str, Option<Ipv4Addr>)]) -> Zone {
 }
 
 fn domain(name: &str, zone: &str) -> Domain {
-    Domain { name: name.into(), zone: zone.into(), pool: "default".into(), ttl: None, origin_ip: None }
+    Domain {
+        name: name.into(),
+        zone: zone.into(),
+        pool: "default".into(),
+        ttl: None,
+        origin_ip: None,
+        answer_mode: Default::default(),
+        ecs: true,
+    }
 }
 
 fn net(s: &str) -> IpNet {
@@ -348,6 +357,8 @@ async fn domains_need_their_zone(store: Store) {
     let d = Domain {
         ttl: Some(30),
         origin_ip: Some(Ipv4Addr::new(198, 51, 100, 1)),
+        answer_mode: crate::model::AnswerMode::Cname,
+        ecs: false,
         pool: "pool-a".into(),
         ..domain("pool-a.edge.lagran.net", EDGE)
     };
@@ -357,6 +368,8 @@ async fn domains_need_their_zone(store: Store) {
     store.upsert_zone(&zone(EDGE, &[])).await.unwrap();
     store.upsert_domain(&d).await.unwrap();
     store.upsert_domain(&domain(EDGE, EDGE)).await.unwrap();
+    let cname_apex = Domain { answer_mode: crate::model::AnswerMode::Cname, ..domain(EDGE, EDGE) };
+    assert_invalid(store.upsert_domain(&cname_apex).await, "answer_mode");
     assert_eq!(store.list_domains().await.unwrap(), vec![domain(EDGE, EDGE), d.clone()]);
     assert_eq!(store.get_domain(&d.name).await.unwrap(), Some(d.clone()));
 
@@ -481,6 +494,8 @@ async fn lines_crud(store: Store) {
     store
         .upsert_domain(&Domain {
             origin_ip: Some(Ipv4Addr::new(198, 51, 100, 80)),
+            answer_mode: Default::default(),
+            ecs: true,
             ..domain("www.edge.lagran.net", EDGE)
         })
         .await

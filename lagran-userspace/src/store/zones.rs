@@ -10,11 +10,11 @@ use sqlx::error::ErrorKind;
 
 use super::validate;
 use super::{Cols, DbContext, Store, StoreError};
-use crate::model::{Domain, NsHost, Zone};
+use crate::model::{AnswerMode, Domain, NsHost, Zone};
 
 const ZONE_COLUMNS: &str =
     "name, soa_mname, soa_rname, soa_serial, soa_refresh, soa_retry, soa_expire, soa_minimum, ns_ttl";
-const DOMAIN_COLUMNS: &str = "name, zone, pool, ttl, origin_ip";
+const DOMAIN_COLUMNS: &str = "name, zone, pool, ttl, origin_ip, answer_mode, ecs";
 
 /// Whether `name` is `zone` itself or a name below it.
 pub fn in_zone(name: &str, zone: &str) -> bool {
@@ -51,6 +51,14 @@ pub fn validate_domain(d: &Domain) -> Result<(), StoreError> {
     validate::ident("pool", &d.pool)?;
     if !in_zone(&d.name, &d.zone) {
         return Err(StoreError::invalid("name", format!("{:?} is not inside zone {:?}", d.name, d.zone)));
+    }
+    // RFC 1034 §3.6.2: "If a CNAME RR is present at a node, no other data should be
+    // present" — and a zone apex always holds SOA and NS.
+    if d.answer_mode == AnswerMode::Cname && d.name == d.zone {
+        return Err(StoreError::invalid(
+            "answer_mode",
+            format!("{:?} is the zone apex, which holds SOA and NS: a CNAME cannot live there", d.name),
+        ));
     }
     Ok(())
 }
@@ -89,6 +97,11 @@ fn domain_from_row(row: &AnyRow) -> Result<Domain, StoreError> {
         pool: c.get("pool")?,
         ttl: c.int_opt("ttl")?,
         origin_ip: c.parse_opt("origin_ip")?,
+        answer_mode: {
+            let m: String = c.get("answer_mode")?;
+            AnswerMode::parse(&m).ok_or_else(|| c.corrupt("answer_mode", format!("unknown answer mode {m:?}")))?
+        },
+        ecs: c.get::<i64>("ecs")? != 0,
     })
 }
 
@@ -254,15 +267,18 @@ impl Store {
             return Err(missing_zone(d));
         }
         let written = sqlx::query(&format!(
-            "INSERT INTO domains ({DOMAIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5) \
+            "INSERT INTO domains ({DOMAIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (name) DO UPDATE SET zone = excluded.zone, pool = excluded.pool, \
-             ttl = excluded.ttl, origin_ip = excluded.origin_ip"
+             ttl = excluded.ttl, origin_ip = excluded.origin_ip, answer_mode = excluded.answer_mode, \
+             ecs = excluded.ecs"
         ))
         .bind(name)
         .bind(&d.zone)
         .bind(&d.pool)
         .bind(d.ttl.map(i64::from))
         .bind(d.origin_ip.map(|a| a.to_string()))
+        .bind(d.answer_mode.as_str())
+        .bind(i64::from(d.ecs))
         .execute(&mut *tx)
         .await
         .ctx(|| format!("writing domain {name:?}"));

@@ -456,6 +456,12 @@ impl MapWriter {
                 stats.names_skipped += 1;
                 continue;
             };
+            if !name.ecs {
+                // The kernel decides by the ECS address when there is one; a name with
+                // ECS off is answered for the resolver's address: userspace answers it.
+                stats.names_skipped += 1;
+                continue;
+            }
             let hash = hash_wire(&key);
             match hashes.get(&hash) {
                 Some(other) if *other != key => {

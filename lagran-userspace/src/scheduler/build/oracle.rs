@@ -271,6 +271,7 @@ pub(super) fn build_route_table(
             let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
             let v6 = PrefixMapV6::from_ranges(ranges6, fill);
             scheduled.push(ScheduledName {
+                ecs: true,
                 id: state.name_ids.id(&spec.name),
                 name: spec.name,
                 answers: answers.list,
@@ -424,6 +425,8 @@ mod equivalence {
                 pool: DEFAULT_POOL.into(),
                 ttl: rng.gen_bool(0.5).then_some(20),
                 origin_ip: Some(Ipv4Addr::new(198, 51, 100, 80)),
+                answer_mode: Default::default(),
+                ecs: true,
             });
         }
         domains.push(Domain {
@@ -432,6 +435,8 @@ mod equivalence {
             pool: if rng.gen_bool(0.5) { "pool-a".into() } else { DEFAULT_POOL.into() },
             ttl: None,
             origin_ip: None,
+            answer_mode: Default::default(),
+            ecs: true,
         });
         let mut liveness =
             Liveness { heartbeat_timeout_ms: if rng.gen_bool(0.5) { 60_000 } else { 0 }, ..Default::default() };
