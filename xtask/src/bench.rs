@@ -754,8 +754,11 @@ impl Bench {
     /// Attaches the bare XDP_TX reflector to the server veth; detached on drop.
     fn start_reflector(&self, t: &Topology) -> anyhow::Result<Reflector> {
         let obj = self.reflector.display().to_string();
-        util::output(&mut t.exec(&t.srv, &["ip", "link", "set", "dev", SRV_IF, "xdp", "obj", &obj, "sec", "xdp"]))
-            .context("attaching the reflector")?;
+        // -force: replace whatever a peer server left behind (knotd detaches as it exits).
+        util::output(
+            &mut t.exec(&t.srv, &["ip", "-force", "link", "set", "dev", SRV_IF, "xdp", "obj", &obj, "sec", "xdp"]),
+        )
+        .context("attaching the reflector")?;
         Ok(Reflector { ns: t.srv.clone() })
     }
 
