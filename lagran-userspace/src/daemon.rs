@@ -182,7 +182,7 @@ fn spawn_control_loops(
                 let store = probe_store.clone();
                 async move { store.list_nodes().await.unwrap_or_default() }
             },
-            move || on_change.trigger(),
+            move || on_change.notify(crate::scheduler::Change::Liveness),
             shutdown.clone(),
         )),
         // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).

@@ -16,7 +16,7 @@ use lagran::model::{DEFAULT_POOL, Domain, Node, Zone};
 use lagran::partition::PartitionTable;
 use lagran::prefix_map::PrefixMapV4;
 use lagran::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
-use lagran::scheduler::{BuildState, Inputs, build_route_table};
+use lagran::scheduler::{BuildState, Change, Inputs, build_route_table, build_route_table_after};
 use lagran::xdp::{MapWriter, Maps};
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 
@@ -469,7 +469,7 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
                 ecs: true,
             })
             .collect();
-        let inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
+        let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
         let mut state = BuildState::default();
         let mut times = Vec::new();
         for v in 0..a.builds.max(1) as u64 {
@@ -484,8 +484,22 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
         let (_, median) = stats(times.clone());
         result(&format!("{label}_first_ms"), format!("{first:.1}"));
         result(&format!("{label}_ms"), format!("{median:.1}"));
+        // One node down, incrementally: each node in turn for a few builds.
+        let mut down = Vec::new();
+        for j in 0..a.builds.max(3) {
+            let i = (j * 97) % nodes_n;
+            inputs.nodes[i].status = lagran::model::NodeStatus::Offline;
+            let change = Change::Node(inputs.nodes[i].name.clone());
+            let t = Instant::now();
+            build_route_table_after(100 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
+            down.push(t.elapsed().as_secs_f64() * 1e3);
+            inputs.nodes[i].status = lagran::model::NodeStatus::Online;
+            build_route_table_after(200 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
+        }
+        let (_, down_median) = stats(down.clone());
+        result(&format!("{label}_one_down_ms"), format!("{down_median:.1}"));
         eprintln!(
-            "tables: {label}: {nodes_n} nodes × {} partitions × {names_n} names: {times:?} ms",
+            "tables: {label}: {nodes_n} nodes × {} partitions × {names_n} names: full {times:?} ms, one node down {down:?} ms",
             partitions.locations().len()
         );
     }
@@ -545,7 +559,15 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         let i = inputs.nodes.iter().position(|n| n.name == down).context("primary not a node")?;
         inputs.nodes[i].status = lagran::model::NodeStatus::Offline;
         let t0 = Instant::now();
-        let t = build_route_table(101, &inputs, &partitions, &settings, &policy, &mut state);
+        let t = build_route_table_after(
+            101,
+            &inputs,
+            &partitions,
+            &settings,
+            &policy,
+            &mut state,
+            &Change::Node(down.clone()),
+        );
         let one_down = t0.elapsed().as_secs_f64() * 1e3;
         let after = t.scheduled("bench.lagran.net").context("no apex")?.answer_for(probe).0.node.clone();
         if after == before {

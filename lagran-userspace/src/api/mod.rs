@@ -53,7 +53,12 @@ pub struct AppState {
 impl AppState {
     /// Recomputes after a write; a failure is logged, the write stands.
     pub async fn after_write(&self) {
-        if let Err(e) = self.scheduler.recompute().await {
+        self.after_change(crate::scheduler::Change::Everything).await;
+    }
+
+    /// Recomputes after a write that changed only `change` (incrementally).
+    pub async fn after_change(&self, change: crate::scheduler::Change) {
+        if let Err(e) = self.scheduler.recompute_after(change).await {
             tracing::error!(error = %e, "recompute after a write failed; the periodic recompute will retry");
         }
     }

@@ -11,6 +11,7 @@ use super::AppState;
 use super::error::{ApiError, parse_json};
 use crate::clock::now_ms;
 use crate::model::Node;
+use crate::scheduler::Change;
 use crate::store::{Heartbeat, NodePatch, verify_token};
 
 use super::auth::AGENT_TOKEN_HEADER;
@@ -129,7 +130,7 @@ pub async fn patch(
     patch.validate()?;
     let node = state.store.update_node(&name, &patch).await?;
     tracing::info!(node = %node.name, status = node.status.as_str(), "node updated");
-    state.after_write().await;
+    state.after_change(Change::Node(node.name.clone())).await;
     Ok(Json(node))
 }
 
@@ -169,7 +170,7 @@ pub async fn heartbeat(
     let hb: Heartbeat = parse_json(&body)?;
     let node = store.record_heartbeat(&name, &hb, now_ms()).await?;
     tracing::debug!(node = %name, cpu = hb.cpu_usage, memory = hb.memory_usage, "heartbeat");
-    state.scheduler.trigger();
+    state.scheduler.notify(Change::Node(name));
     Ok(Json(node))
 }
 

@@ -124,6 +124,18 @@ pub struct Eligible {
     member: Vec<bool>,
 }
 
+impl Eligible {
+    /// Whether `node` can answer.
+    pub fn contains(&self, node: u32) -> bool {
+        self.member.get(node as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether `node` counts for the failover check (dead, else eligible).
+    pub fn has_dead(&self, node: u32) -> bool {
+        self.dead.contains(&node)
+    }
+}
+
 impl Plan {
     /// Interns the nodes, the rule filters (already canonical locations, with
     /// which fields they filter on) and the partitions' locations into classes.
@@ -328,12 +340,63 @@ impl Plan {
             spilled_from = Some(first.0);
         }
         list.truncate(k);
-        let max_dead = if set.family == Family::V4 {
-            set.dead.iter().map(|&n| self.nodes.base[n as usize] + self.bonus(n as usize, class as usize)).max()
-        } else {
-            None
-        };
+        let max_dead = self.max_dead(set, class);
         Top { nodes: list, isp_filtered, spilled_from, max_dead }
+    }
+
+    /// [`Top::max_dead`] of `class` among `set`.
+    pub fn max_dead(&self, set: &Eligible, class: u32) -> Option<i64> {
+        if set.family != Family::V4 {
+            return None;
+        }
+        set.dead.iter().map(|&n| self.nodes.base[n as usize] + self.bonus(n as usize, class as usize)).max()
+    }
+
+    /// Takes a node's new load, weight, status or liveness (`view`; its name,
+    /// pool, location and coordinates unchanged): what [`Plan::new`] would
+    /// have computed for it.
+    pub fn update_node(&mut self, node: usize, view: &NodeView) {
+        self.nodes.base[node] = base_score(view, &self.policy);
+        self.nodes.overloaded[node] = self.policy.spill.as_ref().is_some_and(|s| view.overloaded(s));
+    }
+
+    /// Whether `class`'s top among `new` (`k` long) may differ from `old_top`
+    /// (its top among `old`) when only `node` changed between the two
+    /// (score, overload, eligibility; [`Plan::update_node`] already applied).
+    /// False only when [`Plan::top`] would give `old_top`'s nodes again:
+    /// `node` was not in it, does not enter it, and plays no part in the
+    /// ISP-must-match and spill stages of the class. Dead nodes are not
+    /// looked at ([`Plan::max_dead`] answers for them).
+    pub fn top_may_change(
+        &self,
+        old: &Eligible,
+        new: &Eligible,
+        old_top: &Top,
+        class: u32,
+        k: usize,
+        node: u32,
+    ) -> bool {
+        let k = k.max(1);
+        if old_top.nodes.iter().any(|&(n, _)| n == node) || old_top.spilled_from == Some(node) {
+            return true;
+        }
+        let (was, is) = (old.contains(node), new.contains(node));
+        if !was && !is {
+            return false;
+        }
+        let client_isp = self.keys[class as usize].0[3];
+        let want_isp = client_isp != EMPTY && (self.policy.isp_must_match || self.policy.spill.is_some());
+        if want_isp && self.nodes.fields[node as usize][3] == client_isp {
+            return true;
+        }
+        if !is {
+            return false; // it left without having been in the top
+        }
+        let c = (node, self.score(node as usize, class));
+        match old_top.nodes.last() {
+            Some(&last) if old_top.nodes.len() >= k => self.before(c, last),
+            _ => true,
+        }
     }
 
     /// The score `node` has in `class`'s full ranking among `set`, if it is

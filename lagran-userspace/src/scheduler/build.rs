@@ -17,6 +17,8 @@ use crate::partition::PartitionTable;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, Canary, RouteTable, ScheduledName, ZoneRoutes};
 
+pub use incremental::Change;
+
 /// The control plane's state a route table is computed from.
 #[derive(Clone, Debug, Default)]
 pub struct Inputs {
@@ -43,6 +45,8 @@ pub struct BuildState {
     /// Node names that were chosen, interned.
     chosen_nodes: NameIds,
     chosen_names: Vec<String>,
+    /// What the last build keeps for an incremental next one.
+    record: Option<Box<incremental::Record>>,
 }
 
 /// No automatic primary (no eligible node).
@@ -99,7 +103,7 @@ struct NameSpec<'a> {
 }
 
 /// Interns answers of one name.
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 struct Answers {
     list: Vec<Answer>,
     ids: HashMap<Answer, u32>,
@@ -188,7 +192,7 @@ fn net_range(n: &IpNet) -> (bool, u128, u128) {
 }
 
 /// What a client prefix gets instead of its geo partition's answer.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 enum PrefixOverride {
     /// A line's fixed answer (beats geo).
     Fixed(u32),
@@ -229,6 +233,7 @@ struct Ctx<'a> {
 
 /// The automatic rankings of one pool: per class, the top of each family as
 /// numbers and as engine candidates (with reasons).
+#[derive(Clone, Debug)]
 struct PoolRanks {
     sets: [Eligible; 2],
     tops: Vec<[Top; 2]>,
@@ -246,6 +251,38 @@ impl Ctx<'_> {
             tops.push(t);
         }
         PoolRanks { sets, tops, rankings }
+    }
+
+    /// `old` after `changed` nodes changed ([`incremental`]): the sets again,
+    /// and only the classes whose top may differ re-ranked. Also returns which
+    /// classes' decisions may differ (re-ranked, or the failover check moved).
+    fn pool_update(&self, pool: &str, k: usize, old: PoolRanks, changed: &[usize]) -> (PoolRanks, Vec<bool>) {
+        let sets = [self.plan.eligible(self.views, Family::V4, pool), self.plan.eligible(self.views, Family::V6, pool)];
+        let PoolRanks { sets: old_sets, mut tops, mut rankings } = old;
+        let mut dirty = vec![false; tops.len()];
+        let deadish = changed.iter().any(|&n| old_sets[0].has_dead(n as u32) || sets[0].has_dead(n as u32));
+        for class in 0..tops.len() as u32 {
+            let c = class as usize;
+            for f in 0..2 {
+                let moved = changed
+                    .iter()
+                    .any(|&n| self.plan.top_may_change(&old_sets[f], &sets[f], &tops[c][f], class, k, n as u32));
+                if moved {
+                    tops[c][f] = self.plan.top(&sets[f], class, k);
+                    dirty[c] = true;
+                } else if f == 0 && deadish {
+                    let max_dead = self.plan.max_dead(&sets[0], class);
+                    if max_dead != tops[c][0].max_dead {
+                        tops[c][0].max_dead = max_dead;
+                        dirty[c] = true;
+                    }
+                }
+            }
+            if dirty[c] {
+                rankings[c] = (self.ranking(&tops[c][0], class), self.ranking(&tops[c][1], class));
+            }
+        }
+        (PoolRanks { sets, tops, rankings }, dirty)
     }
 
     /// The engine's candidate (score terms, reason) for one node and class.
@@ -310,6 +347,26 @@ impl NameBuild<'_> {
             let ttl = if st == AnswerState::Canary { self.settings.canary_ttl } else { self.steady_ttl };
             self.answers.id(answer_of(&a, &b, self.per_answer, ttl, st))
         })
+    }
+
+    /// [`NameBuild::decide`], recorded for replay: the answers it interns, in
+    /// order, and its primary as a stable node id.
+    fn decide_recorded(
+        &self,
+        ctx: &Ctx,
+        pr: &PoolRanks,
+        rules: &[RegionRule],
+        class: u32,
+        prev: Option<&str>,
+        node_ids: &[u32],
+    ) -> incremental::Decided {
+        let mut scratch = NameBuild { answers: Answers::default(), ..*self };
+        let (id, primary) = scratch.decide(ctx, pr, rules, class, prev);
+        incremental::Decided {
+            answers: scratch.answers.list,
+            last: id,
+            primary: primary.map_or(NO_CHOICE, |i| node_ids[i]),
+        }
     }
 
     /// The answer of one class (given the previous automatic primary, for
@@ -378,6 +435,20 @@ pub fn build_route_table(
     policy: &Policy,
     state: &mut BuildState,
 ) -> RouteTable {
+    build_route_table_after(version, inputs, partitions, settings, policy, state, &Change::Everything)
+}
+
+/// [`build_route_table`] after `change`: the same table, computed from the
+/// last build's record where the change allows ([`incremental`]).
+pub fn build_route_table_after(
+    version: u64,
+    inputs: &Inputs,
+    partitions: &PartitionTable,
+    settings: &ScheduleSettings,
+    policy: &Policy,
+    state: &mut BuildState,
+    change: &Change,
+) -> RouteTable {
     let now = inputs.now_ms;
     let views = NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, now);
     let per_answer = settings.answers_per_query.clamp(1, 4) as usize;
@@ -392,7 +463,31 @@ pub fn build_route_table(
             RegionRule { rule, domain: rule_domain(rule), want, on, filter: [None; 4] }
         })
         .collect();
-    let plan = Plan::new(&views, partitions.locations(), region.iter().map(|r| (&r.want, r.on)), policy);
+    let now_inputs = incremental::Now {
+        partitions,
+        settings,
+        policy,
+        zones: &inputs.zones,
+        domains: &inputs.domains,
+        rules: &rules,
+        lines: &inputs.lines,
+        views: &views,
+    };
+    // An incremental build starts from the last build's record and the nodes that changed.
+    let mut last = state.record.take().filter(|_| change.allows_incremental());
+    let changed = last.as_ref().and_then(|r| r.changed_nodes(&now_inputs));
+    let (plan, mut old_pools, mut old_names) = match (last.take(), &changed) {
+        (Some(mut r), Some(changed)) => {
+            r.refresh(&views, changed);
+            (r.plan, r.pools, r.names)
+        }
+        _ => (
+            Plan::new(&views, partitions.locations(), region.iter().map(|r| (&r.want, r.on)), policy),
+            HashMap::new(),
+            HashMap::new(),
+        ),
+    };
+    let changed = changed.unwrap_or_default();
     for r in &mut region {
         r.filter = plan.filter(&r.want, r.on);
     }
@@ -402,9 +497,11 @@ pub fn build_route_table(
     let class_of = ctx.plan.class_of();
     state.follow_partitions(partitions.locations());
     let node_ids: Vec<u32> = views.iter().map(|v| state.node_id(&v.node.name)).collect();
+    let changed_ids: Vec<u32> = changed.iter().map(|&i| node_ids[i]).collect();
     // Automatic rankings depend on (pool, class) only: names sharing a pool share them.
     let k = per_answer + 1;
-    let mut pools: HashMap<String, PoolRanks> = HashMap::new();
+    let mut pools: HashMap<String, (PoolRanks, Vec<bool>)> = HashMap::new();
+    let mut names: HashMap<String, incremental::NameRecord> = HashMap::new();
     let mut new_choices: HashMap<String, Vec<u32>> = HashMap::new();
     let mut zones = Vec::with_capacity(inputs.zones.len());
     let mut shared: Vec<(Vec<u32>, PrefixMapV4, PrefixMapV6)> = Vec::new();
@@ -422,9 +519,15 @@ pub fn build_route_table(
         }
         let mut scheduled = Vec::with_capacity(specs.len());
         for spec in specs {
-            let pr = pools.entry(spec.pool.clone()).or_insert_with(|| ctx.pool(&spec.pool, k));
+            let (pr, dirty) = &*pools.entry(spec.pool.clone()).or_insert_with(|| match old_pools.remove(&spec.pool) {
+                Some(old) => ctx.pool_update(&spec.pool, k, old, &changed),
+                None => (ctx.pool(&spec.pool, k), vec![true; ctx.plan.class_count()]),
+            });
             let steady_ttl = spec.ttl.unwrap_or(settings.ttl);
             let mut nb = NameBuild { name: &spec.name, steady_ttl, per_answer, settings, answers: Answers::default() };
+            // The last build's decisions for this name, replayed where still valid.
+            let mut old = old_names.remove(&spec.name).unwrap_or_default();
+            let mut rec = incremental::NameRecord { natural: vec![None; ctx.plan.class_count()], ..Default::default() };
 
             // Per partition: the answer of its class, given its previous primary.
             let previous = state.choices.get(&spec.name);
@@ -443,14 +546,42 @@ pub fn build_route_table(
                 let prev = previous.map_or(NO_CHOICE, |p| p[pid]);
                 let b = best[class as usize];
                 let sticky = settings.hysteresis > 0.0 && prev != NO_CHOICE && b != NO_CHOICE && prev != b;
-                let mut decide = |prev: Option<&str>| {
-                    let (id, primary) = nb.decide(&ctx, pr, &region, class, prev);
-                    (id, primary.map_or(NO_CHOICE, |i| node_ids[i]))
-                };
+                let c = class as usize;
                 let (id, primary) = if sticky {
-                    *held.entry((class, prev)).or_insert_with(|| decide(Some(&state.chosen_names[prev as usize])))
+                    match held.get(&(class, prev)) {
+                        Some(&d) => d,
+                        None => {
+                            let d = match old.held.remove(&(class, prev)) {
+                                Some(d) if !dirty[c] && !changed_ids.contains(&prev) => d,
+                                _ => nb.decide_recorded(
+                                    &ctx,
+                                    pr,
+                                    &region,
+                                    class,
+                                    Some(&state.chosen_names[prev as usize]),
+                                    &node_ids,
+                                ),
+                            };
+                            let r = (nb.answers.replay(&d), d.primary);
+                            rec.held.insert((class, prev), d);
+                            held.insert((class, prev), r);
+                            r
+                        }
+                    }
                 } else {
-                    *natural[class as usize].get_or_insert_with(|| decide(None))
+                    match natural[c] {
+                        Some(d) => d,
+                        None => {
+                            let d = match old.natural.get_mut(c).and_then(Option::take) {
+                                Some(d) if !dirty[c] => d,
+                                _ => nb.decide_recorded(&ctx, pr, &region, class, None, &node_ids),
+                            };
+                            let r = (nb.answers.replay(&d), d.primary);
+                            rec.natural[c] = Some(d);
+                            natural[c] = Some(r);
+                            r
+                        }
+                    }
                 };
                 by_partition.push(id);
                 chosen.push(primary);
@@ -514,8 +645,19 @@ pub fn build_route_table(
             // Names of one pool without prefix overrides of their own often get the
             // same answers everywhere: their prefix maps are built once.
             let own = over4.is_empty() && over6.is_empty();
+            let pins = |o: &[(u128, u128, PrefixOverride)]| o.iter().any(|o| !matches!(o.2, PrefixOverride::Fixed(_)));
+            // The same answers, overrides and pinned rankings as last time: the same maps.
+            let unchanged = old.by_partition == by_partition
+                && old.pre_answers == nb.answers.list
+                && old.over4 == over4
+                && old.over6 == over6
+                && (!dirty[class0 as usize] || !(pins(&over4) || pins(&over6)));
+            rec.pre_answers = nb.answers.list.clone();
             let shared_maps = own.then(|| shared.iter().find(|s| s.0 == by_partition)).flatten();
-            let (v4, v6) = if let Some((_, v4, v6)) = shared_maps {
+            let (v4, v6) = if let (true, Some(v4), Some(v6)) = (unchanged, old.v4.take(), old.v6.take()) {
+                nb.answers.list = std::mem::take(&mut old.answers);
+                (v4, v6)
+            } else if let Some((_, v4, v6)) = shared_maps {
                 (v4.clone(), v6.clone())
             } else {
                 let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition);
@@ -585,6 +727,13 @@ pub fn build_route_table(
                 }
                 (v4, v6)
             };
+            rec.by_partition = by_partition;
+            rec.answers = nb.answers.list.clone();
+            rec.over4 = over4;
+            rec.over6 = over6;
+            rec.v4 = Some(v4.clone());
+            rec.v6 = Some(v6.clone());
+            names.insert(spec.name.clone(), rec);
             let answers = nb.answers.list;
             let ecs = spec.domain.is_none_or(|d| d.ecs);
             scheduled.push(ScheduledName { ecs, id: state.name_ids.id(&spec.name), name: spec.name, answers, v4, v6 });
@@ -592,6 +741,10 @@ pub fn build_route_table(
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
     state.choices = new_choices;
+    let mut record = incremental::Record::new(&now_inputs, ctx.plan);
+    record.pools = pools.into_iter().map(|(p, (pr, _))| (p, pr)).collect();
+    record.names = names;
+    state.record = Some(Box::new(record));
     RouteTable::new(version, now, zones)
 }
 
@@ -619,6 +772,7 @@ fn partition_runs(partitions: &PartitionTable, by_partition: &[u32]) -> (Runs, R
     let v6 = runs(partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, by_partition[p as usize])));
     (v4, v6)
 }
+pub mod incremental;
 #[cfg(test)]
 mod oracle;
 

@@ -28,7 +28,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
-pub use build::{BuildState, Inputs, NameIds, build_route_table};
+pub use build::{BuildState, Change, Inputs, NameIds, build_route_table, build_route_table_after};
 pub use decide::{ClientQuery, Decision};
 
 use crate::clock::now_ms;
@@ -79,6 +79,10 @@ pub struct Scheduler {
     healthy: std::sync::atomic::AtomicBool,
     /// The version of every table published, for followers (map writer, NS-host stream).
     versions: tokio::sync::watch::Sender<u64>,
+    /// What changed since the last recompute, as [`Scheduler::notify`] was told.
+    pending: std::sync::Mutex<Option<Change>>,
+    /// The partitions changed: the next build starts over.
+    partitions_changed: std::sync::atomic::AtomicBool,
 }
 
 impl Scheduler {
@@ -111,6 +115,8 @@ impl Scheduler {
             confirmation: Arc::new(Confirmation::new()),
             healthy: std::sync::atomic::AtomicBool::new(true),
             versions: tokio::sync::watch::Sender::new(0),
+            pending: std::sync::Mutex::new(None),
+            partitions_changed: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -135,6 +141,7 @@ impl Scheduler {
     pub fn set_geo(&self, geo: GeoDb) {
         let overrides = self.overrides.load();
         self.partitions.store(Arc::new(PartitionTable::build(&geo, &overrides)));
+        self.partitions_changed.store(true, Ordering::SeqCst);
         self.geo.store(Arc::new(geo));
     }
 
@@ -143,6 +150,7 @@ impl Scheduler {
     pub fn set_overrides(&self, overrides: Vec<Override>) {
         let geo = self.geo.load();
         self.partitions.store(Arc::new(PartitionTable::build(&geo, &overrides)));
+        self.partitions_changed.store(true, Ordering::SeqCst);
         self.overrides.store(Arc::new(overrides));
     }
 
@@ -164,8 +172,21 @@ impl Scheduler {
         (self.last_duration_us.load(Ordering::Relaxed), self.recomputes.load(Ordering::Relaxed))
     }
 
-    /// Asks the loop for a recompute soon (coalesced).
+    /// Asks the loop for a full recompute soon (coalesced).
     pub fn trigger(&self) {
+        self.notify(Change::Everything);
+    }
+
+    /// Asks the loop for a recompute soon after `change` (coalesced with the
+    /// changes still pending): node and liveness changes recompute only what
+    /// they touch.
+    pub fn notify(&self, change: Change) {
+        let mut pending = self.pending.lock().expect("pending-change lock poisoned");
+        *pending = Some(match pending.take() {
+            Some(p) => p.merge(change),
+            None => change,
+        });
+        drop(pending);
         self.wake.notify_one();
     }
 
@@ -245,7 +266,14 @@ impl Scheduler {
     /// version. While a rollback holds the table, nothing is recomputed and
     /// the held table is returned.
     pub async fn recompute(&self) -> Result<Arc<RouteTable>, SchedulerError> {
-        let result = self.recompute_inner().await;
+        self.recompute_after(Change::Everything).await
+    }
+
+    /// [`Scheduler::recompute`] after `change`: node and liveness changes
+    /// re-rank and rebuild only what they touch (the table is the same as a
+    /// full recompute's).
+    pub async fn recompute_after(&self, change: Change) -> Result<Arc<RouteTable>, SchedulerError> {
+        let result = self.recompute_inner(change).await;
         self.healthy.store(result.is_ok(), Ordering::SeqCst);
         if result.is_ok() {
             self.confirmation.confirm(now_ms());
@@ -253,7 +281,7 @@ impl Scheduler {
         result
     }
 
-    async fn recompute_inner(&self) -> Result<Arc<RouteTable>, SchedulerError> {
+    async fn recompute_inner(&self, change: Change) -> Result<Arc<RouteTable>, SchedulerError> {
         // Serialise whole recomputes, reads included: a recompute that read the
         // store before a write must not publish after the write's own recompute.
         // Rollbacks take the same lock, so the frozen check below cannot race one.
@@ -281,6 +309,7 @@ impl Scheduler {
         };
         let started = Instant::now();
         let version = self.next_version();
+        let change = if self.partitions_changed.swap(false, Ordering::SeqCst) { Change::Everything } else { change };
         let current = self.table.load_full();
         // The build and the comparison run on a blocking thread, so DNS and API
         // tasks keep their runtime threads while a large table compiles.
@@ -292,6 +321,7 @@ impl Scheduler {
             policy: self.policy.clone(),
             state: std::mem::take(&mut *state),
             current: current.clone(),
+            change,
         };
         let (table, next_state, same) =
             tokio::task::spawn_blocking(move || job.run()).await.map_err(|e| SchedulerError::Build(e.to_string()))?;
@@ -348,7 +378,13 @@ impl Scheduler {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {}
+                _ = tick.tick() => {
+                    // The periodic full recompute: the safety net under incremental ones.
+                    if let Err(e) = self.recompute().await {
+                        tracing::error!(error = %e, "recompute failed; the NS hosts keep the last table");
+                    }
+                    continue;
+                }
                 _ = self.wake.notified() => {}
                 _ = confirm.tick() => {
                     if self.healthy.load(Ordering::SeqCst) {
@@ -357,7 +393,8 @@ impl Scheduler {
                     continue;
                 }
             }
-            if let Err(e) = self.recompute().await {
+            let change = self.pending.lock().expect("pending-change lock poisoned").take();
+            if let Err(e) = self.recompute_after(change.unwrap_or(Change::Everything)).await {
                 tracing::error!(error = %e, "recompute failed; the NS hosts keep the last table");
             }
         }
@@ -373,19 +410,21 @@ struct BuildJob {
     policy: Policy,
     state: BuildState,
     current: Arc<RouteTable>,
+    change: Change,
 }
 
 impl BuildJob {
     /// The new table, the build state to keep, and whether the table serves
     /// the same as the current one.
     fn run(mut self) -> (RouteTable, BuildState, bool) {
-        let table = build_route_table(
+        let table = build_route_table_after(
             self.version,
             &self.inputs,
             &self.partitions,
             &self.settings,
             &self.policy,
             &mut self.state,
+            &self.change,
         );
         let same = self.current.version != 0 && table.serves_same_as(&self.current);
         (table, self.state, same)

@@ -458,15 +458,21 @@ mod equivalence {
         (inputs, settings)
     }
 
-    /// One event: a node's load, weight, status or probe changes, or time passes.
-    fn random_event(rng: &mut StdRng, inputs: &mut Inputs) {
+    /// One event: a node's load, weight, status, addresses, place or probe
+    /// changes, or time passes. Returns the change as a writer would name it.
+    fn random_event(rng: &mut StdRng, inputs: &mut Inputs) -> Change {
         inputs.now_ms += rng.gen_range(0..20_000);
         if inputs.nodes.is_empty() {
-            return;
+            return Change::Liveness;
         }
         let i = rng.gen_range(0..inputs.nodes.len());
         let n = &mut inputs.nodes[i];
-        match rng.gen_range(0..5) {
+        let change = Change::Node(n.name.clone());
+        match rng.gen_range(0..9) {
+            5 => n.bandwidth_mbps = rng.gen_range(0.0..150.0),
+            6 => n.public_ip = if n.public_ip.is_some() { None } else { Some(Ipv4Addr::new(192, 0, 2, 200)) },
+            7 => n.isp = pick(rng, NODE_ISPS).into(),
+            8 => n.memory_usage = rng.gen_range(0.0..100.0),
             0 => n.status = if n.status == NodeStatus::Online { NodeStatus::Offline } else { NodeStatus::Online },
             1 => n.cpu_usage = rng.gen_range(0.0..100.0),
             2 => n.weight = rng.gen_range(0..300),
@@ -476,6 +482,7 @@ mod equivalence {
             }
             _ => n.last_heartbeat_ms = Some(inputs.now_ms),
         }
+        change
     }
 
     fn assert_same(seed: u64, step: usize, planner: &RouteTable, oracle: &RouteTable) {
@@ -497,12 +504,18 @@ mod equivalence {
             let parts = partitions(&mut rng);
             let (mut inputs, settings) = random_world(&mut rng);
             let policy = settings.policy();
-            let (mut ps, mut os) = (BuildState::default(), OracleState::default());
+            let (mut ps, mut is, mut os) = (BuildState::default(), BuildState::default(), OracleState::default());
+            let mut change = Change::Everything;
             for step in 0..steps {
-                let p = super::super::build_route_table(step as u64 + 1, &inputs, &parts, &settings, &policy, &mut ps);
-                let o = build_route_table(step as u64 + 1, &inputs, &parts, &settings, &policy, &mut os);
+                let version = step as u64 + 1;
+                let p = super::super::build_route_table(version, &inputs, &parts, &settings, &policy, &mut ps);
+                let i = super::super::build_route_table_after(
+                    version, &inputs, &parts, &settings, &policy, &mut is, &change,
+                );
+                let o = build_route_table(version, &inputs, &parts, &settings, &policy, &mut os);
                 assert_same(seed, step, &p, &o);
-                random_event(&mut rng, &mut inputs);
+                assert_same(seed, step, &i, &o);
+                change = random_event(&mut rng, &mut inputs);
             }
         }
     }

@@ -1,0 +1,220 @@
+//! Incremental recompute: what a build keeps for the next one, and which
+//! parts of it a change leaves valid.
+//!
+//! A build records, besides the table: the [`Plan`] (classes, node numbers),
+//! each pool's tops and rankings per class, each name's decision per class
+//! (the answers it interned, in order) and its prefix maps. The next build,
+//! when the caller says only nodes or their liveness changed ([`Change`]),
+//! diffs the nodes against the record itself (the caller's word only decides
+//! whether to try), and
+//!
+//! - updates the changed nodes' numbers in the plan;
+//! - re-ranks only the classes whose top held a changed node, that a changed
+//!   node now enters, or whose ISP stages it takes part in
+//!   ([`Plan::top_may_change`]), and those whose failover check moved;
+//! - re-decides only those classes (and held hysteresis decisions whose
+//!   previous primary changed); every other decision is replayed;
+//! - reuses a name's prefix maps when its per-partition answers, its answer
+//!   list and its prefix overrides came out as before.
+//!
+//! Anything else (a node added, removed, renamed, moved to another location
+//! or pool; rules, lines, domains, zones, settings or partitions changed; a
+//! rule or line naming a changed node) falls back to the full build, as does
+//! every [`Change::Everything`] (the periodic safety net). Either way the
+//! table is the one the full build computes: the equivalence test holds both
+//! to the oracle.
+
+use std::collections::HashMap;
+
+use super::{Answers, PoolRanks, PrefixOverride};
+use crate::config::ScheduleSettings;
+use crate::engine::planner::Plan;
+use crate::engine::{NodeView, Policy};
+use crate::model::{Domain, Line, Node, Rule, Zone};
+use crate::partition::PartitionTable;
+use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
+use crate::route_table::Answer;
+
+/// What changed since the last build, as the writer knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A node's load, weight, status or addresses (PATCH, heartbeat).
+    Node(String),
+    /// Probe verdicts or heartbeat timeouts (health transitions).
+    Liveness,
+    /// Rules were written or expired.
+    Rules,
+    /// Anything else, or not known: the full build.
+    Everything,
+}
+
+impl Change {
+    /// Whether a build may start from the last one's record.
+    pub fn allows_incremental(&self) -> bool {
+        matches!(self, Change::Node(_) | Change::Liveness)
+    }
+
+    /// Two pending changes as one.
+    pub fn merge(self, other: Change) -> Change {
+        match (self, other) {
+            (a, b) if a == b => a,
+            (Change::Node(_) | Change::Liveness, Change::Node(_) | Change::Liveness) => Change::Liveness,
+            _ => Change::Everything,
+        }
+    }
+}
+
+/// One class's decision for one name, as recorded: the answers it interned,
+/// in order, which of them it chose, and its automatic primary (a stable
+/// node id, or `NO_CHOICE`).
+#[derive(Clone, Debug)]
+pub(super) struct Decided {
+    pub answers: Vec<Answer>,
+    pub last: u32,
+    pub primary: u32,
+}
+
+impl Answers {
+    /// Interns a recorded decision's answers in their order; the id of the
+    /// chosen one. A canary's answer id, recorded as a position in the
+    /// decision's own list, becomes the id here.
+    pub(super) fn replay(&mut self, d: &Decided) -> u32 {
+        let mut ids = Vec::with_capacity(d.answers.len());
+        for a in &d.answers {
+            let mut a = a.clone();
+            if let Some(c) = &mut a.canary {
+                c.answer = ids[c.answer as usize];
+            }
+            ids.push(self.id(a));
+        }
+        ids[d.last as usize]
+    }
+}
+
+/// One name's record.
+#[derive(Clone, Debug, Default)]
+pub(super) struct NameRecord {
+    /// Per class, the decision without a held primary.
+    pub natural: Vec<Option<Decided>>,
+    /// Per (class, previous primary), the decision with hysteresis.
+    pub held: HashMap<(u32, u32), Decided>,
+    pub by_partition: Vec<u32>,
+    /// The answers before and after the prefix overrides.
+    pub pre_answers: Vec<Answer>,
+    pub answers: Vec<Answer>,
+    pub over4: Vec<(u128, u128, PrefixOverride)>,
+    pub over6: Vec<(u128, u128, PrefixOverride)>,
+    pub v4: Option<PrefixMapV4>,
+    pub v6: Option<PrefixMapV6>,
+}
+
+/// What a build keeps for the next one.
+#[derive(Clone, Debug)]
+pub(super) struct Record {
+    partitions: (usize, usize, usize, usize),
+    settings: ScheduleSettings,
+    policy: Policy,
+    zones: Vec<Zone>,
+    domains: Vec<Domain>,
+    rules: Vec<Rule>,
+    lines: Vec<Line>,
+    /// The nodes without their heartbeat stamps, and whether each was dead.
+    nodes: Vec<Node>,
+    dead: Vec<Option<crate::health::Dead>>,
+    pub plan: Plan,
+    pub pools: HashMap<String, PoolRanks>,
+    pub names: HashMap<String, NameRecord>,
+}
+
+fn partitions_key(p: &PartitionTable) -> (usize, usize, usize, usize) {
+    (std::ptr::from_ref(p) as usize, p.locations().len(), p.v4_ranges().len(), p.v6_ranges().len())
+}
+
+/// A node as far as answers go: heartbeat stamps only matter through liveness.
+fn unstamped(n: &Node) -> Node {
+    Node { last_heartbeat_ms: None, updated_at_ms: 0, ..n.clone() }
+}
+
+/// Whether a node kept everything that places it in the plan's classes.
+fn same_place(a: &Node, b: &Node) -> bool {
+    a.name == b.name
+        && a.country == b.country
+        && a.province == b.province
+        && a.city == b.city
+        && a.isp == b.isp
+        && a.pool == b.pool
+        && a.lat == b.lat
+        && a.lon == b.lon
+}
+
+/// The inputs a record is checked against.
+pub(super) struct Now<'a> {
+    pub partitions: &'a PartitionTable,
+    pub settings: &'a ScheduleSettings,
+    pub policy: &'a Policy,
+    pub zones: &'a [Zone],
+    pub domains: &'a [Domain],
+    pub rules: &'a [&'a Rule],
+    pub lines: &'a [Line],
+    pub views: &'a [NodeView],
+}
+
+impl Record {
+    pub fn new(now: &Now, plan: Plan) -> Record {
+        Record {
+            partitions: partitions_key(now.partitions),
+            settings: now.settings.clone(),
+            policy: now.policy.clone(),
+            zones: now.zones.to_vec(),
+            domains: now.domains.to_vec(),
+            rules: now.rules.iter().map(|&r| r.clone()).collect(),
+            lines: now.lines.to_vec(),
+            nodes: now.views.iter().map(|v| unstamped(&v.node)).collect(),
+            dead: now.views.iter().map(|v| v.dead).collect(),
+            plan,
+            pools: HashMap::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    /// The indices of the nodes that changed, when this record can be built
+    /// on; `None` when the build must start over.
+    pub fn changed_nodes(&self, now: &Now) -> Option<Vec<usize>> {
+        if self.partitions != partitions_key(now.partitions)
+            || self.settings != *now.settings
+            || self.policy != *now.policy
+            || self.zones != now.zones
+            || self.domains != now.domains
+            || self.lines != now.lines
+            || self.rules.len() != now.rules.len()
+            || self.rules.iter().zip(now.rules).any(|(a, b)| a != *b)
+            || self.nodes.len() != now.views.len()
+        {
+            return None;
+        }
+        let mut changed = Vec::new();
+        for (i, v) in now.views.iter().enumerate() {
+            let old = &self.nodes[i];
+            if !same_place(old, &v.node) {
+                return None;
+            }
+            if self.dead[i] != v.dead || *old != unstamped(&v.node) {
+                changed.push(i);
+            }
+        }
+        let named = |n: &str| changed.iter().any(|&i| now.views[i].node.name == n);
+        if now.rules.iter().any(|r| named(&r.node)) || now.lines.iter().any(|l| l.node.as_deref().is_some_and(named)) {
+            return None;
+        }
+        Some(changed)
+    }
+
+    /// Takes the new nodes into the record.
+    pub fn refresh(&mut self, views: &[NodeView], changed: &[usize]) {
+        for &i in changed {
+            self.nodes[i] = unstamped(&views[i].node);
+            self.dead[i] = views[i].dead;
+            self.plan.update_node(i, &views[i]);
+        }
+    }
+}
