@@ -34,13 +34,13 @@ macro_rules! counters {
 counters! {
     /// Answered from the maps with `XDP_TX`.
     Answered = "answered",
-    /// Not IPv4 (IPv6, ARP, stacked VLAN tags, …).
-    NotIpv4 = "not_ipv4",
+    /// Neither IPv4 nor IPv6 (ARP, stacked VLAN tags, …).
+    NotIp = "not_ip",
     /// IPv4 header with options (IHL != 5).
     IpOptions = "ip_options",
-    /// IPv4 fragment.
+    /// IPv4 fragment, or an IPv6 Fragment header.
     Fragment = "fragment",
-    /// Not UDP.
+    /// Not UDP (over IPv6: a next header other than UDP, extension headers included).
     NotUdp = "not_udp",
     /// UDP, but not to an address and port in `lagran_listen`.
     NotListenAddress = "not_listen_address",
@@ -70,8 +70,6 @@ counters! {
     /// Invalid ECS (length, family, prefix, non-zero scope or address bits beyond
     /// the prefix): userspace answers FORMERR.
     EcsBad = "ecs_bad",
-    /// ECS with an IPv6 subnet: not answered here yet.
-    EcsV6 = "ecs_v6",
     /// No route or an empty answer for this client: userspace falls back.
     NoAnswer = "no_answer",
     /// `lagran_config` says the fast path is off (or was never configured).
@@ -86,9 +84,11 @@ counters! {
     OptMalformed = "opt_malformed",
     /// The IPv4 header checksum does not verify: the stack discards it (RFC 1122).
     IpChecksum = "ip_checksum",
+    /// UDP over IPv6 with a zero checksum: the stack discards it (RFC 8200 §8.1).
+    UdpZeroChecksum = "udp_zero_checksum",
 }
 
 /// Number of counters: the `lagran_counters` array size.
 pub const COUNT: u32 = Counter::ALL.len() as u32;
 
-const _: () = assert!(Counter::IpChecksum as u32 + 1 == COUNT);
+const _: () = assert!(Counter::UdpZeroChecksum as u32 + 1 == COUNT);

@@ -19,6 +19,7 @@ pub mod counters;
 pub mod listen;
 pub mod names;
 pub mod route_v4;
+pub mod route_v6;
 
 /// The directory under bpffs where the loader pins every map.
 pub const PIN_DIR: &str = "/sys/fs/bpf/lagran";

@@ -9,10 +9,14 @@ use lagran_common::{
     names::{NAME_MAX, NameValue, WORDS, hash_finish, hash_seed, hash_step, lowercase_word},
 };
 
-use crate::{maps::Scratch, packet::Frame};
+use crate::{ipv6::Addr6, maps::Scratch, packet::Frame};
 
 pub const HDR_LEN: usize = 12;
 const QTYPE_A: u16 = 1;
+/// RFC 3596 §2.1: "The AAAA resource record type is a record specific to the
+/// Internet class that stores a single IPv6 address. The IANA assigned value
+/// of the type is 28 (decimal)."
+const QTYPE_AAAA: u16 = 28;
 const QCLASS_IN: u16 = 1;
 const TYPE_OPT: u16 = 41;
 /// RFC 7871 §6: OPTION-CODE of EDNS Client Subnet.
@@ -35,29 +39,43 @@ pub const FLAG_RD: u16 = 0x0100;
 pub const FLAG_CD: u16 = 0x0010;
 
 /// What the response needs to know about the query.
+///
+/// `repr(C)`, widest fields first: the build allows misaligned memory access,
+/// and LLVM then merges neighbouring stores of a Rust-ordered struct into 8-byte
+/// stores at 4-aligned stack offsets, which the verifier refuses.
+#[repr(C)]
 #[derive(Clone, Copy)]
 pub struct Query {
-    pub id: [u8; 2],
-    /// Header flags as received (host order).
-    pub flags: u16,
-    pub arcount: u16,
+    /// The `lagran_names` key of the name.
+    pub qhash: u64,
     /// Length of the question name in wire format, 1–255.
     pub qlen: usize,
+    /// IPv6 ECS ADDRESS, zero-extended to 16 bytes.
+    pub ecs_addr6: Addr6,
+    /// IPv6 ECS: the 16 octets ending at the end of ADDRESS as loaded from the
+    /// query (machine-order words), written back to end the echoed option.
+    pub ecs_window: [u64; 2],
     /// One's-complement partial sum of the name bytes, as they sit in the packet
     /// (the question starts at an even offset of the DNS message).
     pub qsum: u32,
-    /// The `lagran_names` key of the name.
-    pub qhash: u64,
+    /// 1 when QTYPE is AAAA, 0 when it is A.
+    pub aaaa: u32,
     /// 1 when the query carried an OPT record.
     pub has_opt: u32,
+    /// 1 when the OPT carried an ECS option.
+    pub has_ecs: u32,
+    /// 1 when that option's FAMILY is IPv6 (2), 0 for IPv4 (1).
+    pub ecs_v6: u32,
+    /// IPv4 ECS ADDRESS, zero-extended to four bytes (bits beyond SOURCE are zero).
+    pub ecs_addr: [u8; 4],
+    /// Header flags as received (host order).
+    pub flags: u16,
+    pub arcount: u16,
+    pub id: [u8; 2],
     /// The DO bit as it sits in the OPT TTL's third byte (0x80 or 0).
     pub do_bit: u8,
-    /// 1 when the OPT carried an IPv4 ECS option.
-    pub has_ecs: u32,
-    /// ECS SOURCE PREFIX-LENGTH, 0–32.
+    /// ECS SOURCE PREFIX-LENGTH, 0–32 (IPv4) or 0–128 (IPv6).
     pub ecs_source: u8,
-    /// ECS ADDRESS, zero-extended to four bytes (bits beyond SOURCE are zero).
-    pub ecs_addr: [u8; 4],
 }
 
 /// Parses the message at `dns` (frame offset) of `len` bytes; the lowercased name
@@ -100,7 +118,8 @@ pub fn parse(
         return Err(Counter::TooShort);
     }
     let tc = f.bytes::<4>(dns + HDR_LEN + qlen)?;
-    if u16::from_be_bytes([tc[0], tc[1]]) != QTYPE_A {
+    let qtype = u16::from_be_bytes([tc[0], tc[1]]);
+    if qtype != QTYPE_A && qtype != QTYPE_AAAA {
         return Err(Counter::Qtype);
     }
     if u16::from_be_bytes([tc[2], tc[3]]) != QCLASS_IN {
@@ -109,6 +128,7 @@ pub fn parse(
 
     let mut q = Query {
         id,
+        aaaa: (qtype == QTYPE_AAAA) as u32,
         flags,
         arcount,
         qlen,
@@ -117,8 +137,11 @@ pub fn parse(
         has_opt: 0,
         do_bit: 0,
         has_ecs: 0,
+        ecs_v6: 0,
         ecs_source: 0,
         ecs_addr: [0; 4],
+        ecs_addr6: Addr6 { hi: 0, lo: 0 },
+        ecs_window: [0; 2],
     };
     if arcount == 0 {
         if q_end != len {
@@ -361,7 +384,7 @@ fn parse_ecs(f: &Frame, o: usize, len: usize, q: &mut Query) -> Result<(), Count
     let source = ecs[2];
     let scope = ecs[3];
     if family == FAMILY_IPV6 {
-        return Err(Counter::EcsV6);
+        return parse_ecs6(f, o, len, source, scope, q);
     }
     // RFC 7871 §7.1.1: SCOPE PREFIX-LENGTH MUST be 0 in queries; ADDRESS has
     // ceil(SOURCE / 8) octets; bits beyond SOURCE MUST be zero.
@@ -394,5 +417,57 @@ fn parse_ecs(f: &Frame, o: usize, len: usize, q: &mut Query) -> Result<(), Count
     q.has_ecs = 1;
     q.ecs_source = source;
     q.ecs_addr = addr;
+    Ok(())
+}
+
+/// Reads an IPv6 ECS option's data (`len` bytes at `o`; FAMILY, SOURCE and SCOPE
+/// already read) into `q`, with the checks `dns::ecs::Ecs::parse` makes.
+///
+/// The address (0–16 octets) is read as the 16 octets *ending* at its end (the
+/// option and OPT headers lie before it, inside the frame) and shifted into
+/// place: one load pair instead of sixteen one-byte branches.
+#[inline(always)]
+fn parse_ecs6(f: &Frame, o: usize, len: usize, source: u8, scope: u8, q: &mut Query) -> Result<(), Counter> {
+    // RFC 7871 §7.1.1: SCOPE PREFIX-LENGTH MUST be 0 in queries; ADDRESS has
+    // ceil(SOURCE / 8) octets; bits beyond SOURCE MUST be zero.
+    if source > 128 || scope != 0 {
+        return Err(Counter::EcsBad);
+    }
+    let n = (source as usize).div_ceil(8);
+    if len - 4 != n {
+        return Err(Counter::EcsBad);
+    }
+    let mut a = Addr6 { hi: 0, lo: 0 };
+    let mut window = [0u64; 2];
+    if n > 0 {
+        let p = f.at::<16>(o + 4 + n - 16)?;
+        // SAFETY: `at` checked `[p, p + 16)` against the frame end.
+        window =
+            unsafe { [core::ptr::read_unaligned(p as *const u64), core::ptr::read_unaligned((p + 8) as *const u64)] };
+        let (hi, lo) = (u64::from_be(window[0]), u64::from_be(window[1]));
+        // The address is the low `8n` bits of hi:lo; move it to the top.
+        let s = (128 - 8 * n) as u32;
+        a = if s == 0 {
+            Addr6 { hi, lo }
+        } else if s < 64 {
+            Addr6 { hi: (hi << s) | (lo >> (64 - s)), lo: lo << s }
+        } else {
+            Addr6 { hi: lo << (s - 64), lo: 0 }
+        };
+        let src = source as u32;
+        let (mhi, mlo) = if src >= 64 {
+            (u64::MAX, if src == 64 { 0 } else { u64::MAX << (128 - src) })
+        } else {
+            (u64::MAX << (64 - src), 0)
+        };
+        if a.hi & !mhi != 0 || a.lo & !mlo != 0 {
+            return Err(Counter::EcsBad);
+        }
+    }
+    q.has_ecs = 1;
+    q.ecs_v6 = 1;
+    q.ecs_source = source;
+    q.ecs_addr6 = a;
+    q.ecs_window = window;
     Ok(())
 }

@@ -25,7 +25,7 @@ pub struct Ipv4 {
 pub fn parse(f: &Frame, l3: usize) -> Result<Ipv4, Counter> {
     let ip: Ipv4Hdr = f.header(l3)?;
     if ip.vihl >> 4 != 4 {
-        return Err(Counter::NotIpv4);
+        return Err(Counter::NotIp);
     }
     if ip.vihl & 0x0f != 5 {
         return Err(Counter::IpOptions);

@@ -1,16 +1,17 @@
 //! The Lagran XDP fast path.
 //!
-//! Answers `A` queries for scheduled names from BPF maps and hands everything
+//! Answers `A` and `AAAA` queries for scheduled names from BPF maps and hands everything
 //! else to the kernel stack (and so to the userspace responder) with `XDP_PASS`.
 //! Userspace computes every answer; this program only parses, looks up and
 //! rewrites (SPEC §8):
 //!
 //! ```text
-//! Ethernet [802.1Q] → IPv4 (no options, no fragments) → UDP to a listen address (lagran_listen)
-//!   → DNS query, one question, A/IN, [OPT [ECS v4]]
+//! Ethernet [802.1Q] → IPv4 (no options, no fragments) or IPv6 (no extension headers)
+//!   → UDP to a listen address (lagran_listen)
+//!   → DNS query, one question, A or AAAA/IN, [OPT [ECS v4 or v6]]
 //!   → lagran_names (qname → name id)
-//!   → lagran_route_v4 ([name id | client] → answer id, scope)
-//!   → lagran_answers (answer id → TTL, addresses, canary split)
+//!   → lagran_route_v4 / lagran_route_v6 ([name id | client] → answer id, scope)
+//!   → lagran_answers / lagran_answers6 (answer id → TTL, records, canary split)
 //!   → response written in place, XDP_TX
 //! ```
 //!
@@ -29,6 +30,7 @@ mod csum;
 mod dns;
 mod eth;
 mod ipv4;
+mod ipv6;
 mod maps;
 mod packet;
 mod response;
@@ -37,7 +39,7 @@ mod udp;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lagran_common::{canary, counters::Counter};
 
-use crate::packet::Frame;
+use crate::{packet::Frame, response::Ip};
 
 #[xdp]
 pub fn lagran(ctx: XdpContext) -> u32 {
@@ -63,20 +65,42 @@ pub fn lagran(ctx: XdpContext) -> u32 {
 fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
     let f = Frame::new(ctx);
     let eth = eth::parse(&f)?;
-    let ip = ipv4::parse(&f, eth.l3)?;
-    let cfg = maps::config().ok_or(Counter::Disabled)?;
-    if cfg.enabled == 0 {
-        return Err(Counter::Disabled);
-    }
-    let l4 = eth.l3 + ipv4::HDR_LEN;
-    let udp = udp::parse(&f, l4, ip.tot_len - ipv4::HDR_LEN)?;
-    // Only what we serve: another host's DNS traffic crossing this interface, or
-    // a port we do not listen on, is not ours to answer.
-    if !maps::listening_v4(ip.dst, udp.dst) {
-        return Err(Counter::NotListenAddress);
-    }
+    // The network layer: where UDP starts, the packet's source, and whether we
+    // serve the destination.
+    let (ip, l4, udp, source, cfg) = if eth.ipv6 != 0 {
+        let ip6 = ipv6::parse(&f, eth.l3)?;
+        let cfg = maps::config().ok_or(Counter::Disabled)?;
+        if cfg.enabled == 0 {
+            return Err(Counter::Disabled);
+        }
+        let l4 = eth.l3 + ipv6::HDR_LEN;
+        let udp = udp::parse(&f, l4, ip6.payload_len)?;
+        // RFC 8200 §8.1: "IPv6 receivers must discard UDP packets containing a
+        // zero checksum" — the stack does; we leave it to the stack.
+        if udp.check == [0, 0] {
+            return Err(Counter::UdpZeroChecksum);
+        }
+        if !maps::listening_v6(ip6.dst_raw, udp.dst) {
+            return Err(Counter::NotListenAddress);
+        }
+        (Ip::V6, l4, udp, Client { v6: 1, addr: ip6.src }, cfg)
+    } else {
+        let ip4 = ipv4::parse(&f, eth.l3)?;
+        let cfg = maps::config().ok_or(Counter::Disabled)?;
+        if cfg.enabled == 0 {
+            return Err(Counter::Disabled);
+        }
+        let l4 = eth.l3 + ipv4::HDR_LEN;
+        let udp = udp::parse(&f, l4, ip4.tot_len - ipv4::HDR_LEN)?;
+        // Only what we serve: another host's DNS traffic crossing this interface, or
+        // a port we do not listen on, is not ours to answer.
+        if !maps::listening_v4(ip4.dst, udp.dst) {
+            return Err(Counter::NotListenAddress);
+        }
+        (Ip::V4(ip4), l4, udp, Client::v4(ip4.src), cfg)
+    };
     let scratch = maps::SCRATCH.get_ptr_mut(0).ok_or(Counter::Malformed)?;
-    let q = dns::parse(ctx, &f, l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
+    let q = dns::parse(ctx, &Frame::reload(ctx), l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
 
     // SAFETY: a read-only view of a map value, used before this program returns.
     #[expect(
@@ -90,25 +114,77 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
     }
     let name_id = name.id;
     // RFC 7871 §7.1.1: the ECS address when SOURCE PREFIX-LENGTH > 0, else the sender.
-    let client = if q.has_ecs != 0 && q.ecs_source > 0 { q.ecs_addr } else { ip.src };
-    let route = maps::route_v4(name_id, client).ok_or(Counter::NoAnswer)?;
-    let mut answer = maps::answer(route.answer_id).ok_or(Counter::NoAnswer)?;
-    let mut scope = if route.scope > 32 { 32 } else { route.scope as u8 };
-    if answer.canary_percent != 0 {
+    let client = if q.has_ecs != 0 && q.ecs_source > 0 {
+        if q.ecs_v6 != 0 { Client { v6: 1, addr: q.ecs_addr6 } } else { Client::v4(q.ecs_addr) }
+    } else {
+        source
+    };
+    let (answer_id, scope) = route(name_id, &client)?;
+    // One `response::build` per record type (see `response::Records`).
+    if q.aaaa != 0 {
+        let a = maps::answer6(answer_id).ok_or(Counter::NoAnswer)?;
+        let count = a.count as usize;
+        // No IPv6 address: userspace answers NODATA.
+        if count == 0 || count > lagran_common::answers::MAX_ADDRS {
+            return Err(Counter::NoAnswer);
+        }
+        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload };
+        response::build(ctx, &eth, &ip, &udp, &q, &reply)
+    } else {
+        let a = maps::answer(answer_id).ok_or(Counter::NoAnswer)?;
+        let count = a.count as usize;
+        if count == 0 || count > lagran_common::answers::MAX_ADDRS {
+            return Err(Counter::NoAnswer);
+        }
+        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload };
+        response::build(ctx, &eth, &ip, &udp, &q, &reply)
+    }
+}
+
+/// The client address an answer is chosen for: an IPv4 address (in the low 32
+/// bits of `addr.lo`) or an IPv6 one.
+#[derive(Clone, Copy)]
+struct Client {
+    v6: u32,
+    addr: ipv6::Addr6,
+}
+
+impl Client {
+    #[inline(always)]
+    fn v4(a: [u8; 4]) -> Client {
+        Client { v6: 0, addr: ipv6::Addr6 { hi: 0, lo: u32::from_be_bytes(a) as u64 } }
+    }
+}
+
+/// The answer id and ECS scope for `client`, exactly as
+/// `ScheduledName::answer_for`: IPv4 clients and IPv4-mapped IPv6 clients
+/// (`::ffff:a.b.c.d`, whose scope counts the 96 mapped bits) by the IPv4 trie,
+/// other IPv6 clients by the IPv6 trie; a canary split per /24 or /48.
+#[inline(always)]
+fn route(name_id: u32, client: &Client) -> Result<(u32, u8), Counter> {
+    let a = client.addr;
+    let mapped = client.v6 != 0 && a.hi == 0 && a.lo >> 32 == 0xffff;
+    let (route, max, split, bucket, extra) = if client.v6 == 0 || mapped {
+        let v4 = a.lo as u32;
+        let r = maps::route_v4(name_id, v4.to_be_bytes()).ok_or(Counter::NoAnswer)?;
+        (r, 32, canary::SPLIT_PREFIX_V4, canary::bucket_v4(v4), if mapped { 96 } else { 0 })
+    } else {
+        let r = maps::route_v6(name_id, a).ok_or(Counter::NoAnswer)?;
+        (r, 128, canary::SPLIT_PREFIX_V6, canary::bucket_v6(a.hi), 0)
+    };
+    let mut id = route.answer_id;
+    let mut scope = if route.scope > max { max as u8 } else { route.scope as u8 };
+    let primary = maps::answer(id).ok_or(Counter::NoAnswer)?;
+    if primary.canary_percent != 0 {
         // Canary split per client subnet, exactly as `ScheduledName::answer_for`.
-        if scope < canary::SPLIT_PREFIX_V4 {
-            scope = canary::SPLIT_PREFIX_V4;
+        if scope < split {
+            scope = split;
         }
-        if canary::bucket_v4(u32::from_be_bytes(client)) < answer.canary_percent {
-            answer = maps::answer(answer.canary_id).ok_or(Counter::NoAnswer)?;
+        if bucket < primary.canary_percent {
+            id = primary.canary_id;
         }
     }
-    let count = answer.count as usize;
-    if count == 0 || count > lagran_common::answers::MAX_ADDRS {
-        return Err(Counter::NoAnswer);
-    }
-    let reply = response::Reply { answer: &answer, count, scope, udp_payload: cfg.udp_payload };
-    response::build(ctx, &eth, &ip, &udp, &q, &reply)
+    Ok((id, scope + extra))
 }
 
 #[cfg(not(test))]

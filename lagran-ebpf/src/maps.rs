@@ -8,13 +8,16 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use lagran_common::{
-    answers::{self, AnswerV4},
+    answers::{self, AnswerV4, AnswerV6},
     config::{self, Config},
     counters::{self, Counter},
     listen::{self, ListenKey, ListenValue},
     names::{self, NameValue, WORDS},
     route_v4::{self, RouteV4Data, RouteValue},
+    route_v6::{self, RouteV6Data},
 };
+
+use crate::ipv6::Addr6;
 
 /// Deployment settings (DNS port, our UDP payload size, on/off).
 /// Written by userspace at attach time and when the fast path is switched off/on.
@@ -36,6 +39,16 @@ pub static NAMES: HashMap<u64, NameValue, { names::MAX_ENTRIES as usize }> = Has
 /// Written by the userspace map writer with diffed inserts/deletes, never rebuilt.
 #[btf_map(name = "lagran_route_v4")]
 pub static ROUTE_V4: LpmTrie<RouteV4Data, RouteValue, { route_v4::MAX_ENTRIES as usize }> = LpmTrie::new();
+
+/// `[name id | IPv6 prefix]` -> (answer id, ECS scope), from the same route table
+/// (IPv4-mapped clients are looked up in `ROUTE_V4`). Written like `ROUTE_V4`.
+#[btf_map(name = "lagran_route_v6")]
+pub static ROUTE_V6: LpmTrie<RouteV6Data, RouteValue, { route_v6::MAX_ENTRIES as usize }> = LpmTrie::new();
+
+/// Answer id -> the `AAAA` records of the answer whose `A` records sit at the same
+/// id of `ANSWERS`. Written by the userspace map writer together with `ANSWERS`.
+#[btf_map(name = "lagran_answers6")]
+pub static ANSWERS6: Array<AnswerV6, { answers::MAX_ENTRIES as usize }> = Array::new();
 
 /// Answer id -> final TTL and up to four addresses.
 /// Written by the userspace map writer; ids stay stable while an answer is unchanged.
@@ -100,6 +113,44 @@ fn listen_key_v4(addr: u32, port: [u8; 2]) -> ListenKey {
     }
 }
 
+/// Whether we serve `[addr]:port` (IPv6; the address as loaded from the packet,
+/// the port in network order): the address itself, else the IPv6 wildcard `::`.
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value is copied through a zeroed temporary: a memset call in the XDP section"
+)]
+pub fn listening_v6(addr: [u64; 2], port: [u8; 2]) -> bool {
+    // 8-aligned room for a key (20 bytes, alignment 1), so the word stores are aligned.
+    let mut exact = core::mem::MaybeUninit::<[u64; 3]>::uninit();
+    let mut any = core::mem::MaybeUninit::<[u64; 3]>::uninit();
+    let (e, a) = (exact.as_mut_ptr() as *mut ListenKey, any.as_mut_ptr() as *mut ListenKey);
+    // SAFETY: `fill_listen_key_v6` writes every byte of each key before it is read.
+    unsafe {
+        fill_listen_key_v6(e, addr, port);
+        fill_listen_key_v6(a, [0, 0], port);
+        LISTEN.get_ptr(&*e).is_some() || LISTEN.get_ptr(&*a).is_some()
+    }
+}
+
+/// Writes `ListenKey::v6` in place with volatile word stores: a key returned by
+/// value, or zero words LLVM may merge, become a `memset` call.
+///
+/// # Safety
+/// `k` must be 4-aligned and valid for writes of a `ListenKey`.
+#[inline(always)]
+unsafe fn fill_listen_key_v6(k: *mut ListenKey, addr: [u64; 2], port: [u8; 2]) {
+    let p = k as *mut u8;
+    // SAFETY: five stores covering the 20 bytes of the key (4 × 4 + 4).
+    unsafe {
+        core::ptr::write_volatile(p as *mut u32, addr[0] as u32);
+        core::ptr::write_volatile(p.add(4) as *mut u32, (addr[0] >> 32) as u32);
+        core::ptr::write_volatile(p.add(8) as *mut u32, addr[1] as u32);
+        core::ptr::write_volatile(p.add(12) as *mut u32, (addr[1] >> 32) as u32);
+        core::ptr::write_volatile(p.add(16) as *mut u32, u32::from_ne_bytes([port[0], port[1], 0, 0]));
+    }
+}
+
 #[inline(always)]
 pub fn config() -> Option<Config> {
     CONFIG.get(config::INDEX).copied()
@@ -111,7 +162,32 @@ pub fn route_v4(name_id: u32, addr: [u8; 4]) -> Option<RouteValue> {
     ROUTE_V4.get(&key).copied()
 }
 
+/// The route of an IPv6 client (not IPv4-mapped) of name `name_id`.
 #[inline(always)]
-pub fn answer(id: u32) -> Option<AnswerV4> {
-    ANSWERS.get(id).copied()
+pub fn route_v6(name_id: u32, addr: Addr6) -> Option<RouteValue> {
+    // Built with word stores (an array copy into the key may become a `memcpy`)
+    // into 8-aligned room: the key type is packed, and verifiers refuse
+    // misaligned stack access.
+    let mut room = core::mem::MaybeUninit::<[u64; 3]>::uninit();
+    let p = room.as_mut_ptr() as *mut u8;
+    // SAFETY: four aligned stores covering the 24 bytes of the key (prefix
+    // length 4, name id 4, address 16), all big-endian but the prefix length.
+    let key = unsafe {
+        core::ptr::write(p as *mut u32, route_v6::FULL_PREFIX);
+        core::ptr::write(p.add(4) as *mut u32, name_id.to_be());
+        core::ptr::write(p.add(8) as *mut u64, addr.hi.to_be());
+        core::ptr::write(p.add(16) as *mut u64, addr.lo.to_be());
+        &*(p as *const Key<RouteV6Data>)
+    };
+    ROUTE_V6.get(key).copied()
+}
+
+#[inline(always)]
+pub fn answer(id: u32) -> Option<&'static AnswerV4> {
+    ANSWERS.get(id)
+}
+
+#[inline(always)]
+pub fn answer6(id: u32) -> Option<&'static AnswerV6> {
+    ANSWERS6.get(id)
 }

@@ -1,22 +1,28 @@
 //! Turns the query frame into the response in place: swap addresses and ports,
 //! rewrite the DNS header, append the answers after the question, re-emit the OPT
-//! record, fix lengths and both checksums.
+//! record, fix lengths and checksums.
 //!
 //! The response (RFC 1035 §4.1, RFC 6891 §6.1.3, RFC 7871 §7.2):
 //! - header: ID kept; QR, AA, RD and CD copied from the query; RCODE 0;
 //!   QDCOUNT 1, ANCOUNT = addresses, NSCOUNT 0, ARCOUNT as in the query;
 //! - question as received (the client's letter case);
-//! - answers `C0 0C | 0001 | 0001 | TTL | 0004 | address`;
+//! - answers `C0 0C | 0001 | 0001 | TTL | 0004 | address` (A) or
+//!   `C0 0C | 001C | 0001 | TTL | 0010 | address` (AAAA, RFC 3596 §2.2);
 //! - OPT when the query had one: root, TYPE 41, CLASS = our UDP payload size,
 //!   TTL 0 but the DO bit copied, and the ECS option echoed with SCOPE
 //!   PREFIX-LENGTH set to the matched block's length (0 when SOURCE was 0).
 //!
-//! Sizes: the frame grows by 16 bytes per address, less the query's options that
-//! are not echoed (COOKIE, padding) and any Ethernet padding it carried.
+//! Over IPv6 the addresses are swapped the same way and the payload length and
+//! hop limit set; there is no header checksum, and the UDP checksum, mandatory
+//! there (RFC 8200 §8.1), covers the IPv6 pseudo-header.
+//!
+//! Sizes: the frame grows by 16 (A) or 28 (AAAA) bytes per address, less the
+//! query's options that are not echoed (COOKIE, padding) and any Ethernet
+//! padding it carried.
 
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_adjust_tail, programs::XdpContext};
 use lagran_common::{
-    answers::{AnswerV4, RR_LEN},
+    answers::{AnswerV4, AnswerV6, RR_LEN, RR6_LEN},
     counters::Counter,
 };
 
@@ -25,17 +31,66 @@ use crate::{
     dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, OPT_FIXED_LEN, Query},
     eth::Eth,
     ipv4::{self, Ipv4},
+    ipv6,
     packet::Frame,
     udp::{self, Udp},
 };
 
-/// IPv4 TTL of our responses.
+/// IPv4 TTL and IPv6 hop limit of our responses.
 const IP_TTL: u8 = 64;
 const IPPROTO_UDP: u8 = 17;
+const QTYPE_AAAA: u16 = 28;
+
+/// The records to append: an `A` or an `AAAA` answer. `build` is instantiated
+/// once per type, so the verifier never has to learn that the record type and
+/// the map the answer came from agree.
+pub trait Records: Copy {
+    /// QTYPE of the question (and TYPE of the records).
+    const QTYPE: u16;
+    /// Octets of one record.
+    const RR: usize;
+    /// Their share of the UDP checksum (from the map writer).
+    fn sum(&self) -> u32;
+    /// Appends `count` records at frame offset `off`; returns the offset after them.
+    fn write(&self, f: &Frame, off: usize, count: usize) -> Result<usize, Counter>;
+}
+
+impl Records for &AnswerV4 {
+    const QTYPE: u16 = 1;
+    const RR: usize = RR_LEN;
+    #[inline(always)]
+    fn sum(&self) -> u32 {
+        self.records_sum
+    }
+    #[inline(always)]
+    fn write(&self, f: &Frame, off: usize, count: usize) -> Result<usize, Counter> {
+        write_a(f, off, self, count)
+    }
+}
+
+impl Records for &AnswerV6 {
+    const QTYPE: u16 = QTYPE_AAAA;
+    const RR: usize = RR6_LEN;
+    #[inline(always)]
+    fn sum(&self) -> u32 {
+        self.records_sum
+    }
+    #[inline(always)]
+    fn write(&self, f: &Frame, off: usize, count: usize) -> Result<usize, Counter> {
+        write_aaaa(f, off, self, count)
+    }
+}
+
+/// The network header of the query.
+#[derive(Clone, Copy)]
+pub enum Ip {
+    V4(Ipv4),
+    V6,
+}
 
 /// What goes into the response besides the query itself.
-pub struct Reply<'a> {
-    pub answer: &'a AnswerV4,
+pub struct Reply<R: Records> {
+    pub records: R,
     /// Number of addresses, 1–4 (checked by the caller).
     pub count: usize,
     /// ECS SCOPE PREFIX-LENGTH to echo.
@@ -45,21 +100,34 @@ pub struct Reply<'a> {
 }
 
 #[inline(always)]
-pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &Reply) -> Result<u32, Counter> {
+pub fn build<R: Records>(
+    ctx: &XdpContext,
+    eth: &Eth,
+    ip: &Ip,
+    udp: &Udp,
+    q: &Query,
+    r: &Reply<R>,
+) -> Result<u32, Counter> {
     let count = r.count;
     // The response's OPT carries only the echoed ECS option: the query's other
     // options (COOKIE, padding) are not echoed, so it may be shorter than the
     // query's OPT and the frame may shrink.
+    let n = (q.ecs_source as usize).div_ceil(8);
     let opt_len = if q.has_opt == 0 {
         0
     } else if q.has_ecs == 0 {
         OPT_FIXED_LEN
     } else {
-        OPT_FIXED_LEN + ECS_FIXED_LEN + (q.ecs_source as usize).div_ceil(8)
+        OPT_FIXED_LEN + ECS_FIXED_LEN + n
     };
-    let dns_len = dns::HDR_LEN + q.qlen + 4 + RR_LEN * count + opt_len;
+    let rr_len = R::RR;
+    let ip_hdr = match ip {
+        Ip::V4(_) => ipv4::HDR_LEN,
+        Ip::V6 => ipv6::HDR_LEN,
+    };
+    let dns_len = dns::HDR_LEN + q.qlen + 4 + rr_len * count + opt_len;
     let udp_len = udp::HDR_LEN + dns_len;
-    let ip_len = ipv4::HDR_LEN + udp_len;
+    let ip_len = ip_hdr + udp_len;
     let new_len = eth.l3 + ip_len;
     let old_len = Frame::reload(ctx).len();
     let delta = new_len as i32 - old_len as i32;
@@ -70,7 +138,7 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
     }
     let f = Frame::new(ctx);
     let l3 = eth.l3;
-    let l4 = l3 + ipv4::HDR_LEN;
+    let l4 = l3 + ip_hdr;
     let dns = l4 + udp::HDR_LEN;
 
     // Ethernet: back to where it came from. The 12 MAC octets are one 8-byte and
@@ -82,25 +150,11 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
     f.store::<u64>(0, old_src | (old_dst << 48))?;
     f.store::<u32>(8, (old_dst >> 16) as u32)?;
 
-    // IPv4: addresses swapped (which leaves the header sum as it is); the total
-    // length and TTL change, and the checksum follows them incrementally
-    // (RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m')). A query whose header checksum
-    // was wrong gets a response whose checksum is wrong: the client's stack drops
-    // it, as ours would have dropped the query.
-    let addrs: u64 = f.load(l3 + 12)?;
-    f.store::<u64>(l3 + 12, addrs.rotate_left(32))?;
-    let mut ipsum = Sum::new();
-    ipsum.word(!u16::from_be_bytes(ip.check));
-    ipsum.word(!(ip.tot_len as u16));
-    ipsum.word(ip_len as u16);
-    ipsum.word(!u16::from_be_bytes([ip.ttl, IPPROTO_UDP]));
-    ipsum.word(u16::from_be_bytes([IP_TTL, IPPROTO_UDP]));
-    f.store::<u16>(l3 + 2, (ip_len as u16).to_be())?;
-    f.store::<u8>(l3 + 8, IP_TTL)?;
-    f.store::<u16>(l3 + 10, ipsum.finish().to_be())?;
-    // The addresses' share of the UDP pseudo-header, from the little-endian word.
-    let a32 = (addrs & 0xffff_ffff) + (addrs >> 32);
-    let addr_sum = (fold(((a32 & 0xffff_ffff) + (a32 >> 32)) as u32)).swap_bytes() as u32;
+    // The addresses' share of the UDP pseudo-header.
+    let addr_sum = match ip {
+        Ip::V4(ip) => rewrite_ipv4(&f, l3, ip, ip_len)?,
+        Ip::V6 => rewrite_ipv6(&f, l3, udp_len)?,
+    };
 
     // DNS header: ID, QDCOUNT (1), NSCOUNT (0) and ARCOUNT stay as received.
     let flags = FLAG_QR | FLAG_AA | (q.flags & (FLAG_RD | FLAG_CD));
@@ -110,45 +164,38 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
     // Everything after the name: QTYPE/QCLASS (kept), answers, OPT. It starts at
     // DNS offset 12 + qlen; its sum is taken as if that were even and swapped below.
     let mut tail = Sum::new();
-    tail.word(1); // QTYPE A
+    tail.word(R::QTYPE);
     tail.word(1); // QCLASS IN
     // The records and their sum come ready from the map writer.
-    let a = r.answer;
-    tail.add(a.records_sum);
     let mut off = dns + dns::HDR_LEN + q.qlen + 4;
-    let mut k = 0;
-    while k < answers_max() {
-        if k >= count {
-            break;
-        }
-        let rr = &a.records[k];
-        // SAFETY: `rr` is 16 octets of map memory.
-        let (r0, r1) = unsafe {
-            (
-                core::ptr::read_unaligned(rr.as_ptr() as *const u64),
-                core::ptr::read_unaligned(rr.as_ptr().add(8) as *const u64),
-            )
-        };
-        // One check for both words: with two, LLVM turns the second into a
-        // comparison with `data_end - 8`, arithmetic on `pkt_end` that verifiers
-        // before 6.x refuse.
-        let p = f.at::<RR_LEN>(off).map_err(|_| Counter::Malformed)?;
-        // SAFETY: `at` checked `[p, p + 16)` against the frame end.
-        unsafe {
-            core::ptr::write_unaligned(p as *mut u64, r0);
-            core::ptr::write_unaligned((p + 8) as *mut u64, r1);
-        }
-        off += RR_LEN;
-        k += 1;
-    }
+    tail.add(r.records.sum());
+    off = r.records.write(&f, off, count)?;
     if q.has_opt != 0 {
-        let n = (q.ecs_source as usize).div_ceil(8);
+        // The OPT starts at an even distance from the tail start (4 + 16·count
+        // or 4 + 28·count).
+        if q.has_ecs != 0 && q.ecs_v6 != 0 && n > 0 {
+            // The 16 octets ending at the end of the address, as in the query:
+            // written first, the OPT and ECS headers below overwrite the octets
+            // before the address (the window starts at most 15 octets before it,
+            // the headers are 19).
+            let at = off + OPT_FIXED_LEN + ECS_FIXED_LEN + n - 16;
+            let p = f.at::<16>(at).map_err(|_| Counter::Malformed)?;
+            // SAFETY: `at` checked `[p, p + 16)` against the frame end.
+            unsafe {
+                core::ptr::write_unaligned(p as *mut u64, q.ecs_window[0]);
+                core::ptr::write_unaligned((p + 8) as *mut u64, q.ecs_window[1]);
+            }
+            // The address, left-aligned and zero-padded, as big-endian words at
+            // an odd position of the tail (19 octets after the OPT start).
+            let a = q.ecs_addr6;
+            let s = fold64(a.hi) as u32 + fold64(a.lo) as u32;
+            tail.add(fold(s).swap_bytes() as u32);
+        }
         let rdlen: u16 = if q.has_ecs != 0 { (ECS_FIXED_LEN + n) as u16 } else { 0 };
         let pl = r.udp_payload.to_be_bytes();
         let rd = rdlen.to_be_bytes();
         let opt = [0, 0, 41, pl[0], pl[1], 0, 0, q.do_bit, 0, rd[0], rd[1]];
         f.write::<OPT_FIXED_LEN>(off, opt)?;
-        // The OPT starts at an even distance from the tail start (4 + 16·count).
         let mut j = 0;
         while j < OPT_FIXED_LEN {
             tail.byte_at(opt[j], j);
@@ -156,36 +203,41 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
         }
         if q.has_ecs != 0 {
             let scope = if q.ecs_source == 0 { 0 } else { r.scope };
-            let ecs = [0, 8, 0, (4 + n) as u8, 0, 1, q.ecs_source, scope];
+            let family = if q.ecs_v6 != 0 { 2 } else { 1 };
+            let ecs = [0, 8, 0, (4 + n) as u8, 0, family, q.ecs_source, scope];
             f.write::<ECS_FIXED_LEN>(off + OPT_FIXED_LEN, ecs)?;
             let mut j = 0;
             while j < ECS_FIXED_LEN {
                 tail.byte_at(ecs[j], OPT_FIXED_LEN + j);
                 j += 1;
             }
-            let at = off + OPT_FIXED_LEN + ECS_FIXED_LEN;
-            let ea = q.ecs_addr;
-            let base = OPT_FIXED_LEN + ECS_FIXED_LEN;
-            if n > 0 {
-                f.write::<1>(at, [ea[0]])?;
-                tail.byte_at(ea[0], base);
-            }
-            if n > 1 {
-                f.write::<1>(at + 1, [ea[1]])?;
-                tail.byte_at(ea[1], base + 1);
-            }
-            if n > 2 {
-                f.write::<1>(at + 2, [ea[2]])?;
-                tail.byte_at(ea[2], base + 2);
-            }
-            if n > 3 {
-                f.write::<1>(at + 3, [ea[3]])?;
-                tail.byte_at(ea[3], base + 3);
+            if q.ecs_v6 == 0 {
+                let at = off + OPT_FIXED_LEN + ECS_FIXED_LEN;
+                let ea = q.ecs_addr;
+                let base = OPT_FIXED_LEN + ECS_FIXED_LEN;
+                if n > 0 {
+                    f.write::<1>(at, [ea[0]])?;
+                    tail.byte_at(ea[0], base);
+                }
+                if n > 1 {
+                    f.write::<1>(at + 1, [ea[1]])?;
+                    tail.byte_at(ea[1], base + 1);
+                }
+                if n > 2 {
+                    f.write::<1>(at + 2, [ea[2]])?;
+                    tail.byte_at(ea[2], base + 2);
+                }
+                if n > 3 {
+                    f.write::<1>(at + 3, [ea[3]])?;
+                    tail.byte_at(ea[3], base + 3);
+                }
             }
         }
     }
 
-    // UDP checksum over pseudo-header, UDP header and the whole message.
+    // UDP checksum over the pseudo-header (RFC 768; RFC 8200 §8.1: the same
+    // words, the length as 32 bits and the next header 17), the UDP header and
+    // the whole message.
     let mut sum = Sum::new();
     sum.add(addr_sum);
     sum.word(IPPROTO_UDP as u16);
@@ -215,9 +267,127 @@ pub fn build(ctx: &XdpContext, eth: &Eth, ip: &Ipv4, udp: &Udp, q: &Query, r: &R
     Ok(xdp_action::XDP_TX)
 }
 
+/// IPv4: addresses swapped (which leaves the header sum as it is); the total
+/// length and TTL change, and the checksum follows them incrementally
+/// (RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m')). A query whose header checksum was
+/// wrong gets a response whose checksum is wrong: the client's stack drops it,
+/// as ours would have dropped the query. Returns the addresses' pseudo-header sum.
+#[inline(always)]
+fn rewrite_ipv4(f: &Frame, l3: usize, ip: &Ipv4, ip_len: usize) -> Result<u32, Counter> {
+    let addrs: u64 = f.load(l3 + 12)?;
+    f.store::<u64>(l3 + 12, addrs.rotate_left(32))?;
+    let mut ipsum = Sum::new();
+    ipsum.word(!u16::from_be_bytes(ip.check));
+    ipsum.word(!(ip.tot_len as u16));
+    ipsum.word(ip_len as u16);
+    ipsum.word(!u16::from_be_bytes([ip.ttl, IPPROTO_UDP]));
+    ipsum.word(u16::from_be_bytes([IP_TTL, IPPROTO_UDP]));
+    f.store::<u16>(l3 + 2, (ip_len as u16).to_be())?;
+    f.store::<u8>(l3 + 8, IP_TTL)?;
+    f.store::<u16>(l3 + 10, ipsum.finish().to_be())?;
+    // From the little-endian word: fold, then swap to network order.
+    Ok(fold64(addrs).swap_bytes() as u32)
+}
+
+/// IPv6: source and destination swapped (two 16-octet halves of four words),
+/// payload length and hop limit set. Returns the addresses' pseudo-header sum.
+#[inline(always)]
+fn rewrite_ipv6(f: &Frame, l3: usize, udp_len: usize) -> Result<u32, Counter> {
+    let p = f.at::<{ ipv6::HDR_LEN }>(l3).map_err(|_| Counter::Malformed)?;
+    // SAFETY: `at` checked `[p, p + 40)` against the frame end.
+    let sum = unsafe {
+        let s0 = core::ptr::read_unaligned((p + 8) as *const u64);
+        let s1 = core::ptr::read_unaligned((p + 16) as *const u64);
+        let d0 = core::ptr::read_unaligned((p + 24) as *const u64);
+        let d1 = core::ptr::read_unaligned((p + 32) as *const u64);
+        core::ptr::write_unaligned((p + 8) as *mut u64, d0);
+        core::ptr::write_unaligned((p + 16) as *mut u64, d1);
+        core::ptr::write_unaligned((p + 24) as *mut u64, s0);
+        core::ptr::write_unaligned((p + 32) as *mut u64, s1);
+        // Payload length (octets 4–5) and hop limit (7); next header (6) stays UDP.
+        core::ptr::write_unaligned((p + 4) as *mut u16, (udp_len as u16).to_be());
+        core::ptr::write_unaligned((p + 7) as *mut u8, IP_TTL);
+        fold64(s0) as u32 + fold64(s1) as u32 + fold64(d0) as u32 + fold64(d1) as u32
+    };
+    // From little-endian words: fold, then swap to network order.
+    Ok(fold(sum).swap_bytes() as u32)
+}
+
+/// Appends `count` `A` records from the map value at frame offset `off`.
+#[inline(always)]
+fn write_a(f: &Frame, mut off: usize, a: &AnswerV4, count: usize) -> Result<usize, Counter> {
+    let mut k = 0;
+    while k < answers_max() {
+        if k >= count {
+            break;
+        }
+        let rr = &a.records[k];
+        // SAFETY: `rr` is 16 octets of map memory.
+        let (r0, r1) = unsafe {
+            (
+                core::ptr::read_unaligned(rr.as_ptr() as *const u64),
+                core::ptr::read_unaligned(rr.as_ptr().add(8) as *const u64),
+            )
+        };
+        // One check for both words: with two, LLVM turns the second into a
+        // comparison with `data_end - 8`, arithmetic on `pkt_end` that verifiers
+        // before 6.x refuse.
+        let p = f.at::<RR_LEN>(off).map_err(|_| Counter::Malformed)?;
+        // SAFETY: `at` checked `[p, p + 16)` against the frame end.
+        unsafe {
+            core::ptr::write_unaligned(p as *mut u64, r0);
+            core::ptr::write_unaligned((p + 8) as *mut u64, r1);
+        }
+        off += RR_LEN;
+        k += 1;
+    }
+    Ok(off)
+}
+
+/// Appends `count` `AAAA` records (28 octets each: three words and a half) from
+/// the map value at frame offset `off`, one check per record.
+#[inline(always)]
+fn write_aaaa(f: &Frame, mut off: usize, a: &AnswerV6, count: usize) -> Result<usize, Counter> {
+    let mut k = 0;
+    while k < answers_max() {
+        if k >= count {
+            break;
+        }
+        let rr = &a.records[k];
+        // SAFETY: `rr` is 28 octets of map memory.
+        let (r0, r1, r2, r3) = unsafe {
+            (
+                core::ptr::read_unaligned(rr.as_ptr() as *const u64),
+                core::ptr::read_unaligned(rr.as_ptr().add(8) as *const u64),
+                core::ptr::read_unaligned(rr.as_ptr().add(16) as *const u64),
+                core::ptr::read_unaligned(rr.as_ptr().add(24) as *const u32),
+            )
+        };
+        let p = f.at::<RR6_LEN>(off).map_err(|_| Counter::Malformed)?;
+        // SAFETY: `at` checked `[p, p + 28)` against the frame end.
+        unsafe {
+            core::ptr::write_unaligned(p as *mut u64, r0);
+            core::ptr::write_unaligned((p + 8) as *mut u64, r1);
+            core::ptr::write_unaligned((p + 16) as *mut u64, r2);
+            core::ptr::write_unaligned((p + 24) as *mut u32, r3);
+        }
+        off += RR6_LEN;
+        k += 1;
+    }
+    Ok(off)
+}
+
 #[inline(always)]
 const fn answers_max() -> usize {
     lagran_common::answers::MAX_ADDRS
+}
+
+/// The four 16-bit words of `w` summed and folded (any byte order: the result
+/// is in the same order as the words).
+#[inline(always)]
+fn fold64(w: u64) -> u16 {
+    let s = (w & 0xffff_ffff) + (w >> 32);
+    fold(((s & 0xffff_ffff) + (s >> 32)) as u32)
 }
 
 /// Folds a sum to 16 bits without complementing it.

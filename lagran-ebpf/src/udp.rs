@@ -13,6 +13,8 @@ pub struct Udp {
     pub dst: [u8; 2],
     /// Length of the DNS message (UDP length minus the header).
     pub payload_len: usize,
+    /// The checksum field as received (0: none, which IPv6 forbids).
+    pub check: [u8; 2],
 }
 
 /// The query's UDP checksum is not verified: XDP runs before the stack would
@@ -28,5 +30,5 @@ pub fn parse(f: &Frame, l4: usize, ip_payload_len: usize) -> Result<Udp, Counter
     if len < HDR_LEN + crate::dns::HDR_LEN {
         return Err(Counter::TooShort);
     }
-    Ok(Udp { src: udp.src, dst: udp.dst, payload_len: len - HDR_LEN })
+    Ok(Udp { src: udp.src, dst: udp.dst, payload_len: len - HDR_LEN, check: udp.check })
 }

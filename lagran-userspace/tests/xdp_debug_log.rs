@@ -28,7 +28,7 @@ fn object(var: &str, how: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e} ({how})", path.to_string_lossy()))
 }
 
-/// An ARP request: not IPv4, so the program passes it (counter `not_ipv4`).
+/// An ARP request: not IP, so the program passes it (counter `not_ip`).
 fn arp_frame() -> Vec<u8> {
     let mut f = vec![0xff; 6];
     f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x08, 0x06]);

@@ -9,7 +9,7 @@
 //! Needs root (CAP_BPF) and the object; without them the tests fail with a
 //! message saying what to do (they never skip).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lagran::config::DnsSettings;
 use lagran::dns::{self, Query, Transport};
@@ -28,6 +28,16 @@ const DNS_PORT: u16 = 53;
 
 const RESOLVER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 5);
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 53);
+const SERVER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 0x53);
+
+fn v6(a: &str) -> u128 {
+    u128::from(a.parse::<Ipv6Addr>().unwrap())
+}
+
+/// An answer with IPv4 and IPv6 addresses.
+fn answer46(ttl: u32, ips: &[&str], ips6: &[&str]) -> Answer {
+    Answer { ipv6: ips6.iter().map(|s| s.parse().unwrap()).collect(), ..answer(ttl, ips) }
+}
 
 fn v4(a: &str) -> u32 {
     u32::from(a.parse::<Ipv4Addr>().unwrap())
@@ -76,7 +86,39 @@ fn table() -> RouteTable {
         v4: PrefixMapV4::from_ranges([(v4("100.0.0.0"), v4("100.255.255.255"), 0)], 0),
         v6: PrefixMapV6::uniform(0),
     };
-    let zone = ZoneRoutes { zone: Zone::new("edge.lagran.net"), names: vec![edge, pool, canary] };
+    // `dual.edge.lagran.net` (id 4): 10/8 and 2001:db8:1::/48 → two A and two
+    // AAAA (TTL 10); 2001:db8:2::/48 → A only (AAAA is NODATA upstairs);
+    // 2001:db8:3::/48 → four AAAA; the rest → one of each (TTL 300 → 30).
+    let dual = ScheduledName {
+        name: "dual.edge.lagran.net".into(),
+        id: 4,
+        answers: vec![
+            answer46(300, &["192.0.2.10"], &["2001:db8:53::10"]),
+            answer46(10, &["192.0.2.20", "192.0.2.21"], &["2001:db8:53::20", "2001:db8:53::21"]),
+            answer46(30, &["192.0.2.30"], &[]),
+            answer46(20, &["192.0.2.40"], &["2001:db8:53::1", "2001:db8:53::2", "2001:db8:53::3", "2001:db8:53::4"]),
+        ],
+        v4: PrefixMapV4::from_ranges([(v4("10.0.0.0"), v4("10.255.255.255"), 1)], 0),
+        v6: PrefixMapV6::from_ranges(
+            [
+                (v6("2001:db8:1::"), v6("2001:db8:1:ffff:ffff:ffff:ffff:ffff"), 1),
+                (v6("2001:db8:2::"), v6("2001:db8:2:ffff:ffff:ffff:ffff:ffff"), 2),
+                (v6("2001:db8:3::"), v6("2001:db8:3:ffff:ffff:ffff:ffff:ffff"), 3),
+            ],
+            0,
+        ),
+    };
+    // `canary6.edge.lagran.net` (id 5): 50 % of the IPv6 /48s (and IPv4 /24s) get the canary.
+    let mut primary6 = answer46(30, &["192.0.2.100"], &["2001:db8:53::100"]);
+    primary6.canary = Some(Canary { percent: 50, answer: 1 });
+    let canary6 = ScheduledName {
+        name: "canary6.edge.lagran.net".into(),
+        id: 5,
+        answers: vec![primary6, answer46(30, &["192.0.2.200"], &["2001:db8:53::200"])],
+        v4: PrefixMapV4::uniform(0),
+        v6: PrefixMapV6::from_ranges([(v6("2001:db8:100::"), v6("2001:db8:1ff:ffff:ffff:ffff:ffff:ffff"), 0)], 0),
+    };
+    let zone = ZoneRoutes { zone: Zone::new("edge.lagran.net"), names: vec![edge, pool, canary, dual, canary6] };
     RouteTable::new(7, now_ms(), vec![zone])
 }
 
@@ -135,7 +177,7 @@ impl Fixture {
         let dns_out = check_tx_headers(frame, &out.frame);
         let parsed_in = parse_frame(frame).unwrap();
         let reply = dns::answer(
-            &Query { bytes: parsed_in.dns, source: IpAddr::V4(parsed_in.src), transport: Transport::Udp },
+            &Query { bytes: parsed_in.dns, source: parsed_in.src, transport: Transport::Udp },
             &self.table,
             &settings(),
             now_ms(),
@@ -298,6 +340,12 @@ struct Frame {
     ip_options: bool,
     /// Bytes after the IP datagram (Ethernet padding).
     padding: usize,
+    /// IPv6 transport: (source, destination) instead of the IPv4 addresses.
+    v6: Option<(Ipv6Addr, Ipv6Addr)>,
+    /// IPv6 next header (17 = UDP directly after the fixed header).
+    next: u8,
+    /// Send the UDP checksum as 0 (none).
+    no_udp_checksum: bool,
 }
 
 impl Frame {
@@ -312,7 +360,15 @@ impl Frame {
             frags: 0x4000,
             ip_options: false,
             padding: 0,
+            v6: None,
+            next: 17,
+            no_udp_checksum: false,
         }
+    }
+    /// The same query over IPv6, from `src` to the server's IPv6 address.
+    fn v6(mut self, src: &str) -> Frame {
+        self.v6 = Some((src.parse().unwrap(), SERVER6));
+        self
     }
     fn from(mut self, src: &str) -> Frame {
         self.src = src.parse().unwrap();
@@ -323,6 +379,28 @@ impl Frame {
         if let Some(vid) = self.vlan {
             f.extend_from_slice(&[0x81, 0x00]);
             f.extend_from_slice(&vid.to_be_bytes());
+        }
+        if let Some((src, dst)) = self.v6 {
+            f.extend_from_slice(&[0x86, 0xdd]);
+            let ulen = (8 + dns.len()) as u16;
+            f.extend_from_slice(&[0x60, 0x01, 0x23, 0x45]);
+            f.extend_from_slice(&ulen.to_be_bytes());
+            f.extend_from_slice(&[self.next, 61]);
+            f.extend_from_slice(&src.octets());
+            f.extend_from_slice(&dst.octets());
+            let mut udp = Vec::new();
+            udp.extend_from_slice(&self.sport.to_be_bytes());
+            udp.extend_from_slice(&self.dport.to_be_bytes());
+            udp.extend_from_slice(&ulen.to_be_bytes());
+            udp.extend_from_slice(&[0, 0]);
+            udp.extend_from_slice(dns);
+            if !self.no_udp_checksum {
+                let c = checksum(&udp, pseudo6(src, dst, ulen));
+                udp[6..8].copy_from_slice(&c.to_be_bytes());
+            }
+            f.extend_from_slice(&udp);
+            f.extend(std::iter::repeat_n(0, self.padding));
+            return f;
         }
         f.extend_from_slice(&[0x08, 0x00]);
         let opts: &[u8] = if self.ip_options { &[1, 1, 1, 0] } else { &[] };
@@ -379,6 +457,17 @@ fn checksum(b: &[u8], seed: u32) -> u16 {
     !fold(sum16(b, seed))
 }
 
+/// RFC 8200 §8.1: source, destination, upper-layer length (32 bits), next header.
+fn pseudo6(src: Ipv6Addr, dst: Ipv6Addr, ulen: u16) -> u32 {
+    let mut p = Vec::new();
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(&ulen.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0, 17]);
+    sum16(&p, 0)
+}
+
 fn pseudo(src: Ipv4Addr, dst: Ipv4Addr, ulen: u16) -> u32 {
     let mut p = Vec::new();
     p.extend_from_slice(&src.octets());
@@ -390,19 +479,27 @@ fn pseudo(src: Ipv4Addr, dst: Ipv4Addr, ulen: u16) -> u32 {
 
 struct Parsed<'a> {
     l2: usize,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
+    src: IpAddr,
+    dst: IpAddr,
     dns: &'a [u8],
 }
 
 fn parse_frame(f: &[u8]) -> Option<Parsed<'_>> {
     let l2 = if f.get(12..14)? == [0x81, 0x00] { 18 } else { 14 };
+    if f.get(l2 - 2..l2)? == [0x86, 0xdd] {
+        let ip = f.get(l2..l2 + 40)?;
+        let plen = u16::from_be_bytes([ip[4], ip[5]]) as usize;
+        let src = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
+        let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[24..40]).unwrap());
+        let dns = f.get(l2 + 48..l2 + 40 + plen)?;
+        return Some(Parsed { l2, src: IpAddr::V6(src), dst: IpAddr::V6(dst), dns });
+    }
     let ip = f.get(l2..l2 + 20)?;
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
     let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
     let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
     let dns = f.get(l2 + 28..l2 + total)?;
-    Some(Parsed { l2, src, dst, dns })
+    Some(Parsed { l2, src: IpAddr::V4(src), dst: IpAddr::V4(dst), dns })
 }
 
 /// Checks Ethernet, IPv4 and UDP of a response against its query; returns the DNS message.
@@ -412,12 +509,34 @@ fn check_tx_headers<'a>(input: &[u8], out: &'a [u8]) -> &'a [u8] {
     assert_eq!(&out[0..6], &input[6..12], "destination MAC = query's source MAC");
     assert_eq!(&out[6..12], &input[0..6], "source MAC = query's destination MAC");
     assert_eq!(&out[12..l2], &input[12..l2], "ethertype and VLAN tag kept");
+    if let (IpAddr::V6(qsrc), IpAddr::V6(qdst)) = (q.src, q.dst) {
+        let ip = &out[l2..l2 + 40];
+        assert_eq!(&ip[0..4], &input[l2..l2 + 4], "version, traffic class and flow label kept");
+        let plen = u16::from_be_bytes([ip[4], ip[5]]) as usize;
+        assert_eq!(l2 + 40 + plen, out.len(), "payload length covers the frame exactly (no padding left)");
+        assert_eq!((ip[6], ip[7]), (17, 64), "next header UDP, hop limit 64");
+        assert_eq!(&ip[8..24], &qdst.octets(), "source IP = query's destination");
+        assert_eq!(&ip[24..40], &qsrc.octets(), "destination IP = query's source");
+        let udp = &out[l2 + 40..];
+        assert_eq!(&udp[0..2], &input[l2 + 42..l2 + 44], "source port = query's destination port");
+        assert_eq!(&udp[2..4], &input[l2 + 40..l2 + 42], "destination port = query's source port");
+        let ulen = u16::from_be_bytes([udp[4], udp[5]]);
+        assert_eq!(ulen as usize, plen, "UDP length");
+        assert_ne!(&udp[6..8], &[0, 0], "UDP checksum is computed (mandatory over IPv6)");
+        assert_eq!(
+            fold(sum16(udp, pseudo6(qdst, qsrc, ulen))),
+            0xffff,
+            "UDP checksum verifies over the IPv6 pseudo-header and the whole datagram"
+        );
+        return &out[l2 + 48..];
+    }
+    let (IpAddr::V4(qsrc), IpAddr::V4(qdst)) = (q.src, q.dst) else { unreachable!("one family") };
     let ip = &out[l2..l2 + 20];
     assert_eq!(ip[0], 0x45);
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
     assert_eq!(l2 + total, out.len(), "IP total length covers the frame exactly (no padding left)");
-    assert_eq!(&ip[12..16], &q.dst.octets(), "source IP = query's destination");
-    assert_eq!(&ip[16..20], &q.src.octets(), "destination IP = query's source");
+    assert_eq!(&ip[12..16], &qdst.octets(), "source IP = query's destination");
+    assert_eq!(&ip[16..20], &qsrc.octets(), "destination IP = query's source");
     assert_eq!(ip[8], 64, "IP TTL");
     assert_eq!(ip[9], 17);
     assert_eq!(fold(sum16(ip, 0)), 0xffff, "IPv4 header checksum verifies");
@@ -428,7 +547,7 @@ fn check_tx_headers<'a>(input: &[u8], out: &'a [u8]) -> &'a [u8] {
     assert_eq!(ulen as usize, total - 20, "UDP length");
     assert_ne!(&udp[6..8], &[0, 0], "UDP checksum is computed, not omitted");
     assert_eq!(
-        fold(sum16(udp, pseudo(q.dst, q.src, ulen))),
+        fold(sum16(udp, pseudo(qdst, qsrc, ulen))),
         0xffff,
         "UDP checksum verifies over the pseudo-header and the whole datagram"
     );
@@ -441,8 +560,10 @@ struct Resp {
     flags: u16,
     ancount: u16,
     arcount: u16,
-    /// (ttl, address)
+    /// (ttl, address) of the A records
     answers: Vec<(u32, Ipv4Addr)>,
+    /// (ttl, address) of the AAAA records
+    answers6: Vec<(u32, Ipv6Addr)>,
     /// OPT: (payload, ttl field, ECS (family, source, scope, addr bytes))
     opt: Option<(u16, u32, Option<EcsFields>)>,
 }
@@ -454,9 +575,18 @@ fn read_resp(m: &[u8], qlen: usize) -> Resp {
     let arcount = be16(10);
     let mut o = 12 + qlen + 4;
     let mut answers = Vec::new();
+    let mut answers6 = Vec::new();
     for _ in 0..ancount {
-        assert_eq!(&m[o..o + 6], &[0xc0, 0x0c, 0, 1, 0, 1], "answer owner is a pointer to the question, A IN");
+        assert_eq!(&m[o..o + 2], &[0xc0, 0x0c], "answer owner is a pointer to the question");
         let ttl = u32::from_be_bytes([m[o + 6], m[o + 7], m[o + 8], m[o + 9]]);
+        if be16(o + 2) == 28 {
+            assert_eq!(&m[o + 4..o + 6], &[0, 1], "AAAA IN");
+            assert_eq!(be16(o + 10), 16);
+            answers6.push((ttl, Ipv6Addr::from(<[u8; 16]>::try_from(&m[o + 12..o + 28]).unwrap())));
+            o += 28;
+            continue;
+        }
+        assert_eq!(&m[o + 2..o + 6], &[0, 1, 0, 1], "A IN");
         assert_eq!(be16(o + 10), 4);
         answers.push((ttl, Ipv4Addr::new(m[o + 12], m[o + 13], m[o + 14], m[o + 15])));
         o += 16;
@@ -476,7 +606,7 @@ fn read_resp(m: &[u8], qlen: usize) -> Resp {
         o += 11 + rdlen;
     }
     assert_eq!(o, m.len(), "nothing after the last record");
-    Resp { flags, ancount, arcount, answers, opt }
+    Resp { flags, ancount, arcount, answers, answers6, opt }
 }
 
 fn ip(s: &str) -> Ipv4Addr {
@@ -749,7 +879,8 @@ fn queries_userspace_must_answer_are_passed() {
     let f = Frame::new();
     let a = || Dns::a("edge.lagran.net");
     let cases: Vec<(&str, Vec<u8>, Counter)> = vec![
-        ("AAAA", f.build(&a().qtype(28).bytes()), Counter::Qtype),
+        ("AAAA, no IPv6 address (NODATA upstairs)", f.build(&a().qtype(28).bytes()), Counter::NoAnswer),
+        ("MX", f.build(&a().qtype(15).bytes()), Counter::Qtype),
         ("ANY", f.build(&a().qtype(255).bytes()), Counter::Qtype),
         ("class CH", f.build(&a().qclass(3).bytes()), Counter::Qclass),
         ("unknown name", f.build(&Dns::a("nope.edge.lagran.net").bytes()), Counter::NameUnknown),
@@ -822,10 +953,26 @@ fn queries_userspace_must_answer_are_passed() {
             f.build(&a().opt(1232, 0, false, &[0, 8, 0, 9, 0, 1, 8, 0, 10]).bytes()),
             Counter::OptMalformed,
         ),
+        ("ECS IPv6 /129", f.build(&a().opt(1232, 0, false, &ecs(2, 129, 0, &[0x20; 17])).bytes()), Counter::EcsBad),
         (
-            "ECS IPv6",
-            f.build(&a().opt(1232, 0, false, &ecs(2, 48, 0, &[0x20, 1, 0xd, 0xb8, 0, 0])).bytes()),
-            Counter::EcsV6,
+            "ECS IPv6 bits past /47",
+            f.build(&a().opt(1232, 0, false, &ecs(2, 47, 0, &[0x20, 1, 0xd, 0xb8, 0, 1])).bytes()),
+            Counter::EcsBad,
+        ),
+        (
+            "ECS IPv6 scope set",
+            f.build(&a().opt(1232, 0, false, &ecs(2, 48, 48, &[0x20, 1, 0xd, 0xb8, 0, 0])).bytes()),
+            Counter::EcsBad,
+        ),
+        (
+            "ECS IPv6 address too long",
+            f.build(&a().opt(1232, 0, false, &ecs(2, 40, 0, &[0x20, 1, 0xd, 0xb8, 0, 0])).bytes()),
+            Counter::EcsBad,
+        ),
+        (
+            "ECS IPv6 bits past /121 in the last octet",
+            f.build(&a().opt(1232, 0, false, &ecs(2, 121, 0, &[0xff; 16])).bytes()),
+            Counter::EcsBad,
         ),
         ("OPT RDLEN short", f.build(&a().opt(1232, 0, false, &[0, 8]).bytes()), Counter::OptMalformed),
         ("trailing bytes", f.build(&[a().bytes(), vec![0; 5]].concat()), Counter::TrailingData),
@@ -922,19 +1069,19 @@ fn other_traffic_is_passed() {
     fx.pass(&f.build(&dns), Counter::Fragment);
     f.frags = 0x0010; // offset
     fx.pass(&f.build(&dns), Counter::Fragment);
-    // IPv6, ARP, QinQ.
+    // An IPv4 packet labelled IPv6, ARP, QinQ.
     let mut v6 = Frame::new().build(&dns);
     v6[12..14].copy_from_slice(&[0x86, 0xdd]);
-    fx.pass(&v6, Counter::NotIpv4);
+    fx.pass(&v6, Counter::NotIp);
     let mut arp = vec![0xff; 6];
     arp.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x08, 0x06]);
     arp.extend(std::iter::repeat_n(0, 28));
-    fx.pass(&arp, Counter::NotIpv4);
+    fx.pass(&arp, Counter::NotIp);
     let mut qinq = Frame::new();
     qinq.vlan = Some(7);
     let mut q = qinq.build(&dns);
     q[16..18].copy_from_slice(&[0x81, 0x00]);
-    fx.pass(&q, Counter::NotIpv4);
+    fx.pass(&q, Counter::NotIp);
     // IP total length larger than the frame; UDP length disagreeing with IP.
     let mut bad = Frame::new().build(&dns);
     bad[16..18].copy_from_slice(&2000u16.to_be_bytes());
@@ -980,7 +1127,7 @@ fn resync_changes_answers_without_touching_unchanged_entries() {
     let t = RouteTable::new(9, now_ms(), t.zones);
     let stats = fx.writer.sync(&t, &settings()).unwrap();
     assert_eq!(stats.names_deleted, 1, "{stats:?}");
-    assert_eq!(stats.routes_deleted, 1, "pool-a had one /0 entry: {stats:?}");
+    assert_eq!(stats.routes_deleted, 2, "pool-a had one /0 entry per family: {stats:?}");
     fx.table = t;
     fx.pass(&Frame::new().build(&Dns::a("pool-a.edge.lagran.net").bytes()), Counter::NameUnknown);
     fx.answered(&Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes()));
@@ -1096,7 +1243,7 @@ fn large_tables_sync_by_difference() {
     let blocks = t.zones[0].names[0].v4.len();
     let s = fx.writer.sync(&t, &settings()).unwrap();
     eprintln!("initial sync of {blocks} blocks: {s:?}");
-    assert_eq!(s.routes_total, blocks);
+    assert_eq!(s.routes_total, blocks + 1, "and one IPv6 /0");
     // One node's address changes: one answer written under a new id, and only the
     // trie entries of that answer re-pointed (ids are content-addressed).
     let mut changed = answers.clone();
@@ -1170,4 +1317,176 @@ fn per_packet_cost() {
         assert_eq!(action, XDP_PASS);
         eprintln!("cost: {what} parse+lookups, passed: {} ns/run (repeat {repeat})", d.as_nanos());
     }
+}
+
+// ------------------------------------------------------------------ IPv6
+
+/// IPv6 transport: `A` and `AAAA` from the IPv6 trie (the packet's source), with
+/// and without OPT, cookies and padding; the four-address AAAA answer.
+#[test]
+fn ipv6_transport_answers_a_and_aaaa_like_userspace() {
+    let fx = Fixture::new();
+    let aaaa = |n: &str| Dns::a(n).qtype(28);
+    let from = |src: &str| Frame::new().v6(src);
+    // 2001:db8:1::/48 → answer 1 (two of each, TTL 10).
+    let m = fx.answered(&from("2001:db8:1::5").build(&aaaa("dual.edge.lagran.net").bytes()));
+    let r = read_resp(&m, 22);
+    assert_eq!(r.flags, 0x8500, "QR AA RD");
+    assert_eq!(
+        r.answers6,
+        vec![(10, "2001:db8:53::20".parse().unwrap()), (10, "2001:db8:53::21".parse().unwrap())],
+        "AAAA of the /48's answer, TTL 10"
+    );
+    let m = fx.answered(&from("2001:db8:1::5").build(&Dns::a("dual.edge.lagran.net").bytes()));
+    assert_eq!(read_resp(&m, 22).answers, vec![(10, ip("192.0.2.20")), (10, ip("192.0.2.21"))], "A over IPv6");
+    // The rest of the space → answer 0; four AAAA in 2001:db8:3::/48.
+    let m =
+        fx.answered(&from("2001:db8:9::1").build(&aaaa("Dual.Edge.Lagran.NET").opt(1232, 0, true, &cookie()).bytes()));
+    let r = read_resp(&m, 22);
+    assert_eq!(r.answers6, vec![(30, "2001:db8:53::10".parse().unwrap())], "DNS_TTL caps 300");
+    assert_eq!(r.opt.map(|o| (o.0, o.1)), Some((1232, 0x8000)), "OPT with DO copied");
+    let m = fx.answered(&from("2001:db8:3:1::1").build(
+        &aaaa("dual.edge.lagran.net").opt(512, 0, false, &[cookie_with_server(), padding(20)].concat()).bytes(),
+    ));
+    assert_eq!(read_resp(&m, 22).answers6.len(), 4);
+    // A over IPv6 for a name that has no IPv6 blocks of its own: the uniform map.
+    fx.answered(&from("2001:db8:1::5").build(&Dns::a("pool-a.edge.lagran.net").bytes()));
+    // A VLAN tag and Ethernet padding.
+    let mut f = from("2001:db8:1::5");
+    f.vlan = Some(42);
+    f.padding = 9;
+    fx.answered(&f.build(&aaaa("dual.edge.lagran.net").bytes()));
+    // No AAAA for this block: NODATA from userspace.
+    fx.pass(&from("2001:db8:2::1").build(&aaaa("dual.edge.lagran.net").bytes()), Counter::NoAnswer);
+    fx.answered(&from("2001:db8:2::1").build(&Dns::a("dual.edge.lagran.net").bytes()));
+    // An IPv4-mapped source is an IPv4 client, as in userspace (10/8 → answer 1).
+    let m = fx.answered(&from("::ffff:10.1.2.3").build(&Dns::a("dual.edge.lagran.net").bytes()));
+    assert_eq!(read_resp(&m, 22).answers.len(), 2, "::ffff:10.1.2.3 is 10.1.2.3");
+}
+
+/// IPv6 ECS over either transport, IPv4 ECS over IPv6, and IPv4-mapped ECS
+/// addresses (looked up as IPv4, scope counting the 96 mapped bits).
+#[test]
+fn ipv6_ecs_is_used_and_scoped_like_userspace() {
+    let fx = Fixture::new();
+    let q = |t: u16, opts: &[u8]| Dns::a("dual.edge.lagran.net").qtype(t).opt(1232, 0, false, opts).bytes();
+    let e6 = |a: &str, l: u8| {
+        let a = v6(a) & if l == 0 { 0 } else { u128::MAX << (128 - l) };
+        ecs(2, l, 0, &a.to_be_bytes()[..(l as usize).div_ceil(8)])
+    };
+    let scope = |m: &[u8]| read_resp(m, 22).opt.and_then(|o| o.2).map(|e| (e.0, e.1, e.2));
+    for f in [Frame::new(), Frame::new().v6("2001:db8:9::1")] {
+        for t in [1, 28] {
+            // Every source length, so the address ends at every offset of a word.
+            for l in [1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 56, 63, 64, 65, 72, 96, 100, 120, 127, 128] {
+                eprintln!("case: 2001:db8:1::/{l}, qtype {t}");
+                let m = fx.answered(&f.build(&q(t, &e6("2001:db8:1::", l))));
+                let (family, src, _) = scope(&m).expect("ECS echoed");
+                assert_eq!((family, src), (2, l), "the option echoed as received");
+            }
+            let m = fx.answered(&f.build(&q(t, &[cookie(), e6("2001:db8:3:4::", 64), padding(5)].concat())));
+            assert_eq!(scope(&m), Some((2, 64, 48)), "scope = the /48 block");
+            let m = fx.answered(&f.build(&q(t, &e6("::", 0))));
+            assert_eq!(scope(&m).map(|s| s.2), Some(0), "SOURCE 0: the packet's source, scope 0");
+            if t == 1 {
+                // IPv4-mapped: 10/8 of the IPv4 map, scope 8 + 96.
+                let m = fx.answered(&f.build(&q(t, &e6("::ffff:10.1.2.0", 120))));
+                assert_eq!(scope(&m), Some((2, 120, 104)));
+                assert_eq!(read_resp(&m, 22).answers.len(), 2);
+                // IPv4 ECS over either transport.
+                let m = fx.answered(&f.build(&q(t, &ecs4("10.9.0.0/16"))));
+                assert_eq!(scope(&m), Some((1, 16, 8)));
+            }
+        }
+    }
+}
+
+/// The canary split of an IPv6 client is per /48, like userspace.
+#[test]
+fn ipv6_canary_split_is_per_slash_48() {
+    let fx = Fixture::new();
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..16u16 {
+        let src = format!("2001:db8:1{i:02x}:7::1");
+        let m = fx.answered(&Frame::new().v6(&src).build(&Dns::a("canary6.edge.lagran.net").qtype(28).bytes()));
+        seen.insert(read_resp(&m, 25).answers6[0].1);
+        let e = ecs(2, 56, 0, &"2001:db8:1ff:ab00::".parse::<Ipv6Addr>().unwrap().octets()[..7]);
+        fx.answered(
+            &Frame::new().v6(&src).build(&Dns::a("canary6.edge.lagran.net").qtype(28).opt(1232, 0, false, &e).bytes()),
+        );
+    }
+    assert_eq!(seen.len(), 2, "16 /48s at 50 % see both answers");
+}
+
+/// AAAA over IPv6 for names of every length modulo 8 and the longest name.
+#[test]
+fn ipv6_aaaa_names_of_every_word_alignment() {
+    let mut fx = Fixture::new();
+    let mut t = table();
+    let mut names: Vec<String> = (1..=16).map(|n| format!("{}.edge.lagran.net", "q".repeat(n))).collect();
+    names.push(format!("{}.{}.{}.{}.edge.lagran.net", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(45)));
+    for (i, n) in names.iter().enumerate() {
+        t.zones[0].names.push(ScheduledName {
+            name: n.clone(),
+            id: 200 + i as u32,
+            answers: vec![answer46(30, &["198.51.100.1"], &[&format!("2001:db8:aa::{:x}", i + 1)])],
+            v4: PrefixMapV4::uniform(0),
+            v6: PrefixMapV6::uniform(0),
+        });
+    }
+    let t = RouteTable::new(21, now_ms(), t.zones);
+    fx.writer.sync(&t, &settings()).unwrap();
+    fx.table = t;
+    for n in &names {
+        let mixed: String =
+            n.chars().enumerate().map(|(i, c)| if i % 2 == 1 { c.to_ascii_uppercase() } else { c }).collect();
+        for q in [n.clone(), mixed] {
+            eprintln!("case: {q} ({} octets)", wire(&q).len());
+            let e = ecs(2, 40, 0, &[0x20, 1, 0xd, 0xb8, 0x77]);
+            fx.answered(
+                &Frame::new()
+                    .v6("2001:db8:9::1")
+                    .build(&Dns::a(&q).qtype(28).opt(1232, 0, false, &[cookie(), e].concat()).bytes()),
+            );
+            fx.answered(&Frame::new().v6("2001:db8:9::1").build(&Dns::a(&q).qtype(28).bytes()));
+            fx.answered(&Frame::new().build(&Dns::a(&q).qtype(28).opt(1232, 0, false, &cookie()).bytes()));
+        }
+    }
+}
+
+/// IPv6 packets userspace (or the stack) must handle are passed.
+#[test]
+fn ipv6_packets_the_kernel_cannot_answer_are_passed() {
+    let mut fx = Fixture::new();
+    let dns = Dns::a("dual.edge.lagran.net").qtype(28).bytes();
+    let f = || Frame::new().v6("2001:db8:1::5");
+    let mut zero = f();
+    zero.no_udp_checksum = true;
+    fx.pass(&zero.build(&dns), Counter::UdpZeroChecksum);
+    let mut hop = f();
+    hop.next = 0; // a hop-by-hop options header
+    fx.pass(&hop.build(&dns), Counter::NotUdp);
+    let mut frag = f();
+    frag.next = 44;
+    fx.pass(&frag.build(&dns), Counter::Fragment);
+    let mut port = f();
+    port.dport = 5353;
+    fx.pass(&port.build(&dns), Counter::NotListenAddress);
+    let mut short = f().build(&dns);
+    short[18..20].copy_from_slice(&2000u16.to_be_bytes());
+    fx.pass(&short, Counter::Malformed);
+    let mut ver = f().build(&dns);
+    ver[14] = 0x40;
+    fx.pass(&ver, Counter::NotIp);
+    // Listen addresses over IPv6: exact, and `::` for every IPv6 address.
+    let set: Vec<std::net::SocketAddr> = vec![format!("[{SERVER6}]:53").parse().unwrap()];
+    fx.writer.set_listen(&set).unwrap();
+    fx.answered(&f().build(&dns));
+    let mut other = f();
+    other.v6 = Some(("2001:db8:1::5".parse().unwrap(), "2001:db8::99".parse().unwrap()));
+    fx.pass(&other.build(&dns), Counter::NotListenAddress);
+    fx.writer.set_listen(&["0.0.0.0:53".parse().unwrap()]).unwrap();
+    fx.pass(&f().build(&dns), Counter::NotListenAddress);
+    fx.writer.set_listen(&["[::]:53".parse().unwrap()]).unwrap();
+    fx.answered(&other.build(&dns));
 }

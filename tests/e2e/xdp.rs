@@ -213,3 +213,109 @@ impl Drop for BpfFs {
         let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
     }
 }
+
+/// IPv6 transport, IPv6 ECS and AAAA are answered by XDP and mean what the
+/// userspace answers (over TCP) mean: flags, records with TTLs, ECS scope.
+#[test]
+fn ipv6_transport_ecs_and_aaaa_are_answered_by_xdp_like_userspace() {
+    for tool in ["dig", "ip"] {
+        if !have_tool(tool, "xdp_ipv6") {
+            return;
+        }
+    }
+    let obj =
+        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
+    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
+    let _client_prog = pair
+        .client
+        .enter(|| {
+            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
+        })
+        .expect("entering the client namespace")
+        .expect("a pass-through program on the client veth");
+    let pins = format!("/sys/fs/bpf/lagran-e2e6-{}", std::process::id());
+    let d = Daemon::start(Options {
+        netns: Some(pair.server.name().to_string()),
+        args: vec!["--dns-listen".into(), format!("[{}]:53", pair.server_addr6), "--xdp".into(), pair.server_if.into()],
+        env: vec![("LAGRAN_PIN_DIR".into(), pins.clone())],
+        dns_listen: Some(format!("{}:53", pair.server_addr)),
+        ..Options::default()
+    });
+    let answered = || -> u64 {
+        let (_, v): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
+        metric(v.as_str().unwrap_or_default(), "lagran_xdp_packets_total{result=\"answered\"}")
+    };
+
+    // The demo nodes get IPv6 addresses, so scheduled names have AAAA answers.
+    let (s, nodes) = pair.server.enter(|| d.get("/api/v1/nodes")).expect("entering the server namespace");
+    assert_eq!(s, 200, "{nodes}");
+    let nodes = nodes.as_array().or_else(|| nodes["nodes"].as_array()).cloned().unwrap_or_default();
+    assert!(!nodes.is_empty(), "the demo has nodes");
+    for (i, n) in nodes.iter().enumerate() {
+        let id = n["id"].as_str().or_else(|| n["name"].as_str()).expect("a node id");
+        let body = json!({"public_ipv6": format!("2001:db8:53::{:x}", i + 1)});
+        let (s, v) = pair
+            .server
+            .enter(|| d.http("PATCH", &format!("/api/v1/nodes/{id}"), Some(body), &[]))
+            .expect("entering the server namespace");
+        assert_eq!(s, 200, "PATCH {id}: {v}");
+    }
+
+    let v6_server = format!("@{}", pair.server_addr6);
+    let dig6 = |args: &[&str]| -> Dig {
+        let mut all = vec![v6_server.as_str(), "+tries=1", "+time=2"];
+        all.extend_from_slice(args);
+        let out = pair.client_run("dig", &all).expect("running dig in the client namespace");
+        Dig::parse(&String::from_utf8_lossy(&out.stdout))
+    };
+    // Wait for the table with the IPv6 addresses (over TCP: userspace).
+    let mut aaaa = Dig::default();
+    for _ in 0..100 {
+        aaaa = dig(&pair, &["edge.lagran.net", "AAAA", "+tcp"]);
+        if !aaaa.answers("AAAA").is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!aaaa.answers("AAAA").is_empty(), "AAAA once the nodes have IPv6:\n{}\n{}", aaaa.text, d.log());
+
+    // Each case with default dig (a COOKIE), once over UDP (XDP) and once over TCP
+    // (userspace). Padded queries (RFC 7830; neither path echoes the option): a
+    // veth hands XDP the sender's skb, whose tailroom is only what its allocation
+    // rounded up to, and an AAAA response may need more than that
+    // (`tail_grow_failed`, answered by userspace); a padded query is longer than
+    // its response, so the frame shrinks. Drivers with page-sized frames always
+    // have the room.
+    let cases: Vec<(&str, bool, Vec<&str>)> = vec![
+        ("A over IPv6", true, vec!["edge.lagran.net", "A"]),
+        ("AAAA over IPv6", true, vec!["edge.lagran.net", "AAAA"]),
+        ("AAAA over IPv4", false, vec!["edge.lagran.net", "AAAA"]),
+        ("AAAA, IPv4 ECS, over IPv6", true, vec!["edge.lagran.net", "AAAA", "+subnet=58.60.0.0/24"]),
+        ("A, IPv6 ECS, over IPv4", false, vec!["edge.lagran.net", "A", "+subnet=2001:db8:1::/48"]),
+        ("AAAA, IPv6 ECS, over IPv6", true, vec!["edge.lagran.net", "AAAA", "+subnet=2001:db8:1::/56"]),
+        ("A, IPv6 ECS /0, over IPv6", true, vec!["edge.lagran.net", "A", "+subnet=::/0"]),
+    ];
+    for (what, over6, args) in &cases {
+        let args: Vec<&str> = args.iter().copied().chain(["+padding=256"]).collect();
+        let args = &args;
+        let before = answered();
+        let fast = if *over6 { dig6(args) } else { dig(&pair, args) };
+        let after = answered();
+        if after <= before {
+            let (_, m): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
+            let m = m.as_str().unwrap_or_default().lines().filter(|l| l.contains("xdp")).collect::<Vec<_>>().join("\n");
+            panic!("{what}: answered by XDP ({before} -> {after}):\n{}\n{m}\n{}", fast.text, d.log());
+        }
+        assert_eq!(fast.status, "NOERROR", "{what}:\n{}", fast.text);
+        assert!(!fast.answer.is_empty(), "{what}: records:\n{}", fast.text);
+        let tcp: Vec<&str> = args.iter().copied().chain(["+tcp"]).collect();
+        let slow = if *over6 { dig6(&tcp) } else { dig(&pair, &tcp) };
+        assert_eq!(answered(), after, "{what}: TCP is userspace's");
+        assert_eq!(slow.flags, fast.flags, "{what}: same flags");
+        assert_eq!(slow.answer, fast.answer, "{what}: same records and TTL\n{}\n{}", fast.text, slow.text);
+        assert_eq!(slow.ecs, fast.ecs, "{what}: same ECS scope");
+    }
+
+    drop(d);
+    assert!(!std::path::Path::new(&pins).exists(), "a clean shutdown removes the pins");
+}

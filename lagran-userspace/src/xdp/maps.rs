@@ -25,12 +25,13 @@ use std::time::{Duration, Instant};
 use aya::Ebpf;
 use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, MapError, PerCpuArray, lpm_trie::Key};
 use lagran_common::{
-    answers::{self, AnswerV4, MAX_ADDRS},
+    answers::{self, AnswerV4, AnswerV6, MAX_ADDRS},
     config::{self, Config},
     counters::{self, Counter},
     listen::{self, ListenKey, ListenValue},
     names::{self, NAME_MAX, NameValue, hash_wire},
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
+    route_v6::{self, RouteV6Data},
 };
 
 use super::XdpError;
@@ -38,8 +39,16 @@ use crate::config::DnsSettings;
 use crate::route_table::{Answer, RouteTable, ScheduledName};
 
 /// The map names the loader pins, in a stable order.
-pub const MAP_NAMES: [&str; 6] =
-    [config::MAP_NAME, listen::MAP_NAME, names::MAP_NAME, route_v4::MAP_NAME, answers::MAP_NAME, counters::MAP_NAME];
+pub const MAP_NAMES: [&str; 8] = [
+    config::MAP_NAME,
+    listen::MAP_NAME,
+    names::MAP_NAME,
+    route_v4::MAP_NAME,
+    answers::MAP_NAME,
+    counters::MAP_NAME,
+    route_v6::MAP_NAME,
+    answers::MAP_NAME_V6,
+];
 
 fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
     move |source| XdpError::Map { map, source: Box::new(source) }
@@ -53,6 +62,8 @@ pub struct Maps {
     routes: LpmTrie<MapData, RouteV4Data, RouteValue>,
     answers: Array<MapData, AnswerV4>,
     counters: PerCpuArray<MapData, u64>,
+    routes6: LpmTrie<MapData, RouteV6Data, RouteValue>,
+    answers6: Array<MapData, AnswerV6>,
 }
 
 impl Maps {
@@ -65,7 +76,9 @@ impl Maps {
         let routes = take(route_v4::MAP_NAME)?;
         let answers = take(answers::MAP_NAME)?;
         let counters = take(counters::MAP_NAME)?;
-        Maps::from_maps([config, listen, names, routes, answers, counters])
+        let routes6 = take(route_v6::MAP_NAME)?;
+        let answers6 = take(answers::MAP_NAME_V6)?;
+        Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6])
     }
 
     /// Opens the maps pinned under `dir` by a running `lagran serve --xdp`
@@ -84,12 +97,14 @@ impl Maps {
             open(route_v4::MAP_NAME)?,
             open(answers::MAP_NAME)?,
             open(counters::MAP_NAME)?,
+            open(route_v6::MAP_NAME)?,
+            open(answers::MAP_NAME_V6)?,
         ])
     }
 
     /// The maps in [`MAP_NAMES`] order.
-    fn from_maps(maps: [Map; 6]) -> Result<Maps, XdpError> {
-        let [config, listen, names, routes, answers, counters] = maps;
+    fn from_maps(maps: [Map; 8]) -> Result<Maps, XdpError> {
+        let [config, listen, names, routes, answers, counters, routes6, answers6] = maps;
         Ok(Maps {
             config: Array::try_from(config).map_err(map_err(config::MAP_NAME))?,
             listen: HashMap::try_from(listen).map_err(map_err(listen::MAP_NAME))?,
@@ -97,6 +112,8 @@ impl Maps {
             routes: LpmTrie::try_from(routes).map_err(map_err(route_v4::MAP_NAME))?,
             answers: Array::try_from(answers).map_err(map_err(answers::MAP_NAME))?,
             counters: PerCpuArray::try_from(counters).map_err(map_err(counters::MAP_NAME))?,
+            routes6: LpmTrie::try_from(routes6).map_err(map_err(route_v6::MAP_NAME))?,
+            answers6: Array::try_from(answers6).map_err(map_err(answers::MAP_NAME_V6))?,
         })
     }
 
@@ -184,17 +201,19 @@ impl Maps {
         let mut used = Vec::new();
         for (id, item) in self.answers.iter().enumerate() {
             let a = item.map_err(map_err(answers::MAP_NAME))?;
-            if a != AnswerV4::default() {
-                used.push((id, a));
+            let a6 = self.answers6.get(&(id as u32), 0).map_err(map_err(answers::MAP_NAME_V6))?;
+            if a != AnswerV4::default() || a6 != AnswerV6::default() {
+                used.push((id, a, a6));
             }
         }
         let _ = writeln!(out, "{} ({} in use):", answers::MAP_NAME, used.len());
-        for (id, a) in &used {
+        for (id, a, a6) in &used {
             let addrs: Vec<String> = a
                 .addrs
                 .iter()
                 .take((a.count as usize).min(MAX_ADDRS))
                 .map(|b| Ipv4Addr::from(*b).to_string())
+                .chain((0..(a6.count as usize).min(MAX_ADDRS)).map(|i| Ipv6Addr::from(a6.addr(i)).to_string()))
                 .collect();
             let canary = if a.canary_percent > 0 {
                 format!(" canary={}%->#{}", a.canary_percent, a.canary_id)
@@ -224,6 +243,32 @@ impl Maps {
             let _ = writeln!(
                 out,
                 "  name={name_id:<4} {:<18} -> answer #{} scope /{}",
+                format!("{addr}/{len}"),
+                v.answer_id,
+                v.scope
+            );
+        }
+        let mut total = 0usize;
+        let mut shown = Vec::new();
+        for item in self.routes6.iter() {
+            let (k, v) = item.map_err(map_err(route_v6::MAP_NAME))?;
+            total += 1;
+            if shown.len() < route_limit {
+                let (plen, data) = (k.prefix_len(), k.data());
+                shown.push((
+                    u32::from_be_bytes(data.name_id),
+                    Ipv6Addr::from(data.addr),
+                    plen.saturating_sub(NAME_BITS),
+                    v,
+                ));
+            }
+        }
+        shown.sort_by_key(|s| (s.0, s.1, s.2));
+        let _ = writeln!(out, "{} ({total} entries, {} shown):", route_v6::MAP_NAME, shown.len());
+        for (name_id, addr, len, v) in shown {
+            let _ = writeln!(
+                out,
+                "  name={name_id:<4} {:<24} -> answer #{} scope /{}",
                 format!("{addr}/{len}"),
                 v.answer_id,
                 v.scope
@@ -306,13 +351,18 @@ impl SyncStats {
     }
 }
 
-/// One trie entry as last written: block start (host order), CIDR length, value.
+/// One trie entry as last written: block start (host order: `u32` for IPv4,
+/// `u128` for IPv6), CIDR length, value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Route {
-    addr: u32,
+struct Route<A = u32> {
+    addr: A,
     len: u8,
     value: RouteValue,
 }
+
+/// The `A` and `AAAA` records of one route-table answer: written at one id of
+/// `lagran_answers` and `lagran_answers6`, so one trie value names both.
+type AnswerPair = (AnswerV4, AnswerV6);
 
 /// Keeps the maps equal to the route table, writing only differences.
 pub struct MapWriter {
@@ -326,8 +376,10 @@ pub struct MapWriter {
     names: StdHashMap<Vec<u8>, u32>,
     /// Written trie entries per name id, sorted by (addr, len).
     routes: StdHashMap<u32, Vec<Route>>,
+    /// Written IPv6 trie entries per name id, sorted by (addr, len).
+    routes6: StdHashMap<u32, Vec<Route<u128>>>,
     /// Written answers: content -> id.
-    answers: StdHashMap<AnswerV4, u32>,
+    answers: StdHashMap<AnswerPair, u32>,
     free_ids: Vec<u32>,
     next_id: u32,
     /// A write failed: clear and rewrite everything on the next sync.
@@ -341,7 +393,10 @@ impl MapWriter {
     pub fn new(mut maps: Maps, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
         let config = Config { dns_port, udp_payload, enabled: 0 };
         maps.set_config(&config)?;
-        maps.set_listen(&[SocketAddr::from((Ipv4Addr::UNSPECIFIED, dns_port))])?;
+        maps.set_listen(&[
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, dns_port)),
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, dns_port)),
+        ])?;
         Ok(MapWriter {
             maps,
             config,
@@ -349,6 +404,7 @@ impl MapWriter {
             synced: false,
             names: StdHashMap::new(),
             routes: StdHashMap::new(),
+            routes6: StdHashMap::new(),
             answers: StdHashMap::new(),
             free_ids: Vec::new(),
             next_id: 0,
@@ -416,7 +472,7 @@ impl MapWriter {
         Ok(())
     }
 
-    /// Makes the maps answer what `table` answers, for `A` queries over IPv4.
+    /// Makes the maps answer what `table` answers, for `A` and `AAAA` queries.
     pub fn sync(&mut self, table: &RouteTable, settings: &DnsSettings) -> Result<SyncStats, XdpError> {
         let started = Instant::now();
         if self.needs_reset {
@@ -447,7 +503,8 @@ impl MapWriter {
         let mut want_names: StdHashMap<Vec<u8>, u32> = StdHashMap::new();
         let mut owner: StdHashMap<u32, &str> = StdHashMap::new();
         let mut want_routes: StdHashMap<u32, Vec<Route>> = StdHashMap::new();
-        let mut used: StdHashMap<AnswerV4, u32> = StdHashMap::new();
+        let mut want_routes6: StdHashMap<u32, Vec<Route<u128>>> = StdHashMap::new();
+        let mut used: StdHashMap<AnswerPair, u32> = StdHashMap::new();
         // Name hash -> wire name: two names with one hash cannot share the key.
         let mut hashes: StdHashMap<u64, Vec<u8>> = StdHashMap::new();
         for name in table.scheduled_names() {
@@ -489,11 +546,13 @@ impl MapWriter {
                 }
             }
             want_routes.insert(name.id, routes);
+            want_routes6.insert(name.id, routes_of(&name.v6, &ids));
             want_names.insert(key, name.id);
         }
 
         // 2. Trie inserts, updates and deletes for every name still served.
         let empty = Vec::new();
+        let empty6 = Vec::new();
         for (&id, want) in &want_routes {
             let have = self.routes.get(&id).unwrap_or(&empty);
             let (up, del) = diff_routes(have, want);
@@ -505,6 +564,22 @@ impl MapWriter {
             }
             for r in &del {
                 remove_route(&mut self.maps.routes, id, r)?;
+            }
+            stats.routes_upserted += up.len();
+            stats.routes_deleted += del.len();
+            stats.routes_total += want.len();
+        }
+        for (&id, want) in &want_routes6 {
+            let have = self.routes6.get(&id).unwrap_or(&empty6);
+            let (up, del) = diff_routes(have, want);
+            for r in &up {
+                self.maps
+                    .routes6
+                    .insert(&route6_key(id, r.addr, r.len), r.value, 0)
+                    .map_err(|e| full_or(route_v6::MAP_NAME, route_v6::MAX_ENTRIES, e, "IPv6 trie entries"))?;
+            }
+            for r in &del {
+                remove_route6(&mut self.maps.routes6, id, r)?;
             }
             stats.routes_upserted += up.len();
             stats.routes_deleted += del.len();
@@ -538,13 +613,22 @@ impl MapWriter {
                 stats.routes_deleted += have.len();
             }
         }
+        for (&id, have) in &self.routes6 {
+            if !want_routes6.contains_key(&id) {
+                for r in have {
+                    remove_route6(&mut self.maps.routes6, id, r)?;
+                }
+                stats.routes_deleted += have.len();
+            }
+        }
 
         // 5. Answers nothing points at any more: cleared, and their ids reusable
         //    from the next sync on.
-        let unused: Vec<(AnswerV4, u32)> =
+        let unused: Vec<(AnswerPair, u32)> =
             self.answers.iter().filter(|(a, _)| !used.contains_key(*a)).map(|(a, id)| (*a, *id)).collect();
         for (a, id) in unused {
             self.maps.answers.set(id, AnswerV4::default(), 0).map_err(map_err(answers::MAP_NAME))?;
+            self.maps.answers6.set(id, AnswerV6::default(), 0).map_err(map_err(answers::MAP_NAME_V6))?;
             self.answers.remove(&a);
             self.free_ids.push(id);
             stats.answers_freed += 1;
@@ -554,6 +638,7 @@ impl MapWriter {
 
         self.names = want_names;
         self.routes = want_routes;
+        self.routes6 = want_routes6;
         Ok(stats)
     }
 
@@ -563,7 +648,7 @@ impl MapWriter {
         &mut self,
         name: &ScheduledName,
         settings: &DnsSettings,
-        used: &mut StdHashMap<AnswerV4, u32>,
+        used: &mut StdHashMap<AnswerPair, u32>,
         stats: &mut SyncStats,
     ) -> Result<Vec<Option<u32>>, XdpError> {
         // Plain answers first: a canary answer refers to its target's id.
@@ -577,11 +662,10 @@ impl MapWriter {
             let target = ids.get(c.answer as usize).copied().flatten();
             ids[i] = match target {
                 Some(target_id) if (1..=100).contains(&c.percent) => {
-                    let content = AnswerV4 {
-                        canary_percent: c.percent as u32,
-                        canary_id: target_id,
-                        ..plain_answer(a, settings)
-                    };
+                    let (v4, v6) = plain_answer(a, settings);
+                    let (canary_percent, canary_id) = (c.percent as u32, target_id);
+                    let content =
+                        (AnswerV4 { canary_percent, canary_id, ..v4 }, AnswerV6 { canary_percent, canary_id, ..v6 });
                     Some(self.ensure_answer(content, used, stats)?)
                 }
                 // An inconsistent split: userspace decides (it treats it as no table).
@@ -593,8 +677,8 @@ impl MapWriter {
 
     fn ensure_answer(
         &mut self,
-        content: AnswerV4,
-        used: &mut StdHashMap<AnswerV4, u32>,
+        content: AnswerPair,
+        used: &mut StdHashMap<AnswerPair, u32>,
         stats: &mut SyncStats,
     ) -> Result<u32, XdpError> {
         if let Some(&id) = used.get(&content) {
@@ -617,7 +701,11 @@ impl MapWriter {
                         });
                     }
                 };
-                if let Err(e) = self.maps.answers.set(id, content, 0) {
+                if let Err(e) = self.maps.answers6.set(id, content.1, 0) {
+                    self.free_ids.push(id);
+                    return Err(map_err(answers::MAP_NAME_V6)(e));
+                }
+                if let Err(e) = self.maps.answers.set(id, content.0, 0) {
                     self.free_ids.push(id);
                     return Err(map_err(answers::MAP_NAME)(e));
                 }
@@ -642,14 +730,24 @@ impl MapWriter {
         for k in keys {
             remove_ok_if_missing(self.maps.routes.remove(&k), route_v4::MAP_NAME)?;
         }
+        let keys: Vec<Key<RouteV6Data>> =
+            self.maps.routes6.keys().collect::<Result<_, _>>().map_err(map_err(route_v6::MAP_NAME))?;
+        for k in keys {
+            remove_ok_if_missing(self.maps.routes6.remove(&k), route_v6::MAP_NAME)?;
+        }
         for id in 0..answers::MAX_ENTRIES {
             let a = self.maps.answers.get(&id, 0).map_err(map_err(answers::MAP_NAME))?;
             if a != AnswerV4::default() {
                 self.maps.answers.set(id, AnswerV4::default(), 0).map_err(map_err(answers::MAP_NAME))?;
             }
+            let a = self.maps.answers6.get(&id, 0).map_err(map_err(answers::MAP_NAME_V6))?;
+            if a != AnswerV6::default() {
+                self.maps.answers6.set(id, AnswerV6::default(), 0).map_err(map_err(answers::MAP_NAME_V6))?;
+            }
         }
         self.names.clear();
         self.routes.clear();
+        self.routes6.clear();
         self.answers.clear();
         self.free_ids.clear();
         self.next_id = 0;
@@ -681,16 +779,33 @@ fn full_or(map: &'static str, max: u32, e: MapError, what: &str) -> XdpError {
 }
 
 /// The answer as the fast path sends it: the TTL the responder would answer
-/// (`dns::scheduled_ttl`), at most four addresses (the responder takes the same
-/// four), no canary.
-fn plain_answer(a: &Answer, settings: &DnsSettings) -> AnswerV4 {
+/// (`dns::scheduled_ttl`, the same for `A` and `AAAA`), at most four addresses
+/// of each family (the responder takes the same four), no canary.
+fn plain_answer(a: &Answer, settings: &DnsSettings) -> AnswerPair {
+    let ttl = crate::dns::scheduled_ttl(a.ttl, settings);
     let addrs: Vec<[u8; 4]> = a.ipv4.iter().take(MAX_ADDRS).map(|ip| ip.octets()).collect();
-    AnswerV4::new(crate::dns::scheduled_ttl(a.ttl, settings), &addrs)
+    let addrs6: Vec<[u8; 16]> = a.ipv6.iter().take(MAX_ADDRS).map(|ip| ip.octets()).collect();
+    (AnswerV4::new(ttl, &addrs), AnswerV6::new(ttl, &addrs6))
+}
+
+/// The IPv6 trie entries of a name: one per block with a valid answer (the
+/// program passes the others). Blocks inside `::ffff:0:0/96` are written too;
+/// the program never looks an IPv4-mapped client up there (it uses the IPv4
+/// trie, as the responder does).
+fn routes_of(v6: &crate::prefix_map::PrefixMapV6, ids: &[Option<u32>]) -> Vec<Route<u128>> {
+    v6.iter()
+        .filter_map(|p| match ids.get(p.value as usize) {
+            Some(Some(id)) => {
+                Some(Route { addr: p.addr, len: p.len, value: RouteValue { answer_id: *id, scope: p.len as u32 } })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Trie entries to insert or update, and to delete, to go from `have` to `want`
 /// (both sorted by address, then length).
-fn diff_routes(have: &[Route], want: &[Route]) -> (Vec<Route>, Vec<Route>) {
+fn diff_routes<A: Copy + Ord>(have: &[Route<A>], want: &[Route<A>]) -> (Vec<Route<A>>, Vec<Route<A>>) {
     let (mut up, mut del) = (Vec::new(), Vec::new());
     let (mut i, mut j) = (0, 0);
     while i < have.len() || j < want.len() {
@@ -730,6 +845,18 @@ fn route_key(name_id: u32, addr: u32, len: u8) -> Key<RouteV4Data> {
 
 fn remove_route(trie: &mut LpmTrie<MapData, RouteV4Data, RouteValue>, name_id: u32, r: &Route) -> Result<(), XdpError> {
     remove_ok_if_missing(trie.remove(&route_key(name_id, r.addr, r.len)), route_v4::MAP_NAME)
+}
+
+fn route6_key(name_id: u32, addr: u128, len: u8) -> Key<RouteV6Data> {
+    Key::new(NAME_BITS + len as u32, RouteV6Data::new(name_id, addr))
+}
+
+fn remove_route6(
+    trie: &mut LpmTrie<MapData, RouteV6Data, RouteValue>,
+    name_id: u32,
+    r: &Route<u128>,
+) -> Result<(), XdpError> {
+    remove_ok_if_missing(trie.remove(&route6_key(name_id, r.addr, r.len)), route_v6::MAP_NAME)
 }
 
 /// A delete of an entry that is already gone is not an error.
@@ -815,11 +942,11 @@ mod tests {
     fn plain_answer_applies_the_responders_ttl_and_four_addresses() {
         let settings = DnsSettings { ttl: 30, min_ttl: 5, ..DnsSettings::default() };
         let a = Answer { ttl: 300, ipv4: (1..=6).map(|i| Ipv4Addr::new(10, 0, 0, i)).collect(), ..Answer::default() };
-        let v = plain_answer(&a, &settings);
+        let (v, _) = plain_answer(&a, &settings);
         assert_eq!(v.ttl, 30, "min(route ttl, DNS_TTL)");
         assert_eq!(v.count, 4);
         assert_eq!(v.addrs[3], [10, 0, 0, 4]);
         let a = Answer { ttl: 1, ..a };
-        assert_eq!(plain_answer(&a, &settings).ttl, 5, "never below 5 s");
+        assert_eq!(plain_answer(&a, &settings).0.ttl, 5, "never below 5 s");
     }
 }

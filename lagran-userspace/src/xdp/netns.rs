@@ -111,6 +111,9 @@ pub struct VethPair {
     pub client_if: &'static str,
     pub server_addr: std::net::Ipv4Addr,
     pub client_addr: std::net::Ipv4Addr,
+    /// IPv6 addresses of the two ends (ULA, `nodad`: usable at once).
+    pub server_addr6: std::net::Ipv6Addr,
+    pub client_addr6: std::net::Ipv6Addr,
 }
 
 impl VethPair {
@@ -134,6 +137,10 @@ impl VethPair {
         ])?;
         server.ip(&["addr", "add", "198.18.0.1/30", "dev", server_if])?;
         client.ip(&["addr", "add", "198.18.0.2/30", "dev", client_if])?;
+        // `nodad`: no duplicate address detection, so the addresses work at once
+        // instead of after a second or two of "tentative".
+        server.ip(&["-6", "addr", "add", "fd00:198:18::1/64", "dev", server_if, "nodad"])?;
+        client.ip(&["-6", "addr", "add", "fd00:198:18::2/64", "dev", client_if, "nodad"])?;
         server.ip(&["link", "set", server_if, "up"])?;
         client.ip(&["link", "set", client_if, "up"])?;
         Ok(VethPair {
@@ -143,6 +150,8 @@ impl VethPair {
             client_if,
             server_addr: std::net::Ipv4Addr::new(198, 18, 0, 1),
             client_addr: std::net::Ipv4Addr::new(198, 18, 0, 2),
+            server_addr6: std::net::Ipv6Addr::new(0xfd00, 0x198, 0x18, 0, 0, 0, 0, 1),
+            client_addr6: std::net::Ipv6Addr::new(0xfd00, 0x198, 0x18, 0, 0, 0, 0, 2),
         })
     }
 
