@@ -46,6 +46,12 @@ pub struct Answer {
     /// A canary split: clients whose subnet bucket is below `percent` get the
     /// answer at index `answer` instead (same name's `answers`).
     pub canary: Option<Canary>,
+    /// For a name in CNAME mode: the primary node's hostname, answered as
+    /// `CNAME <hostname>` instead of the addresses (seed 004 §4.3). `None` for
+    /// names in address mode and for nodes without a hostname (answered with
+    /// the addresses, as in address mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
 }
 
 /// A share of the client subnets sent to another answer (SPEC §4 canary rules).
@@ -122,6 +128,36 @@ impl ScheduledName {
     }
 }
 
+/// A node's hostname inside a served zone, answerable with the node's
+/// addresses (the target of a CNAME-mode name's answer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeHost {
+    /// Lowercase, no trailing dot.
+    pub name: String,
+    /// The node it names.
+    pub node: String,
+    pub ipv4: Option<Ipv4Addr>,
+    pub ipv6: Option<Ipv6Addr>,
+}
+
+impl NodeHost {
+    /// The hostnames of `nodes` that lie inside one of `zones` (lowercase, no
+    /// trailing dot), sorted by name; a hostname outside every served zone is
+    /// some other server's business.
+    pub fn of_nodes(nodes: &[crate::model::Node], zones: &[Zone]) -> Vec<NodeHost> {
+        let mut hosts: Vec<NodeHost> = nodes
+            .iter()
+            .filter_map(|n| {
+                let name = n.hostname.as_deref()?.trim_end_matches('.').to_ascii_lowercase();
+                let served = zones.iter().any(|z| name == z.name || name.ends_with(&format!(".{}", z.name)));
+                served.then(|| NodeHost { name, node: n.name.clone(), ipv4: n.public_ip, ipv6: n.public_ipv6 })
+            })
+            .collect();
+        hosts.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.node.cmp(&b.node)));
+        hosts
+    }
+}
+
 /// One served zone with its scheduled names.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ZoneRoutes {
@@ -140,6 +176,8 @@ pub enum NameLookup<'a> {
     Whoami { zone: &'a Zone },
     /// `_version.<zone>` (TXT: route-table version and generation time).
     Version { zone: &'a Zone },
+    /// A node's hostname (answered with the node's addresses).
+    NodeHost { zone: &'a Zone, host: &'a NodeHost },
     /// Inside a served zone, but no such name.
     Missing { zone: &'a Zone },
     /// Outside every served zone.
@@ -158,9 +196,15 @@ pub struct RouteTable {
     /// Unix milliseconds when the table was computed.
     pub generated_at_ms: i64,
     pub zones: Vec<ZoneRoutes>,
+    /// Node hostnames inside the served zones, sorted by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<NodeHost>,
     /// name -> (zone index, scheduled name index)
     #[serde(skip)]
     index: HashMap<String, (usize, usize)>,
+    /// node hostname -> index into `hosts`
+    #[serde(skip)]
+    host_index: HashMap<String, usize>,
 }
 
 /// A route table as received, before it is checked.
@@ -169,6 +213,8 @@ struct RouteTableWire {
     version: u64,
     generated_at_ms: i64,
     zones: Vec<ZoneRoutes>,
+    #[serde(default)]
+    hosts: Vec<NodeHost>,
 }
 
 impl TryFrom<RouteTableWire> for RouteTable {
@@ -185,7 +231,7 @@ impl TryFrom<RouteTableWire> for RouteTable {
                 }
             }
         }
-        Ok(RouteTable::new(w.version, w.generated_at_ms, w.zones))
+        Ok(RouteTable::new(w.version, w.generated_at_ms, w.zones).with_node_hosts(w.hosts))
     }
 }
 
@@ -197,7 +243,17 @@ impl RouteTable {
                 index.insert(n.name.clone(), (zi, ni));
             }
         }
-        RouteTable { version, generated_at_ms, zones, index }
+        RouteTable { version, generated_at_ms, zones, hosts: Vec::new(), index, host_index: HashMap::new() }
+    }
+
+    /// This table with `hosts` as its node hostnames (the first of a name wins).
+    pub fn with_node_hosts(mut self, hosts: Vec<NodeHost>) -> Self {
+        self.host_index.clear();
+        for (i, h) in hosts.iter().enumerate() {
+            self.host_index.entry(h.name.clone()).or_insert(i);
+        }
+        self.hosts = hosts;
+        self
     }
 
     /// Classifies a query name (any case, with or without the trailing dot).
@@ -217,6 +273,9 @@ impl RouteTable {
         let zone = &z.zone;
         if let Some(host) = zone.ns_hosts.iter().find(|h| h.name == name) {
             return NameLookup::NsHost { zone, host };
+        }
+        if let Some(&i) = self.host_index.get(&name) {
+            return NameLookup::NodeHost { zone, host: &self.hosts[i] };
         }
         if name == format!("whoami.{}", zone.name) {
             return NameLookup::Whoami { zone };
@@ -241,8 +300,9 @@ impl RouteTable {
     /// rewrites them) do not count. The scheduler publishes only tables that
     /// are not the same as the current one.
     pub fn serves_same_as(&self, other: &RouteTable) -> bool {
-        fn served(a: &Answer) -> (u32, &[Ipv4Addr], &[Ipv6Addr], Option<&str>, AnswerState) {
-            (a.ttl, &a.ipv4, &a.ipv6, a.node.as_deref(), a.state)
+        type Served<'a> = (u32, &'a [Ipv4Addr], &'a [Ipv6Addr], Option<&'a str>, AnswerState, Option<&'a str>);
+        fn served(a: &Answer) -> Served<'_> {
+            (a.ttl, &a.ipv4, &a.ipv6, a.node.as_deref(), a.state, a.hostname.as_deref())
         }
         fn same_answer(x: &ScheduledName, xi: u32, y: &ScheduledName, yi: u32) -> bool {
             let (Some(a), Some(b)) = (x.answers.get(xi as usize), y.answers.get(yi as usize)) else { return false };
@@ -262,6 +322,7 @@ impl RouteTable {
         fn same_name(x: &ScheduledName, y: &ScheduledName) -> bool {
             x.name == y.name
                 && x.id == y.id
+                && x.ecs == y.ecs
                 && x.v4.len() == y.v4.len()
                 && x.v6.len() == y.v6.len()
                 && x.v4
@@ -273,7 +334,8 @@ impl RouteTable {
                     .zip(y.v6.iter())
                     .all(|(p, q)| p.addr == q.addr && p.len == q.len && same_answer(x, p.value, y, q.value))
         }
-        self.zones.len() == other.zones.len()
+        self.hosts == other.hosts
+            && self.zones.len() == other.zones.len()
             && self.zones.iter().zip(&other.zones).all(|(a, b)| {
                 a.zone == b.zone
                     && a.names.len() == b.names.len()
@@ -284,7 +346,7 @@ impl RouteTable {
     /// The same content under another version and generation time (a rollback
     /// republishes the old table this way, so followers see a newer version).
     pub fn republished(&self, version: u64, generated_at_ms: i64) -> RouteTable {
-        RouteTable::new(version, generated_at_ms, self.zones.clone())
+        RouteTable::new(version, generated_at_ms, self.zones.clone()).with_node_hosts(self.hosts.clone())
     }
 
     /// Every scheduled name in every zone.

@@ -90,6 +90,7 @@ fn table() -> RouteTable {
     // AAAA (TTL 10); 2001:db8:2::/48 → A only (AAAA is NODATA upstairs);
     // 2001:db8:3::/48 → four AAAA; the rest → one of each (TTL 300 → 30).
     let dual = ScheduledName {
+        ecs: true,
         name: "dual.edge.lagran.net".into(),
         id: 4,
         answers: vec![
@@ -112,6 +113,7 @@ fn table() -> RouteTable {
     let mut primary6 = answer46(30, &["192.0.2.100"], &["2001:db8:53::100"]);
     primary6.canary = Some(Canary { percent: 50, answer: 1 });
     let canary6 = ScheduledName {
+        ecs: true,
         name: "canary6.edge.lagran.net".into(),
         id: 5,
         answers: vec![primary6, answer46(30, &["192.0.2.200"], &["2001:db8:53::200"])],
@@ -1427,6 +1429,7 @@ fn ipv6_aaaa_names_of_every_word_alignment() {
     names.push(format!("{}.{}.{}.{}.edge.lagran.net", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(45)));
     for (i, n) in names.iter().enumerate() {
         t.zones[0].names.push(ScheduledName {
+            ecs: true,
             name: n.clone(),
             id: 200 + i as u32,
             answers: vec![answer46(30, &["198.51.100.1"], &[&format!("2001:db8:aa::{:x}", i + 1)])],

@@ -4,6 +4,7 @@
 mod aaaa;
 mod api;
 mod cli;
+mod cname;
 mod dns;
 mod entry;
 mod geo;

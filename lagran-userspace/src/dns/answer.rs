@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use hickory_proto::ProtoError;
-use hickory_proto::rr::rdata::{A, AAAA, NS, SOA, TXT};
+use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, SOA, TXT};
 use hickory_proto::rr::{Name, RData, Record};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use serde::Serialize;
@@ -30,13 +30,14 @@ use serde::Serialize;
 use super::ecs::{self, Ecs};
 use crate::config::DnsSettings;
 use crate::model::{NsHost, Zone};
-use crate::route_table::{NameLookup, RouteTable, ScheduledName};
+use crate::route_table::{NameLookup, NodeHost, RouteTable, ScheduledName};
 
 /// Record types and classes this module names.
 pub mod wire {
     pub const HEADER_LEN: usize = 12;
     pub const TYPE_A: u16 = 1;
     pub const TYPE_NS: u16 = 2;
+    pub const TYPE_CNAME: u16 = 5;
     pub const TYPE_SOA: u16 = 6;
     pub const TYPE_TXT: u16 = 16;
     pub const TYPE_AAAA: u16 = 28;
@@ -539,21 +540,38 @@ fn resolve<'q>(
         }
         NameLookup::Scheduled { zone, name } => {
             let apex = name.name == zone.name;
+            // Seed 004 §4.5: a name with ECS off is answered for the resolver's
+            // address, and the ECS option — supported but not used — is echoed
+            // with SCOPE 0 (RFC 7871, quoted in `scheduled`): no ECS is passed.
+            let (addr, used) = if name.ecs { (lookup_addr, ecs) } else { (q.source, None) };
+            let times = (now_ms, confirmed_at_ms);
             match qtype {
                 TYPE_A | TYPE_AAAA => {
                     r.scheduled = true;
-                    // Seed 004 §4.5: a name with ECS off is answered for the resolver's
-                    // address, and the ECS option — supported but not used — is echoed
-                    // with SCOPE 0 (RFC 7871, quoted in `scheduled`): no ECS is passed.
-                    let (addr, used) = if name.ecs { (lookup_addr, ecs) } else { (q.source, None) };
-                    scheduled(r, question, zone, name, addr, used, table, settings, (now_ms, confirmed_at_ms))
+                    scheduled(r, question, zone, name, addr, used, table, settings, times)
                 }
                 TYPE_SOA if apex => soa_answer(r, question, zone),
                 TYPE_NS if apex => ns_answer(r, question, zone),
+                // RFC 1034 §4.3.2 step 3a: "If the data at the node is a CNAME, and
+                // QTYPE doesn't match CNAME, copy the CNAME RR into the answer section"
+                // — whatever the QTYPE, so a name in CNAME mode answers its CNAME
+                // (for this client) to every type; `scheduled` decides the rest.
+                _ if table.version != 0
+                    && checked_answer_for(name, addr).is_some_and(|(a, _)| a.hostname.is_some()) =>
+                {
+                    scheduled(r, question, zone, name, addr, used, table, settings, times)
+                }
                 _ => nodata(r, question, zone),
             }
         }
         NameLookup::NsHost { zone, host } => glue_answer(r, question, zone, host),
+        NameLookup::NodeHost { zone, host } => {
+            let mut r = node_host_records(r, &question.name, host, qtype, settings);
+            if r.answer.is_empty() {
+                r = nodata(r, question, zone);
+            }
+            r
+        }
         NameLookup::Whoami { zone } => {
             if qtype != TYPE_TXT {
                 return nodata(r, question, zone);
@@ -655,6 +673,13 @@ fn scheduled<'q>(
         // No IPv6 fallback: NODATA steers clients to the A fallback.
         return negative(r, question, zone);
     }
+    if let Some(host) = ans.hostname.as_deref() {
+        let mut r = cname_answer(r, question, host, ttl, table, settings);
+        r.scope = scope;
+        r.stale = stale;
+        r.node = ans.node.clone();
+        return r;
+    }
     if v4 {
         if ans.ipv4.is_empty() {
             // No eligible node for this partition.
@@ -688,6 +713,76 @@ fn scheduled<'q>(
     r.scope = scope;
     r.stale = stale;
     r.node = ans.node.clone();
+    r
+}
+
+/// A name in CNAME mode (seed 004 §4.3): `CNAME <hostname of the chosen
+/// node>`, then the hostname's own records when this server is authoritative
+/// for it. A node without a hostname never gets here: the builder leaves its
+/// answer in address mode, so a partition whose best node has no hostname
+/// still reaches that node (its addresses are the one thing the chosen node
+/// can be reached by) rather than losing its answer to a configuration gap.
+fn cname_answer<'q>(
+    mut r: Resp<'q>,
+    question: &'q Question,
+    host: &str,
+    ttl: u32,
+    table: &RouteTable,
+    settings: &DnsSettings,
+) -> Resp<'q> {
+    let Some(target) = fqdn(host) else { return r.error(RCODE_SERVFAIL, Outcome::ServFail) };
+    r.answer.push(Record::from_rdata(question.name.clone(), ttl, RData::CNAME(CNAME(target.clone()))));
+    // RFC 1034 §4.3.2 step 3a: "If the data at the node is a CNAME, and QTYPE
+    // doesn't match CNAME, copy the CNAME RR into the answer section of the
+    // response, change QNAME to the canonical name in the CNAME RR, and go
+    // back to step 1." A QTYPE of CNAME is answered by the CNAME alone.
+    if question.qtype == TYPE_CNAME {
+        return r;
+    }
+    // Step 2: "Search the available zones for the zone which is the nearest
+    // ancestor to QNAME. If such a zone is found, go to step 3, otherwise step
+    // 4." Step 4 reads a cache this authoritative-only server does not keep:
+    // a target outside the served zones ends the answer with the CNAME.
+    let NameLookup::NodeHost { zone, host } = table.lookup(host) else { return r };
+    let before = r.answer.len();
+    let mut r = node_host_records(r, &target, host, question.qtype, settings);
+    if r.answer.len() == before {
+        // RFC 2308 §3: "Name servers authoritative for a zone MUST include the
+        // SOA record of the zone in the authority section of the response
+        // when [...] indicating that no data of the requested type exists" —
+        // the target's zone, as the chain ends there (RFC 2308 §2.2).
+        match fqdn(&zone.name).and_then(|owner| soa_record_at(owner, zone, negative_ttl(zone))) {
+            Some(soa) => r.authority.push(soa),
+            None => return r.error(RCODE_SERVFAIL, Outcome::ServFail),
+        }
+    }
+    r
+}
+
+/// The TTL of a node hostname's address records: the responder's TTL for a
+/// route of DNS_TTL (a node's address is as changeable as a route).
+fn node_host_ttl(settings: &DnsSettings) -> u32 {
+    scheduled_ttl(settings.ttl, settings)
+}
+
+/// Appends a node hostname's record of `qtype` (A or AAAA), owned by `owner`;
+/// appends nothing for other types or a missing address.
+fn node_host_records<'q>(
+    mut r: Resp<'q>,
+    owner: &Name,
+    host: &NodeHost,
+    qtype: u16,
+    settings: &DnsSettings,
+) -> Resp<'q> {
+    let rdata = match qtype {
+        TYPE_A => host.ipv4.map(|a| RData::A(A(a))),
+        TYPE_AAAA => host.ipv6.map(|a| RData::AAAA(AAAA(a))),
+        _ => None,
+    };
+    if let Some(rdata) = rdata {
+        r.answer.push(Record::from_rdata(owner.clone(), node_host_ttl(settings), rdata));
+        r.node = Some(host.node.clone());
+    }
     r
 }
 
@@ -752,7 +847,10 @@ fn fqdn(s: &str) -> Option<Name> {
 }
 
 fn soa_record(question: &Question, zone: &Zone, ttl: u32) -> Option<Record> {
-    let owner = zone_owner(question, zone)?;
+    soa_record_at(zone_owner(question, zone)?, zone, ttl)
+}
+
+fn soa_record_at(owner: Name, zone: &Zone, ttl: u32) -> Option<Record> {
     let soa = SOA::new(
         fqdn(&zone.soa_mname)?,
         fqdn(&zone.soa_rname)?,
@@ -854,6 +952,7 @@ fn glue_answer<'q>(mut r: Resp<'q>, question: &'q Question, zone: &Zone, host: &
 fn is_empty_non_terminal(table: &RouteTable, zone: &Zone, name: &str) -> bool {
     let suffix = format!(".{name}");
     zone.ns_hosts.iter().any(|h| h.name.ends_with(&suffix))
+        || table.hosts.iter().any(|h| h.name.ends_with(&suffix))
         || table
             .zones
             .iter()

@@ -1245,3 +1245,5 @@ fn a_name_with_ecs_off_answers_for_the_resolver_with_scope_0() {
     let (_, m) = ask(&q, "2.2.2.2");
     assert_eq!(a_addrs(&m).len(), 3, "with ECS on, the ECS address decides");
 }
+
+mod cname;

@@ -12,10 +12,10 @@ use crate::engine::planner::{Eligible, Plan, RegionFilter, Top};
 use crate::engine::{self, Family, NodeView, Policy, Ranking};
 use crate::health::Liveness;
 use crate::location::Location;
-use crate::model::{DEFAULT_POOL, Domain, Line, LineAnswer, Node, Rule, RuleKind, Zone};
+use crate::model::{AnswerMode, DEFAULT_POOL, Domain, Line, LineAnswer, Node, Rule, RuleKind, Zone};
 use crate::partition::PartitionTable;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
-use crate::route_table::{Answer, AnswerState, Canary, RouteTable, ScheduledName, ZoneRoutes};
+use crate::route_table::{Answer, AnswerState, Canary, NodeHost, RouteTable, ScheduledName, ZoneRoutes};
 
 pub use incremental::Change;
 
@@ -135,6 +135,7 @@ fn answer_of(r4: &Ranking, r6: &Ranking, per_answer: usize, ttl: u32, state: Ans
         reason: primary.map_or_else(|| "no eligible node".to_string(), |c| c.reason.clone()),
         state,
         canary: None,
+        hostname: None,
     }
 }
 
@@ -498,6 +499,12 @@ pub fn build_route_table_after(
     state.follow_partitions(partitions.locations());
     let node_ids: Vec<u32> = views.iter().map(|v| state.node_id(&v.node.name)).collect();
     let changed_ids: Vec<u32> = changed.iter().map(|&i| node_ids[i]).collect();
+    let hostnames: HashMap<&str, &str> = inputs
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.name.as_str(), n.hostname.as_deref()?.trim_end_matches('.'))))
+        .filter(|(_, h)| !h.is_empty())
+        .collect();
     // Automatic rankings depend on (pool, class) only: names sharing a pool share them.
     let k = per_answer + 1;
     let mut pools: HashMap<String, (PoolRanks, Vec<bool>)> = HashMap::new();
@@ -604,6 +611,7 @@ pub fn build_route_table_after(
                             reason: format!("line {}: origin", line.name),
                             state: AnswerState::Steady,
                             canary: None,
+                            hostname: None,
                         })
                     }),
                     LineAnswer::Node => line.node.as_deref().and_then(|n| {
@@ -734,7 +742,14 @@ pub fn build_route_table_after(
             rec.v4 = Some(v4.clone());
             rec.v6 = Some(v6.clone());
             names.insert(spec.name.clone(), rec);
-            let answers = nb.answers.list;
+            let mut answers = nb.answers.list;
+            if spec.domain.is_some_and(|d| d.answer_mode == AnswerMode::Cname) {
+                // Seed 004 §4.3: CNAME mode answers the chosen node's hostname. Set
+                // after interning, so answers stay as distinct as their addresses.
+                for a in &mut answers {
+                    a.hostname = a.node.as_deref().and_then(|n| hostnames.get(n)).map(|h| h.to_ascii_lowercase());
+                }
+            }
             let ecs = spec.domain.is_none_or(|d| d.ecs);
             scheduled.push(ScheduledName { ecs, id: state.name_ids.id(&spec.name), name: spec.name, answers, v4, v6 });
         }
@@ -745,7 +760,7 @@ pub fn build_route_table_after(
     record.pools = pools.into_iter().map(|(p, (pr, _))| (p, pr)).collect();
     record.names = names;
     state.record = Some(Box::new(record));
-    RouteTable::new(version, now, zones)
+    RouteTable::new(version, now, zones).with_node_hosts(NodeHost::of_nodes(&inputs.nodes, &inputs.zones))
 }
 
 /// Inclusive address ranges with a value, sorted.
@@ -783,6 +798,8 @@ mod tests {
     use crate::health::ProbeState;
     use crate::model::{NodeStatus, NsHost};
     use std::net::Ipv4Addr;
+
+    mod cname;
 
     const APEX: &str = "edge.lagran.net";
 

@@ -654,11 +654,15 @@ impl MapWriter {
         // Plain answers first: a canary answer refers to its target's id.
         let mut ids: Vec<Option<u32>> = Vec::with_capacity(name.answers.len());
         for a in &name.answers {
+            if !kernel_answers(a) {
+                ids.push(None);
+                continue;
+            }
             let content = plain_answer(a, settings);
             ids.push(Some(self.ensure_answer(content, used, stats)?));
         }
         for (i, a) in name.answers.iter().enumerate() {
-            let Some(c) = a.canary else { continue };
+            let Some(c) = a.canary.filter(|_| kernel_answers(a)) else { continue };
             let target = ids.get(c.answer as usize).copied().flatten();
             ids[i] = match target {
                 Some(target_id) if (1..=100).contains(&c.percent) => {
@@ -776,6 +780,12 @@ fn full_or(map: &'static str, max: u32, e: MapError, what: &str) -> XdpError {
     let full = matches!(&e, MapError::SyscallError(s)
         if matches!(s.io_error.raw_os_error(), Some(libc::E2BIG) | Some(libc::ENOSPC)));
     if full { XdpError::Full { map, max, what: what.to_string() } } else { map_err(map)(e) }
+}
+
+/// Whether the fast path can send this answer: a CNAME (a name in CNAME mode)
+/// is userspace's, so its blocks get no trie entry and the program passes them.
+fn kernel_answers(a: &Answer) -> bool {
+    a.hostname.is_none()
 }
 
 /// The answer as the fast path sends it: the TTL the responder would answer
@@ -948,5 +958,13 @@ mod tests {
         assert_eq!(v.addrs[3], [10, 0, 0, 4]);
         let a = Answer { ttl: 1, ..a };
         assert_eq!(plain_answer(&a, &settings).0.ttl, 5, "never below 5 s");
+    }
+
+    #[test]
+    fn cname_answers_are_left_to_userspace() {
+        let a = Answer { ipv4: vec![Ipv4Addr::new(10, 0, 0, 1)], ..Answer::default() };
+        assert!(kernel_answers(&a), "addresses: the fast path answers");
+        let c = Answer { hostname: Some("gz-01.edge.lagran.net".into()), ..a };
+        assert!(!kernel_answers(&c), "a CNAME: no trie entry, the program passes the query");
     }
 }

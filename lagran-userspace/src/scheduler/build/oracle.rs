@@ -163,6 +163,7 @@ pub(super) fn build_route_table(
                             reason: format!("line {}: origin", line.name),
                             state: AnswerState::Steady,
                             canary: None,
+                            hostname: None,
                         })
                     }),
                     LineAnswer::Node => line.node.as_deref().and_then(|n| {
