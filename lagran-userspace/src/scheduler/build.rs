@@ -320,6 +320,18 @@ impl Ctx<'_> {
     }
 }
 
+/// A name's per-partition decisions, for the names that decide alike.
+struct Twin {
+    name: String,
+    pool: String,
+    ttl: u32,
+    /// The region rules that apply to it (indices).
+    rules: Vec<usize>,
+    answers: Answers,
+    by_partition: Vec<u32>,
+    chosen: Vec<u32>,
+}
+
 /// One scheduled name's build: its answers and how each is made.
 struct NameBuild<'a> {
     name: &'a str,
@@ -509,6 +521,7 @@ pub fn build_route_table_after(
     let k = per_answer + 1;
     let mut pools: HashMap<String, (PoolRanks, Vec<bool>)> = HashMap::new();
     let mut names: HashMap<String, incremental::NameRecord> = HashMap::new();
+    let mut twins: Vec<Twin> = Vec::new();
     let mut new_choices: HashMap<String, Vec<u32>> = HashMap::new();
     let mut zones = Vec::with_capacity(inputs.zones.len());
     let mut shared: Vec<(Vec<u32>, PrefixMapV4, PrefixMapV6)> = Vec::new();
@@ -538,61 +551,86 @@ pub fn build_route_table_after(
 
             // Per partition: the answer of its class, given its previous primary.
             let previous = state.choices.get(&spec.name);
-            let best: Vec<u32> = pr
-                .rankings
-                .iter()
-                .map(|(r4, _)| {
-                    r4.primary().and_then(|c| ctx.by_name.get(c.name.as_str())).map_or(NO_CHOICE, |&i| node_ids[i])
-                })
-                .collect();
-            let mut natural: Vec<Option<(u32, u32)>> = vec![None; ctx.plan.class_count()];
-            let mut held: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
-            let mut by_partition = Vec::with_capacity(class_of.len());
-            let mut chosen = Vec::with_capacity(class_of.len());
-            for (pid, &class) in class_of.iter().enumerate() {
-                let prev = previous.map_or(NO_CHOICE, |p| p[pid]);
-                let b = best[class as usize];
-                let sticky = settings.hysteresis > 0.0 && prev != NO_CHOICE && b != NO_CHOICE && prev != b;
-                let c = class as usize;
-                let (id, primary) = if sticky {
-                    match held.get(&(class, prev)) {
-                        Some(&d) => d,
-                        None => {
-                            let d = match old.held.remove(&(class, prev)) {
-                                Some(d) if !dirty[c] && !changed_ids.contains(&prev) => d,
-                                _ => nb.decide_recorded(
-                                    &ctx,
-                                    pr,
-                                    &region,
-                                    class,
-                                    Some(&state.chosen_names[prev as usize]),
-                                    &node_ids,
-                                ),
-                            };
-                            let r = (nb.answers.replay(&d), d.primary);
-                            rec.held.insert((class, prev), d);
-                            held.insert((class, prev), r);
-                            r
+            // A name with the same pool, TTL, region rules and previous choices as
+            // one already built decides every partition alike: its twin's work is copied.
+            let applying: Vec<usize> =
+                region.iter().enumerate().filter(|(_, r)| r.applies_to(&spec.name)).map(|(i, _)| i).collect();
+            let twin = twins.iter().find(|t| {
+                t.pool == spec.pool
+                    && t.ttl == steady_ttl
+                    && t.rules == applying
+                    && state.choices.get(&t.name) == previous
+            });
+            let (by_partition, chosen) = if let Some(t) = twin {
+                nb.answers = t.answers.clone();
+                (t.by_partition.clone(), t.chosen.clone())
+            } else {
+                let best: Vec<u32> = pr
+                    .rankings
+                    .iter()
+                    .map(|(r4, _)| {
+                        r4.primary().and_then(|c| ctx.by_name.get(c.name.as_str())).map_or(NO_CHOICE, |&i| node_ids[i])
+                    })
+                    .collect();
+                let mut natural: Vec<Option<(u32, u32)>> = vec![None; ctx.plan.class_count()];
+                let mut held: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
+                let mut by_partition = Vec::with_capacity(class_of.len());
+                let mut chosen = Vec::with_capacity(class_of.len());
+                for (pid, &class) in class_of.iter().enumerate() {
+                    let prev = previous.map_or(NO_CHOICE, |p| p[pid]);
+                    let b = best[class as usize];
+                    let sticky = settings.hysteresis > 0.0 && prev != NO_CHOICE && b != NO_CHOICE && prev != b;
+                    let c = class as usize;
+                    let (id, primary) = if sticky {
+                        match held.get(&(class, prev)) {
+                            Some(&d) => d,
+                            None => {
+                                let d = match old.held.remove(&(class, prev)) {
+                                    Some(d) if !dirty[c] && !changed_ids.contains(&prev) => d,
+                                    _ => nb.decide_recorded(
+                                        &ctx,
+                                        pr,
+                                        &region,
+                                        class,
+                                        Some(&state.chosen_names[prev as usize]),
+                                        &node_ids,
+                                    ),
+                                };
+                                let r = (nb.answers.replay(&d), d.primary);
+                                rec.held.insert((class, prev), d);
+                                held.insert((class, prev), r);
+                                r
+                            }
                         }
-                    }
-                } else {
-                    match natural[c] {
-                        Some(d) => d,
-                        None => {
-                            let d = match old.natural.get_mut(c).and_then(Option::take) {
-                                Some(d) if !dirty[c] => d,
-                                _ => nb.decide_recorded(&ctx, pr, &region, class, None, &node_ids),
-                            };
-                            let r = (nb.answers.replay(&d), d.primary);
-                            rec.natural[c] = Some(d);
-                            natural[c] = Some(r);
-                            r
+                    } else {
+                        match natural[c] {
+                            Some(d) => d,
+                            None => {
+                                let d = match old.natural.get_mut(c).and_then(Option::take) {
+                                    Some(d) if !dirty[c] => d,
+                                    _ => nb.decide_recorded(&ctx, pr, &region, class, None, &node_ids),
+                                };
+                                let r = (nb.answers.replay(&d), d.primary);
+                                rec.natural[c] = Some(d);
+                                natural[c] = Some(r);
+                                r
+                            }
                         }
-                    }
-                };
-                by_partition.push(id);
-                chosen.push(primary);
-            }
+                    };
+                    by_partition.push(id);
+                    chosen.push(primary);
+                }
+                twins.push(Twin {
+                    name: spec.name.clone(),
+                    pool: spec.pool.clone(),
+                    ttl: steady_ttl,
+                    rules: applying,
+                    answers: nb.answers.clone(),
+                    by_partition: by_partition.clone(),
+                    chosen: chosen.clone(),
+                });
+                (by_partition, chosen)
+            };
             new_choices.insert(spec.name.clone(), chosen);
 
             // Prefix overrides: lines, then canary and manual prefix rules on top.
