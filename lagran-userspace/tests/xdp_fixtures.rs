@@ -1379,8 +1379,11 @@ fn ipv6_ecs_is_used_and_scoped_like_userspace() {
     let scope = |m: &[u8]| read_resp(m, 22).opt.and_then(|o| o.2).map(|e| (e.0, e.1, e.2));
     for f in [Frame::new(), Frame::new().v6("2001:db8:9::1")] {
         for t in [1, 28] {
-            // Every source length, so the address ends at every offset of a word.
-            for l in [1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 56, 63, 64, 65, 72, 96, 100, 120, 127, 128] {
+            // Source lengths whose address ends at every offset of a word, and the
+            // edges of the shift: few enough for the TCG kernel matrix.
+            let lens: &[u8] =
+                if t == 28 { &[1, 9, 17, 26, 34, 42, 48, 56, 63, 64, 65, 100, 127, 128] } else { &[8, 47, 72] };
+            for &l in lens {
                 eprintln!("case: 2001:db8:1::/{l}, qtype {t}");
                 let m = fx.answered(&f.build(&q(t, &e6("2001:db8:1::", l))));
                 let (family, src, _) = scope(&m).expect("ECS echoed");
@@ -1443,17 +1446,11 @@ fn ipv6_aaaa_names_of_every_word_alignment() {
     for n in &names {
         let mixed: String =
             n.chars().enumerate().map(|(i, c)| if i % 2 == 1 { c.to_ascii_uppercase() } else { c }).collect();
-        for q in [n.clone(), mixed] {
-            eprintln!("case: {q} ({} octets)", wire(&q).len());
-            let e = ecs(2, 40, 0, &[0x20, 1, 0xd, 0xb8, 0x77]);
-            fx.answered(
-                &Frame::new()
-                    .v6("2001:db8:9::1")
-                    .build(&Dns::a(&q).qtype(28).opt(1232, 0, false, &[cookie(), e].concat()).bytes()),
-            );
-            fx.answered(&Frame::new().v6("2001:db8:9::1").build(&Dns::a(&q).qtype(28).bytes()));
-            fx.answered(&Frame::new().build(&Dns::a(&q).qtype(28).opt(1232, 0, false, &cookie()).bytes()));
-        }
+        eprintln!("case: {mixed} ({} octets)", wire(&mixed).len());
+        let e = ecs(2, 40, 0, &[0x20, 1, 0xd, 0xb8, 0x77]);
+        let q = Dns::a(&mixed).qtype(28).opt(1232, 0, false, &[cookie(), e].concat()).bytes();
+        fx.answered(&Frame::new().v6("2001:db8:9::1").build(&q));
+        fx.answered(&Frame::new().build(&Dns::a(n).qtype(28).opt(1232, 0, false, &cookie()).bytes()));
     }
 }
 
