@@ -10,10 +10,11 @@ use ipnet::IpNet;
 use crate::config::ScheduleSettings;
 use crate::engine::planner::{Eligible, Plan, RegionFilter, Top};
 use crate::engine::{self, Family, NodeView, Policy, Ranking};
+use crate::geo::reserved;
 use crate::health::Liveness;
 use crate::location::Location;
 use crate::model::{AnswerMode, DEFAULT_POOL, Domain, Line, LineAnswer, Node, Rule, RuleKind, Zone};
-use crate::partition::PartitionTable;
+use crate::partition::{PartitionTable, UNKNOWN};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, Canary, NodeHost, RouteTable, ScheduledName, ZoneRoutes};
 
@@ -519,14 +520,20 @@ pub fn build_route_table(
                 };
                 list.push((s, e, o));
             }
+            // Seed 001 §3.4: public blocks the geo files cannot locate get the unknown
+            // answer flagged, so they never merge with the special-purpose ranges.
+            let unlocated = nb
+                .answers
+                .id(Answer { state: AnswerState::Resolver, ..nb.answers.list[by_partition[0] as usize].clone() });
             // Names of one pool without prefix overrides of their own often get the
             // same answers everywhere: their prefix maps are built once.
             let own = over4.is_empty() && over6.is_empty();
-            let shared_maps = own.then(|| shared.iter().find(|s| s.0 == by_partition)).flatten();
+            let key = [by_partition.as_slice(), &[unlocated]].concat();
+            let shared_maps = own.then(|| shared.iter().find(|s| s.0 == key)).flatten();
             let (v4, v6) = if let Some((_, v4, v6)) = shared_maps {
                 (v4.clone(), v6.clone())
             } else {
-                let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition);
+                let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition, unlocated);
                 // Apply in priority order (lines, canary, manual), each layer sorted and
                 // non-overlapping within itself (a later, more specific entry wins).
                 let layer = |list: &[(u128, u128, PrefixOverride)], pick: fn(&PrefixOverride) -> bool| {
@@ -573,6 +580,8 @@ pub fn build_route_table(
                                         AnswerState::Canary,
                                     ) {
                                         Some(cid) => {
+                                            // A prefix rule beats the resolver fallback.
+                                            let under = if under == unlocated { by_partition[0] } else { under };
                                             let mut base = nb.answers.list[under as usize].clone();
                                             base.ttl = base.ttl.min(settings.canary_ttl);
                                             base.canary = Some(Canary { percent: *percent, answer: cid });
@@ -589,7 +598,7 @@ pub fn build_route_table(
                 let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
                 let v6 = PrefixMapV6::from_ranges(ranges6, fill);
                 if own {
-                    shared.push((by_partition.clone(), v4.clone(), v6.clone()));
+                    shared.push((key, v4.clone(), v6.clone()));
                 }
                 (v4, v6)
             };
@@ -614,8 +623,10 @@ pub fn build_route_table(
 type Runs = Vec<(u128, u128, u32)>;
 
 /// The partition ranges of both families with each partition's answer,
-/// adjacent ranges of equal answer merged.
-fn partition_runs(partitions: &PartitionTable, by_partition: &[u32]) -> (Runs, Runs) {
+/// adjacent ranges of equal answer merged. Unknown ranges outside the
+/// special-purpose ones (public, but not located) get `unlocated`: a private
+/// or reserved source stays in the unknown partition (SPEC §3).
+fn partition_runs(partitions: &PartitionTable, by_partition: &[u32], unlocated: u32) -> (Runs, Runs) {
     fn runs(it: impl Iterator<Item = (u128, u128, u32)>) -> Runs {
         let mut out: Vec<(u128, u128, u32)> = Vec::new();
         for (s, e, v) in it {
@@ -630,8 +641,16 @@ fn partition_runs(partitions: &PartitionTable, by_partition: &[u32]) -> (Runs, R
         }
         out
     }
-    let v4 = runs(partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, by_partition[p as usize])));
-    let v6 = runs(partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, by_partition[p as usize])));
+    let answer = |p: u32| if p == UNKNOWN { unlocated } else { by_partition[p as usize] };
+    let special4: Vec<(u128, u128, ())> =
+        reserved::special_ranges_v4().iter().map(|&(s, e)| (s as u128, e as u128, ())).collect();
+    let special6: Vec<(u128, u128, ())> = reserved::special_ranges_v6().iter().map(|&(s, e)| (s, e, ())).collect();
+    let unknown = by_partition[UNKNOWN as usize];
+    let back = |under: u32, _: &()| if under == unlocated { unknown } else { under };
+    let v4: Runs = partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, answer(p))).collect();
+    let v6: Runs = partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, answer(p))).collect();
+    let v4 = runs(overlay_with(v4, &special4, back).into_iter());
+    let v6 = runs(overlay_with(v6, &special6, back).into_iter());
     (v4, v6)
 }
 #[cfg(test)]
@@ -646,6 +665,7 @@ mod tests {
     use std::net::Ipv4Addr;
 
     mod cname;
+    mod unlocated;
 
     const APEX: &str = "edge.lagran.net";
 
