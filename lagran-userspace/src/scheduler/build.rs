@@ -520,14 +520,13 @@ pub fn build_route_table(
                 };
                 list.push((s, e, o));
             }
-            // Seed 001 §3.4: public blocks the geo files cannot locate get the unknown
-            // answer flagged, so they never merge with the special-purpose ranges.
-            let unlocated = nb
-                .answers
-                .id(Answer { state: AnswerState::Resolver, ..nb.answers.list[by_partition[0] as usize].clone() });
             // Names of one pool without prefix overrides of their own often get the
             // same answers everywhere: their prefix maps are built once.
             let own = over4.is_empty() && over6.is_empty();
+            // Seed 001 §3.4: public blocks the geo files cannot locate get the unknown
+            // answer flagged, so they never merge with the special-purpose ranges —
+            // unless every client gets that answer anyway (e.g. no geo file).
+            let unlocated = unlocated_answer(&mut nb.answers, &by_partition, own);
             let key = [by_partition.as_slice(), &[unlocated]].concat();
             let shared_maps = own.then(|| shared.iter().find(|s| s.0 == key)).flatten();
             let (v4, v6) = if let Some((_, v4, v6)) = shared_maps {
@@ -617,6 +616,19 @@ pub fn build_route_table(
     }
     state.choices = new_choices;
     RouteTable::new(version, now, zones).with_node_hosts(NodeHost::of_nodes(&inputs.nodes, &inputs.zones))
+}
+
+/// The answer of public blocks the geo files cannot locate: the unknown
+/// partition's, flagged [`AnswerState::Resolver`] (answered for the resolver's
+/// address), or the unknown answer itself when no client can get another
+/// (every partition answered alike and no prefix override), so that scopes
+/// stay as wide as before.
+fn unlocated_answer(answers: &mut Answers, by_partition: &[u32], no_overrides: bool) -> u32 {
+    let unknown = by_partition[UNKNOWN as usize];
+    if no_overrides && by_partition.iter().all(|&a| a == unknown) {
+        return unknown;
+    }
+    answers.id(Answer { state: AnswerState::Resolver, ..answers.list[unknown as usize].clone() })
 }
 
 /// Inclusive address ranges with a value, sorted.

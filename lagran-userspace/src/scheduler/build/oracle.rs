@@ -218,7 +218,12 @@ pub(super) fn build_route_table(
             // Seed 001 §3.4: unknown public ranges get the unknown answer flagged;
             // the special-purpose ranges keep the unknown answer itself.
             let unlocated =
-                answers.id(Answer { state: AnswerState::Resolver, ..answers.list[by_partition[0] as usize].clone() });
+                if over4.is_empty() && over6.is_empty() && by_partition.iter().all(|&a| a == by_partition[0]) {
+                    by_partition[0]
+                } else {
+                    answers
+                        .id(Answer { state: AnswerState::Resolver, ..answers.list[by_partition[0] as usize].clone() })
+                };
             let answer = |p: u32| if p == UNKNOWN { unlocated } else { by_partition[p as usize] };
             let back = |under: u32, _: &()| if under == unlocated { by_partition[0] } else { under };
             let special4: Vec<(u128, u128, ())> =

@@ -51,3 +51,13 @@ fn a_prefix_rule_beats_the_resolver_fallback() {
     let (a, _) = answer(&t, APEX, "11.2.0.1");
     assert_eq!(a.state, AnswerState::Resolver);
 }
+
+#[test]
+fn nothing_is_flagged_when_every_client_gets_the_same_answer() {
+    let s = ScheduleSettings::default();
+    let none = PartitionTable::default();
+    let t = build_route_table(1, &seed_inputs(), &none, &s, &s.policy(), &mut BuildState::default());
+    let (a, scope) = answer(&t, APEX, "11.1.2.3");
+    assert_ne!(a.state, AnswerState::Resolver, "no geo file: the resolver would get the same answer");
+    assert_eq!(scope, 0, "one answer for all");
+}
