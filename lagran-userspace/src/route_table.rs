@@ -27,6 +27,12 @@ pub enum AnswerState {
     Canary,
     /// No node is eligible: the answer is empty (fallback or SERVFAIL).
     Empty,
+    /// A public block the geo files say nothing about (seed 001 §3.4: when the
+    /// location cannot be found, fall back to the resolver's): an ECS address
+    /// here is answered for the resolver's address, with the block's width as
+    /// SCOPE. The addresses are the unknown partition's, answered when the
+    /// resolver cannot be located either. Never in the kernel's maps.
+    Resolver,
 }
 
 /// The scheduled answer for one (name, partition).

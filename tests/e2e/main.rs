@@ -15,4 +15,5 @@ mod publish;
 mod real_geo;
 mod scheduling;
 mod support;
+mod unlocated;
 mod xdp;

@@ -30,7 +30,7 @@ use serde::Serialize;
 use super::ecs::{self, Ecs};
 use crate::config::DnsSettings;
 use crate::model::{NsHost, Zone};
-use crate::route_table::{NameLookup, NodeHost, RouteTable, ScheduledName};
+use crate::route_table::{AnswerState, NameLookup, NodeHost, RouteTable, ScheduledName};
 
 /// Record types and classes this module names.
 pub mod wire {
@@ -544,11 +544,12 @@ fn resolve<'q>(
             // address, and the ECS option — supported but not used — is echoed
             // with SCOPE 0 (RFC 7871, quoted in `scheduled`): no ECS is passed.
             let (addr, used) = if name.ecs { (lookup_addr, ecs) } else { (q.source, None) };
+            let addrs = (addr, q.source);
             let times = (now_ms, confirmed_at_ms);
             match qtype {
                 TYPE_A | TYPE_AAAA => {
                     r.scheduled = true;
-                    scheduled(r, question, zone, name, addr, used, table, settings, times)
+                    scheduled(r, question, zone, name, addrs, used, table, settings, times)
                 }
                 TYPE_SOA if apex => soa_answer(r, question, zone),
                 TYPE_NS if apex => ns_answer(r, question, zone),
@@ -557,9 +558,9 @@ fn resolve<'q>(
                 // — whatever the QTYPE, so a name in CNAME mode answers its CNAME
                 // (for this client) to every type; `scheduled` decides the rest.
                 _ if table.version != 0
-                    && checked_answer_for(name, addr).is_some_and(|(a, _)| a.hostname.is_some()) =>
+                    && client_answer(name, addrs, used).is_some_and(|(a, _)| a.hostname.is_some()) =>
                 {
-                    scheduled(r, question, zone, name, addr, used, table, settings, times)
+                    scheduled(r, question, zone, name, addrs, used, table, settings, times)
                 }
                 _ => nodata(r, question, zone),
             }
@@ -640,7 +641,8 @@ fn scheduled<'q>(
     question: &'q Question,
     zone: &Zone,
     name: &ScheduledName,
-    lookup_addr: IpAddr,
+    // (the address that decides: ECS or source, the packet's source).
+    addrs: (IpAddr, IpAddr),
     ecs: Option<Ecs>,
     table: &RouteTable,
     settings: &DnsSettings,
@@ -652,7 +654,7 @@ fn scheduled<'q>(
         // A table without a version is no table: nothing was computed yet.
         return no_table(r, question.qtype, settings);
     }
-    let Some((ans, matched)) = checked_answer_for(name, lookup_addr) else {
+    let Some((ans, matched)) = client_answer(name, addrs, ecs) else {
         // A table that does not cover this client is treated like no table.
         return no_table(r, question.qtype, settings);
     };
@@ -784,6 +786,33 @@ fn node_host_records<'q>(
         r.node = Some(host.node.clone());
     }
     r
+}
+
+/// The answer for a client and the scope it holds for: `addrs` is (the
+/// address that decides, the packet's source), `ecs` the option when its
+/// address decides.
+///
+/// Seed 001 §3.4 ("查不到…就回退到LDNS省份解析的结果": a location that cannot
+/// be found falls back to the resolver's): an ECS address in a public block
+/// the geo files say nothing about ([`AnswerState::Resolver`]) is answered
+/// for the resolver's address, with the block's width as SCOPE. Every address
+/// of that block gets the same answer from this resolver, so the scope the
+/// resolver caches under stays true. A resolver that cannot be located
+/// either gets the block's own (unknown) answer. Private and reserved ECS
+/// addresses are never flagged: they stay in the unknown partition.
+fn client_answer(
+    name: &ScheduledName,
+    (addr, source): (IpAddr, IpAddr),
+    ecs: Option<Ecs>,
+) -> Option<(&crate::route_table::Answer, u8)> {
+    let (ans, matched) = checked_answer_for(name, addr)?;
+    if ans.state != AnswerState::Resolver || ecs.is_none_or(|e| e.source() == 0) || addr == source {
+        return Some((ans, matched));
+    }
+    match checked_answer_for(name, source) {
+        Some((by_resolver, _)) if by_resolver.state != AnswerState::Resolver => Some((by_resolver, matched)),
+        _ => Some((ans, matched)),
+    }
 }
 
 /// [`ScheduledName::answer_for`], but `None` instead of a panic when the

@@ -54,6 +54,9 @@
 //! | missing name / existing name, other type | NXDOMAIN / NODATA (AA=1), SOA in authority, TTL min(ns_ttl, soa_minimum) |
 //! | scheduled A, empty answer | DNS_FALLBACK_IP (same TTL rule and scope), else SERVFAIL |
 //! | scheduled AAAA, no IPv6 | NODATA + SOA, SCOPE of the partition |
+//! | name in CNAME mode, any type (the client's node has a hostname) | `CNAME <hostname>` (the route's TTL, SCOPE as for A); for A/AAAA then the hostname's address when the hostname is a node hostname in a served zone (else nothing more), SOA of its zone when it has none; QTYPE CNAME: the CNAME alone (RFC 1034 §4.3.2). A node without hostname: its addresses, as in address mode |
+//! | node hostname (inside a served zone) A/AAAA | the node's address, TTL as a scheduled answer of DNS_TTL, SCOPE 0; other types NODATA; its parents are empty non-terminals |
+//! | ECS address in a public block the geo files cannot locate | answered for the resolver's address, SCOPE = the block's width; a resolver that cannot be located either, or a private/reserved ECS address: the unknown partition's answer (seed 001 §3.4) |
 //! | table not confirmed by the control plane for DNS_STALE_SECS (this host's clock) | fallback set: A → fallback (SCOPE 0), AAAA → NODATA; else the stale answer (counted) |
 //! | no table (version 0) | A → fallback with TTL max(DNS_TTL, min_ttl), SCOPE 0; else SERVFAIL |
 //!

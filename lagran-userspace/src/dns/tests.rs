@@ -1247,3 +1247,4 @@ fn a_name_with_ecs_off_answers_for_the_resolver_with_scope_0() {
 }
 
 mod cname;
+mod unlocated;

@@ -10,10 +10,11 @@ use ipnet::IpNet;
 use crate::config::ScheduleSettings;
 use crate::engine::planner::{Eligible, Plan, RegionFilter, Top};
 use crate::engine::{self, Family, NodeView, Policy, Ranking};
+use crate::geo::reserved;
 use crate::health::Liveness;
 use crate::location::Location;
 use crate::model::{AnswerMode, DEFAULT_POOL, Domain, Line, LineAnswer, Node, Rule, RuleKind, Zone};
-use crate::partition::PartitionTable;
+use crate::partition::{PartitionTable, UNKNOWN};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, Canary, NodeHost, RouteTable, ScheduledName, ZoneRoutes};
 
@@ -691,22 +692,28 @@ pub fn build_route_table_after(
             // Names of one pool without prefix overrides of their own often get the
             // same answers everywhere: their prefix maps are built once.
             let own = over4.is_empty() && over6.is_empty();
+            // Seed 001 §3.4: public blocks the geo files cannot locate get the unknown
+            // answer flagged, so they never merge with the special-purpose ranges —
+            // unless every client gets that answer anyway (e.g. no geo file).
+            let unlocated = unlocated_answer(&mut nb.answers, &by_partition, own);
             let pins = |o: &[(u128, u128, PrefixOverride)]| o.iter().any(|o| !matches!(o.2, PrefixOverride::Fixed(_)));
-            // The same answers, overrides and pinned rankings as last time: the same maps.
+            // The same answers (the flagged one included), overrides and pinned
+            // rankings as last time: the same maps.
             let unchanged = old.by_partition == by_partition
                 && old.pre_answers == nb.answers.list
                 && old.over4 == over4
                 && old.over6 == over6
                 && (!dirty[class0 as usize] || !(pins(&over4) || pins(&over6)));
             rec.pre_answers = nb.answers.list.clone();
-            let shared_maps = own.then(|| shared.iter().find(|s| s.0 == by_partition)).flatten();
+            let key = [by_partition.as_slice(), &[unlocated]].concat();
+            let shared_maps = own.then(|| shared.iter().find(|s| s.0 == key)).flatten();
             let (v4, v6) = if let (true, Some(v4), Some(v6)) = (unchanged, old.v4.take(), old.v6.take()) {
                 nb.answers.list = std::mem::take(&mut old.answers);
                 (v4, v6)
             } else if let Some((_, v4, v6)) = shared_maps {
                 (v4.clone(), v6.clone())
             } else {
-                let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition);
+                let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition, unlocated);
                 // Apply in priority order (lines, canary, manual), each layer sorted and
                 // non-overlapping within itself (a later, more specific entry wins).
                 let layer = |list: &[(u128, u128, PrefixOverride)], pick: fn(&PrefixOverride) -> bool| {
@@ -753,6 +760,8 @@ pub fn build_route_table_after(
                                         AnswerState::Canary,
                                     ) {
                                         Some(cid) => {
+                                            // A prefix rule beats the resolver fallback.
+                                            let under = if under == unlocated { by_partition[0] } else { under };
                                             let mut base = nb.answers.list[under as usize].clone();
                                             base.ttl = base.ttl.min(settings.canary_ttl);
                                             base.canary = Some(Canary { percent: *percent, answer: cid });
@@ -769,7 +778,7 @@ pub fn build_route_table_after(
                 let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
                 let v6 = PrefixMapV6::from_ranges(ranges6, fill);
                 if own {
-                    shared.push((by_partition.clone(), v4.clone(), v6.clone()));
+                    shared.push((key, v4.clone(), v6.clone()));
                 }
                 (v4, v6)
             };
@@ -801,12 +810,27 @@ pub fn build_route_table_after(
     RouteTable::new(version, now, zones).with_node_hosts(NodeHost::of_nodes(&inputs.nodes, &inputs.zones))
 }
 
+/// The answer of public blocks the geo files cannot locate: the unknown
+/// partition's, flagged [`AnswerState::Resolver`] (answered for the resolver's
+/// address), or the unknown answer itself when no client can get another
+/// (every partition answered alike and no prefix override), so that scopes
+/// stay as wide as before.
+fn unlocated_answer(answers: &mut Answers, by_partition: &[u32], no_overrides: bool) -> u32 {
+    let unknown = by_partition[UNKNOWN as usize];
+    if no_overrides && by_partition.iter().all(|&a| a == unknown) {
+        return unknown;
+    }
+    answers.id(Answer { state: AnswerState::Resolver, ..answers.list[unknown as usize].clone() })
+}
+
 /// Inclusive address ranges with a value, sorted.
 type Runs = Vec<(u128, u128, u32)>;
 
 /// The partition ranges of both families with each partition's answer,
-/// adjacent ranges of equal answer merged.
-fn partition_runs(partitions: &PartitionTable, by_partition: &[u32]) -> (Runs, Runs) {
+/// adjacent ranges of equal answer merged. Unknown ranges outside the
+/// special-purpose ones (public, but not located) get `unlocated`: a private
+/// or reserved source stays in the unknown partition (SPEC §3).
+fn partition_runs(partitions: &PartitionTable, by_partition: &[u32], unlocated: u32) -> (Runs, Runs) {
     fn runs(it: impl Iterator<Item = (u128, u128, u32)>) -> Runs {
         let mut out: Vec<(u128, u128, u32)> = Vec::new();
         for (s, e, v) in it {
@@ -821,8 +845,16 @@ fn partition_runs(partitions: &PartitionTable, by_partition: &[u32]) -> (Runs, R
         }
         out
     }
-    let v4 = runs(partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, by_partition[p as usize])));
-    let v6 = runs(partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, by_partition[p as usize])));
+    let answer = |p: u32| if p == UNKNOWN { unlocated } else { by_partition[p as usize] };
+    let special4: Vec<(u128, u128, ())> =
+        reserved::special_ranges_v4().iter().map(|&(s, e)| (s as u128, e as u128, ())).collect();
+    let special6: Vec<(u128, u128, ())> = reserved::special_ranges_v6().iter().map(|&(s, e)| (s, e, ())).collect();
+    let unknown = by_partition[UNKNOWN as usize];
+    let back = |under: u32, _: &()| if under == unlocated { unknown } else { under };
+    let v4: Runs = partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, answer(p))).collect();
+    let v6: Runs = partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, answer(p))).collect();
+    let v4 = runs(overlay_with(v4, &special4, back).into_iter());
+    let v6 = runs(overlay_with(v6, &special6, back).into_iter());
     (v4, v6)
 }
 pub mod incremental;
@@ -838,6 +870,7 @@ mod tests {
     use std::net::Ipv4Addr;
 
     mod cname;
+    mod unlocated;
 
     const APEX: &str = "edge.lagran.net";
 

@@ -36,7 +36,7 @@ use lagran_common::{
 
 use super::XdpError;
 use crate::config::DnsSettings;
-use crate::route_table::{Answer, RouteTable, ScheduledName};
+use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName};
 
 /// The map names the loader pins, in a stable order.
 pub const MAP_NAMES: [&str; 8] = [
@@ -783,9 +783,11 @@ fn full_or(map: &'static str, max: u32, e: MapError, what: &str) -> XdpError {
 }
 
 /// Whether the fast path can send this answer: a CNAME (a name in CNAME mode)
-/// is userspace's, so its blocks get no trie entry and the program passes them.
+/// and an unlocated public block (answered for the resolver's address, which
+/// the program does not look up) are userspace's, so their blocks get no trie
+/// entry and the program passes them.
 fn kernel_answers(a: &Answer) -> bool {
-    a.hostname.is_none()
+    a.hostname.is_none() && a.state != AnswerState::Resolver
 }
 
 /// The answer as the fast path sends it: the TTL the responder would answer
@@ -966,5 +968,7 @@ mod tests {
         assert!(kernel_answers(&a), "addresses: the fast path answers");
         let c = Answer { hostname: Some("gz-01.edge.lagran.net".into()), ..a };
         assert!(!kernel_answers(&c), "a CNAME: no trie entry, the program passes the query");
+        let u = Answer { state: AnswerState::Resolver, ..Answer::default() };
+        assert!(!kernel_answers(&u), "an unlocated block: userspace asks the resolver's address");
     }
 }

@@ -215,13 +215,27 @@ pub(super) fn build_route_table(
                 l.sort_by_key(|&(s, e, _)| (std::cmp::Reverse(e - s), s));
                 l
             };
-            let mut ranges4: Vec<(u128, u128, u32)> = partitions
-                .v4_ranges()
-                .iter()
-                .map(|&(s, e, p)| (s as u128, e as u128, by_partition[p as usize]))
-                .collect();
-            let mut ranges6: Vec<(u128, u128, u32)> =
-                partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, by_partition[p as usize])).collect();
+            // Seed 001 §3.4: unknown public ranges get the unknown answer flagged;
+            // the special-purpose ranges keep the unknown answer itself.
+            let unlocated =
+                if over4.is_empty() && over6.is_empty() && by_partition.iter().all(|&a| a == by_partition[0]) {
+                    by_partition[0]
+                } else {
+                    answers
+                        .id(Answer { state: AnswerState::Resolver, ..answers.list[by_partition[0] as usize].clone() })
+                };
+            let answer = |p: u32| if p == UNKNOWN { unlocated } else { by_partition[p as usize] };
+            let back = |under: u32, _: &()| if under == unlocated { by_partition[0] } else { under };
+            let special4: Vec<(u128, u128, ())> =
+                reserved::special_ranges_v4().iter().map(|&(s, e)| (s as u128, e as u128, ())).collect();
+            let special6: Vec<(u128, u128, ())> =
+                reserved::special_ranges_v6().iter().map(|&(s, e)| (s, e, ())).collect();
+            let ranges4: Vec<(u128, u128, u32)> =
+                partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, answer(p))).collect();
+            let ranges6: Vec<(u128, u128, u32)> =
+                partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, answer(p))).collect();
+            let mut ranges4 = overlay_with(ranges4, &special4, back);
+            let mut ranges6 = overlay_with(ranges6, &special6, back);
             let picks: [fn(&PrefixOverride) -> bool; 3] = [
                 |o| matches!(o, PrefixOverride::Fixed(_)),
                 |o| matches!(o, PrefixOverride::Canary { .. }),
@@ -256,6 +270,7 @@ pub(super) fn build_route_table(
                                     AnswerState::Canary,
                                 ) {
                                     Some(cid) => {
+                                        let under = if under == unlocated { by_partition[0] } else { under };
                                         let mut base = answers.list[under as usize].clone();
                                         base.ttl = base.ttl.min(settings.canary_ttl);
                                         base.canary = Some(Canary { percent: *percent, answer: cid });

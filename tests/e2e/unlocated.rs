@@ -1,0 +1,57 @@
+//! Seed 001 §3.4 end to end (issue 13 item 5): an ECS address the geo file
+//! cannot locate is answered for the resolver's address, SCOPE the width of
+//! the unlocated block; a private ECS address stays in the unknown partition.
+
+use std::time::Duration;
+
+use lagran::geo::{IpVersion, write_xdb};
+use serde_json::json;
+
+use crate::support::{Daemon, Geo, Options, have_tool};
+
+fn v4(s: &str) -> u128 {
+    u32::from(s.parse::<std::net::Ipv4Addr>().unwrap()) as u128
+}
+
+fn scope(ecs: &Option<String>) -> u8 {
+    ecs.as_deref().expect("ECS echoed").rsplit('/').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn an_unlocated_ecs_address_is_answered_for_the_resolver() {
+    if !have_tool("dig", "unlocated") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // 11.0.0.0/8: the file says nothing ("0|0|0|0|0"); 58.60.0.0/14 Shenzhen Telecom; the rest the US.
+    let ranges = vec![
+        (0, v4("10.255.255.255"), "美国|0|0|0|0".to_string()),
+        (v4("11.0.0.0"), v4("11.255.255.255"), "0|0|0|0|0".to_string()),
+        (v4("12.0.0.0"), v4("58.59.255.255"), "美国|0|0|0|0".to_string()),
+        (v4("58.60.0.0"), v4("58.63.255.255"), "中国|0|广东省|深圳市|电信".to_string()),
+        (v4("58.64.0.0"), u32::MAX as u128, "美国|0|0|0|0".to_string()),
+    ];
+    let path = dir.path().join("hole.xdb");
+    std::fs::write(&path, write_xdb(IpVersion::V4, &ranges).expect("the project's writer")).unwrap();
+    let d = Daemon::start(Options { geo: Geo::Real(path), ..Options::default() });
+
+    // The resolver (dig on 127.0.0.1, reserved) cannot be located either: the unknown answer (hk-01).
+    let q = ["edge.lagran.net", "A", "+subnet=11.1.2.0/24"];
+    let r = d.dig(&q);
+    assert_eq!(r.answers("A"), vec!["203.0.113.22"], "unknown partition's answer: {}", r.text);
+    assert_eq!(scope(&r.ecs), 8, "SCOPE = the unlocated /8: {}", r.text);
+
+    // Locate the resolver in Shenzhen: the unlocated ECS now follows it (gz-01).
+    let body = json!({"prefix": "127.0.0.0/8", "country": "CN", "province": "广东", "city": "深圳",
+                      "isp": "电信", "note": "the test's resolver"});
+    let (s, v) = d.http("POST", "/api/v1/geo/overrides", Some(body), &[]);
+    assert_eq!(s, 201, "{v}");
+    let r = d.dig_until(&q, Duration::from_secs(10), |r| r.answers("A") == vec!["203.0.113.21"]);
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "scheduled by the resolver: {}", r.text);
+    assert_eq!(scope(&r.ecs), 8, "still the unlocated block's width: {}", r.text);
+    // A located ECS address is answered for itself; a private one stays unknown.
+    let r = d.dig(&["edge.lagran.net", "A", "+subnet=8.8.8.0/24"]);
+    assert_eq!(r.answers("A"), vec!["203.0.113.22"], "a US client gets hk-01: {}", r.text);
+    let r = d.dig(&["edge.lagran.net", "A", "+subnet=10.1.2.0/24"]);
+    assert_eq!(r.answers("A"), vec!["203.0.113.22"], "RFC 1918 stays in the unknown partition: {}", r.text);
+}
