@@ -108,8 +108,8 @@ pub struct VmOptions {
     /// unchecked packet read): the matrix must fail with the verifier's message.
     #[arg(long)]
     pub broken: bool,
-    /// Seconds one guest may take from start to power-off.
-    #[arg(long, default_value_t = 300)]
+    /// Seconds one guest may take from start to power-off (TCG runs the fixtures ~18× slower than the host).
+    #[arg(long, default_value_t = 900)]
     pub timeout: u64,
     /// Guest memory in MiB (the initramfs holds the test binaries).
     #[arg(long, default_value_t = 2048)]
@@ -125,7 +125,7 @@ impl VmOptions {
         VmOptions {
             kernels: vec!["oldest".into(), "newest".into()],
             broken: false,
-            timeout: 300,
+            timeout: 900,
             memory: 2048,
             accel: "auto".into(),
         }
