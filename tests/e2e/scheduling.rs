@@ -167,3 +167,45 @@ fn rollback_restores_the_previous_table_until_resumed() {
     assert_eq!(s, 200);
     assert_eq!(d.dig(&SHENZHEN).answers("A"), vec!["203.0.113.22"], "recomputes publish again");
 }
+
+#[test]
+fn an_l4_probed_node_whose_port_closes_loses_its_partitions_and_wins_them_back() {
+    if !have_tool("dig", "l4_probes") {
+        return;
+    }
+    // Two nodes probed only at L4 (no agent_url): a TCP connect to public_ip:probe_port.
+    let listen = |addr: &str| std::net::TcpListener::bind(addr).expect("a loopback listener for the L4 probe");
+    let a = listen("127.0.0.1:0");
+    let a_port = a.local_addr().unwrap().port();
+    let b = listen("127.0.0.2:0");
+    let b_port = b.local_addr().unwrap().port();
+    let d = Daemon::start(Options {
+        demo: true,
+        config: Some("[health]\ninterval_secs = 1\ntimeout_ms = 500\nfall = 3\nrise = 2\n".into()),
+        ..Options::default()
+    });
+    for n in ["gz-01", "hk-01", "kr-01"] {
+        d.http("DELETE", &format!("/api/v1/nodes/{n}"), None, &[]);
+    }
+    let mk = |name: &str, ip: &str, port: u16, province: &str| {
+        json!({"name": name, "public_ip": ip, "probe_port": port, "weight": 100,
+               "country": "CN", "province": province, "isp": "电信"})
+    };
+    assert_eq!(d.http("POST", "/api/v1/nodes", Some(mk("l4-a", "127.0.0.1", a_port, "广东")), &[]).0, 201);
+    assert_eq!(d.http("POST", "/api/v1/nodes", Some(mk("l4-b", "127.0.0.2", b_port, "北京")), &[]).0, 201);
+    let r = d.dig_until(&SHENZHEN, Duration::from_secs(6), |r| r.answers("A") == vec!["127.0.0.1"]);
+    assert_eq!(r.answers("A"), vec!["127.0.0.1"], "the Guangdong node serves Shenzhen\n{}", d.log());
+
+    // The port closes: connects are refused; 3 failures take the node down.
+    drop(a);
+    let r = d.dig_until(&SHENZHEN, Duration::from_secs(10), |r| r.answers("A") == vec!["127.0.0.2"]);
+    assert_eq!(r.answers("A"), vec!["127.0.0.2"], "l4-a's clients move to l4-b once its port is closed\n{}", d.log());
+    let (_, v) = d.get("/api/v1/schedule?domain=edge.lagran.net&subnet=58.60.0.0/24");
+    assert!(v["excluded"].to_string().contains("probe"), "the explanation names the probe: {v}");
+
+    // The port opens again: 2 successes bring it back.
+    let a2 = listen(&format!("127.0.0.1:{a_port}"));
+    let r = d.dig_until(&SHENZHEN, Duration::from_secs(10), |r| r.answers("A") == vec!["127.0.0.1"]);
+    assert_eq!(r.answers("A"), vec!["127.0.0.1"], "back after 2 successful connects\n{}", d.log());
+    drop((a2, b));
+}
