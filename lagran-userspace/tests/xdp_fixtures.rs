@@ -1490,3 +1490,36 @@ fn ipv6_packets_the_kernel_cannot_answer_are_passed() {
     fx.writer.set_listen(&["[::]:53".parse().unwrap()]).unwrap();
     fx.answered(&other.build(&dns));
 }
+
+/// Issue 13 items 3 and 5: a CNAME answer and a block answered for the
+/// resolver's address get no trie entry, so the program passes them; the rest
+/// of the same name is still answered in the kernel.
+#[test]
+fn cname_and_unlocated_blocks_are_passed_to_userspace() {
+    let mut fx = Fixture::new();
+    let plain = answer(30, &["192.0.2.1"]);
+    let unlocated = Answer { state: lagran::route_table::AnswerState::Resolver, ..answer(30, &["192.0.2.9"]) };
+    let edge = ScheduledName {
+        ecs: true,
+        name: "edge.lagran.net".into(),
+        id: 1,
+        answers: vec![plain, unlocated],
+        v4: PrefixMapV4::from_ranges([(v4("58.60.0.0"), v4("58.60.255.255"), 0)], 1),
+        v6: PrefixMapV6::uniform(0),
+    };
+    let cname = ScheduledName {
+        ecs: true,
+        name: "pool-a.edge.lagran.net".into(),
+        id: 2,
+        answers: vec![Answer { hostname: Some("gz-01.edge.lagran.net".into()), ..answer(30, &["192.0.2.21"]) }],
+        v4: PrefixMapV4::uniform(0),
+        v6: PrefixMapV6::uniform(0),
+    };
+    let zone = ZoneRoutes { zone: Zone::new("edge.lagran.net"), names: vec![edge, cname] };
+    fx.table = RouteTable::new(8, now_ms(), vec![zone]);
+    fx.writer.sync(&fx.table, &settings()).expect("sync");
+    let f = Frame::new();
+    fx.run(&f.clone().from("58.60.1.1").build(&Dns::a("edge.lagran.net").bytes()), Counter::Answered);
+    fx.run(&f.clone().from("11.1.2.3").build(&Dns::a("edge.lagran.net").bytes()), Counter::NoAnswer);
+    fx.run(&f.clone().from("58.60.1.1").build(&Dns::a("pool-a.edge.lagran.net").bytes()), Counter::NoAnswer);
+}
