@@ -17,10 +17,10 @@
 //! | `admin_token`       | `ADMIN_TOKEN`      | none                        |
 //! | `geo.ipv4_path`     | `GEOIP_PATH`       | `data/ip2region.xdb` if present |
 //! | `geo.ipv6_path`     | `GEOIP_IPV6_PATH`  | none                        |
-//! | `dns.dot_listen`    | `--dot-listen`     | none (DNS over TLS, RFC 7858) |
-//! | `dns.doq_listen`    | `--doq-listen`     | none (DNS over QUIC, RFC 9250) |
-//! | `tls.cert`, `tls.key` | `--tls-cert`, `--tls-key` | none (PEM; DoT and DoQ only, reloaded on SIGHUP) |
-//! | `http_redirect.listen` | `--http-listen` | none (HTTP 302 to the chosen node) |
+//! | `dns.dot_listen`    | `DOT_LISTEN`, `--dot-listen` | none (DNS over TLS, RFC 7858; a string or an array, like `dns_listen`) |
+//! | `dns.doq_listen`    | `DOQ_LISTEN`, `--doq-listen` | none (DNS over QUIC, RFC 9250; likewise) |
+//! | `tls.cert`, `tls.key` | `TLS_CERT`, `TLS_KEY`, `--tls-cert`, `--tls-key` | none (PEM; DoT and DoQ only, reloaded on SIGHUP) |
+//! | `http_redirect.listen` | `HTTP_LISTEN`, `--http-listen` | none (HTTP 302 to the chosen node; likewise) |
 //! | `http_redirect.trusted_proxies` |        | none (CIDRs whose X-Forwarded-For is believed) |
 //! | `geo.max_change_ratio` | `GEO_MAX_CHANGE_RATIO` | 0.01 (a geo reload changing more sampled addresses is refused unless forced) |
 
@@ -56,10 +56,13 @@ pub struct DnsSettings {
     pub fallback_ip: Option<Ipv4Addr>,
     /// Largest UDP response we ever send, whatever the client advertises (RFC 9715 suggests 1232).
     pub max_udp_payload: u16,
-    /// DNS over TLS (RFC 7858) listen address; needs `[tls]`.
-    pub dot_listen: Option<SocketAddr>,
-    /// DNS over QUIC (RFC 9250) listen address (UDP); needs `[tls]`.
-    pub doq_listen: Option<SocketAddr>,
+    /// DNS over TLS (RFC 7858) listen addresses; need `[tls]`. TOML takes a
+    /// string or an array of strings.
+    #[serde(deserialize_with = "one_or_many")]
+    pub dot_listen: Vec<SocketAddr>,
+    /// DNS over QUIC (RFC 9250) listen addresses (UDP); need `[tls]`.
+    #[serde(deserialize_with = "one_or_many")]
+    pub doq_listen: Vec<SocketAddr>,
     /// Concurrent DNS-over-TCP connections, all clients together (RFC 7766 §6.2.2).
     pub tcp_max_connections: usize,
     /// Concurrent TCP connections from one client (an IPv4 address, an IPv6 /64),
@@ -89,8 +92,8 @@ impl Default for DnsSettings {
             stale_secs: 600,
             fallback_ip: None,
             max_udp_payload: 1232,
-            dot_listen: None,
-            doq_listen: None,
+            dot_listen: Vec::new(),
+            doq_listen: Vec::new(),
             tcp_max_connections: 1024,
             tcp_max_per_client: 16,
             tcp_idle_secs: 10,
@@ -191,8 +194,10 @@ pub struct TlsSettings {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpRedirectSettings {
-    /// Where plain HTTP requests are answered with a redirect to the chosen node.
-    pub listen: Option<SocketAddr>,
+    /// Where plain HTTP requests are answered with a redirect to the chosen
+    /// node. TOML takes a string or an array of strings.
+    #[serde(deserialize_with = "one_or_many")]
+    pub listen: Vec<SocketAddr>,
     /// Peers whose `X-Forwarded-For` is believed (load balancers in front of us).
     pub trusted_proxies: Vec<ipnet::IpNet>,
 }
@@ -288,12 +293,27 @@ impl Config {
             value.trim().parse().map_err(|e: T::Err| ConfigError::Env { name, value, reason: e.to_string() })
         }
         let non_empty = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        // A comma-separated list of addresses.
+        let addresses = |name: &'static str, v: String| -> Result<Vec<SocketAddr>, ConfigError> {
+            v.split(',').filter(|a| !a.trim().is_empty()).map(|a| parse(name, a.to_string())).collect()
+        };
         if let Some(v) = non_empty("DNS_LISTEN") {
-            self.dns_listen = v
-                .split(',')
-                .filter(|a| !a.trim().is_empty())
-                .map(|a| parse("DNS_LISTEN", a.to_string()))
-                .collect::<Result<_, _>>()?;
+            self.dns_listen = addresses("DNS_LISTEN", v)?;
+        }
+        if let Some(v) = non_empty("DOT_LISTEN") {
+            self.dns.dot_listen = addresses("DOT_LISTEN", v)?;
+        }
+        if let Some(v) = non_empty("DOQ_LISTEN") {
+            self.dns.doq_listen = addresses("DOQ_LISTEN", v)?;
+        }
+        if let Some(v) = non_empty("HTTP_LISTEN") {
+            self.http_redirect.listen = addresses("HTTP_LISTEN", v)?;
+        }
+        if let Some(v) = non_empty("TLS_CERT") {
+            self.tls.cert = Some(PathBuf::from(v));
+        }
+        if let Some(v) = non_empty("TLS_KEY") {
+            self.tls.key = Some(PathBuf::from(v));
         }
         if let Some(v) = non_empty("API_LISTEN") {
             self.api_listen = parse("API_LISTEN", v)?;
@@ -335,9 +355,16 @@ impl Config {
         if self.dns_listen.is_empty() {
             return Err(ConfigError::Invalid { key: "dns_listen", reason: "needs at least one address".into() });
         }
-        for (i, a) in self.dns_listen.iter().enumerate() {
-            if self.dns_listen[..i].contains(a) {
-                return Err(ConfigError::Invalid { key: "dns_listen", reason: format!("{a} is listed twice") });
+        for (key, list) in [
+            ("dns_listen", &self.dns_listen),
+            ("dns.dot_listen", &self.dns.dot_listen),
+            ("dns.doq_listen", &self.dns.doq_listen),
+            ("http_redirect.listen", &self.http_redirect.listen),
+        ] {
+            for (i, a) in list.iter().enumerate() {
+                if list[..i].contains(a) {
+                    return Err(ConfigError::Invalid { key, reason: format!("{a} is listed twice") });
+                }
             }
         }
         if !(1..=4).contains(&self.schedule.answers_per_query) {
@@ -384,11 +411,12 @@ impl Config {
                 reason: "interval_secs, fall and rise must be > 0".into(),
             });
         }
-        let encrypted = self.dns.dot_listen.is_some() || self.dns.doq_listen.is_some();
+        let encrypted = !self.dns.dot_listen.is_empty() || !self.dns.doq_listen.is_empty();
         if encrypted && (self.tls.cert.is_none() || self.tls.key.is_none()) {
             return Err(ConfigError::Invalid {
                 key: "tls",
-                reason: "dns.dot_listen / dns.doq_listen need a certificate: set tls.cert and tls.key (--tls-cert, --tls-key)"
+                reason: "dns.dot_listen / dns.doq_listen need a certificate: set tls.cert and tls.key \
+                         (--tls-cert, --tls-key; TLS_CERT, TLS_KEY)"
                     .into(),
             });
         }
@@ -452,12 +480,43 @@ mod tests {
         let text = "[dns]\ndot_listen = \"127.0.0.1:853\"\ndoq_listen = \"127.0.0.1:853\"\n\
                     [http_redirect]\nlisten = \"127.0.0.1:80\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n";
         let mut cfg: Config = toml::from_str(text).unwrap();
-        assert_eq!(cfg.dns.dot_listen, Some("127.0.0.1:853".parse().unwrap()));
+        assert_eq!(cfg.dns.dot_listen, vec!["127.0.0.1:853".parse::<SocketAddr>().unwrap()]);
         assert_eq!(cfg.http_redirect.trusted_proxies.len(), 1);
         let err = cfg.validate().unwrap_err().to_string();
         assert!(err.contains("tls.cert"), "DoT without a certificate is refused, naming the keys: {err}");
         cfg.tls = toml::from_str("cert = \"c.pem\"\nkey = \"k.pem\"\n").unwrap();
         cfg.validate().unwrap();
+        // Arrays, like dns_listen; a repeated address is refused.
+        let many: Config = toml::from_str("[http_redirect]\nlisten = [\"127.0.0.1:80\", \"[::1]:80\"]\n").unwrap();
+        assert_eq!(many.http_redirect.listen.len(), 2);
+        let twice: Config = toml::from_str("[http_redirect]\nlisten = [\"127.0.0.1:80\", \"127.0.0.1:80\"]\n").unwrap();
+        assert!(twice.validate().unwrap_err().to_string().contains("http_redirect.listen"));
+    }
+
+    #[test]
+    fn entry_points_take_the_environment_like_dns_listen() {
+        let env = |k: &str| {
+            let v = match k {
+                "DOT_LISTEN" => "127.0.0.1:853, [::1]:853",
+                "DOQ_LISTEN" => "127.0.0.1:8853",
+                "HTTP_LISTEN" => "127.0.0.1:80",
+                "TLS_CERT" => "/etc/lagran/dns.pem",
+                "TLS_KEY" => "/etc/lagran/dns.key",
+                _ => return None,
+            };
+            Some(v.to_string())
+        };
+        let mut cfg: Config = toml::from_str("[dns]\ndot_listen = \"10.0.0.1:853\"\n").unwrap();
+        cfg.apply_env(env).unwrap();
+        assert_eq!(cfg.dns.dot_listen.len(), 2, "the environment wins over TOML: {:?}", cfg.dns.dot_listen);
+        assert_eq!(cfg.dns.doq_listen, vec!["127.0.0.1:8853".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(cfg.http_redirect.listen, vec!["127.0.0.1:80".parse::<SocketAddr>().unwrap()]);
+        assert_eq!(cfg.tls.cert.as_deref(), Some(Path::new("/etc/lagran/dns.pem")));
+        assert_eq!(cfg.tls.key.as_deref(), Some(Path::new("/etc/lagran/dns.key")));
+        cfg.validate().unwrap();
+        let err =
+            Config::default().apply_env(|k| (k == "HTTP_LISTEN").then(|| "80".to_string())).unwrap_err().to_string();
+        assert!(err.contains("HTTP_LISTEN"), "a bad value names the variable: {err}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The entry points beside plain DNS, each optional: DNS over TLS
-//! (`dns.dot_listen`), DNS over QUIC (`dns.doq_listen`) and the HTTP 302
+//! The entry points beside plain DNS, each optional and each on any number
+//! of addresses: DNS over TLS (`dns.dot_listen`), DNS over QUIC
+//! (`dns.doq_listen`) and the HTTP 302
 //! redirect (`http_redirect.listen`, [`crate::redirect`]). Every one answers from the same route
 //! table as the UDP responder; this module only binds them and starts them.
 //!
@@ -41,7 +42,7 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> Result<Vec<JoinHandle<()>>, EntryError> {
     let mut tasks = Vec::new();
-    let encrypted = config.dns.dot_listen.is_some() || config.dns.doq_listen.is_some();
+    let encrypted = !config.dns.dot_listen.is_empty() || !config.dns.doq_listen.is_empty();
     let cert = match (&config.tls.cert, &config.tls.key) {
         (Some(c), Some(k)) if encrypted => Some(Certificate::load(c, k)?),
         _ if encrypted => return Err(EntryError::NoCertificate),
@@ -50,34 +51,39 @@ pub async fn start(
     if let Some(cert) = &cert {
         tasks.push(tokio::spawn(cert.clone().reload_on_sighup(shutdown.clone())));
     }
-    if let (Some(addr), Some(cert)) = (config.dns.dot_listen, &cert) {
+    // `cert` is there whenever an encrypted address is (checked above).
+    for (&addr, cert) in config.dns.dot_listen.iter().filter_map(|a| Some((a, cert.as_ref()?))) {
         let bind_err = |source| EntryError::Bind { what: "DNS over TLS", addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
         log_bound("dot", listener.local_addr().map_err(bind_err)?);
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cert.server_config(ALPN_DOT)?));
         tasks.push(tokio::spawn(crate::dns::tls::run(dns.clone(), listener, acceptor, shutdown.clone())));
     }
-    if let (Some(addr), Some(cert)) = (config.dns.doq_listen, &cert) {
+    for (&addr, cert) in config.dns.doq_listen.iter().filter_map(|a| Some((a, cert.as_ref()?))) {
         let bind_err = |source| EntryError::Bind { what: "DNS over QUIC", addr, source };
         let socket = std::net::UdpSocket::bind(addr).map_err(bind_err)?;
         log_bound("doq", socket.local_addr().map_err(bind_err)?);
         let endpoint = crate::dns::quic::endpoint(cert, socket)?;
         tasks.push(tokio::spawn(crate::dns::quic::run(dns.clone(), endpoint, shutdown.clone())));
     }
-    if let Some(addr) = config.http_redirect.listen {
-        let bind_err = |source| EntryError::Bind { what: "HTTP redirect", addr, source };
-        let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
-        log_bound("http", listener.local_addr().map_err(bind_err)?);
+    // One redirector (one set of counters) for every HTTP address.
+    let redirector = (!config.http_redirect.listen.is_empty()).then(|| {
         let counters = Arc::new(RedirectCounters::default());
         let rendered = counters.clone();
         metrics.add_source(Box::new(move |out| rendered.render_prometheus(out)));
-        let redirector = Arc::new(Redirector {
+        Arc::new(Redirector {
             table: dns.table.clone(),
             settings: dns.settings.clone(),
             confirmation: dns.confirmation.clone(),
             trusted_proxies: config.http_redirect.trusted_proxies.clone(),
             counters,
-        });
+        })
+    });
+    for (&addr, redirector) in config.http_redirect.listen.iter().filter_map(|a| Some((a, redirector.clone()?))) {
+        let bind_err = |source| EntryError::Bind { what: "HTTP redirect", addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_err)?;
+        log_bound("http", listener.local_addr().map_err(bind_err)?);
+        let shutdown = shutdown.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) = redirector.run(listener, shutdown.clone()).await {
                 tracing::error!(error = %e, "the HTTP redirect listener stopped");

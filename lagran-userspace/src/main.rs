@@ -29,31 +29,40 @@ struct Cli {
 /// The entry points beside plain DNS (`lagran serve` and `lagran dns`).
 #[derive(clap::Args, Debug)]
 struct EntryArgs {
-    /// DNS over TLS (RFC 7858) listen address, e.g. 0.0.0.0:853; needs --tls-cert/--tls-key.
+    /// DNS over TLS (RFC 7858) listen address, e.g. 0.0.0.0:853; repeat for several. Needs
+    /// --tls-cert/--tls-key. Env DOT_LISTEN (comma-separated).
     #[arg(long)]
-    dot_listen: Option<std::net::SocketAddr>,
-    /// DNS over QUIC (RFC 9250) listen address (UDP), e.g. 0.0.0.0:853; needs --tls-cert/--tls-key.
+    dot_listen: Vec<std::net::SocketAddr>,
+    /// DNS over QUIC (RFC 9250) listen address (UDP), e.g. 0.0.0.0:853; repeat for several.
+    /// Needs --tls-cert/--tls-key. Env DOQ_LISTEN (comma-separated).
     #[arg(long)]
-    doq_listen: Option<std::net::SocketAddr>,
-    /// PEM certificate chain of DoT and DoQ (reloaded on SIGHUP).
+    doq_listen: Vec<std::net::SocketAddr>,
+    /// PEM certificate chain of DoT and DoQ (reloaded on SIGHUP). Env TLS_CERT.
     #[arg(long)]
     tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
+    /// PEM private key of --tls-cert. Env TLS_KEY.
     #[arg(long)]
     tls_key: Option<PathBuf>,
-    /// HTTP listen address answering 302 to the node chosen for the client.
+    /// HTTP listen address answering 302 to the node chosen for the client; repeat for
+    /// several. Env HTTP_LISTEN (comma-separated).
     #[arg(long)]
-    http_listen: Option<std::net::SocketAddr>,
+    http_listen: Vec<std::net::SocketAddr>,
 }
 
 impl EntryArgs {
-    /// Flags win over the TOML file.
+    /// Flags win over the environment and the TOML file (as --dns-listen does).
     fn apply(self, config: &mut Config) -> Result<()> {
-        config.dns.dot_listen = self.dot_listen.or(config.dns.dot_listen);
-        config.dns.doq_listen = self.doq_listen.or(config.dns.doq_listen);
+        if !self.dot_listen.is_empty() {
+            config.dns.dot_listen = self.dot_listen;
+        }
+        if !self.doq_listen.is_empty() {
+            config.dns.doq_listen = self.doq_listen;
+        }
         config.tls.cert = self.tls_cert.or(config.tls.cert.take());
         config.tls.key = self.tls_key.or(config.tls.key.take());
-        config.http_redirect.listen = self.http_listen.or(config.http_redirect.listen);
+        if !self.http_listen.is_empty() {
+            config.http_redirect.listen = self.http_listen;
+        }
         config.validate().context("--dot-listen/--doq-listen/--tls-cert/--tls-key/--http-listen")?;
         Ok(())
     }
@@ -135,6 +144,9 @@ enum Command {
         /// The client subnet (ECS), e.g. 58.60.0.0/24.
         #[arg(long)]
         subnet: Option<String>,
+        /// The resolver sending --subnet: it decides when the subnet cannot be located (seed 001 §3.4).
+        #[arg(long, requires = "subnet")]
+        resolver: Option<String>,
         /// The scheduled name; defaults to the first zone's apex.
         #[arg(long)]
         domain: Option<String>,
@@ -233,11 +245,12 @@ async fn main() -> Result<()> {
             let opts = daemon::DnsHostOptions { control, state_file: Some(state_file), xdp };
             daemon::dns_host(config, opts, shutdown_on_signal()).await?;
         }
-        Command::Explain { ip, subnet, domain, json } => {
+        Command::Explain { ip, subnet, resolver, domain, json } => {
             if ip.is_none() && subnet.is_none() {
                 bail!("explain needs --ip ADDRESS or --subnet CIDR");
             }
-            let out = explain::run(&config, ip.as_deref(), subnet.as_deref(), domain.as_deref(), json).await?;
+            let asker = explain::Asker { ip: ip.as_deref(), subnet: subnet.as_deref(), resolver: resolver.as_deref() };
+            let out = explain::run(&config, asker, domain.as_deref(), json).await?;
             print!("{out}");
         }
         Command::Geo { command } => {

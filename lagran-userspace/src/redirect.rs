@@ -1,15 +1,20 @@
 //! The HTTP 302 entry point (seed 002 §3.4) on `--http-listen`.
 //!
 //! A `GET` or `HEAD` whose Host is a scheduled name is answered
-//! `302 Found` with `Location: http://<node address>/<same path and query>`,
-//! the node being the one the DNS responder would answer for the same client
-//! ([`ScheduledName::answer_for`] on the same route table, the same
-//! staleness and fallback policy). Everything carries `Cache-Control:
+//! `302 Found` with `Location: http://<node>/<same path and query>`, the node
+//! being the one the DNS responder would answer for the same client
+//! ([`ScheduledName::served`] on the same route table, the same staleness and
+//! fallback policy). `<node>` is what DNS answers: for a name in CNAME mode
+//! (seed 004 §4.3) the chosen node's hostname, else its address. The
+//! hostname keeps what the operator chose to publish (the node's own name,
+//! so its virtual host and TLS certificate match, and a later address change
+//! needs no new redirect); a node without a hostname is reached by address,
+//! as DNS answers it. Everything carries `Cache-Control:
 //! no-store`: the answer is per client and per moment.
 //!
 //! | request | response |
 //! |---|---|
-//! | `GET`/`HEAD`, Host a scheduled name | 302 to the primary's IPv4 address (else IPv6), counted per node |
+//! | `GET`/`HEAD`, Host a scheduled name | 302 to the primary's hostname in CNAME mode, else its IPv4 address (else IPv6), counted per node |
 //! | the same, table older than DNS_STALE_SECS with DNS_FALLBACK_IP set | 302 to the fallback |
 //! | the same, no table / no eligible node | 302 to DNS_FALLBACK_IP, else 503 |
 //! | any other Host (or none) | 404 |
@@ -20,7 +25,7 @@
 //! right, and the first address that is not itself a trusted proxy is the
 //! client (see [`client_address`]).
 //!
-//! [`ScheduledName::answer_for`]: crate::route_table::ScheduledName::answer_for
+//! [`ScheduledName::served`]: crate::route_table::ScheduledName::served
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -36,7 +41,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::DnsSettings;
-use crate::dns::answer::{checked_answer_for, is_stale};
+use crate::dns::answer::is_stale;
 use crate::route_table::SharedRouteTable;
 
 /// What became of a request.
@@ -116,13 +121,13 @@ impl Redirector {
         let table = self.table.load();
         let Some(scheduled) = table.scheduled(&name) else { return Decision::UnknownHost };
         let fallback = self.settings.fallback_ip.map(IpAddr::V4);
-        let to = |addr: IpAddr, node: &str| {
-            let host = match addr {
-                IpAddr::V4(a) => a.to_string(),
-                IpAddr::V6(a) => format!("[{a}]"),
-            };
+        let to_host = |host: &str, node: &str| {
             let path = if path_and_query.starts_with('/') { path_and_query } else { "/" };
             Decision::Redirect { location: format!("http://{host}{path}"), node: node.to_string() }
+        };
+        let to = |addr: IpAddr, node: &str| match addr {
+            IpAddr::V4(a) => to_host(&a.to_string(), node),
+            IpAddr::V6(a) => to_host(&format!("[{a}]"), node),
         };
         let or_fallback = || fallback.map_or(Decision::Unavailable, |a| to(a, "fallback"));
         // The DNS responder's policy, in the same order: no table, no answer
@@ -130,11 +135,16 @@ impl Redirector {
         if table.version == 0 {
             return or_fallback();
         }
-        let Some((answer, _scope)) = checked_answer_for(scheduled, client) else { return or_fallback() };
+        // An HTTP client is its own resolver: no ECS, so no seed 001 §3.4 fallback.
+        let Some(served) = scheduled.served(client, None) else { return or_fallback() };
+        let answer = served.answer;
         if is_stale(self.confirmation.last_ms(), &self.settings, now_ms) && fallback.is_some() {
             return or_fallback();
         }
         let node = answer.node.as_deref().unwrap_or("-");
+        if let Some(host) = answer.hostname.as_deref() {
+            return to_host(host, node);
+        }
         match (answer.ipv4.first(), answer.ipv6.first()) {
             (Some(&a), _) => to(IpAddr::V4(a), node),
             (None, Some(&a)) => to(IpAddr::V6(a), node),
@@ -316,6 +326,26 @@ mod tests {
         // No table yet: no name is known, so nothing is a scheduled Host.
         r.table.store(Arc::new(crate::route_table::RouteTable::default()));
         assert_eq!(r.decide("edge.lagran.net", "/", ip("10.1.2.3"), now), Decision::UnknownHost);
+    }
+
+    #[test]
+    fn a_cname_mode_host_redirects_to_the_chosen_nodes_hostname() {
+        let r = redirector(DnsSettings::default());
+        let mut t = table();
+        // gz-01's answer in CNAME mode, as the builder makes it for a node with a hostname.
+        t.zones[0].names[0].answers[1].hostname = Some("gz-01.edge.lagran.net".into());
+        r.table.store(Arc::new(t));
+        let now = crate::clock::now_ms();
+        assert_eq!(
+            r.decide("edge.lagran.net", "/a.mp4?x=1", ip("10.1.2.3"), now),
+            Decision::Redirect { location: "http://gz-01.edge.lagran.net/a.mp4?x=1".into(), node: "gz-01".into() },
+            "what DNS answers: the CNAME target, the chosen node's hostname"
+        );
+        assert_eq!(
+            r.decide("edge.lagran.net", "/", ip("127.0.0.1"), now),
+            Decision::Redirect { location: "http://203.0.113.10/".into(), node: "default-01".into() },
+            "a node without a hostname is answered by address, in DNS and here"
+        );
     }
 
     #[test]

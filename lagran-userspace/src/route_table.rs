@@ -134,6 +134,72 @@ impl ScheduledName {
     }
 }
 
+/// What DNS serves one client for a scheduled name ([`ScheduledName::served`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served<'t> {
+    /// The answer sent: addresses, or `CNAME <hostname>` when it has one.
+    pub answer: &'t Answer,
+    /// The prefix length matched for the deciding address: the ECS SCOPE when
+    /// an ECS address decided (the unlocated block's width under the fallback).
+    pub scope: u8,
+    /// Seed 001 §3.4 applied: the ECS address lies in a public block the geo
+    /// files cannot locate ([`AnswerState::Resolver`]) and `answer` is the
+    /// one for the resolver's address.
+    pub by_resolver: bool,
+}
+
+impl ScheduledName {
+    /// The one decision of what DNS answers a client for this name; the DNS
+    /// responder, the HTTP 302 entry point, `lagran explain` and
+    /// `/api/v1/schedule` all ask it. `resolver` is the packet's source (for
+    /// HTTP, the client itself); `ecs` the address of the query's ECS option
+    /// when its SOURCE PREFIX-LENGTH is above 0. `None` when the table is
+    /// inconsistent (see [`Self::checked_answer_for`]).
+    ///
+    /// The ECS address decides when the name uses ECS (seed 004 §4.5), else
+    /// the resolver's. Seed 001 §3.4 ("查不到…就回退到LDNS省份解析的结果":
+    /// a location that cannot be found falls back to the resolver's): an ECS
+    /// address in a public block the geo files say nothing about is answered
+    /// for the resolver's address, with the block's width as SCOPE. Every
+    /// address of that block gets the same answer from this resolver, so the
+    /// scope the resolver caches under stays true. A resolver that cannot be
+    /// located either gets the block's own (unknown) answer. Private and
+    /// reserved ECS addresses are never flagged: they stay in the unknown
+    /// partition.
+    pub fn served(&self, resolver: IpAddr, ecs: Option<IpAddr>) -> Option<Served<'_>> {
+        let ecs = ecs.filter(|_| self.ecs);
+        let addr = ecs.unwrap_or(resolver);
+        let (answer, scope) = self.checked_answer_for(addr)?;
+        let own = Served { answer, scope, by_resolver: false };
+        if answer.state != AnswerState::Resolver || ecs.is_none() || addr == resolver {
+            return Some(own);
+        }
+        match self.checked_answer_for(resolver) {
+            Some((by_resolver, _)) if by_resolver.state != AnswerState::Resolver => {
+                Some(Served { answer: by_resolver, scope, by_resolver: true })
+            }
+            _ => Some(own),
+        }
+    }
+
+    /// [`Self::answer_for`], but `None` instead of a panic when the table is
+    /// inconsistent (empty prefix map, answer or canary index past the answers).
+    pub fn checked_answer_for(&self, addr: IpAddr) -> Option<(&Answer, u8)> {
+        let idx = match addr {
+            IpAddr::V4(a) => (!self.v4.is_empty()).then(|| self.v4.lookup(u32::from(a)).0),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(v4) => (!self.v4.is_empty()).then(|| self.v4.lookup(u32::from(v4)).0),
+                None => (!self.v6.is_empty()).then(|| self.v6.lookup(u128::from(a)).0),
+            },
+        }?;
+        let primary = self.answers.get(idx as usize)?;
+        if primary.canary.is_some_and(|c| c.answer as usize >= self.answers.len()) {
+            return None;
+        }
+        Some(self.answer_for(addr))
+    }
+}
+
 /// A node's hostname inside a served zone, answerable with the node's
 /// addresses (the target of a CNAME-mode name's answer).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

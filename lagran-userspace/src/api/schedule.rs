@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::AppState;
 use super::error::ApiError;
 use crate::engine::Candidate;
-use crate::scheduler::{ClientQuery, Decision};
+use crate::scheduler::{ClientQuery, Decision, ServedAnswer};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -20,6 +20,8 @@ pub struct ScheduleParams {
     pub domain: Option<String>,
     pub subnet: Option<String>,
     pub ip: Option<String>,
+    /// The resolver sending `subnet` as ECS (decides when the subnet cannot be located).
+    pub resolver: Option<String>,
     pub country: Option<String>,
     pub province: Option<String>,
     pub city: Option<String>,
@@ -79,6 +81,9 @@ pub struct ScheduleJson {
     pub partition: Option<String>,
     pub pool: String,
     pub note: String,
+    /// What DNS answers this client (what `dig` shows): CNAME target and
+    /// records, ECS scope, and the resolver when the subnet could not be located.
+    pub served: Option<ServedAnswer>,
 }
 
 #[derive(Debug, Serialize)]
@@ -111,6 +116,7 @@ impl From<&Decision> for ScheduleJson {
             partition: d.partition.clone(),
             pool: d.pool.clone(),
             note: d.note.clone(),
+            served: d.served.clone(),
         }
     }
 }
@@ -133,6 +139,18 @@ pub fn client_address(subnet: Option<&str>, ip: Option<&str>) -> Result<Option<I
     }
 }
 
+/// Turns `resolver=` into the resolver sending the ECS `subnet=`.
+pub fn resolver_address(resolver: Option<&str>, subnet: Option<&str>) -> Result<Option<IpAddr>, ApiError> {
+    let Some(r) = resolver.map(str::trim) else { return Ok(None) };
+    if subnet.is_none() {
+        return Err(ApiError::bad_field(
+            "resolver",
+            "resolver is the sender of an ECS subnet: give it with subnet (ip is the asking address itself)",
+        ));
+    }
+    r.parse().map(Some).map_err(|_| ApiError::bad_field("resolver", format!("{r:?} is not an IP address")))
+}
+
 pub async fn get_schedule(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -151,6 +169,8 @@ pub async fn get_schedule(
     let Some(domain) = domain else { return Err(ApiError::bad_field("domain", "domain is required")) };
     let client = ClientQuery {
         address: client_address(p.subnet.as_deref(), p.ip.as_deref())?,
+        ecs: p.subnet.is_some(),
+        resolver: resolver_address(p.resolver.as_deref(), p.subnet.as_deref())?,
         country: p.country,
         province: p.province,
         city: p.city,
@@ -182,5 +202,11 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("subnet"));
         let e = client_address(None, Some("1.2.3")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("ip"));
+        assert_eq!(resolver_address(Some("9.9.9.9"), Some("11.0.0.0/24")).unwrap(), Some("9.9.9.9".parse().unwrap()));
+        assert_eq!(resolver_address(None, Some("11.0.0.0/24")).unwrap(), None);
+        let e = resolver_address(Some("9.9.9.9"), None).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("resolver"), "a resolver without an ECS subnet means nothing");
+        let e = resolver_address(Some("nope"), Some("11.0.0.0/24")).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("resolver"));
     }
 }

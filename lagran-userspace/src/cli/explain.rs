@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::api::schedule::{ScheduleJson, client_address};
+use crate::api::schedule::{ScheduleJson, client_address, resolver_address};
 use crate::config::Config;
 use crate::geo::GeoDb;
 use crate::route_table::empty_shared;
@@ -20,15 +20,18 @@ pub enum ExplainError {
     Scheduler(#[from] crate::scheduler::SchedulerError),
 }
 
+/// Who asks: `--ip`, or `--subnet` (ECS) sent by `--resolver`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Asker<'a> {
+    pub ip: Option<&'a str>,
+    pub subnet: Option<&'a str>,
+    pub resolver: Option<&'a str>,
+}
+
 /// Computes the decision from the configured database and geo files.
-pub async fn run(
-    config: &Config,
-    ip: Option<&str>,
-    subnet: Option<&str>,
-    domain: Option<&str>,
-    json: bool,
-) -> Result<String, ExplainError> {
-    let address = client_address(subnet, ip).map_err(|e| ExplainError::Input(e.message))?;
+pub async fn run(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: bool) -> Result<String, ExplainError> {
+    let address = client_address(asker.subnet, asker.ip).map_err(|e| ExplainError::Input(e.message))?;
+    let resolver = resolver_address(asker.resolver, asker.subnet).map_err(|e| ExplainError::Input(e.message))?;
     let store = Store::connect(&config.database_url).await?;
     let domain = match domain {
         Some(d) => d.to_string(),
@@ -45,7 +48,8 @@ pub async fn run(
     // The same table the daemon serves (rules, lines, canaries applied), computed here.
     scheduler.reload_overrides().await?;
     scheduler.recompute().await?;
-    let decision = scheduler.decide(&domain, &ClientQuery { address, ..Default::default() }, &config.dns).await?;
+    let client = ClientQuery { address, ecs: asker.subnet.is_some(), resolver, ..Default::default() };
+    let decision = scheduler.decide(&domain, &client, &config.dns).await?;
     if json {
         let mut s = serde_json::to_string_pretty(&ScheduleJson::from(&decision)).unwrap_or_default();
         s.push('\n');
@@ -112,5 +116,27 @@ pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
             let _ = writeln!(out, "primary   none: {}", d.note);
         }
     }
+    if let Some(s) = &d.served {
+        render_served(&mut out, s, d.ttl);
+    }
     out
+}
+
+/// What `dig` gets: the CNAME and its target's records, or the addresses,
+/// with the ECS scope (and the resolver, when it decided).
+fn render_served(out: &mut String, s: &crate::scheduler::ServedAnswer, ttl: u32) {
+    let mut records: Vec<String> = Vec::new();
+    if let Some(c) = &s.cname {
+        records.push(format!("CNAME {c}."));
+    }
+    records.extend(s.a.iter().map(|a| format!("A {a}")));
+    records.extend(s.aaaa.iter().map(|a| format!("AAAA {a}")));
+    if records.is_empty() {
+        records.push("no records (DNS_FALLBACK_IP or SERVFAIL for A, NODATA for AAAA)".into());
+    }
+    let state = serde_json::to_value(s.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let _ = writeln!(out, "dns       {}  (ttl {ttl}, scope /{}, {state})", records.join(", "), s.scope);
+    if let Some(r) = s.decided_for {
+        let _ = writeln!(out, "          the ECS block cannot be located: answered for resolver {r} (seed 001 §3.4)");
+    }
 }

@@ -30,7 +30,7 @@ use serde::Serialize;
 use super::ecs::{self, Ecs};
 use crate::config::DnsSettings;
 use crate::model::{NsHost, Zone};
-use crate::route_table::{AnswerState, NameLookup, NodeHost, RouteTable, ScheduledName};
+use crate::route_table::{NameLookup, NodeHost, RouteTable, ScheduledName};
 
 /// Record types and classes this module names.
 pub mod wire {
@@ -526,7 +526,6 @@ fn resolve<'q>(
     if question.qclass != CLASS_IN || matches!(question.qtype, TYPE_ANY | TYPE_AXFR | TYPE_IXFR) {
         return r.error(RCODE_REFUSED, Outcome::Refused);
     }
-    let lookup_addr = ecs.and_then(|e| e.client()).unwrap_or(q.source);
     let qtype = question.qtype;
     match table.lookup(&client.name) {
         NameLookup::OutOfZone => {
@@ -543,13 +542,13 @@ fn resolve<'q>(
             // Seed 004 §4.5: a name with ECS off is answered for the resolver's
             // address, and the ECS option — supported but not used — is echoed
             // with SCOPE 0 (RFC 7871, quoted in `scheduled`): no ECS is passed.
-            let (addr, used) = if name.ecs { (lookup_addr, ecs) } else { (q.source, None) };
-            let addrs = (addr, q.source);
+            let used = if name.ecs { ecs } else { None };
+            let source = q.source;
             let times = (now_ms, confirmed_at_ms);
             match qtype {
                 TYPE_A | TYPE_AAAA => {
                     r.scheduled = true;
-                    scheduled(r, question, zone, name, addrs, used, table, settings, times)
+                    scheduled(r, question, zone, name, source, used, table, settings, times)
                 }
                 TYPE_SOA if apex => soa_answer(r, question, zone),
                 TYPE_NS if apex => ns_answer(r, question, zone),
@@ -558,9 +557,9 @@ fn resolve<'q>(
                 // — whatever the QTYPE, so a name in CNAME mode answers its CNAME
                 // (for this client) to every type; `scheduled` decides the rest.
                 _ if table.version != 0
-                    && client_answer(name, addrs, used).is_some_and(|(a, _)| a.hostname.is_some()) =>
+                    && client_answer(name, source, used).is_some_and(|(a, _)| a.hostname.is_some()) =>
                 {
-                    scheduled(r, question, zone, name, addrs, used, table, settings, times)
+                    scheduled(r, question, zone, name, source, used, table, settings, times)
                 }
                 _ => nodata(r, question, zone),
             }
@@ -641,8 +640,8 @@ fn scheduled<'q>(
     question: &'q Question,
     zone: &Zone,
     name: &ScheduledName,
-    // (the address that decides: ECS or source, the packet's source).
-    addrs: (IpAddr, IpAddr),
+    // The packet's source (the resolver).
+    source: IpAddr,
     ecs: Option<Ecs>,
     table: &RouteTable,
     settings: &DnsSettings,
@@ -654,7 +653,7 @@ fn scheduled<'q>(
         // A table without a version is no table: nothing was computed yet.
         return no_table(r, question.qtype, settings);
     }
-    let Some((ans, matched)) = client_answer(name, addrs, ecs) else {
+    let Some((ans, matched)) = client_answer(name, source, ecs) else {
         // A table that does not cover this client is treated like no table.
         return no_table(r, question.qtype, settings);
     };
@@ -788,49 +787,11 @@ fn node_host_records<'q>(
     r
 }
 
-/// The answer for a client and the scope it holds for: `addrs` is (the
-/// address that decides, the packet's source), `ecs` the option when its
-/// address decides.
-///
-/// Seed 001 §3.4 ("查不到…就回退到LDNS省份解析的结果": a location that cannot
-/// be found falls back to the resolver's): an ECS address in a public block
-/// the geo files say nothing about ([`AnswerState::Resolver`]) is answered
-/// for the resolver's address, with the block's width as SCOPE. Every address
-/// of that block gets the same answer from this resolver, so the scope the
-/// resolver caches under stays true. A resolver that cannot be located
-/// either gets the block's own (unknown) answer. Private and reserved ECS
-/// addresses are never flagged: they stay in the unknown partition.
-fn client_answer(
-    name: &ScheduledName,
-    (addr, source): (IpAddr, IpAddr),
-    ecs: Option<Ecs>,
-) -> Option<(&crate::route_table::Answer, u8)> {
-    let (ans, matched) = checked_answer_for(name, addr)?;
-    if ans.state != AnswerState::Resolver || ecs.is_none_or(|e| e.source() == 0) || addr == source {
-        return Some((ans, matched));
-    }
-    match checked_answer_for(name, source) {
-        Some((by_resolver, _)) if by_resolver.state != AnswerState::Resolver => Some((by_resolver, matched)),
-        _ => Some((ans, matched)),
-    }
-}
-
-/// [`ScheduledName::answer_for`], but `None` instead of a panic when the
-/// table is inconsistent (empty prefix map, answer or canary index past the
-/// answers).
-pub(crate) fn checked_answer_for(name: &ScheduledName, addr: IpAddr) -> Option<(&crate::route_table::Answer, u8)> {
-    let idx = match addr {
-        IpAddr::V4(a) => (!name.v4.is_empty()).then(|| name.v4.lookup(u32::from(a)).0),
-        IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => (!name.v4.is_empty()).then(|| name.v4.lookup(u32::from(v4)).0),
-            None => (!name.v6.is_empty()).then(|| name.v6.lookup(u128::from(a)).0),
-        },
-    }?;
-    let primary = name.answers.get(idx as usize)?;
-    if primary.canary.is_some_and(|c| c.answer as usize >= name.answers.len()) {
-        return None;
-    }
-    Some(name.answer_for(addr))
+/// The answer for a client and the scope it holds for: `source` is the
+/// packet's source, `ecs` the option when the name uses ECS. The decision is [`ScheduledName::served`], the one the
+/// HTTP 302 entry point, `lagran explain` and `/api/v1/schedule` take too.
+fn client_answer(name: &ScheduledName, source: IpAddr, ecs: Option<Ecs>) -> Option<(&crate::route_table::Answer, u8)> {
+    name.served(source, ecs.and_then(|e| e.client())).map(|s| (s.answer, s.scope))
 }
 
 /// No route table yet: DNS_FALLBACK_IP for `A`, SERVFAIL otherwise.

@@ -29,7 +29,7 @@ use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
 pub use build::{BuildState, Change, Inputs, NameIds, build_route_table, build_route_table_after};
-pub use decide::{ClientQuery, Decision};
+pub use decide::{ClientQuery, Decision, ServedAnswer};
 
 use crate::clock::now_ms;
 use crate::config::ScheduleSettings;

@@ -5,7 +5,8 @@ use super::*;
 
 /// `edge.lagran.net`: 10.0.0.0/8 (private) → the unknown answer, 11.0.0.0/8
 /// (public, unlocated) → the unknown answer flagged `Resolver`, 58.60.0.0/15
-/// → gz-01, the rest → us-01.
+/// → gz-01, the rest → us-01. IPv6: fc00::/7 (private) → unknown, 2a0a::/16
+/// (public, unlocated) → flagged, 240e::/20 → gz-01, the rest → us-01.
 fn unlocated_table(ecs_on: bool) -> RouteTable {
     let unknown = ans(30, &["203.0.113.10"], &[], Some("default-01"));
     let flagged = Answer { state: AnswerState::Resolver, ..unknown.clone() };
@@ -27,7 +28,14 @@ fn unlocated_table(ecs_on: bool) -> RouteTable {
             ],
             0,
         ),
-        v6: PrefixMapV6::uniform(0),
+        v6: PrefixMapV6::from_ranges(
+            [
+                (u128::from(v6("240e::")), u128::from(v6("240e:fff:ffff:ffff:ffff:ffff:ffff:ffff")), 3),
+                (u128::from(v6("2a0a::")), u128::from(v6("2a0a:ffff:ffff:ffff:ffff:ffff:ffff:ffff")), 2),
+                (u128::from(v6("fc00::")), u128::from(v6("fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")), 1),
+            ],
+            0,
+        ),
     };
     RouteTable::new(7, NOW - 1000, vec![ZoneRoutes { zone: zone(), names: vec![name] }])
 }
@@ -70,4 +78,21 @@ fn without_a_usable_ecs_address_the_rule_has_nothing_to_do() {
     assert_eq!(ask_unlocated("58.60.0.0", 24, "11.9.9.9", false), (vec![v4("203.0.113.10")], 0));
     // A located ECS address is answered for itself.
     assert_eq!(ask_unlocated("58.60.0.0", 24, "11.9.9.9", true), (vec![v4("203.0.113.21")], 15));
+}
+
+#[test]
+fn the_rule_holds_for_ipv6_ecs_addresses() {
+    assert_eq!(
+        ask_unlocated("2a0a:1:2::", 48, "58.60.1.1", true),
+        (vec![v4("203.0.113.21")], 16),
+        "an unlocated public IPv6 block: the Shenzhen resolver's answer, SCOPE = the block's /16"
+    );
+    assert_eq!(ask_unlocated("2a0a:1:2::", 48, "2a0a:9::53", true), (vec![v4("203.0.113.10")], 16), "unlocated too");
+    assert_eq!(
+        ask_unlocated("2a0a:1:2::", 48, "240e::53", true),
+        (vec![v4("203.0.113.21")], 16),
+        "an IPv6 resolver decides as well"
+    );
+    assert_eq!(ask_unlocated("fd00:1::", 48, "58.60.1.1", true), (vec![v4("203.0.113.10")], 7), "ULA stays unknown");
+    assert_eq!(ask_unlocated("240e:1::", 48, "11.9.9.9", true), (vec![v4("203.0.113.21")], 20), "located: itself");
 }
