@@ -216,6 +216,16 @@ impl NodeHost {
     /// The hostnames of `nodes` that lie inside one of `zones` (lowercase, no
     /// trailing dot), sorted by name; a hostname outside every served zone is
     /// some other server's business.
+    ///
+    /// Every node's hostname is published, whatever its status or health: a
+    /// hostname is the node's own name, not a scheduling decision. The
+    /// scheduler stops *choosing* an offline node at once, so no new CNAME
+    /// names it; but resolvers hold the CNAMEs they already have for up to
+    /// their TTL, and a target that stopped resolving would turn those into
+    /// NODATA for every client behind them, while the node's address still
+    /// reaches a draining node (or fails over in the client). Operators also
+    /// use the name to reach a node that is out of rotation. So an offline
+    /// node's hostname keeps answering its address.
     pub fn of_nodes(nodes: &[crate::model::Node], zones: &[Zone]) -> Vec<NodeHost> {
         let mut hosts: Vec<NodeHost> = nodes
             .iter()
@@ -434,4 +444,24 @@ pub type SharedRouteTable = std::sync::Arc<arc_swap::ArcSwap<RouteTable>>;
 /// A shared handle holding an empty table (version 0: "no table yet").
 pub fn empty_shared() -> SharedRouteTable {
     std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(RouteTable::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Node, NodeStatus};
+
+    #[test]
+    fn an_offline_nodes_hostname_still_answers() {
+        let mut n = Node::new("gz-01");
+        n.hostname = Some("GZ-01.edge.lagran.net.".into());
+        n.public_ip = Some(Ipv4Addr::new(203, 0, 113, 21));
+        n.status = NodeStatus::Offline;
+        let mut out = Node::new("x-01");
+        out.hostname = Some("x-01.example.org".into());
+        let hosts = NodeHost::of_nodes(&[n, out], &[Zone::new("edge.lagran.net")]);
+        assert_eq!(hosts.len(), 1, "a hostname outside the served zones is not ours: {hosts:?}");
+        assert_eq!(hosts[0].name, "gz-01.edge.lagran.net");
+        assert_eq!(hosts[0].ipv4, Some(Ipv4Addr::new(203, 0, 113, 21)), "offline, and still its address");
+    }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{Daemon, Geo, Options, have_tool, tools_required, workspace_root};
+use crate::support::{Daemon, Geo, Options, have_tool, lagran_cli, tools_required, workspace_root};
 
 const CDN: &str = "cdn.edge.lagran.net";
 
@@ -20,6 +20,15 @@ fn cname_mode(d: &Daemon) {
     let body = json!({ "zone": "edge.lagran.net", "answer_mode": "cname" });
     let (s, v) = d.http("PUT", &format!("/api/v1/domains/{CDN}"), Some(body), &[]);
     assert_eq!(s, 200, "PUT {CDN} in CNAME mode is accepted: {v}");
+}
+
+/// The `served` object of `/api/v1/schedule` (or `lagran explain --json`) says what `dig` got.
+fn agrees_with_dig(served: &serde_json::Value, dig: &crate::support::Dig, scope: u8) {
+    let cname = dig.answers("CNAME").first().map(|c| c.trim_end_matches('.').to_string());
+    assert_eq!(served["cname"].as_str().map(str::to_string), cname, "the CNAME dig got: {served}");
+    let a: Vec<String> = served["a"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert_eq!(a, dig.answers("A"), "the A records dig got: {served}");
+    assert_eq!(served["scope"], scope, "the scope dig got: {served}");
 }
 
 fn shenzhen_telecom_gets_the_cname_of_gz01(geo: Geo) {
@@ -36,6 +45,29 @@ fn shenzhen_telecom_gets_the_cname_of_gz01(geo: Geo) {
     let ecs = r.ecs.clone().expect("ECS echoed");
     let scope: u8 = ecs.rsplit('/').next().unwrap().parse().unwrap();
     assert!(scope > 0 && scope <= 24, "the scope is the partition's prefix, as for A: {ecs}");
+
+    // `/api/v1/schedule` and `lagran explain` show what dig got: the CNAME, its A record, the scope.
+    let (s, v) = d.get(&format!("/api/v1/schedule?domain={CDN}&subnet=58.60.0.0/24"));
+    assert_eq!(s, 200, "{v}");
+    agrees_with_dig(&v["served"], &r, scope);
+    let (ok, out, err) = lagran_cli(&d, &["explain", "--subnet", "58.60.0.0/24", "--domain", CDN, "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("explain --json");
+    agrees_with_dig(&v["served"], &r, scope);
+    let (ok, out, err) = lagran_cli(&d, &["explain", "--subnet", "58.60.0.0/24", "--domain", CDN]);
+    assert!(ok && out.contains("CNAME gz-01.edge.lagran.net., A 203.0.113.21"), "{out}{err}");
+
+    // A node hostname may not take a name the zone answers otherwise (409), from either side.
+    for taken in [CDN, "edge.lagran.net", "ns1.edge.lagran.net", "gz-01.edge.lagran.net"] {
+        let body = json!({ "hostname": taken });
+        let (s, v) = d.http("PATCH", "/api/v1/nodes/hk-01", Some(body), &[]);
+        assert_eq!(s, 409, "hk-01 may not take {taken}: {v}");
+        assert_eq!(v["field"], "hostname", "{v}");
+    }
+    let body = json!({ "zone": "edge.lagran.net" });
+    let (s, v) = d.http("PUT", "/api/v1/domains/gz-01.edge.lagran.net", Some(body), &[]);
+    assert_eq!(s, 409, "a scheduled name may not take gz-01's hostname: {v}");
+    assert!(v["error"].as_str().unwrap_or_default().contains("gz-01"), "the message names the node: {v}");
 
     // QTYPE CNAME: the CNAME alone.
     let r = d.dig(&[CDN, "CNAME", "+subnet=58.60.0.0/24"]);

@@ -140,6 +140,39 @@ fn http_302_to_the_node_of_the_forwarded_client_only_from_a_trusted_proxy() {
     assert_eq!(metric(&d, "lagran_http_redirects_total{node=\"hk-01\"}"), 1.0);
 }
 
+#[test]
+fn http_302_for_a_cname_mode_host_goes_to_the_nodes_hostname() {
+    if !have_tool("curl", "http_302_cname") {
+        return;
+    }
+    // HTTP_LISTEN in the environment, as DNS_LISTEN; the proxy on 127.0.0.0/8 is trusted.
+    let config = "[http_redirect]\ntrusted_proxies = [\"127.0.0.0/8\"]\n".to_string();
+    let env = vec![("HTTP_LISTEN".to_string(), "127.0.0.1:0".to_string())];
+    let d = Daemon::start(Options { env, config: Some(config), ..Options::default() });
+    for node in ["gz-01", "hk-01", "kr-01"] {
+        let body = serde_json::json!({ "hostname": format!("{node}.{ZONE}") });
+        let (s, v) = d.http("PATCH", &format!("/api/v1/nodes/{node}"), Some(body), &[]);
+        assert_eq!(s, 200, "{v}");
+    }
+    let body = serde_json::json!({ "zone": ZONE, "answer_mode": "cname" });
+    let (s, v) = d.http("PUT", &format!("/api/v1/domains/cdn.{ZONE}"), Some(body), &[]);
+    assert_eq!(s, 200, "{v}");
+    let host = format!("Host: cdn.{ZONE}");
+    let dig =
+        d.dig_until(&[&format!("cdn.{ZONE}"), "A", "+subnet=58.60.1.1/32"], std::time::Duration::from_secs(10), |r| {
+            !r.answers("CNAME").is_empty()
+        });
+    assert_eq!(dig.answers("CNAME"), vec![format!("gz-01.{ZONE}.")], "{}", dig.text);
+    let (status, text) = curl(&d, "GET", "/a.mp4?x=1", &[&host, "X-Forwarded-For: 58.60.1.1"]);
+    assert_eq!(status, 302, "{text}");
+    assert_eq!(
+        header(&text, "location"),
+        Some(format!("http://gz-01.{ZONE}/a.mp4?x=1").as_str()),
+        "the node DNS names with its CNAME, by hostname\n{text}"
+    );
+    assert_eq!(metric(&d, "lagran_http_redirects_total{node=\"gz-01\"}"), 1.0);
+}
+
 /// dnspython's DoQ client (over aioquic): one `A` query for the zone with ECS
 /// `subnet`; prints the answer, the ECS echoed and whether it was padded.
 const DOQ_CLIENT: &str = r#"

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lagran::geo::{IpVersion, write_xdb};
 use serde_json::json;
 
-use crate::support::{Daemon, Geo, Options, have_tool};
+use crate::support::{Daemon, Geo, Options, have_tool, lagran_cli};
 
 fn v4(s: &str) -> u128 {
     u32::from(s.parse::<std::net::Ipv4Addr>().unwrap()) as u128
@@ -49,6 +49,24 @@ fn an_unlocated_ecs_address_is_answered_for_the_resolver() {
     let r = d.dig_until(&q, Duration::from_secs(10), |r| r.answers("A") == vec!["203.0.113.21"]);
     assert_eq!(r.answers("A"), vec!["203.0.113.21"], "scheduled by the resolver: {}", r.text);
     assert_eq!(scope(&r.ecs), 8, "still the unlocated block's width: {}", r.text);
+    // `/api/v1/schedule` and `lagran explain` with the resolver dig used (127.0.0.1) say the same.
+    let (s, v) = d.get("/api/v1/schedule?domain=edge.lagran.net&subnet=11.1.2.0/24&resolver=127.0.0.1");
+    assert_eq!(s, 200, "{v}");
+    let served = &v["served"];
+    assert_eq!(served["a"], json!(["203.0.113.21"]), "dig's answer: {v}");
+    assert_eq!(served["scope"], 8, "dig's scope: {v}");
+    assert_eq!((&served["state"], &served["decided_for"]), (&json!("resolver"), &json!("127.0.0.1")), "{v}");
+    assert_eq!(v["primary"]["name"], "gz-01", "the served node ranks first: {v}");
+    let args = ["explain", "--subnet", "11.1.2.0/24", "--resolver", "127.0.0.1", "--json"];
+    let (ok, out, err) = lagran_cli(&d, &args);
+    assert!(ok, "{err}");
+    let e: serde_json::Value = serde_json::from_str(&out).expect("explain --json");
+    assert_eq!(e["served"], v["served"], "explain and the API agree");
+    // Without the resolver, the API says who decides rather than guessing.
+    let (_, v) = d.get("/api/v1/schedule?domain=edge.lagran.net&subnet=11.1.2.0/24");
+    assert_eq!(v["served"]["state"], "resolver", "{v}");
+    assert!(v["note"].as_str().unwrap().contains("resolver"), "{v}");
+
     // A located ECS address is answered for itself; a private one stays unknown.
     let r = d.dig(&["edge.lagran.net", "A", "+subnet=8.8.8.0/24"]);
     assert_eq!(r.answers("A"), vec!["203.0.113.22"], "a US client gets hk-01: {}", r.text);

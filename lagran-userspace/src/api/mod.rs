@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod error;
 pub mod geo;
+pub mod names;
 pub mod nodes;
 pub mod routes;
 pub mod rules;

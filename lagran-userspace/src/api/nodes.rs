@@ -113,6 +113,9 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Node>), ApiError> {
     state.auth.check_admin(&headers)?;
     let (node, token) = parse_create(&body)?;
+    if let Some(h) = &node.hostname {
+        super::names::check_hostname(&state.store, &node.name, h).await?;
+    }
     let node = state.store.create_node(&node, token.as_deref()).await?;
     tracing::info!(node = %node.name, "node created");
     state.after_write().await;
@@ -128,6 +131,9 @@ pub async fn patch(
     state.auth.check_admin(&headers)?;
     let patch: NodePatch = parse_json(&body)?;
     patch.validate()?;
+    if let Some(Some(h)) = &patch.hostname {
+        super::names::check_hostname(&state.store, &name, h).await?;
+    }
     let node = state.store.update_node(&name, &patch).await?;
     tracing::info!(node = %node.name, status = node.status.as_str(), "node updated");
     state.after_change(Change::Node(node.name.clone())).await;
