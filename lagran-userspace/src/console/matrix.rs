@@ -199,6 +199,26 @@ struct Tally {
     answers: HashMap<u32, (u64, u32)>,
 }
 
+/// The cells the geo data has addresses in, decided by address (`None` for
+/// the others); the expensive half of [`matrix`], which depends only on the
+/// table and the partitions.
+#[derive(Clone, Debug)]
+pub struct AddressCells(Vec<Option<Cell>>);
+
+/// [`AddressCells`] of `name` over `partitions`.
+pub fn address_cells(name: &ScheduledName, partitions: &PartitionTable) -> AddressCells {
+    let tallies = tally(name, partitions);
+    let row_names = rows();
+    let mut out = Vec::with_capacity(tallies.len());
+    for (row, province) in row_names.iter().enumerate() {
+        for (col, isp) in CARRIERS.iter().enumerate() {
+            let t = &tallies[row * CARRIERS.len() + col];
+            out.push((!t.answers.is_empty()).then(|| by_address(province, isp, name, t)));
+        }
+    }
+    AddressCells(out)
+}
+
 /// The matrix of `name` over `partitions`, cells without addresses taken from
 /// `province_level` (the same name compiled over [`province_level_partitions`]).
 /// Rows in [`rows`] order, columns in [`CARRIERS`] order.
@@ -207,17 +227,19 @@ pub fn matrix(
     partitions: &PartitionTable,
     province_level: Option<&ScheduledName>,
 ) -> Vec<Vec<Cell>> {
-    let tallies = tally(name, partitions);
+    matrix_with(&address_cells(name, partitions), province_level)
+}
+
+/// [`matrix`] from already computed [`AddressCells`].
+pub fn matrix_with(address: &AddressCells, province_level: Option<&ScheduledName>) -> Vec<Vec<Cell>> {
     let row_names = rows();
     let mut out = Vec::with_capacity(ROW_COUNT);
     for (row, province) in row_names.iter().enumerate() {
         let mut cells = Vec::with_capacity(CARRIERS.len());
         for (col, isp) in CARRIERS.iter().enumerate() {
-            let t = &tallies[row * CARRIERS.len() + col];
-            let cell = if t.answers.is_empty() {
-                at_province_level(province, isp, province_level, row, col)
-            } else {
-                by_address(province, isp, name, t)
+            let cell = match &address.0[row * CARRIERS.len() + col] {
+                Some(c) => c.clone(),
+                None => at_province_level(province, isp, province_level, row, col),
             };
             cells.push(cell);
         }

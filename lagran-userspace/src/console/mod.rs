@@ -14,7 +14,7 @@ pub mod nshosts;
 pub mod page;
 pub mod traffic;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -34,11 +34,25 @@ pub struct Console {
     pub traffic: Arc<TrafficHistory>,
     pub ns_hosts: Arc<dyn NsHostSource>,
     province_partitions: OnceLock<Arc<PartitionTable>>,
+    /// The last live [`matrix::AddressCells`], by (table version, partitions, name):
+    /// the walk over every partition is done once per published table.
+    address_cache: AddressCache,
 }
+
+/// What the address half of a live matrix depends on.
+type CacheKey = (u64, usize, String);
+
+/// The last live address cells and their key.
+type AddressCache = Arc<Mutex<Option<(CacheKey, Arc<matrix::AddressCells>)>>>;
 
 impl Console {
     pub fn new(ns_hosts: Arc<dyn NsHostSource>) -> Self {
-        Console { traffic: Arc::new(TrafficHistory::default()), ns_hosts, province_partitions: OnceLock::new() }
+        Console {
+            traffic: Arc::new(TrafficHistory::default()),
+            ns_hosts,
+            province_partitions: OnceLock::new(),
+            address_cache: Arc::new(Mutex::new(None)),
+        }
     }
 
     fn province_partitions(&self) -> Arc<PartitionTable> {
@@ -74,7 +88,8 @@ impl Console {
             return Ok(None);
         }
         let inputs = scheduler.inputs_at(now_ms()).await?;
-        let job = MatrixJob::new(self, scheduler, domain);
+        let mut job = MatrixJob::new(self, scheduler, domain);
+        job.cache = Some(self.address_cache.clone());
         let view = tokio::task::spawn_blocking(move || job.live(&table, &inputs))
             .await
             .map_err(|e| SchedulerError::Build(e.to_string()))?;
@@ -121,6 +136,8 @@ struct MatrixJob {
     province_partitions: Arc<PartitionTable>,
     settings: crate::config::ScheduleSettings,
     policy: crate::engine::Policy,
+    /// Set for the published table only (a what-if's table must not be cached).
+    cache: Option<AddressCache>,
 }
 
 impl MatrixJob {
@@ -131,7 +148,22 @@ impl MatrixJob {
             province_partitions: console.province_partitions(),
             settings: scheduler.settings().clone(),
             policy: scheduler.policy().clone(),
+            cache: None,
         }
+    }
+
+    /// The address half of the matrix, from the cache when it holds this table's.
+    fn address_cells(&self, table: &RouteTable, name: &crate::route_table::ScheduledName) -> Arc<matrix::AddressCells> {
+        let Some(cache) = &self.cache else { return Arc::new(matrix::address_cells(name, &self.partitions)) };
+        let key = (table.version, Arc::as_ptr(&self.partitions) as usize, self.domain.clone());
+        if let Some((k, cells)) = &*cache.lock().expect("matrix cache lock poisoned")
+            && *k == key
+        {
+            return cells.clone();
+        }
+        let cells = Arc::new(matrix::address_cells(name, &self.partitions));
+        *cache.lock().expect("matrix cache lock poisoned") = Some((key, cells.clone()));
+        cells
     }
 
     /// The matrix of `table` (built from `inputs`) for the job's name.
@@ -145,7 +177,8 @@ impl MatrixJob {
             &self.policy,
             &mut BuildState::default(),
         );
-        let cells = matrix::matrix(name, &self.partitions, province_table.scheduled(&self.domain));
+        let address = self.address_cells(table, name);
+        let cells = matrix::matrix_with(&address, province_table.scheduled(&self.domain));
         Some(MatrixView {
             domain: self.domain.clone(),
             names: table.scheduled_names().map(|n| n.name.clone()).collect(),
@@ -195,7 +228,7 @@ mod tests {
     use crate::store::Store;
 
     /// The demo with the e2e tests' small geo file (Shenzhen Telecom, Beijing Unicom, the rest US).
-    async fn demo() -> (Arc<Scheduler>, Console) {
+    async fn demo() -> (Arc<Scheduler>, Console, Store) {
         let v4 = |s: &str| u32::from(s.parse::<std::net::Ipv4Addr>().unwrap()) as u128;
         let ranges = vec![
             (0, v4("58.59.255.255"), "美国|0|0|0|0".to_string()),
@@ -211,14 +244,14 @@ mod tests {
         let store = Store::connect("sqlite::memory:").await.unwrap();
         crate::demo::install(&store).await.unwrap();
         let s = Arc::new(Scheduler::new(
-            store,
+            store.clone(),
             ScheduleSettings::default(),
             HealthMonitor::new(Default::default()),
             geo,
             empty_shared(),
         ));
         s.recompute().await.unwrap();
-        (s, Console::new(Arc::new(nshosts::NoNsHosts)))
+        (s, Console::new(Arc::new(nshosts::NoNsHosts)), store)
     }
 
     fn cell<'a>(m: &'a MatrixView, province: &str, isp: &str) -> &'a Cell {
@@ -227,7 +260,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_demo_matrix_and_a_what_if_that_publishes_nothing() {
-        let (s, console) = demo().await;
+        let (s, console, store) = demo().await;
         let m = console.matrix(&s, "edge.lagran.net").await.unwrap().unwrap();
         let gd = cell(&m, "广东", "电信");
         assert_eq!((gd.node.as_deref(), gd.state), (Some("gz-01"), matrix::CellState::Steady));
@@ -263,5 +296,13 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(w2.moves.len(), w.moves.len());
+
+        // A published change shows at once (the address cells are cached per table version).
+        let patch = crate::store::NodePatch { status: Some(NodeStatus::Offline), ..Default::default() };
+        store.update_node("gz-01", &patch).await.unwrap();
+        s.recompute().await.unwrap();
+        let m = console.matrix(&s, "edge.lagran.net").await.unwrap().unwrap();
+        assert_eq!(cell(&m, "广东", "电信").node.as_deref(), Some("hk-01"));
+        assert_eq!(cell(&m, "广东", "联通").node.as_deref(), Some("hk-01"), "and at province level");
     }
 }
