@@ -224,6 +224,12 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         Arc::new(DnsServer::new(table, Arc::new(config.dns.clone()), counters, cp.scheduler.confirmation().clone()));
     // DoT, DoQ and the HTTP 302 redirect, when configured.
     loops.extend(crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?);
+    // The console's NS-host view: the one responder in this process.
+    let console = Arc::new(crate::console::Console::new(Arc::new(crate::console::nshosts::LocalNsHost {
+        table: cp.scheduler.table().clone(),
+        confirmation: cp.scheduler.confirmation().clone(),
+    })));
+    loops.push(console.spawn_sampler(metrics.clone(), shutdown.clone()));
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
@@ -232,6 +238,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),
         geo_max_change_ratio: config.geo.max_change_ratio,
+        console,
     };
     tracing::info!(dns = %listeners.display(), api = %api_addr, "lagran serving");
 
@@ -257,7 +264,10 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     let (api_listener, api_addr) = bind_api(&config).await?;
-    let loops = spawn_control_loops(&cp, &config, &shutdown);
+    let mut loops = spawn_control_loops(&cp, &config, &shutdown);
+    // No responder here: NS-host reports plug in as a `console::nshosts::NsHostSource`.
+    let console = Arc::new(crate::console::Console::new(Arc::new(crate::console::nshosts::NoNsHosts)));
+    loops.push(console.spawn_sampler(metrics.clone(), shutdown.clone()));
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
@@ -266,6 +276,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),
         geo_max_change_ratio: config.geo.max_change_ratio,
+        console,
     };
     tracing::info!(api = %api_addr, "lagran control plane serving");
     let result = flatten("the control API", tokio::spawn(api::run(api_listener, state, shutdown.clone())).await);

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod confirmation;
+pub mod console;
 pub mod daemon;
 pub mod demo;
 pub mod dns;

@@ -11,6 +11,10 @@ use crate::route_table::RouteTable;
 /// Extra metric sources registered at start-up (the XDP counters, for one).
 pub type Source = Box<dyn Fn(&mut String) + Send + Sync>;
 
+/// Extra counter sources, read by the console's traffic sampler: `(name, value)`
+/// pairs, e.g. `("xdp_answered", n)` and `("xdp_passed:<reason>", n)`.
+pub type CounterSource = Box<dyn Fn() -> Vec<(String, u64)> + Send + Sync>;
+
 /// What only a control plane knows, for [`Metrics::render`].
 #[derive(Clone, Debug, Default)]
 pub struct ControlStats {
@@ -26,11 +30,22 @@ pub struct ControlStats {
 pub struct Metrics {
     pub dns: Arc<DnsCounters>,
     sources: std::sync::Mutex<Vec<Source>>,
+    counter_sources: std::sync::Mutex<Vec<CounterSource>>,
 }
 
 impl Metrics {
     pub fn new(dns: Arc<DnsCounters>) -> Self {
-        Metrics { dns, sources: std::sync::Mutex::new(Vec::new()) }
+        Metrics { dns, sources: std::sync::Mutex::new(Vec::new()), counter_sources: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    /// Adds a counter source read by [`Metrics::counters`].
+    pub fn add_counter_source(&self, source: CounterSource) {
+        self.counter_sources.lock().expect("metrics sources lock poisoned").push(source);
+    }
+
+    /// The registered sources' counters (the XDP fast path's, when attached).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        self.counter_sources.lock().expect("metrics sources lock poisoned").iter().flat_map(|s| s()).collect()
     }
 
     /// Adds a renderer called on every scrape.

@@ -5,6 +5,7 @@ mod aaaa;
 mod api;
 mod cli;
 mod cname;
+mod console;
 mod dns;
 mod entry;
 mod geo;

@@ -52,6 +52,8 @@ enum Check {
     /// `python3 -m venv` works (Debian ships `venv` without `ensurepip` unless
     /// python3-venv is installed); the e2e tests make a venv for their DoQ client.
     PythonVenv,
+    /// A font family fontconfig knows (`fc-list`).
+    Font(&'static str),
 }
 
 const APT_TOOLS: &[AptTool] = &[
@@ -73,6 +75,24 @@ const APT_TOOLS: &[AptTool] = &[
         package: "unbound",
         optional: true,
         why: "a real ECS resolver as the benchmarks' client",
+    },
+    AptTool {
+        check: Check::Bin("chromium"),
+        package: "chromium",
+        optional: false,
+        why: "the console's browser tests (headless Chromium)",
+    },
+    AptTool {
+        check: Check::Bin("chromedriver"),
+        package: "chromium-driver",
+        optional: false,
+        why: "the console's browser tests (WebDriver)",
+    },
+    AptTool {
+        check: Check::Font("WenQuanYi Micro Hei"),
+        package: "fonts-wqy-microhei",
+        optional: true,
+        why: "Chinese glyphs in the console's screenshots",
     },
     AptTool {
         check: Check::PythonVenv,
@@ -125,6 +145,9 @@ fn is_present(check: &Check) -> bool {
         Check::PythonVenv => {
             Command::new("python3").args(["-c", "import venv, ensurepip"]).status().is_ok_and(|s| s.success())
         }
+        Check::Font(family) => {
+            Command::new("fc-list").arg(family).output().is_ok_and(|o| o.status.success() && !o.stdout.is_empty())
+        }
     }
 }
 
@@ -133,6 +156,7 @@ fn check_name(check: &Check) -> &'static str {
         Check::Bin(name) => name,
         Check::PostgresServer => "postgres (server)",
         Check::PythonVenv => "python3 -m venv",
+        Check::Font(family) => family,
     }
 }
 

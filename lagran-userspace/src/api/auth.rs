@@ -1,6 +1,11 @@
 //! API authentication: an admin bearer token for writes, the agent token for
 //! reads by DNS hosts and agents (SPEC §6). Tokens are kept only as SHA-256
 //! hashes and compared in constant time.
+//!
+//! The console (`/ui`) keeps the token it was given at login in an HttpOnly,
+//! SameSite=Strict cookie ([`SESSION_COOKIE`]); every check below accepts it
+//! where it accepts the header, since a browser's live connection cannot send
+//! headers.
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
@@ -10,6 +15,16 @@ use super::error::ApiError;
 
 /// The header agents and DNS hosts authenticate with.
 pub const AGENT_TOKEN_HEADER: &str = "x-lagran-agent-token";
+
+/// The console's cookie: the token given at login.
+pub const SESSION_COOKIE: &str = "lagran_token";
+
+/// What a presented token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Grants {
+    pub read: bool,
+    pub write: bool,
+}
 
 /// SHA-256 of a token (node tokens are stored hex-encoded by `store::hash_token`).
 pub fn token_hash(token: &str) -> [u8; 32] {
@@ -46,6 +61,43 @@ impl Auth {
         v.strip_prefix("Bearer ").map(str::trim)
     }
 
+    /// The console cookie's token, if one was sent.
+    pub fn cookie(headers: &HeaderMap) -> Option<&str> {
+        headers
+            .get_all(axum::http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == SESSION_COOKIE)
+            .map(|(_, v)| v.trim())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// What `token` grants: the admin token reads and writes, the agent token
+    /// reads; an unset class is open.
+    pub fn grants_of(&self, token: Option<&str>) -> Grants {
+        let admin = matches!((&self.admin, token), (Some(a), Some(t)) if token_matches(t, a));
+        let agent = token.is_some_and(|t| self.agent_token_matches(t));
+        Grants { read: self.reads_open() || admin || agent, write: self.writes_open() || admin }
+    }
+
+    /// What the request's credentials (bearer token, agent header or console cookie) grant.
+    pub fn grants(&self, headers: &HeaderMap) -> Grants {
+        let mut g = Grants { read: self.reads_open(), write: self.writes_open() };
+        let presented = [
+            Self::bearer(headers),
+            headers.get(AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok()),
+            Self::cookie(headers),
+        ];
+        for t in presented.into_iter().flatten() {
+            let x = self.grants_of(Some(t));
+            g.read |= x.read;
+            g.write |= x.write;
+        }
+        g
+    }
+
     /// Whether `presented` is the global agent token (never true when none is set).
     pub fn agent_token_matches(&self, presented: &str) -> bool {
         self.agent.as_ref().is_some_and(|a| token_matches(presented, a))
@@ -54,6 +106,9 @@ impl Auth {
     /// Writes: `Authorization: Bearer <ADMIN_TOKEN>`.
     pub fn check_admin(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(admin) = &self.admin else { return Ok(()) };
+        if Self::cookie(headers).is_some_and(|t| token_matches(t, admin)) {
+            return Ok(());
+        }
         match Self::bearer(headers) {
             Some(t) if token_matches(t, admin) => Ok(()),
             Some(_) => Err(ApiError::unauthorized("the admin token is wrong")),
@@ -68,6 +123,11 @@ impl Auth {
         }
         if let (Some(admin), Some(t)) = (&self.admin, Self::bearer(headers))
             && token_matches(t, admin)
+        {
+            return Ok(());
+        }
+        if let Some(t) = Self::cookie(headers)
+            && self.grants_of(Some(t)).read
         {
             return Ok(());
         }
@@ -114,5 +174,25 @@ mod tests {
         assert!(a.check_agent(&headers(&[("authorization", "Bearer admin")])).is_ok());
         assert!(a.check_agent(&headers(&[(AGENT_TOKEN_HEADER, "nope")])).is_err());
         assert!(a.check_agent(&HeaderMap::new()).is_err());
+    }
+
+    #[test]
+    fn the_console_cookie_carries_either_token() {
+        let a = Auth::new(Some("agent"), Some("admin"));
+        let admin = headers(&[("cookie", "theme=dark; lagran_token=admin")]);
+        assert!(a.check_admin(&admin).is_ok());
+        assert!(a.check_agent(&admin).is_ok());
+        assert_eq!(a.grants(&admin), Grants { read: true, write: true });
+        let agent = headers(&[("cookie", "lagran_token=agent")]);
+        assert!(a.check_agent(&agent).is_ok());
+        assert!(a.check_admin(&agent).is_err(), "the agent token never writes");
+        assert_eq!(a.grants(&agent), Grants { read: true, write: false });
+        let wrong = headers(&[("cookie", "lagran_token=nope")]);
+        assert!(a.check_agent(&wrong).is_err());
+        assert_eq!(a.grants(&wrong), Grants { read: false, write: false });
+        assert_eq!(Auth::new(None, None).grants(&HeaderMap::new()), Grants { read: true, write: true });
+        // Only an agent token: reads need it, writes are open.
+        let a = Auth::new(Some("agent"), None);
+        assert_eq!(a.grants(&HeaderMap::new()), Grants { read: false, write: true });
     }
 }

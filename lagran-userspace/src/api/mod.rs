@@ -5,6 +5,7 @@
 //! for it, so the next DNS answer already reflects the change.
 
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod geo;
 pub mod names;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub public_resolvers: Arc<Vec<ipnet::IpNet>>,
     /// `geo.max_change_ratio`: the threshold of `POST /api/v1/geo/reload`.
     pub geo_max_change_ratio: f64,
+    /// The operator console (`/ui`): traffic history, NS-host reports.
+    pub console: Arc<crate::console::Console>,
 }
 
 impl AppState {
@@ -71,6 +74,14 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/api/v1/schedule", get(schedule::get_schedule))
+        .route("/api/v1/schedule/what-if", post(console::what_if))
+        .route("/ui", get(console::page))
+        .route("/ui/login", post(console::login))
+        .route("/ui/logout", post(console::logout))
+        .route("/api/v1/console/session", get(console::session))
+        .route("/api/v1/console/matrix", get(console::matrix))
+        .route("/api/v1/console/nodes", get(console::nodes))
+        .route("/api/v1/console/traffic", get(console::traffic))
         .route("/api/v1/nodes", get(nodes::list).post(nodes::create))
         .route("/api/v1/nodes/{name}", get(nodes::get_one).patch(nodes::patch).delete(nodes::delete))
         .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))

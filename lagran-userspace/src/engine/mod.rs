@@ -11,6 +11,10 @@
 //! Eligible nodes: `status = online` and a non-empty public address of the
 //! family asked for, in the name's pool (the `default` pool holds every node).
 //! Ties break by node name.
+//!
+//! A node with weight 0 (or below) is **drained**: still eligible, but its score
+//! carries [`DRAINED_PENALTY`], so it is chosen only when no other node is
+//! eligible (and it is never an overload-spill target).
 
 pub mod planner;
 
@@ -28,6 +32,11 @@ pub enum Family {
     V4,
     V6,
 }
+
+/// The score term of a drained node (weight ≤ 0): larger than any spread the
+/// other terms can make (weight ≤ 1000, bonuses ≤ 145, penalties ≥ −1000), so a
+/// drained node ranks after every node that is not.
+pub const DRAINED_PENALTY: i64 = 1_000_000;
 
 /// Bonuses and penalty factors of the score (seed 000 §3 step 9).
 #[derive(Clone, Debug, PartialEq)]
@@ -157,8 +166,14 @@ impl NodeView {
     }
 
     /// Whether the spill stage counts the node as overloaded.
+    /// A drained node counts as overloaded, so it is never a spill target.
     pub fn overloaded(&self, spill: &SpillPolicy) -> bool {
-        self.node.cpu_usage >= spill.cpu_percent || self.cap_ratio() >= spill.cap_ratio
+        self.drained() || self.node.cpu_usage >= spill.cpu_percent || self.cap_ratio() >= spill.cap_ratio
+    }
+
+    /// Weight 0 (or below): chosen only when nothing else is eligible.
+    pub fn drained(&self) -> bool {
+        self.node.weight <= 0
     }
 
     pub fn prepare(nodes: impl IntoIterator<Item = Node>) -> Vec<NodeView> {
@@ -238,6 +253,10 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
     let mut reasons: Vec<String> = Vec::new();
     let weight = n.weight.clamp(0, 1000);
     terms.push(("weight".into(), weight));
+    if view.drained() {
+        terms.push(("drained".into(), -DRAINED_PENALTY));
+        reasons.push("drained (weight 0)".into());
+    }
     let same = |a: &str, b: &str| !a.is_empty() && a == b;
     let same_country = same(&loc.country, &client.country);
     let same_province = same(&loc.province, &client.province);
@@ -510,7 +529,33 @@ mod tests {
         b.public_ip = Some(Ipv4Addr::new(192, 0, 2, 2));
         let r = rank(&NodeView::prepare([a, b]), &Location::default(), Family::V4, DEFAULT_POOL, &Policy::default());
         assert_eq!(r.candidates[0].score, 1000);
-        assert_eq!(r.candidates[1].score, 0);
+        assert_eq!(r.candidates[1].score, -DRAINED_PENALTY, "a negative weight drains the node");
+    }
+
+    #[test]
+    fn a_drained_node_answers_only_when_nothing_else_is_eligible() {
+        // gz-01 is the Shenzhen Telecom client's best node by far (same province,
+        // city and ISP); with weight 0 it gives way even to a loaded node abroad.
+        let mut nodes = seed_nodes();
+        nodes[0].weight = 0;
+        nodes[2].cpu_usage = 95.0;
+        let client = Location::new("CN", "广东", "深圳", "电信");
+        let views = NodeView::prepare(nodes.clone());
+        let r = rank(&views, &client, Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!(r.primary().unwrap().name, "hk-01");
+        let last = r.candidates.last().unwrap();
+        assert_eq!(last.name, "gz-01", "the drained node is still eligible, last");
+        assert!(last.reason.contains("drained"), "{}", last.reason);
+        // Spill never moves a client onto a drained node.
+        let spill = Policy { spill: Some(SpillPolicy::default()), ..Policy::default() };
+        let r = rank(&views, &client, Family::V4, DEFAULT_POOL, &spill);
+        assert_ne!(r.primary().unwrap().name, "gz-01");
+        // With every other node offline, the drained node answers.
+        for n in nodes.iter_mut().skip(1) {
+            n.status = NodeStatus::Offline;
+        }
+        let r = rank(&NodeView::prepare(nodes), &client, Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!(r.primary().unwrap().name, "gz-01");
     }
 
     #[test]

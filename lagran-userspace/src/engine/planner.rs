@@ -416,6 +416,9 @@ impl Plan {
 fn base_score(view: &NodeView, policy: &Policy) -> i64 {
     let n = &view.node;
     let mut s = n.weight.clamp(0, 1000);
+    if view.drained() {
+        s -= super::DRAINED_PENALTY;
+    }
     let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
     let mem = (n.memory_usage.max(0.0) * policy.memory_factor).floor() as i64;
     s -= cpu.max(0) + mem.max(0);

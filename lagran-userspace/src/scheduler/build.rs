@@ -54,6 +54,12 @@ pub struct BuildState {
 const NO_CHOICE: u32 = u32::MAX;
 
 impl BuildState {
+    /// Drops the incremental record (a copy used for a one-off full build
+    /// need not carry it).
+    pub fn forget_record(&mut self) {
+        self.record = None;
+    }
+
     /// The interned id of a node name in `choices`.
     fn node_id(&mut self, name: &str) -> u32 {
         let id = self.chosen_nodes.id(name) - 1;

@@ -29,6 +29,7 @@ use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
 pub use build::{BuildState, Change, Inputs, NameIds, build_route_table, build_route_table_after};
+pub use changes::{ChangeEvent, ChangeLog};
 pub use decide::{ClientQuery, Decision, ServedAnswer};
 
 use crate::clock::now_ms;
@@ -83,6 +84,8 @@ pub struct Scheduler {
     pending: std::sync::Mutex<Option<Change>>,
     /// The partitions changed: the next build starts over.
     partitions_changed: std::sync::atomic::AtomicBool,
+    /// The last answer changes, for the console's timeline.
+    change_log: Arc<ChangeLog>,
 }
 
 impl Scheduler {
@@ -117,6 +120,7 @@ impl Scheduler {
             versions: tokio::sync::watch::Sender::new(0),
             pending: std::sync::Mutex::new(None),
             partitions_changed: std::sync::atomic::AtomicBool::new(true),
+            change_log: Arc::new(ChangeLog::default()),
         }
     }
 
@@ -165,6 +169,43 @@ impl Scheduler {
     /// The overrides in force.
     pub fn overrides(&self) -> Arc<Vec<Override>> {
         self.overrides.load_full()
+    }
+
+    /// The health monitor whose verdicts every build takes.
+    pub fn health(&self) -> &Arc<HealthMonitor> {
+        &self.health
+    }
+
+    /// The scoring policy of every build.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// What a recompute at `now` builds from: the store's records and the
+    /// health monitor's verdicts.
+    pub async fn inputs_at(&self, now: i64) -> Result<Inputs, SchedulerError> {
+        Ok(Inputs {
+            nodes: self.store.list_nodes().await?,
+            zones: self.store.list_zones().await?,
+            domains: self.store.list_domains().await?,
+            rules: self.store.list_rules().await?,
+            lines: self.store.list_lines().await?,
+            liveness: self.health.liveness(),
+            now_ms: now,
+        })
+    }
+
+    /// A copy of what the next recompute carries over (hysteresis choices,
+    /// name ids), for a build that must not touch the real one (what-if).
+    pub async fn build_state(&self) -> BuildState {
+        let mut s = self.build.lock().await.clone();
+        s.forget_record();
+        s
+    }
+
+    /// The last answer changes, oldest first ([`changes::ChangeLog`]).
+    pub fn change_log(&self) -> Vec<ChangeEvent> {
+        self.change_log.events()
     }
 
     /// Duration of the last recompute, in microseconds, and how many ran.
@@ -224,7 +265,8 @@ impl Scheduler {
         }
         if old.version != 0 && tokio::runtime::Handle::try_current().is_ok() {
             let (partitions, old, new) = (self.partitions.load_full(), old.clone(), table.clone());
-            drop(tokio::task::spawn_blocking(move || changes::log_changes(&partitions, &old, &new)));
+            let log = self.change_log.clone();
+            drop(tokio::task::spawn_blocking(move || log.record(changes::log_changes(&partitions, &old, &new))));
         }
         old
     }
@@ -298,15 +340,7 @@ impl Scheduler {
             Ok(n) => tracing::info!(rules = n, "expired rules purged"),
             Err(e) => tracing::warn!(error = %e, "purging expired rules failed; they are ignored meanwhile"),
         }
-        let inputs = Inputs {
-            nodes: self.store.list_nodes().await?,
-            zones: self.store.list_zones().await?,
-            domains: self.store.list_domains().await?,
-            rules: self.store.list_rules().await?,
-            lines: self.store.list_lines().await?,
-            liveness: self.health.liveness(),
-            now_ms: now,
-        };
+        let inputs = self.inputs_at(now).await?;
         let started = Instant::now();
         let version = self.next_version();
         let change = if self.partitions_changed.swap(false, Ordering::SeqCst) { Change::Everything } else { change };

@@ -63,6 +63,17 @@ pub fn start(
             r.render_prometheus(out);
         }
     }));
+    let for_counters = handle.clone();
+    metrics.add_counter_source(Box::new(move || {
+        let mut h = for_counters.lock().expect("xdp handle lock poisoned");
+        let Ok(c) = h.writer().counters() else { return Vec::new() };
+        c.iter()
+            .map(|(k, v)| match k {
+                lagran_common::counters::Counter::Answered => ("xdp_answered".to_string(), v),
+                other => (format!("xdp_passed:{}", other.name()), v),
+            })
+            .collect()
+    }));
     Ok(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
