@@ -326,9 +326,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     tracing::info!(dns = %listeners.display(), api = %api_addr, control = %opts.control, "lagran NS host serving");
     let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
     let token = shutdown.clone();
-    let api_task = tokio::spawn(async move {
-        axum::serve(api_listener, ops).with_graceful_shutdown(async move { token.cancelled().await }).await
-    });
+    let api_task = tokio::spawn(api::listener::serve(api_listener, ops, api::listener::Limits::default(), token));
     let result = tokio::select! {
         r = dns_task => flatten("the DNS responder", r),
         r = api_task => flatten("the metrics listener", r),
