@@ -1,6 +1,6 @@
 //! Sites and certificates from the control plane.
 //!
-//! Every `config_poll_secs` the edge reads `GET {control_url}/api/v1/sites` and
+//! Every `config_poll_secs` the edge reads `GET {control_url}/api/v1/sites?node={node_name}` and
 //! `GET {control_url}/api/v1/certificates?node={node_name}` (header
 //! `x-lagran-agent-token`). When either answer differs from the last one applied,
 //! the sites and the HTTPS certificates are swapped whole: requests and handshakes
@@ -64,7 +64,7 @@ impl RemoteConfig {
     pub fn from_config(config: &Config) -> Option<RemoteConfig> {
         let base = config.control_url.as_deref()?.trim_end_matches('/');
         Some(RemoteConfig {
-            sites_url: format!("{base}/api/v1/sites"),
+            sites_url: format!("{base}/api/v1/sites?node={}", config.node_name),
             certificates_url: format!("{base}/api/v1/certificates?node={}", config.node_name),
             token: config.agent_token.clone().unwrap_or_default(),
             interval: Duration::from_secs(config.config_poll_secs),

@@ -6,6 +6,7 @@ mod api;
 mod cli;
 mod cname;
 mod dns;
+mod edge_config;
 mod entry;
 mod geo;
 mod hostile;

@@ -72,8 +72,9 @@ async fn may_read_keys(state: &AppState, headers: &HeaderMap, node: Option<&str>
     Ok(own.as_deref().is_some_and(|h| verify_token(h, presented)))
 }
 
-/// Reads need the agent token, a node's own token or the admin token.
-async fn check_read(state: &AppState, headers: &HeaderMap, node: Option<&str>) -> Result<bool, ApiError> {
+/// Reads need the agent token, a node's own token (with `?node=`) or the admin
+/// token; returns whether the reader may see private keys.
+pub(super) async fn check_read(state: &AppState, headers: &HeaderMap, node: Option<&str>) -> Result<bool, ApiError> {
     let keys = may_read_keys(state, headers, node).await?;
     if !keys {
         state.auth.check_agent(headers)?;

@@ -1,13 +1,15 @@
 //! `/api/v1/sites`: the edge's customer hosts, kept centrally. Edge nodes
-//! read them with the agent token (or their own) and pick up changes without a
+//! read them with the agent token, or with their own (`?node=NAME` and the
+//! node's token in `x-lagran-agent-token`), and pick up changes without a
 //! restart; writes need the admin token.
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 
 use super::AppState;
+use super::certificates::{KeyQuery, check_read};
 use super::error::{ApiError, parse_json};
 use crate::store::Site;
 
@@ -16,8 +18,12 @@ fn normalise(host: &str) -> String {
     host.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
-pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Site>>, ApiError> {
-    state.auth.check_agent(&headers)?;
+pub async fn list(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<KeyQuery>,
+) -> Result<Json<Vec<Site>>, ApiError> {
+    check_read(&state, &headers, q.node.as_deref()).await?;
     Ok(Json(state.store.list_sites().await?))
 }
 
@@ -25,8 +31,9 @@ pub async fn get_one(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(host): Path<String>,
+    Query(q): Query<KeyQuery>,
 ) -> Result<Json<Site>, ApiError> {
-    state.auth.check_agent(&headers)?;
+    check_read(&state, &headers, q.node.as_deref()).await?;
     match state.store.get_site(&normalise(&host)).await? {
         Some(s) => Ok(Json(s)),
         None => Err(ApiError::not_found(format!("no site {host}"))),
