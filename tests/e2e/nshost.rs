@@ -99,3 +99,52 @@ fn confirmed_ms_ago(ns: &Daemon) -> i64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no confirmed_ms_ago= in {}", r.text))
 }
+
+fn signal(pid: u32, sig: &str) -> bool {
+    std::process::Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success()
+}
+
+/// SIGHUP re-reads the NS host's configuration: a corrected agent token is
+/// taken at once, a broken file is refused and the running settings stay, and
+/// the process never dies of the signal.
+#[test]
+fn sighup_reloads_the_ns_hosts_configuration_and_never_kills_it() {
+    if !have_tool("dig", "sighup") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("routes.json");
+    let env = vec![("AGENT_TOKEN".to_string(), "the-right-token".to_string())];
+    let control = Daemon::start(Options { role: Role::Control, env, ..Options::default() });
+    let ns = Daemon::start(Options {
+        role: Role::Dns { control: format!("http://{}", control.api), state_file: state },
+        config: Some("agent_token = \"a-wrong-token\"\n".to_string()),
+        ..Options::default()
+    });
+    // With the wrong token the stream is refused: no table.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ns.log().contains("the agent token is wrong") {
+        assert!(std::time::Instant::now() < deadline, "the wrong token was not refused:\n{}", ns.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ns.dig(&SHENZHEN).answers("A").is_empty());
+
+    // The operator fixes the file and sends SIGHUP: the table arrives, nothing restarted.
+    std::fs::write(ns.config_path(), "agent_token = \"the-right-token\"\n").unwrap();
+    assert!(signal(ns.pid(), "-HUP"));
+    let r = ns.dig_until(&SHENZHEN, Duration::from_secs(10), |r| !r.answers("A").is_empty());
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "the reloaded token works\n{}", ns.log());
+    assert!(ns.log().contains("agent_token_changed\":true"), "{}", ns.log());
+
+    // A broken file: refused, logged, the NS host keeps serving.
+    std::fs::write(ns.config_path(), "agent_token = [\n").unwrap();
+    for _ in 0..3 {
+        assert!(signal(ns.pid(), "-HUP"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(signal(ns.pid(), "-0"), "the NS host is alive after SIGHUPs:\n{}", ns.log());
+    assert!(ns.log().contains("the running one stays"), "{}", ns.log());
+    assert_eq!(ns.dig(&SHENZHEN).answers("A"), vec!["203.0.113.21"]);
+    let (s, v) = ns.get("/healthz");
+    assert_eq!(s, 200, "{v}");
+}

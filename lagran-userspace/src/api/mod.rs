@@ -52,6 +52,8 @@ pub struct AppState {
     pub public_resolvers: Arc<Vec<ipnet::IpNet>>,
     /// `geo.max_change_ratio`: the threshold of `POST /api/v1/geo/reload`.
     pub geo_max_change_ratio: f64,
+    /// The supervised background tasks; a recent panic makes `/healthz` 503.
+    pub tasks: Arc<crate::supervisor::Supervisor>,
 }
 
 impl AppState {
@@ -117,12 +119,15 @@ pub async fn run(listener: TcpListener, state: AppState, shutdown: CancellationT
 
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     let table = state.scheduler.table().load();
+    let panicked = state.tasks.recent_panics();
     let body = serde_json::json!({
-        "status": if table.version == 0 { "starting" } else { "ok" },
+        "status": if table.version == 0 { "starting" } else if panicked.is_empty() { "ok" } else { "degraded" },
         "route_table_version": table.version,
         "generated_at_ms": table.generated_at_ms,
+        "panicked_tasks": panicked,
     });
-    let status = if table.version == 0 { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    let healthy = table.version != 0 && panicked.is_empty();
+    let status = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body))
 }
 
