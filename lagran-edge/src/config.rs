@@ -48,6 +48,14 @@ pub struct Config {
     /// Client addresses each site's rate limiter remembers at most.
     #[serde(default = "default_rate_limit_max_clients")]
     pub rate_limit_max_clients: usize,
+    /// Client connections open at once (HTTP and HTTPS together); past it new
+    /// connections are closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// How often the sites and certificates are read from the control plane
+    /// (`/api/v1/sites`, `/api/v1/certificates`) when `control_url` is set.
+    #[serde(default = "default_config_poll_secs")]
+    pub config_poll_secs: u64,
     #[serde(default, rename = "site")]
     pub sites: Vec<SiteConfig>,
 }
@@ -105,6 +113,12 @@ fn default_origin_timeout_secs() -> u64 {
 fn default_rate_limit_max_clients() -> usize {
     100_000
 }
+fn default_max_connections() -> usize {
+    10_000
+}
+fn default_config_poll_secs() -> u64 {
+    10
+}
 fn default_cache_ttl_secs() -> u64 {
     60
 }
@@ -132,6 +146,13 @@ impl Config {
         Duration::from_secs(self.origin_timeout_secs)
     }
 
+    /// Checks sites received from the control plane with the rules of the file.
+    pub fn validate_sites(sites: &[SiteConfig], origin: &str) -> Result<(), ConfigError> {
+        let mut c = Config::parse("", origin)?;
+        c.sites = sites.to_vec();
+        c.validate().map_err(|(key, reason)| ConfigError::Invalid { origin: origin.to_owned(), key, reason })
+    }
+
     fn validate(&self) -> Result<(), (String, String)> {
         let err = |key: &str, reason: &str| Err((key.to_owned(), reason.to_owned()));
         if self.heartbeat_secs == 0 {
@@ -142,6 +163,12 @@ impl Config {
         }
         if self.rate_limit_max_clients == 0 {
             return err("rate_limit_max_clients", "must be at least 1");
+        }
+        if self.max_connections == 0 {
+            return err("max_connections", "must be at least 1");
+        }
+        if self.config_poll_secs == 0 {
+            return err("config_poll_secs", "must be at least 1");
         }
         if self.cache_max_object_bytes > self.cache_max_bytes {
             return err("cache_max_object_bytes", "must not exceed cache_max_bytes");
@@ -156,8 +183,10 @@ impl Config {
         {
             return err("control_url", "must be an http:// URL such as http://127.0.0.1:8080");
         }
-        if self.listen_https.is_some() && !self.sites.iter().any(|s| s.cert_pem.is_some()) {
-            return err("listen_https", "is set but no [[site]] has cert_pem/key_pem");
+        // With a control plane the certificates may all come from it.
+        if self.listen_https.is_some() && self.control_url.is_none() && !self.sites.iter().any(|s| s.cert_pem.is_some())
+        {
+            return err("listen_https", "is set but no [[site]] has cert_pem/key_pem (and there is no control_url)");
         }
         let mut seen = host::HostMap::default();
         for (i, site) in self.sites.iter().enumerate() {

@@ -1,7 +1,9 @@
 //! `lagran-edge`: the CDN edge node clients reach after Lagran's GeoDNS answered.
 //!
 //! A request goes Host/SNI → site → WAF → rate limit → hotlink check → cache → origin
-//! (see [`server`]); the [`agent`] reports the node's load to the control plane.
+//! (see [`server`]); the [`agent`] reports the node's load to the control plane, and
+//! [`remote`] reads the sites and certificates kept there, swapping them in without a
+//! restart (the TOML's own sites stay, for standalone use).
 
 pub mod agent;
 pub mod body;
@@ -10,6 +12,7 @@ pub mod config;
 pub mod host;
 pub mod origin;
 pub mod rate_limit;
+pub mod remote;
 pub mod server;
 pub mod tls;
 pub mod waf;
@@ -19,17 +22,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::cache::Cache;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, SiteConfig};
 use crate::host::HostMap;
 use crate::origin::{Origin, OriginClient};
 use crate::rate_limit::RateLimiter;
-use crate::tls::TlsError;
+use crate::tls::{SniResolver, TlsError};
 use crate::waf::Waf;
 
 #[derive(Debug, thiserror::Error)]
@@ -76,19 +80,39 @@ pub struct Site {
 
 /// Everything a request handler needs.
 pub struct Edge {
-    sites: HostMap<Arc<Site>>,
+    sites: ArcSwap<HostMap<Arc<Site>>>,
+    rate_limit_max_clients: usize,
+    /// The HTTPS listener's certificates, by SNI name.
+    pub certs: Arc<SniResolver>,
     pub cache: Cache,
     pub origin: OriginClient,
     pub stats: Arc<Stats>,
+    /// Slots for client connections, HTTP and HTTPS together (`max_connections`).
+    pub conn_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Edge {
     pub fn new(config: &Config) -> Edge {
-        let mut sites = HostMap::default();
-        for s in &config.sites {
+        let edge = Edge {
+            sites: ArcSwap::default(),
+            rate_limit_max_clients: config.rate_limit_max_clients,
+            certs: Arc::default(),
+            cache: Cache::new(config.cache_max_bytes, config.cache_max_object_bytes),
+            origin: OriginClient::new(config.origin_timeout()),
+            stats: Arc::default(),
+            conn_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
+        };
+        edge.replace_sites(&config.sites);
+        edge
+    }
+
+    /// Serves `sites` from the next request on (rate limiter state starts afresh).
+    pub fn replace_sites(&self, sites: &[SiteConfig]) {
+        let mut map = HostMap::default();
+        for s in sites {
             let limiter = s.rate_limit_rps.map(|rps| {
                 let burst = s.rate_limit_burst.unwrap_or(rps.ceil() as u32);
-                RateLimiter::new(rps, burst, config.rate_limit_max_clients)
+                RateLimiter::new(rps, burst, self.rate_limit_max_clients)
             });
             let site = Site {
                 host: s.host.clone(),
@@ -97,19 +121,14 @@ impl Edge {
                 waf: Waf::new(s),
                 limiter,
             };
-            sites.insert(&s.host, Arc::new(site));
+            map.insert(&s.host, Arc::new(site));
         }
-        Edge {
-            sites,
-            cache: Cache::new(config.cache_max_bytes, config.cache_max_object_bytes),
-            origin: OriginClient::new(config.origin_timeout()),
-            stats: Arc::default(),
-        }
+        self.sites.store(Arc::new(map));
     }
 
     /// The site serving `host` (any case, port ignored).
-    pub fn site(&self, host: &str) -> Option<&Arc<Site>> {
-        self.sites.get(host)
+    pub fn site(&self, host: &str) -> Option<Arc<Site>> {
+        self.sites.load().get(host).cloned()
     }
 }
 
@@ -121,7 +140,16 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, EdgeError> {
 /// agent until `shutdown`, then drains connections.
 pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), EdgeError> {
     let edge = Arc::new(Edge::new(&config));
-    let acceptor = config.listen_https.map(|_| tls::acceptor(&config.sites)).transpose()?;
+    let local_certs = tls::local_certs(&config.sites)?;
+    let mut certs = tls::CertMap::default();
+    for (host, key) in &local_certs {
+        certs.insert(host, key.clone());
+    }
+    edge.certs.replace(certs);
+    let acceptor = match config.listen_https {
+        Some(_) => Some(tokio_rustls::TlsAcceptor::from(tls::server_config_with(edge.certs.clone())?)),
+        None => None,
+    };
     let mut tasks = JoinSet::new();
 
     let http = bind(config.listen_http).await?;
@@ -143,6 +171,14 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Ed
             });
         }
         None => info!("no control_url: heartbeats are off"),
+    }
+    if let Some(remote) = remote::RemoteConfig::from_config(&config) {
+        let layers = remote::Local { sites: config.sites.clone(), certs: local_certs };
+        let (edge, shutdown) = (edge.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            remote::run(remote, layers, edge, shutdown).await;
+            Ok(())
+        });
     }
 
     let mut result = Ok(());

@@ -19,6 +19,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use crate::body::EdgeBody;
+
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
     #[error("invalid origin {url:?}: {reason}")]
@@ -113,7 +115,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// A pooled HTTP/1.1 client with a deadline on the origin's response head.
 #[derive(Clone)]
 pub struct OriginClient {
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, EdgeBody>,
     timeout: Duration,
 }
 
@@ -130,7 +132,7 @@ impl OriginClient {
     pub async fn fetch(
         &self,
         origin: &Origin,
-        mut req: Request<Incoming>,
+        mut req: Request<EdgeBody>,
         host: &str,
         client_ip: IpAddr,
         scheme: &Scheme,

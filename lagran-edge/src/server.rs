@@ -3,6 +3,19 @@
 //! cache, origin on a miss. `GET /healthz` answers `ok` on any host for the control
 //! plane's L7 probe. Every response carries `via` and, when it reached the cache
 //! stage, `x-cache: HIT|MISS|BYPASS`.
+//!
+//! - A path with a `.` or `..` segment (also percent-encoded, also after `\`) is
+//!   answered 400 and never reaches the WAF or the origin: RFC 3986 §5.2.4 would
+//!   resolve it, but origins differ in whether and how they do, and a deny rule
+//!   must see the path the origin will serve.
+//! - Requests with a `Cookie` are not answered from the cache nor stored
+//!   (`x-cache: BYPASS`): what the origin sends them may be personal.
+//! - A `Range` request that misses fetches the whole object to fill the cache and
+//!   cuts the range from it; when the object turns out too large to store, or not
+//!   storable, that fetch is abandoned and the range itself is asked from the
+//!   origin, so the client never receives more than it asked for.
+//! - At most `max_connections` client connections are open at once (HTTP and HTTPS
+//!   together); a connection past it is closed at once.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -22,6 +35,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -49,7 +63,8 @@ struct Conn {
 /// Serves plain HTTP on `listener` until `shutdown`, then drains open connections.
 pub async fn run(listener: TcpListener, state: Arc<Edge>, shutdown: CancellationToken) -> io::Result<()> {
     let token = shutdown.clone();
-    accept_loop(listener, &token, move |stream, peer| {
+    let slots = state.conn_slots.clone();
+    accept_loop(listener, &token, slots, move |stream, peer| {
         let conn = Conn { peer, sni: None, scheme: Scheme::HTTP };
         serve_conn(stream, conn, state.clone(), shutdown.clone())
     })
@@ -64,7 +79,8 @@ pub async fn run_tls(
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let token = shutdown.clone();
-    accept_loop(listener, &token, move |stream, peer| {
+    let slots = state.conn_slots.clone();
+    accept_loop(listener, &token, slots, move |stream, peer| {
         let (acceptor, state, shutdown) = (acceptor.clone(), state.clone(), shutdown.clone());
         async move {
             let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
@@ -79,13 +95,19 @@ pub async fn run_tls(
     .await
 }
 
-async fn accept_loop<F, Fut>(listener: TcpListener, shutdown: &CancellationToken, mut on_conn: F) -> io::Result<()>
+async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    shutdown: &CancellationToken,
+    slots: Arc<Semaphore>,
+    mut on_conn: F,
+) -> io::Result<()>
 where
     F: FnMut(TcpStream, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let local = listener.local_addr()?;
     let tracker = TaskTracker::new();
+    let mut refused: u64 = 0;
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -93,8 +115,20 @@ where
         };
         match accepted {
             Ok((stream, peer)) => {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    if refused.is_multiple_of(1000) {
+                        warn!(%local, %peer, refused, "max_connections reached; closing new connections");
+                    }
+                    refused += 1;
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
-                tracker.spawn(on_conn(stream, peer));
+                let conn = on_conn(stream, peer);
+                tracker.spawn(async move {
+                    let _permit = permit;
+                    conn.await
+                });
             }
             // Out of descriptors or a connection that died in the backlog: keep serving.
             Err(e) => {
@@ -203,9 +237,41 @@ fn request_host(req: &Request<Incoming>) -> Option<String> {
     Some(host::normalize(host)).filter(|h| !h.is_empty())
 }
 
+/// Whether a path has a `.` or `..` segment, also percent-encoded or split by `\\`.
+pub fn has_dot_segment(path: &str) -> bool {
+    let decoded = percent_decode(path);
+    decoded.split(['/', '\\']).any(|seg| seg == "." || seg == "..")
+}
+
+/// `%XX` decoded (twice, so `%252e` is caught too); invalid escapes stay as they are.
+fn percent_decode(path: &str) -> String {
+    fn once(s: &str) -> String {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if b[i] == b'%'
+                && let (Some(h), Some(l)) = (b.get(i + 1).and_then(|&c| hex(c)), b.get(i + 2).and_then(|&c| hex(c)))
+            {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    once(&once(path))
+}
+
 async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
     if req.uri().path() == "/healthz" {
         return text(StatusCode::OK, "ok");
+    }
+    if has_dot_segment(req.uri().path()) {
+        return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n");
     }
     let Some(host) = request_host(&req) else {
         return text(StatusCode::BAD_REQUEST, "missing Host header\n");
@@ -215,7 +281,7 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
     };
     // A connection's certificate vouches for its SNI's site only (no domain fronting).
     if let Some(sni) = &conn.sni
-        && !edge.site(sni).is_some_and(|s| Arc::ptr_eq(s, site))
+        && edge.site(sni).is_none_or(|s| s.host != site.host)
     {
         return text(StatusCode::MISDIRECTED_REQUEST, format!("host {host} does not match TLS server name {sni}\n"));
     }
@@ -242,9 +308,10 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
     let method = req.method().clone();
     let cacheable = (method == Method::GET || method == Method::HEAD)
         && !site.cache_ttl.is_zero()
-        && !req.headers().contains_key(header::AUTHORIZATION);
+        && !req.headers().contains_key(header::AUTHORIZATION)
+        && !req.headers().contains_key(header::COOKIE);
     if !cacheable {
-        return proxy(edge, site, conn, &host, req, XCache::Bypass).await;
+        return proxy(edge, &site, conn, &host, req, XCache::Bypass).await;
     }
     let key = cache::key(&host, req.uri());
     let range = RangeRequest::from(req.headers());
@@ -252,11 +319,13 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
         return from_cache(&object, method == Method::HEAD, &range, XCache::Hit);
     }
     if method == Method::HEAD {
-        return proxy(edge, site, conn, &host, req, XCache::Miss).await;
+        return proxy(edge, &site, conn, &host, req, XCache::Miss).await;
     }
 
-    // Fetch the whole object so it can be stored; the range is cut here.
-    let mut req = req;
+    // Fetch the whole object so it can be stored; the range is cut here. Should it
+    // not be storable after all, the range is asked from the origin instead.
+    let ranged = range.range.is_some().then(|| (req.uri().clone(), req.headers().clone()));
+    let mut req = req.map(body::incoming);
     req.headers_mut().remove(header::RANGE);
     req.headers_mut().remove(header::IF_RANGE);
     let resp = match edge.origin.fetch(&site.origin, req, &host, ip, &conn.scheme).await {
@@ -264,8 +333,19 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
         Err(e) => return origin_failed(&host, e),
     };
     let ttl = if resp.status() == StatusCode::OK { cache::storable_for(resp.headers(), site.cache_ttl) } else { None };
-    let Some(ttl) = ttl else {
-        return passthrough(resp, XCache::Miss);
+    let too_large = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|len| len > edge.cache.max_object_bytes() as u64);
+    let Some(ttl) = ttl.filter(|_| !too_large || ranged.is_none()) else {
+        return match ranged {
+            Some((uri, headers)) if resp.status() == StatusCode::OK => {
+                drop(resp);
+                range_from_origin(edge, &site, conn, &host, uri, headers).await
+            }
+            _ => passthrough(resp, XCache::Miss),
+        };
     };
     let (parts, incoming) = resp.into_parts();
     match body::read_up_to(incoming, edge.cache.max_object_bytes()).await {
@@ -278,6 +358,10 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
             from_cache(&object, false, &range, XCache::Miss)
         }
         Ok(Read::Partial(rest)) => {
+            if let Some((uri, headers)) = ranged {
+                drop(rest);
+                return range_from_origin(edge, &site, conn, &host, uri, headers).await;
+            }
             let mut resp = Response::from_parts(parts, rest.map_err(Into::into).boxed());
             XCache::Miss.set(resp.headers_mut());
             resp
@@ -298,8 +382,28 @@ async fn proxy(
     x: XCache,
 ) -> Response<EdgeBody> {
     let ip = conn.peer.ip().to_canonical();
-    match edge.origin.fetch(&site.origin, req, host, ip, &conn.scheme).await {
+    match edge.origin.fetch(&site.origin, req.map(body::incoming), host, ip, &conn.scheme).await {
         Ok(resp) => passthrough(resp, x),
+        Err(e) => origin_failed(host, e),
+    }
+}
+
+/// Asks the origin for just the range a client wants (`GET` with its `Range` and
+/// `If-Range`), passed through uncached.
+async fn range_from_origin(
+    edge: &Edge,
+    site: &Site,
+    conn: &Conn,
+    host: &str,
+    uri: hyper::Uri,
+    headers: HeaderMap,
+) -> Response<EdgeBody> {
+    let mut req = Request::new(body::empty());
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    let ip = conn.peer.ip().to_canonical();
+    match edge.origin.fetch(&site.origin, req, host, ip, &conn.scheme).await {
+        Ok(resp) => passthrough(resp, XCache::Miss),
         Err(e) => origin_failed(host, e),
     }
 }

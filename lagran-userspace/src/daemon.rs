@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::route_table::empty_shared;
 use crate::scheduler::{Scheduler, SchedulerError};
 use crate::store::{Store, StoreError};
+use crate::supervisor::Supervisor;
 
 /// Flags of `lagran serve` beyond the configuration file.
 #[derive(Clone, Debug, Default)]
@@ -54,6 +55,8 @@ pub enum DaemonError {
     Xdp { iface: String, source: crate::xdp::XdpError },
     #[error(transparent)]
     Entry(#[from] crate::entry::EntryError),
+    #[error("the CA certificates for https:// agent probes: {0}")]
+    HealthCa(String),
 }
 
 /// Flags of `lagran dns` (an NS host following a control plane).
@@ -65,6 +68,8 @@ pub struct DnsHostOptions {
     pub state_file: Option<std::path::PathBuf>,
     /// Attach the XDP fast path to this interface.
     pub xdp: Option<String>,
+    /// The `--config` file, re-read on SIGHUP.
+    pub config_path: Option<std::path::PathBuf>,
 }
 
 /// The control plane's running parts.
@@ -89,6 +94,7 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
             "no geo database loaded: every client is scheduled by weight and load (run scripts/fetch-geoip.sh)"
         );
     }
+    crate::health::probe_tls_config(config.health.ca.as_deref()).map_err(DaemonError::HealthCa)?;
     let health = HealthMonitor::new(config.health.clone());
     let scheduler =
         Arc::new(Scheduler::new(store.clone(), config.schedule.clone(), health.clone(), geo, empty_shared()));
@@ -166,32 +172,35 @@ async fn serve_dns(
     Ok(())
 }
 
-/// Starts the control plane's background loops (recompute, probes, SIGHUP reload).
+/// Starts the control plane's background loops (recompute, probes, SIGHUP
+/// reload), each restarted by `tasks` should it panic.
 fn spawn_control_loops(
     cp: &ControlPlane,
     config: &Config,
     shutdown: &CancellationToken,
+    tasks: &Arc<Supervisor>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let scheduler = cp.scheduler.clone();
-    let probe_store = cp.store.clone();
-    let on_change = scheduler.clone();
-    vec![
-        tokio::spawn(scheduler.clone().run(shutdown.clone())),
-        tokio::spawn(cp.health.clone().run(
+    let (scheduler, token) = (cp.scheduler.clone(), shutdown.clone());
+    let recompute = tasks.spawn("recompute", shutdown.clone(), move || scheduler.clone().run(token.clone()));
+    let (health, store, scheduler, token) =
+        (cp.health.clone(), cp.store.clone(), cp.scheduler.clone(), shutdown.clone());
+    let probes = tasks.spawn("probes", shutdown.clone(), move || {
+        let (probe_store, on_change) = (store.clone(), scheduler.clone());
+        health.clone().run(
             move || {
                 let store = probe_store.clone();
                 async move { store.list_nodes().await.unwrap_or_default() }
             },
             move || on_change.notify(crate::scheduler::Change::Liveness),
-            shutdown.clone(),
-        )),
-        // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).
-        tokio::spawn(crate::scheduler::geo_reload::sighup_loop(
-            scheduler,
-            config.geo.max_change_ratio,
-            shutdown.clone(),
-        )),
-    ]
+            token.clone(),
+        )
+    });
+    // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).
+    let (scheduler, ratio, token) = (cp.scheduler.clone(), config.geo.max_change_ratio, shutdown.clone());
+    let geo = tasks.spawn("geo-reload", shutdown.clone(), move || {
+        crate::scheduler::geo_reload::sighup_loop(scheduler.clone(), ratio, token.clone())
+    });
+    vec![recompute, probes, geo]
 }
 
 /// `lagran serve`: control plane and DNS responder in one process. Runs until `shutdown`.
@@ -202,7 +211,9 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
     let table = cp.scheduler.table().clone();
-    let mut loops = spawn_control_loops(&cp, &config, &shutdown);
+    let tasks = Supervisor::new();
+    add_task_metrics(&metrics, &tasks);
+    let mut loops = spawn_control_loops(&cp, &config, &shutdown, &tasks);
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
             iface,
@@ -239,6 +250,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         public_resolvers: Arc::new(config.public_resolvers.clone()),
         geo_max_change_ratio: config.geo.max_change_ratio,
         console,
+        tasks,
     };
     tracing::info!(dns = %listeners.display(), api = %api_addr, "lagran serving");
 
@@ -264,7 +276,9 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     let (api_listener, api_addr) = bind_api(&config).await?;
-    let mut loops = spawn_control_loops(&cp, &config, &shutdown);
+    let tasks = Supervisor::new();
+    add_task_metrics(&metrics, &tasks);
+    let mut loops = spawn_control_loops(&cp, &config, &shutdown, &tasks);
     // No responder here: NS-host reports plug in as a `console::nshosts::NsHostSource`.
     let console = Arc::new(crate::console::Console::new(Arc::new(crate::console::nshosts::NoNsHosts)));
     loops.push(console.spawn_sampler(metrics.clone(), shutdown.clone()));
@@ -277,6 +291,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
         public_resolvers: Arc::new(config.public_resolvers.clone()),
         geo_max_change_ratio: config.geo.max_change_ratio,
         console,
+        tasks,
     };
     tracing::info!(api = %api_addr, "lagran control plane serving");
     let result = flatten("the control API", tokio::spawn(api::run(api_listener, state, shutdown.clone())).await);
@@ -291,24 +306,42 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
 /// plane streams, keeps the last one when it is gone, and serves `/metrics`
 /// and `/healthz` on the API address.
 pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
+    // First of all, so that a SIGHUP never kills the process (its default action).
+    let agent_token = Arc::new(std::sync::Mutex::new(config.agent_token.clone()));
+    let reload = Arc::new(tokio::sync::Notify::new());
+    let sighup = tokio::spawn(crate::nshost_reload::sighup_loop(
+        opts.config_path.clone(),
+        agent_token.clone(),
+        reload.clone(),
+        shutdown.clone(),
+    ));
+    let tasks = Supervisor::new();
     let table = empty_shared();
     let counters = Arc::new(DnsCounters::default());
     let metrics = Arc::new(Metrics::new(counters.clone()));
     let stats = Arc::new(crate::nshost::FollowerStats::default());
     let confirmation = Arc::new(crate::confirmation::Confirmation::new());
     add_confirmation_metrics(&metrics, confirmation.clone(), &config);
-    let follower = crate::nshost::Follower {
-        client: crate::api_client::ApiClient {
-            base: opts.control.clone(),
-            admin_token: None,
-            agent_token: config.agent_token.clone(),
-        },
-        table: table.clone(),
-        versions: tokio::sync::watch::Sender::new(0),
-        state_file: opts.state_file.clone(),
-        stats: stats.clone(),
-        confirmation: confirmation.clone(),
-        poll_wait: crate::nshost::Follower::poll_wait(config.dns.stale_secs),
+    add_task_metrics(&metrics, &tasks);
+    let versions = tokio::sync::watch::Sender::new(0);
+    let follower = {
+        let (control, table, versions) = (opts.control.clone(), table.clone(), versions.clone());
+        let (state_file, stats, confirmation) = (opts.state_file.clone(), stats.clone(), confirmation.clone());
+        let poll_wait = crate::nshost::Follower::poll_wait(config.dns.stale_secs);
+        let agent_token = agent_token.clone();
+        move || crate::nshost::Follower {
+            client: crate::api_client::ApiClient {
+                base: control.clone(),
+                admin_token: None,
+                agent_token: agent_token.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            },
+            table: table.clone(),
+            versions: versions.clone(),
+            state_file: state_file.clone(),
+            stats: stats.clone(),
+            confirmation: confirmation.clone(),
+            poll_wait,
+        }
     };
     let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
@@ -320,7 +353,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
                 config.dns.clone(),
                 crate::xdp::sync::Follow {
                     table: table.clone(),
-                    versions: follower.versions.subscribe(),
+                    versions: versions.subscribe(),
                     confirmation: confirmation.clone(),
                 },
                 &metrics,
@@ -332,14 +365,18 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     };
     let dns = Arc::new(DnsServer::new(table.clone(), Arc::new(config.dns.clone()), counters, confirmation.clone()));
     let entry_tasks = crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?;
-    let follow_task = tokio::spawn(follower.run(shutdown.clone()));
-    let ops = ns_router(table, metrics, stats);
+    let follow_task = {
+        let (token, reload) = (shutdown.clone(), reload.clone());
+        let follower = Arc::new(follower);
+        tasks.spawn("follower", shutdown.clone(), move || {
+            crate::nshost_reload::follow_until_reload(follower.clone(), reload.clone(), token.clone())
+        })
+    };
+    let ops = ns_router(table, metrics, stats, tasks.clone());
     tracing::info!(dns = %listeners.display(), api = %api_addr, control = %opts.control, "lagran NS host serving");
     let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
     let token = shutdown.clone();
-    let api_task = tokio::spawn(async move {
-        axum::serve(api_listener, ops).with_graceful_shutdown(async move { token.cancelled().await }).await
-    });
+    let api_task = tokio::spawn(api::listener::serve(api_listener, ops, api::listener::Limits::default(), token));
     let result = tokio::select! {
         r = dns_task => flatten("the DNS responder", r),
         r = api_task => flatten("the metrics listener", r),
@@ -347,6 +384,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     };
     shutdown.cancel();
     let _ = follow_task.await;
+    let _ = sighup.await;
     for t in entry_tasks {
         let _ = t.await;
     }
@@ -365,10 +403,17 @@ fn add_confirmation_metrics(metrics: &Metrics, confirmation: Arc<crate::confirma
     }));
 }
 
+/// `/metrics` lines for the supervised tasks' panics.
+fn add_task_metrics(metrics: &Metrics, tasks: &Arc<Supervisor>) {
+    let tasks = tasks.clone();
+    metrics.add_source(Box::new(move |out| tasks.render_prometheus(out)));
+}
+
 fn ns_router(
     table: crate::route_table::SharedRouteTable,
     metrics: Arc<Metrics>,
     stats: Arc<crate::nshost::FollowerStats>,
+    tasks: Arc<Supervisor>,
 ) -> axum::Router {
     use axum::routing::get;
     let t = table.clone();
@@ -377,10 +422,16 @@ fn ns_router(
             "/healthz",
             get(move || {
                 let t = t.load();
-                let body =
-                    serde_json::json!({ "route_table_version": t.version, "generated_at_ms": t.generated_at_ms });
-                // An NS host with a table is healthy even when the control plane is gone.
-                let status = if t.version == 0 {
+                let panicked = tasks.recent_panics();
+                let body = serde_json::json!({
+                    "status": if t.version == 0 { "starting" } else if panicked.is_empty() { "ok" } else { "degraded" },
+                    "route_table_version": t.version,
+                    "generated_at_ms": t.generated_at_ms,
+                    "panicked_tasks": panicked,
+                });
+                // An NS host with a table is healthy even when the control plane is gone;
+                // a background task that just panicked (and was restarted) is not.
+                let status = if t.version == 0 || !panicked.is_empty() {
                     axum::http::StatusCode::SERVICE_UNAVAILABLE
                 } else {
                     axum::http::StatusCode::OK
@@ -427,6 +478,54 @@ pub fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    async fn healthz(router: axum::Router) -> (u16, serde_json::Value) {
+        let req = axum::http::Request::get("/healthz").body(axum::body::Body::empty()).unwrap();
+        let resp = router.oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_panicked_task_makes_the_ns_hosts_healthz_503() {
+        let table = empty_shared();
+        table.store(Arc::new(crate::route_table::RouteTable::new(7, 1, vec![])));
+        let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
+        let stats = Arc::new(crate::nshost::FollowerStats::default());
+        let tasks = Supervisor::new();
+        let router = ns_router(table, metrics, stats, tasks.clone());
+        assert_eq!(healthz(router.clone()).await.0, 200);
+
+        let shutdown = CancellationToken::new();
+        let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = runs.clone();
+        let token = shutdown.clone();
+        let task = tasks.spawn("follower", shutdown.clone(), move || {
+            let (runs, token) = (counted.clone(), token.clone());
+            async move {
+                if runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    panic!("the follower broke");
+                }
+                token.cancelled().await;
+            }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while runs.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+            assert!(std::time::Instant::now() < deadline, "the task was not restarted");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let (status, body) = healthz(router).await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["status"], "degraded");
+        assert_eq!(body["panicked_tasks"][0]["task"], "follower");
+        assert_eq!(body["panicked_tasks"][0]["message"], "the follower broke");
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
     #[test]
     fn passwords_are_redacted() {
         assert_eq!(super::redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");

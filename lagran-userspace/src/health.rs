@@ -3,8 +3,9 @@
 //! - Heartbeats: a node that has reported (`last_heartbeat_ms` set) and then
 //!   stays silent for `heartbeat_timeout_secs` is treated as offline until it
 //!   reports again. Nodes that never had an agent (the demo's) never time out.
-//! - Probes: L7 `GET {agent_url}/healthz` (200 within `timeout_ms`) and L4 TCP
-//!   connect to `{public_ip}:{probe_port}`, every `interval_secs`;
+//! - Probes: L7 `GET {agent_url}/healthz` (200 within `timeout_ms`; `http://` or
+//!   `https://`, the latter verified against the system's CA certificates plus
+//!   `health.ca`) and L4 TCP connect to `{public_ip}:{probe_port}`, every `interval_secs`;
 //!   `fall` consecutive failures mark a node down, `rise` successes bring it up.
 //!   A node's own heartbeat never overrides a failed probe.
 //!
@@ -13,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,12 +34,45 @@ pub struct HealthSettings {
     /// Consecutive successes that bring a down node back.
     pub rise: u32,
     pub heartbeat_timeout_secs: u64,
+    /// PEM CA certificates trusted for `https://` agent URLs besides the system's.
+    pub ca: Option<PathBuf>,
 }
 
 impl Default for HealthSettings {
     fn default() -> Self {
-        HealthSettings { interval_secs: 5, timeout_ms: 2000, fall: 3, rise: 2, heartbeat_timeout_secs: 60 }
+        HealthSettings { interval_secs: 5, timeout_ms: 2000, fall: 3, rise: 2, heartbeat_timeout_secs: 60, ca: None }
     }
+}
+
+/// The TLS client of `https://` probes: the system's CA certificates, plus
+/// those in `ca` (PEM) when given. An unreadable `ca` is an error naming it.
+pub fn probe_tls_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        tracing::debug!(error = %e, "a system CA certificate could not be read");
+    }
+    let (_added, _ignored) = roots.add_parsable_certificates(native.certs);
+    if let Some(path) = ca {
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("health.ca {}: {e}", path.display()))?;
+        if certs.is_empty() {
+            return Err(format!("health.ca {}: holds no certificate", path.display()));
+        }
+        for c in certs {
+            roots.add(c).map_err(|e| format!("health.ca {}: {e}", path.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// What the probes currently say of one node.
@@ -125,30 +160,32 @@ pub async fn probe_tcp(addr: SocketAddr, timeout: Duration) -> Result<(), String
     }
 }
 
-/// One L7 probe: `GET url` answering 200 within the timeout (plain HTTP).
-pub async fn probe_http(url: &str, timeout: Duration) -> Result<(), String> {
+/// One L7 probe: `GET url` answering 200 within the timeout, over plain HTTP or,
+/// for `https://`, TLS verified with `tls` (never a fallback to cleartext).
+pub async fn probe_http(url: &str, timeout: Duration, tls: &Arc<rustls::ClientConfig>) -> Result<(), String> {
     let fut = async {
         let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: bad URL: {e}"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(format!("{url}: only http:// agent URLs are probed"));
-        }
-        let host = uri.host().ok_or_else(|| format!("{url}: no host"))?.to_string();
-        let port = uri.port_u16().unwrap_or(80);
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(format!("{url}: only http:// and https:// agent URLs are probed")),
+        };
+        let host = uri.host().ok_or_else(|| format!("{url}: no host"))?.trim_matches(['[', ']']).to_string();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await.map_err(|e| format!("{url}: {e}"))?;
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(io).await.map_err(|e| format!("{url}: handshake: {e}"))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let authority = uri.authority().map_or(host.clone(), |a| a.to_string());
         let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-        let req = hyper::Request::get(path)
-            .header(hyper::header::HOST, host)
-            .header(hyper::header::USER_AGENT, "lagran-probe")
-            .body(http_body_util::Empty::<hyper::body::Bytes>::new())
-            .map_err(|e| format!("{url}: {e}"))?;
-        let resp = sender.send_request(req).await.map_err(|e| format!("{url}: {e}"))?;
-        if resp.status() == hyper::StatusCode::OK { Ok(()) } else { Err(format!("{url}: status {}", resp.status())) }
+        if https {
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| format!("{url}: {host} is not a TLS server name: {e}"))?;
+            let tls = tokio_rustls::TlsConnector::from(tls.clone())
+                .connect(name, stream)
+                .await
+                .map_err(|e| format!("{url}: TLS: {e}"))?;
+            get_200(url, tls, authority, path).await
+        } else {
+            get_200(url, stream, authority, path).await
+        }
     };
     match tokio::time::timeout(timeout, fut).await {
         Ok(r) => r,
@@ -156,15 +193,45 @@ pub async fn probe_http(url: &str, timeout: Duration) -> Result<(), String> {
     }
 }
 
+/// `GET path` on an open connection; `Ok` on 200.
+async fn get_200<I>(url: &str, io: I, host: String, path: String) -> Result<(), String>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    {
+        let io = hyper_util::rt::TokioIo::new(io);
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(io).await.map_err(|e| format!("{url}: handshake: {e}"))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = hyper::Request::get(path)
+            .header(hyper::header::HOST, host)
+            .header(hyper::header::USER_AGENT, "lagran-probe")
+            .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+            .map_err(|e| format!("{url}: {e}"))?;
+        let resp = sender.send_request(req).await.map_err(|e| format!("{url}: {e}"))?;
+        if resp.status() == hyper::StatusCode::OK { Ok(()) } else { Err(format!("{url}: status {}", resp.status())) }
+    }
+}
+
 /// The probe loop's shared state.
 pub struct HealthMonitor {
     settings: HealthSettings,
     states: Mutex<HashMap<String, ProbeState>>,
+    /// The TLS client of `https://` agent URLs.
+    tls: Arc<rustls::ClientConfig>,
 }
 
 impl HealthMonitor {
+    /// An unusable `health.ca` is logged and left out (the daemon checks it
+    /// first with [`probe_tls_config`] and refuses to start).
     pub fn new(settings: HealthSettings) -> Arc<Self> {
-        Arc::new(HealthMonitor { settings, states: Mutex::new(HashMap::new()) })
+        let tls = probe_tls_config(settings.ca.as_deref()).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "https:// probes trust the system's CA certificates only");
+            probe_tls_config(None).expect("a TLS client with the system's roots builds")
+        });
+        Arc::new(HealthMonitor { settings, states: Mutex::new(HashMap::new()), tls })
     }
 
     pub fn settings(&self) -> &HealthSettings {
@@ -189,10 +256,11 @@ impl HealthMonitor {
                 continue;
             }
             let name = n.name.clone();
+            let tls = self.tls.clone();
             tasks.push(tokio::spawn(async move {
                 let mut result = Ok(());
                 if let Some(url) = l7 {
-                    result = probe_http(&url, timeout).await;
+                    result = probe_http(&url, timeout, &tls).await;
                 }
                 if result.is_ok()
                     && let Some(addr) = l4
@@ -325,13 +393,62 @@ mod tests {
         });
         let t = Duration::from_secs(2);
         assert_eq!(probe_tcp(addr, t).await, Ok(()));
-        assert_eq!(probe_http(&format!("http://{addr}/healthz"), t).await, Ok(()));
-        assert!(probe_http(&format!("http://{addr}/other"), t).await.unwrap_err().contains("503"));
+        let tls = probe_tls_config(None).unwrap();
+        assert_eq!(probe_http(&format!("http://{addr}/healthz"), t, &tls).await, Ok(()));
+        assert!(probe_http(&format!("http://{addr}/other"), t, &tls).await.unwrap_err().contains("503"));
         // a closed port
         let closed = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap()
         };
         assert!(probe_tcp(closed, t).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn https_agent_urls_are_probed_over_verified_tls() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let ca = dir.path().join("agent-ca.pem");
+        std::fs::write(&ca, ck.cert.pem()).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::try_from(ck.key_pair.serialize_der()).unwrap();
+        let server = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![ck.cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let plain_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = plain_seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = listener.accept().await else { return };
+                let (acceptor, seen) = (acceptor.clone(), seen.clone());
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut first = [0u8; 1];
+                    if s.peek(&mut first).await.is_ok() && first[0] != 0x16 {
+                        seen.store(true, std::sync::atomic::Ordering::SeqCst); // not a TLS handshake
+                    }
+                    let Ok(mut tls) = acceptor.accept(s).await else { return };
+                    let mut buf = [0u8; 1024];
+                    let _ = tls.read(&mut buf).await;
+                    let _ = tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        let t = Duration::from_secs(5);
+        let url = format!("https://localhost:{port}/healthz");
+        let trusting = probe_tls_config(Some(&ca)).unwrap();
+        assert_eq!(probe_http(&url, t, &trusting).await, Ok(()), "https:// agent URLs work");
+        let system_only = probe_tls_config(None).unwrap();
+        let err = probe_http(&url, t, &system_only).await.unwrap_err();
+        assert!(err.contains("TLS") && err.contains("certificate"), "an unknown issuer fails the probe: {err}");
+        assert!(!plain_seen.load(std::sync::atomic::Ordering::SeqCst), "never a cleartext request to an https URL");
+        let missing = probe_tls_config(Some(&dir.path().join("nope.pem"))).unwrap_err();
+        assert!(missing.contains("health.ca") && missing.contains("nope.pem"), "{missing}");
     }
 }

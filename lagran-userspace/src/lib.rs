@@ -26,12 +26,14 @@ pub mod location;
 pub mod metrics;
 pub mod model;
 pub mod nshost;
+pub mod nshost_reload;
 pub mod partition;
 pub mod prefix_map;
 pub mod redirect;
 pub mod route_table;
 pub mod scheduler;
 pub mod store;
+pub mod supervisor;
 /// Test helpers (a throwaway PostgreSQL); only in test builds and behind the
 /// `testkit` feature, so production binaries do not carry them.
 #[cfg(any(test, feature = "testkit"))]

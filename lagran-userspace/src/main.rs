@@ -215,6 +215,7 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     init_tracing(&cli.log_format);
     let mut config = Config::load(cli.config.as_deref()).context("loading the configuration")?;
+    let config_path = cli.config.clone();
     match cli.command {
         Command::Serve { dns_listen, api_listen, demo, insecure_open_api, xdp, entry } => {
             entry.apply(&mut config)?;
@@ -242,7 +243,7 @@ async fn main() -> Result<()> {
             if let Some(a) = api_listen {
                 config.api_listen = a;
             }
-            let opts = daemon::DnsHostOptions { control, state_file: Some(state_file), xdp };
+            let opts = daemon::DnsHostOptions { control, state_file: Some(state_file), xdp, config_path };
             daemon::dns_host(config, opts, shutdown_on_signal()).await?;
         }
         Command::Explain { ip, subnet, resolver, domain, json } => {

@@ -86,14 +86,25 @@ fn touch(path: &Path) -> std::io::Result<()> {
     std::fs::File::options().append(true).open(path)?.set_modified(std::time::SystemTime::now())
 }
 
-/// Saves a table atomically (write to a temporary file, then rename).
+/// Saves a table atomically and durably: write a temporary file, fsync it,
+/// rename it over the old one, fsync the directory. A crash or power loss at
+/// any point leaves either the old table or the new one, never a torn or
+/// empty file (rename alone is atomic but not durable: without the fsyncs the
+/// rename may reach the disk before the data does).
 pub fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The follower loop.
@@ -120,7 +131,9 @@ impl Follower {
 
     /// Publishes a saved table first (if any), then follows the control plane until shutdown.
     pub async fn run(self, shutdown: CancellationToken) {
-        if let Some(path) = &self.state_file
+        // Only at start: a follower restarted (reload, panic) keeps the table it has.
+        if self.table.load().version == 0
+            && let Some(path) = &self.state_file
             && let Some(t) = load_saved(path)
         {
             tracing::info!(version = t.version, path = %path.display(), "serving the saved route table until the control plane answers");
@@ -201,6 +214,9 @@ mod tests {
         let t = RouteTable::new(42, 1000, vec![]);
         save(&path, &serde_json::to_vec(&t).unwrap()).unwrap();
         assert_eq!(load_saved(&path).unwrap().version, 42);
+        assert!(!path.with_extension("tmp").exists(), "the temporary file was renamed");
+        // A file name without a directory part saves in the working directory's terms.
+        assert!(save(Path::new(""), b"x").is_err(), "an empty path is an error, not a panic");
         std::fs::write(&path, br#"{"version": 1, "generated_at_ms": 0, "zones": [{"zone": 5}]}"#).unwrap();
         assert!(load_saved(&path).is_none());
     }

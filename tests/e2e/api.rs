@@ -150,3 +150,43 @@ fn pools_and_domains_through_the_api() {
     assert!((400..500).contains(&s), "{v}");
     assert_eq!(v["field"], "zone");
 }
+
+/// `curl -s -w '\n%{http_code}' -X METHOD URL -H …`: `(status, body)`.
+fn curl(method: &str, url: &str, headers: &[&str]) -> (u16, String) {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-s", "--max-time", "5", "-w", "\n%{http_code}", "-X", method, url]);
+    for h in headers {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd.output().expect("running curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').expect("curl printed the status");
+    (code.parse().expect("a status code"), body.to_string())
+}
+
+/// The open (token-less, loopback) API cannot be driven by a web page the
+/// operator visits: a rebound DNS name or a cross-site Origin gets 403.
+#[test]
+fn the_open_api_refuses_dns_rebinding_and_cross_site_requests() {
+    if !crate::support::have_tool("curl", "browser_guard") {
+        return;
+    }
+    let d = Daemon::start(Options::default());
+    let url = format!("http://{}/api/v1/nodes/gz-01", d.api);
+    let patch = ["content-type: text/plain", "Host: rebind.evil.example"];
+    let (s, body) = curl("PATCH", &url, &patch);
+    assert_eq!(s, 403, "{body}");
+    assert!(body.contains("DNS rebinding"), "the refusal says why: {body}");
+    let cross = ["Origin: http://evil.example"];
+    let (s, body) = curl("DELETE", &url, &cross);
+    assert_eq!(s, 403, "{body}");
+    assert!(body.contains("Origin"), "{body}");
+    let (s, v) = d.get("/api/v1/nodes/gz-01");
+    assert_eq!((s, v["name"].as_str()), (200, Some("gz-01")), "nothing was deleted");
+    // The API's own pages (same origin) and plain loopback clients still work.
+    let same = [format!("Origin: http://{}", d.api)];
+    let (s, body) = curl("GET", &url, &[same[0].as_str()]);
+    assert_eq!(s, 200, "{body}");
+    let (s, body) = curl("GET", &format!("http://localhost:{}/healthz", d.api.port()), &[]);
+    assert_eq!(s, 200, "{body}");
+}

@@ -7,6 +7,7 @@ mod cli;
 mod cname;
 mod console;
 mod dns;
+mod edge_config;
 mod entry;
 mod geo;
 mod hostile;

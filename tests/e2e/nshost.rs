@@ -99,3 +99,110 @@ fn confirmed_ms_ago(ns: &Daemon) -> i64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no confirmed_ms_ago= in {}", r.text))
 }
+
+fn signal(pid: u32, sig: &str) -> bool {
+    std::process::Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success()
+}
+
+/// SIGHUP re-reads the NS host's configuration: a corrected agent token is
+/// taken at once, a broken file is refused and the running settings stay, and
+/// the process never dies of the signal.
+#[test]
+fn sighup_reloads_the_ns_hosts_configuration_and_never_kills_it() {
+    if !have_tool("dig", "sighup") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("routes.json");
+    let env = vec![("AGENT_TOKEN".to_string(), "the-right-token".to_string())];
+    let control = Daemon::start(Options { role: Role::Control, env, ..Options::default() });
+    let ns = Daemon::start(Options {
+        role: Role::Dns { control: format!("http://{}", control.api), state_file: state },
+        config: Some("agent_token = \"a-wrong-token\"\n".to_string()),
+        ..Options::default()
+    });
+    // With the wrong token the stream is refused: no table.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ns.log().contains("the agent token is wrong") {
+        assert!(std::time::Instant::now() < deadline, "the wrong token was not refused:\n{}", ns.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ns.dig(&SHENZHEN).answers("A").is_empty());
+
+    // The operator fixes the file and sends SIGHUP: the table arrives, nothing restarted.
+    std::fs::write(ns.config_path(), "agent_token = \"the-right-token\"\n").unwrap();
+    assert!(signal(ns.pid(), "-HUP"));
+    let r = ns.dig_until(&SHENZHEN, Duration::from_secs(10), |r| !r.answers("A").is_empty());
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "the reloaded token works\n{}", ns.log());
+    assert!(ns.log().contains("agent_token_changed\":true"), "{}", ns.log());
+
+    // A broken file: refused, logged, the NS host keeps serving.
+    std::fs::write(ns.config_path(), "agent_token = [\n").unwrap();
+    for _ in 0..3 {
+        assert!(signal(ns.pid(), "-HUP"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(signal(ns.pid(), "-0"), "the NS host is alive after SIGHUPs:\n{}", ns.log());
+    assert!(ns.log().contains("the running one stays"), "{}", ns.log());
+    assert_eq!(ns.dig(&SHENZHEN).answers("A"), vec!["203.0.113.21"]);
+    let (s, v) = ns.get("/healthz");
+    assert_eq!(s, 200, "{v}");
+}
+
+/// The NS host's state file is saved durably: the temporary file is fsynced
+/// before the rename, and the directory after it (watched with strace).
+#[test]
+fn the_state_file_is_fsynced_before_and_after_its_rename() {
+    if !have_tool("strace", "state_fsync") || !have_tool("dig", "state_fsync") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("routes.json");
+    let trace = dir.path().join("strace.out");
+    let control = Daemon::start(Options { role: Role::Control, ..Options::default() });
+    let mut strace = std::process::Command::new("strace")
+        .args(["-f", "-y", "-qq", "-e", "trace=fsync,fdatasync,rename,renameat,renameat2", "-o"])
+        .arg(&trace)
+        .arg(crate::support::lagran_bin())
+        .args(["dns", "--control", &format!("http://{}", control.api)])
+        .args(["--dns-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", "--state-file"])
+        .arg(&state)
+        .current_dir(dir.path())
+        .env_remove("AGENT_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting lagran dns under strace");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !state.is_file() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Stop the traced daemon (strace's only child), then strace ends by itself.
+    let children = std::process::Command::new("pgrep").args(["-P", &strace.id().to_string()]).output().unwrap();
+    for pid in String::from_utf8_lossy(&children.stdout).split_whitespace() {
+        signal(pid.parse().unwrap(), "-TERM");
+    }
+    let waited = std::time::Instant::now();
+    while strace.try_wait().unwrap().is_none() {
+        if waited.elapsed() > Duration::from_secs(10) {
+            let _ = strace.kill();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(state.is_file(), "the NS host saved its table");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let tmp = state.with_extension("tmp");
+    let (tmp, json, dirname) =
+        (tmp.display().to_string(), state.display().to_string(), dir.path().display().to_string());
+    let lines: Vec<&str> = text.lines().collect();
+    let find = |pred: &dyn Fn(&str) -> bool| lines.iter().position(|l| pred(l));
+    let rename = find(&|l: &str| l.contains("rename") && l.contains(&tmp) && l.contains(&json) && l.ends_with("= 0"))
+        .unwrap_or_else(|| panic!("no rename of {tmp} to {json}:\n{text}"));
+    let synced_tmp = find(&|l: &str| l.contains("fsync(") && l.contains(&format!("<{tmp}>")))
+        .unwrap_or_else(|| panic!("the temporary file was never fsynced:\n{text}"));
+    let synced_dir = lines[rename..].iter().any(|l| l.contains("fsync(") && l.contains(&format!("<{dirname}>")));
+    assert!(synced_tmp < rename, "the data is fsynced before the rename:\n{text}");
+    assert!(synced_dir, "the directory is fsynced after the rename:\n{text}");
+}

@@ -240,6 +240,11 @@ impl Daemon {
             .unwrap_or_else(|| panic!("no `{entry}` entry point in the log:\n{}", self.log()))
     }
 
+    /// The `--config` file the daemon was started with (to rewrite before a SIGHUP).
+    pub fn config_path(&self) -> PathBuf {
+        self._dir.path().join("lagran.toml")
+    }
+
     /// The daemon's process id (for signals).
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -62,6 +62,9 @@ const APT_TOOLS: &[AptTool] = &[
     AptTool { check: Check::Bin("kxdpgun"), package: "knot-dnsutils", optional: true, why: "XDP load generator" },
     AptTool { check: Check::Bin("bpftool"), package: "bpftool", optional: false, why: "map and program inspection" },
     AptTool { check: Check::Bin("ip"), package: "iproute2", optional: false, why: "netns/veth test topologies" },
+    AptTool { check: Check::Bin("curl"), package: "curl", optional: false, why: "HTTPS/SNI and API e2e tests" },
+    AptTool { check: Check::Bin("openssl"), package: "openssl", optional: false, why: "TLS e2e tests (s_client)" },
+    AptTool { check: Check::Bin("strace"), package: "strace", optional: false, why: "the state file's fsync test" },
     AptTool { check: Check::PostgresServer, package: "postgresql", optional: false, why: "PostgreSQL store tests" },
     AptTool { check: Check::Bin("dnsperf"), package: "dnsperf", optional: true, why: "benchmarks" },
     AptTool {

@@ -42,7 +42,21 @@ fn origin_response(req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let (cache_control, body) = match req.uri().path() {
         "/static.txt" => ("max-age=60", STATIC_BODY.to_owned()),
         "/nostore" => ("no-store", "fresh every time".to_owned()),
-        "/big" => ("max-age=60", "x".repeat(1000)),
+        "/big" => {
+            let body = "0123456789".repeat(100);
+            // Ranges as an origin answers them (a single `bytes=a-b`).
+            if let Some((a, b)) = h("range").strip_prefix("bytes=").and_then(|r| r.split_once('-')) {
+                let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+                return Response::builder()
+                    .status(StatusCode::PARTIAL_CONTENT)
+                    .header("content-range", format!("bytes {a}-{b}/1000"))
+                    .header("cache-control", "max-age=60")
+                    .body(Full::from(body[a..=b].to_owned()))
+                    .unwrap();
+            }
+            ("max-age=60", body)
+        }
+        "/me" => ("max-age=60", format!("hello {}", h("cookie"))),
         "/echo" => (
             "no-store",
             format!(
@@ -84,6 +98,9 @@ pub async fn start_origin() -> Origin {
             tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
                     *hits.lock().unwrap().entry(req.uri().path().to_owned()).or_default() += 1;
+                    if let Some(r) = req.headers().get("range").and_then(|v| v.to_str().ok()) {
+                        *hits.lock().unwrap().entry(format!("{} {r}", req.uri().path())).or_default() += 1;
+                    }
                     async move { Ok::<_, Infallible>(origin_response(&req)) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;

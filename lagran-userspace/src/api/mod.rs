@@ -5,14 +5,18 @@
 //! for it, so the next DNS answer already reflects the change.
 
 pub mod auth;
+pub mod browser_guard;
+pub mod certificates;
 pub mod console;
 pub mod error;
 pub mod geo;
+pub mod listener;
 pub mod names;
 pub mod nodes;
 pub mod routes;
 pub mod rules;
 pub mod schedule;
+pub mod sites;
 pub mod zones;
 
 use std::sync::Arc;
@@ -52,6 +56,8 @@ pub struct AppState {
     pub geo_max_change_ratio: f64,
     /// The operator console (`/ui`): traffic history, NS-host reports.
     pub console: Arc<crate::console::Console>,
+    /// The supervised background tasks; a recent panic makes `/healthz` 503.
+    pub tasks: Arc<crate::supervisor::Supervisor>,
 }
 
 impl AppState {
@@ -101,23 +107,39 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/geo/overrides/{prefix}", axum::routing::delete(geo::delete_override))
         .route("/api/v1/geo/reload", post(geo::reload))
         .route("/api/v1/geo/partitions", get(geo::partitions))
+        .route("/api/v1/sites", get(sites::list))
+        .route("/api/v1/sites/{host}", get(sites::get_one).put(sites::put).delete(sites::delete))
+        .route("/api/v1/certificates", get(certificates::list))
+        .route(
+            "/api/v1/certificates/{domain}",
+            get(certificates::get_one).put(certificates::put).delete(certificates::delete),
+        )
         .fallback(|| async { ApiError::not_found("no such API route") })
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown`.
+/// Serves the API on `listener` until `shutdown`, behind the Host/Origin check
+/// ([`browser_guard`]) and the listener's timeouts and connection cap ([`listener`]).
 pub async fn run(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+    let guard = browser_guard::BrowserGuard {
+        listen: listener.local_addr()?,
+        open: state.auth.writes_open() || state.auth.reads_open(),
+    };
+    let app = router(state).layer(axum::middleware::from_fn_with_state(guard, browser_guard::layer));
+    listener::serve(listener, app, listener::Limits::default(), shutdown).await
 }
 
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     let table = state.scheduler.table().load();
+    let panicked = state.tasks.recent_panics();
     let body = serde_json::json!({
-        "status": if table.version == 0 { "starting" } else { "ok" },
+        "status": if table.version == 0 { "starting" } else if panicked.is_empty() { "ok" } else { "degraded" },
         "route_table_version": table.version,
         "generated_at_ms": table.generated_at_ms,
+        "panicked_tasks": panicked,
     });
-    let status = if table.version == 0 { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    let healthy = table.version != 0 && panicked.is_empty();
+    let status = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body))
 }
 

@@ -4,8 +4,8 @@
 //! One file per concept, each adding its methods to [`Store`]:
 //! [`nodes`] (edge nodes, agent token hashes, heartbeats), [`zones`] (zones,
 //! NS hosts, scheduled domains), [`rules`] (manual pins and canary splits),
-//! [`lines`] (named prefix lists), [`overrides`] (geo corrections) and
-//! [`certificates`] (edge TLS material).
+//! [`lines`] (named prefix lists), [`overrides`] (geo corrections),
+//! [`certificates`] (edge TLS material) and [`sites`] (the edge's customer hosts).
 //!
 //! The schema lives in `migrations/sqlite` and `migrations/postgres` (same
 //! tables and columns, portable types) and is applied by [`Store::connect`].
@@ -35,6 +35,7 @@ pub mod lines;
 pub mod nodes;
 pub mod overrides;
 pub mod rules;
+pub mod sites;
 pub mod validate;
 pub mod zones;
 
@@ -44,6 +45,7 @@ mod tests;
 pub use certificates::Certificate;
 pub use nodes::{Heartbeat, NodePatch, hash_token, validate_node, verify_token};
 pub use rules::NewRule;
+pub use sites::Site;
 pub use validate::double_option;
 
 /// The SQLite migrations, `(version, description, sql)`, compiled in. Add a
@@ -55,6 +57,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../../../migrations/sqlite/0001_init.sql")),
     (2, "route freeze", include_str!("../../../migrations/sqlite/0002_route_freeze.sql")),
     (3, "answer modes", include_str!("../../../migrations/sqlite/0003_answer_modes.sql")),
+    (4, "sites", include_str!("../../../migrations/sqlite/0004_sites.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -62,6 +65,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (1, "init", include_str!("../../../migrations/postgres/0001_init.sql")),
     (2, "route freeze", include_str!("../../../migrations/postgres/0002_route_freeze.sql")),
     (3, "answer modes", include_str!("../../../migrations/postgres/0003_answer_modes.sql")),
+    (4, "sites", include_str!("../../../migrations/postgres/0004_sites.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.

@@ -54,6 +54,7 @@ on_both_backends!(
     lines_crud,
     geo_overrides_crud,
     certificates_crud,
+    sites_crud,
 );
 
 #[track_caller]
@@ -645,6 +646,39 @@ async fn certificates_crud(store: Store) {
     assert!(store.delete_certificate(&cert.domain).await.unwrap());
     assert!(!store.delete_certificate(&cert.domain).await.unwrap());
     assert_eq!(store.get_certificate(&cert.domain).await.unwrap(), None);
+}
+
+async fn sites_crud(store: Store) {
+    let site: Site = serde_json::from_str(
+        r#"{"host": "*.img.example.com", "origin": "http://10.0.0.6:8000/static", "cache_ttl_secs": 300,
+            "deny_cidrs": ["203.0.113.0/24"], "deny_paths": ["/admin"], "deny_user_agents": ["sqlmap"],
+            "rate_limit_rps": 50.5, "rate_limit_burst": 100, "referer_allow": ["*.example.com"]}"#,
+    )
+    .unwrap();
+    let stored = store.upsert_site(&site).await.unwrap();
+    assert!(stored.created_at_ms > 0 && stored.updated_at_ms == stored.created_at_ms);
+    assert_eq!(Site { created_at_ms: 0, updated_at_ms: 0, ..stored.clone() }, site, "every field round-trips");
+    let minimal: Site = serde_json::from_str(r#"{"host": "a.example.com", "origin": "http://o"}"#).unwrap();
+    let minimal = store.upsert_site(&minimal).await.unwrap();
+    assert_eq!((minimal.cache_ttl_secs, minimal.rate_limit_rps, minimal.rate_limit_burst), (60, None, None));
+    let hosts: Vec<String> = store.list_sites().await.unwrap().into_iter().map(|s| s.host).collect();
+    assert_eq!(hosts, ["*.img.example.com", "a.example.com"]);
+
+    let changed =
+        Site { origin: "http://10.0.0.7".into(), rate_limit_rps: None, rate_limit_burst: None, ..site.clone() };
+    let changed_stored = store.upsert_site(&changed).await.unwrap();
+    assert_eq!(changed_stored.created_at_ms, stored.created_at_ms, "a replace keeps the creation time");
+    assert_eq!(store.get_site(&site.host).await.unwrap(), Some(changed_stored));
+
+    assert_invalid(store.upsert_site(&Site { origin: "https://o".into(), ..site.clone() }).await, "origin");
+    assert_invalid(store.upsert_site(&Site { host: "a..b".into(), ..site.clone() }).await, "host");
+    assert_invalid(store.upsert_site(&Site { deny_paths: vec!["admin".into()], ..site.clone() }).await, "deny_paths");
+    assert_invalid(store.upsert_site(&Site { rate_limit_rps: None, ..site.clone() }).await, "rate_limit_burst");
+    assert!(serde_json::from_str::<Site>(r#"{"host": "a.b", "origin": "http://o", "cert_pem": "/x"}"#).is_err());
+
+    assert!(store.delete_site(&site.host).await.unwrap());
+    assert!(!store.delete_site(&site.host).await.unwrap());
+    assert_eq!(store.get_site(&site.host).await.unwrap(), None);
 }
 
 #[tokio::test]
