@@ -54,13 +54,21 @@ pub enum DaemonError {
     Xdp { iface: String, source: crate::xdp::XdpError },
     #[error(transparent)]
     Entry(#[from] crate::entry::EntryError),
+    #[error(transparent)]
+    SqliteLock(#[from] crate::cluster::SqliteLockError),
+    #[error("the control API's TLS (--api-tls-cert/--api-tls-key): {0}")]
+    ApiTls(crate::control_tls::ControlTlsError),
+    #[error("the TLS to the control plane (--ca/--client-cert/--client-key): {0}")]
+    ClientTls(crate::control_tls::ControlTlsError),
 }
 
 /// Flags of `lagran dns` (an NS host following a control plane).
 #[derive(Clone, Debug)]
 pub struct DnsHostOptions {
-    /// The control plane's API, e.g. `http://10.0.0.1:8080`.
-    pub control: String,
+    /// The control processes' APIs, e.g. `http://10.0.0.1:8080`, in the order tried.
+    pub control: Vec<String>,
+    /// This NS host's name in its reports to the control plane (default: host name and DNS address).
+    pub name: Option<String>,
     /// Where the last received table is saved, so a restart without the control plane still answers.
     pub state_file: Option<std::path::PathBuf>,
     /// Attach the XDP fast path to this interface.
@@ -73,13 +81,24 @@ struct ControlPlane {
     scheduler: Arc<Scheduler>,
     health: Arc<HealthMonitor>,
     auth: Auth,
+    /// `lagran control` on PostgreSQL: one of a cluster (`crate::cluster`).
+    clustered: bool,
+    /// On SQLite: the lock that keeps a second control process off the file.
+    _sqlite_lock: Option<std::fs::File>,
 }
 
-async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPlane, DaemonError> {
+/// `clusterable`: `lagran control`, which on PostgreSQL joins a cluster of
+/// control processes instead of publishing at once.
+async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) -> Result<ControlPlane, DaemonError> {
     let store = Store::connect(&config.database_url)
         .await
         .map_err(|source| DaemonError::Store { url: redact(&config.database_url), source })?;
     tracing::info!(database = %redact(&config.database_url), backend = store.backend().as_str(), "store ready");
+    let sqlite_lock = match crate::store::sqlite_file(&config.database_url) {
+        Some(path) => Some(crate::cluster::lock_sqlite(&path)?),
+        None => None,
+    };
+    let clustered = clusterable && store.backend() == crate::store::Backend::Postgres;
     if opts.demo {
         crate::demo::install(&store).await.map_err(DaemonError::Demo)?;
     }
@@ -96,11 +115,16 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
     if overrides > 0 {
         tracing::info!(overrides, "geo overrides applied");
     }
-    if scheduler.restore_freeze().await.map_err(DaemonError::FirstRecompute)? {
-        tracing::warn!("a rollback made before the restart still holds the route table");
+    if clustered {
+        // The leader, once elected, publishes the first table (crate::cluster).
+        scheduler.join_cluster();
+    } else {
+        if scheduler.restore_freeze().await.map_err(DaemonError::FirstRecompute)? {
+            tracing::warn!("a rollback made before the restart still holds the route table");
+        }
+        let first = scheduler.recompute().await.map_err(DaemonError::FirstRecompute)?;
+        tracing::info!(version = first.version, names = first.scheduled_names().count(), "first route table ready");
     }
-    let first = scheduler.recompute().await.map_err(DaemonError::FirstRecompute)?;
-    tracing::info!(version = first.version, names = first.scheduled_names().count(), "first route table ready");
 
     let auth = Auth::new(config.agent_token.as_deref(), config.admin_token.as_deref());
     if auth.writes_open() || auth.reads_open() {
@@ -114,7 +138,36 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
             "the control API runs OPEN: set ADMIN_TOKEN and AGENT_TOKEN to require tokens"
         );
     }
-    Ok(ControlPlane { store, scheduler, health, auth })
+    Ok(ControlPlane { store, scheduler, health, auth, clustered, _sqlite_lock: sqlite_lock })
+}
+
+/// The control API's TLS configuration, when `[api.tls]` names a certificate.
+fn api_tls(config: &Config) -> Result<Option<Arc<rustls::ServerConfig>>, DaemonError> {
+    let t = &config.api.tls;
+    match (&t.cert, &t.key) {
+        (Some(cert), Some(key)) => {
+            crate::control_tls::server_config(cert, key, t.client_ca.as_deref()).map(Some).map_err(DaemonError::ApiTls)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Serves the control API, over TLS when configured, until `shutdown`.
+async fn serve_api(
+    listener: TcpListener,
+    state: AppState,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    match tls {
+        Some(config) => api::tls::run(listener, config, api::router(state), shutdown).await,
+        None => api::run(listener, state, shutdown).await,
+    }
+}
+
+/// The control API's URL as clients reach it.
+fn api_url(addr: SocketAddr, tls: bool) -> String {
+    format!("{}://{addr}", if tls { "https" } else { "http" })
 }
 
 async fn bind_api(config: &Config) -> Result<(TcpListener, SocketAddr), DaemonError> {
@@ -166,43 +219,69 @@ async fn serve_dns(
     Ok(())
 }
 
-/// Starts the control plane's background loops (recompute, probes, SIGHUP reload).
-fn spawn_control_loops(
-    cp: &ControlPlane,
-    config: &Config,
-    shutdown: &CancellationToken,
+/// The loops only a leader runs (recompute, probes), until `token`.
+fn spawn_leader_loops(
+    scheduler: &Arc<Scheduler>,
+    health: &Arc<HealthMonitor>,
+    store: &Store,
+    token: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let scheduler = cp.scheduler.clone();
-    let probe_store = cp.store.clone();
+    let probe_store = store.clone();
     let on_change = scheduler.clone();
     vec![
-        tokio::spawn(scheduler.clone().run(shutdown.clone())),
-        tokio::spawn(cp.health.clone().run(
+        tokio::spawn(scheduler.clone().run(token.clone())),
+        tokio::spawn(health.clone().run(
             move || {
                 let store = probe_store.clone();
                 async move { store.list_nodes().await.unwrap_or_default() }
             },
             move || on_change.notify(crate::scheduler::Change::Liveness),
-            shutdown.clone(),
-        )),
-        // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).
-        tokio::spawn(crate::scheduler::geo_reload::sighup_loop(
-            scheduler,
-            config.geo.max_change_ratio,
-            shutdown.clone(),
+            token.clone(),
         )),
     ]
 }
 
+/// Starts the control plane's background loops (recompute, probes, SIGHUP
+/// reload); in a cluster, the election, which runs the leader's loops.
+fn spawn_control_loops(
+    cp: &ControlPlane,
+    config: &Config,
+    advertise: String,
+    shutdown: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let scheduler = cp.scheduler.clone();
+    let mut loops = if cp.clustered {
+        let (s, h, st) = (cp.scheduler.clone(), cp.health.clone(), cp.store.clone());
+        let cluster = crate::cluster::Cluster {
+            store: cp.store.clone(),
+            scheduler: cp.scheduler.clone(),
+            database_url: config.database_url.clone(),
+            advertise,
+        };
+        let leader_loops: crate::cluster::LeaderLoops = Box::new(move |token| spawn_leader_loops(&s, &h, &st, &token));
+        vec![tokio::spawn(cluster.run(leader_loops, shutdown.clone()))]
+    } else {
+        spawn_leader_loops(&cp.scheduler, &cp.health, &cp.store, shutdown)
+    };
+    // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).
+    loops.push(tokio::spawn(crate::scheduler::geo_reload::sighup_loop(
+        scheduler,
+        config.geo.max_change_ratio,
+        shutdown.clone(),
+    )));
+    loops
+}
+
 /// `lagran serve`: control plane and DNS responder in one process. Runs until `shutdown`.
 pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
-    let cp = start_control(&config, &opts).await?;
+    let tls = api_tls(&config)?;
+    let cp = start_control(&config, &opts, false).await?;
     let counters = Arc::new(DnsCounters::default());
     let metrics = Arc::new(Metrics::new(counters.clone()));
     let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
     let table = cp.scheduler.table().clone();
-    let mut loops = spawn_control_loops(&cp, &config, &shutdown);
+    let mut loops = spawn_control_loops(&cp, &config, api_url(api_addr, tls.is_some()), &shutdown);
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
             iface,
@@ -232,11 +311,12 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),
         geo_max_change_ratio: config.geo.max_change_ratio,
+        api_url: api_url(api_addr, tls.is_some()).into(),
     };
-    tracing::info!(dns = %listeners.display(), api = %api_addr, "lagran serving");
+    tracing::info!(dns = %listeners.display(), api = %api_addr, tls = tls.is_some(), "lagran serving");
 
     let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
-    let api_task = tokio::spawn(api::run(api_listener, state, shutdown.clone()));
+    let api_task = tokio::spawn(serve_api(api_listener, state, tls, shutdown.clone()));
     let result = tokio::select! {
         r = dns_task => flatten("the DNS responder", r),
         r = api_task => flatten("the control API", r),
@@ -253,11 +333,13 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
 /// `lagran control`: the control plane without a DNS responder (production:
 /// one control plane with PostgreSQL, N NS hosts running `lagran dns`).
 pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
-    let cp = start_control(&config, &opts).await?;
+    let tls = api_tls(&config)?;
+    let cp = start_control(&config, &opts, true).await?;
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     let (api_listener, api_addr) = bind_api(&config).await?;
-    let loops = spawn_control_loops(&cp, &config, &shutdown);
+    let api_url = api_url(api_addr, tls.is_some());
+    let loops = spawn_control_loops(&cp, &config, api_url.clone(), &shutdown);
     let state = AppState {
         store: cp.store.clone(),
         scheduler: cp.scheduler.clone(),
@@ -266,9 +348,10 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
         metrics,
         public_resolvers: Arc::new(config.public_resolvers.clone()),
         geo_max_change_ratio: config.geo.max_change_ratio,
+        api_url: api_url.into(),
     };
-    tracing::info!(api = %api_addr, "lagran control plane serving");
-    let result = flatten("the control API", tokio::spawn(api::run(api_listener, state, shutdown.clone())).await);
+    tracing::info!(api = %api_addr, clustered = cp.clustered, tls = tls.is_some(), "lagran control plane serving");
+    let result = flatten("the control API", tokio::spawn(serve_api(api_listener, state, tls, shutdown.clone())).await);
     shutdown.cancel();
     for l in loops {
         let _ = l.await;
@@ -286,12 +369,26 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     let stats = Arc::new(crate::nshost::FollowerStats::default());
     let confirmation = Arc::new(crate::confirmation::Confirmation::new());
     add_confirmation_metrics(&metrics, confirmation.clone(), &config);
+    let client_tls = config.client_tls();
+    if opts.control.iter().any(|c| c.starts_with("https://")) {
+        // Checked at start: a bad --ca or client certificate is an error now, not a failing stream later.
+        client_tls.config().map_err(DaemonError::ClientTls)?;
+    }
+    let listeners = bind_dns(&config).await?;
+    let host_name = opts.name.clone().unwrap_or_else(|| format!("{}/{}", host_name(), listeners.display()));
     let follower = crate::nshost::Follower {
-        client: crate::api_client::ApiClient {
-            base: opts.control.clone(),
-            admin_token: None,
-            agent_token: config.agent_token.clone(),
-        },
+        clients: opts
+            .control
+            .iter()
+            .map(|base| crate::api_client::ApiClient {
+                base: base.clone(),
+                admin_token: None,
+                agent_token: config.agent_token.clone(),
+                tls: client_tls.clone(),
+            })
+            .collect(),
+        host_name: host_name.clone(),
+        counters: counters.clone(),
         table: table.clone(),
         versions: tokio::sync::watch::Sender::new(0),
         state_file: opts.state_file.clone(),
@@ -299,7 +396,6 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         confirmation: confirmation.clone(),
         poll_wait: crate::nshost::Follower::poll_wait(config.dns.stale_secs),
     };
-    let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
     let xdp_task = match &opts.xdp {
         Some(iface) => Some(
@@ -323,7 +419,8 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     let entry_tasks = crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?;
     let follow_task = tokio::spawn(follower.run(shutdown.clone()));
     let ops = ns_router(table, metrics, stats);
-    tracing::info!(dns = %listeners.display(), api = %api_addr, control = %opts.control, "lagran NS host serving");
+    let control = opts.control.join(",");
+    tracing::info!(dns = %listeners.display(), api = %api_addr, control = %control, name = %host_name, "lagran NS host serving");
     let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
     let token = shutdown.clone();
     let api_task = tokio::spawn(async move {
@@ -345,7 +442,18 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     result
 }
 
-/// `/healthz` and `/metrics` of an NS host.
+/// This machine's host name (`localhost` when it has none).
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..end]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_string(),
+        _ => "localhost".to_string(),
+    }
+}
+
 /// `/metrics` lines for the table's confirmation (SPEC §7 staleness).
 fn add_confirmation_metrics(metrics: &Metrics, confirmation: Arc<crate::confirmation::Confirmation>, config: &Config) {
     let settings = config.dns.clone();

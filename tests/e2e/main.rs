@@ -15,5 +15,6 @@ mod publish;
 mod real_geo;
 mod scheduling;
 mod support;
+mod topology;
 mod unlocated;
 mod xdp;

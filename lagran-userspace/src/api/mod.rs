@@ -11,6 +11,7 @@ pub mod nodes;
 pub mod routes;
 pub mod rules;
 pub mod schedule;
+pub mod tls;
 pub mod zones;
 
 use std::sync::Arc;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub public_resolvers: Arc<Vec<ipnet::IpNet>>,
     /// `geo.max_change_ratio`: the threshold of `POST /api/v1/geo/reload`.
     pub geo_max_change_ratio: f64,
+    /// This control process's API URL (NS-host reports name who took them).
+    pub api_url: Arc<str>,
 }
 
 impl AppState {
@@ -85,6 +88,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/routes/rollback", post(routes::rollback))
         .route("/api/v1/routes/resume", post(routes::resume))
         .route("/api/v1/routes/table", get(routes::table))
+        .route("/api/v1/nshosts", get(routes::nshosts))
         .route("/api/v1/geo/overrides", get(geo::list_overrides).post(geo::upsert_override))
         .route("/api/v1/geo/overrides/{prefix}", axum::routing::delete(geo::delete_override))
         .route("/api/v1/geo/reload", post(geo::reload))
