@@ -257,7 +257,7 @@ impl Cluster {
                         {
                             tracing::error!(error = %e, "reloading the geo overrides a standby wrote failed");
                         }
-                        self.scheduler.notify(Change::Everything);
+                        self.scheduler.notify(Change::from_notification(&what));
                     }
                     Err(_) => changes = None,
                 },
@@ -310,6 +310,16 @@ pub fn lock_sqlite(path: &std::path::Path) -> Result<std::fs::File, SqliteLockEr
 
 #[cfg(test)]
 mod tests {
+    use crate::scheduler::Change;
+
+    #[test]
+    fn a_standbys_change_reaches_the_leader_as_it_was() {
+        for c in [Change::Node("gz-01".into()), Change::Liveness, Change::Rules, Change::Everything] {
+            assert_eq!(Change::from_notification(&c.to_notification()), c);
+        }
+        assert_eq!(Change::from_notification("overrides"), Change::Everything, "anything else: a full recompute");
+    }
+
     #[test]
     fn a_second_holder_of_the_sqlite_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();

@@ -307,8 +307,8 @@ impl Scheduler {
     /// full recompute's).
     pub async fn recompute_after(&self, change: Change) -> Result<Arc<RouteTable>, SchedulerError> {
         if !self.leading() {
-            // A standby: the write is in the database; the leader recomputes.
-            self.store.notify_change("everything").await?;
+            // A standby: the write is in the database; the leader recomputes what it touched.
+            self.store.notify_change(&change.to_notification()).await?;
             return Ok(self.table.load_full());
         }
         let result = self.recompute_inner(change).await;
