@@ -30,8 +30,13 @@ pub struct Config {
     /// The node's name in the control plane; heartbeats go to `/api/v1/nodes/{node_name}`.
     #[serde(default = "default_node_name")]
     pub node_name: String,
-    /// Control plane base URL (`http://host:port`); without it no heartbeats are sent.
+    /// Control plane base URL (`http://host:port` or `https://host:port`); without it
+    /// no heartbeats are sent. An `https://` URL is spoken over TLS only.
     pub control_url: Option<String>,
+    /// PEM CA bundle trusted for an `https://` control_url (`--ca`, `LAGRAN_CA` win);
+    /// none: the system's certificate store.
+    #[serde(default)]
+    pub ca: Option<std::path::PathBuf>,
     /// Sent as `x-lagran-agent-token`; the `AGENT_TOKEN` environment variable wins.
     pub agent_token: Option<String>,
     #[serde(default = "default_heartbeat_secs")]
@@ -179,9 +184,9 @@ impl Config {
             return err("node_name", "must be non-empty letters, digits, '-', '_' or '.'");
         }
         if let Some(url) = &self.control_url
-            && (!url.starts_with("http://") || url.parse::<hyper::Uri>().is_err())
+            && (!(url.starts_with("http://") || url.starts_with("https://")) || url.parse::<hyper::Uri>().is_err())
         {
-            return err("control_url", "must be an http:// URL such as http://127.0.0.1:8080");
+            return err("control_url", "must be an http:// or https:// URL such as https://10.0.0.1:8443");
         }
         // With a control plane the certificates may all come from it.
         if self.listen_https.is_some() && self.control_url.is_none() && !self.sites.iter().any(|s| s.cert_pem.is_some())

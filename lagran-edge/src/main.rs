@@ -18,6 +18,9 @@ struct Args {
     /// Validate the configuration (and load certificates), then exit.
     #[arg(long)]
     check: bool,
+    /// PEM CA bundle trusted for an https:// control_url (TOML `ca`).
+    #[arg(long, env = "LAGRAN_CA")]
+    ca: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -30,6 +33,9 @@ async fn main() -> anyhow::Result<()> {
     // The seed's environment name wins over the file.
     if let Ok(token) = std::env::var("AGENT_TOKEN") {
         config.agent_token = Some(token);
+    }
+    if let Some(ca) = args.ca.clone() {
+        config.ca = Some(ca);
     }
     if args.check {
         if config.listen_https.is_some() {

@@ -23,6 +23,10 @@
 //! | `http_redirect.listen` | `HTTP_LISTEN`, `--http-listen` | none (HTTP 302 to the chosen node; likewise) |
 //! | `http_redirect.trusted_proxies` |        | none (CIDRs whose X-Forwarded-For is believed) |
 //! | `geo.max_change_ratio` | `GEO_MAX_CHANGE_RATIO` | 0.01 (a geo reload changing more sampled addresses is refused unless forced) |
+//! | `api.tls.cert`, `api.tls.key` | `--api-tls-cert`, `--api-tls-key` | none (PEM; the control API serves HTTPS only) |
+//! | `api.tls.client_ca` | `--api-tls-client-ca` | none (PEM; then every API client must present a certificate it signed) |
+//! | `ca`                | `LAGRAN_CA`, `--ca` | the system store (PEM CA bundle trusted for `https://` control URLs) |
+//! | `client_cert`, `client_key` | `--client-cert`, `--client-key` | none (PEM; presented to an `https://` control API) |
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -190,6 +194,25 @@ pub struct TlsSettings {
     pub key: Option<PathBuf>,
 }
 
+/// The control API's own settings (`[api]`).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiSettings {
+    pub tls: ApiTlsSettings,
+}
+
+/// The control API's certificate (`[api.tls]`): with one, it speaks HTTPS only.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiTlsSettings {
+    /// Certificate chain, leaf first (PEM).
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<PathBuf>,
+    /// With it, every client must present a certificate this CA signed (PEM).
+    pub client_ca: Option<PathBuf>,
+}
+
 /// The HTTP 302 entry point (seed 002 §3.4).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -223,6 +246,14 @@ pub struct Config {
     pub public_resolvers: Vec<ipnet::IpNet>,
     pub tls: TlsSettings,
     pub http_redirect: HttpRedirectSettings,
+    /// The control API's TLS.
+    pub api: ApiSettings,
+    /// The CA bundle trusted for `https://` control URLs (NS hosts, operator
+    /// commands); none: the system store.
+    pub ca: Option<PathBuf>,
+    /// A client certificate presented to an `https://` control API.
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -240,6 +271,10 @@ impl Default for Config {
             public_resolvers: Vec::new(),
             tls: TlsSettings::default(),
             http_redirect: HttpRedirectSettings::default(),
+            api: ApiSettings::default(),
+            ca: None,
+            client_cert: None,
+            client_key: None,
         }
     }
 }
@@ -345,13 +380,39 @@ impl Config {
         if let Some(v) = non_empty("GEOIP_IPV6_PATH") {
             self.geo.ipv6_path = Some(PathBuf::from(v));
         }
+        if let Some(v) = non_empty("LAGRAN_CA") {
+            self.ca = Some(PathBuf::from(v));
+        }
         if let Some(v) = non_empty("GEO_MAX_CHANGE_RATIO") {
             self.geo.max_change_ratio = parse("GEO_MAX_CHANGE_RATIO", v)?;
         }
         Ok(())
     }
 
+    /// What this process's clients of an `https://` control API trust and present.
+    pub fn client_tls(&self) -> crate::control_tls::ClientTls {
+        crate::control_tls::ClientTls {
+            ca: self.ca.clone(),
+            cert: self.client_cert.clone(),
+            key: self.client_key.clone(),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.api.tls;
+        if t.cert.is_some() != t.key.is_some() || (t.client_ca.is_some() && t.cert.is_none()) {
+            return Err(ConfigError::Invalid {
+                key: "api.tls",
+                reason: "set both api.tls.cert and api.tls.key (--api-tls-cert, --api-tls-key); client_ca needs them"
+                    .into(),
+            });
+        }
+        if self.client_cert.is_some() != self.client_key.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "client_cert",
+                reason: "set both client_cert and client_key (--client-cert, --client-key)".into(),
+            });
+        }
         if self.dns_listen.is_empty() {
             return Err(ConfigError::Invalid { key: "dns_listen", reason: "needs at least one address".into() });
         }

@@ -57,13 +57,21 @@ pub enum DaemonError {
     Entry(#[from] crate::entry::EntryError),
     #[error("the CA certificates for https:// agent probes: {0}")]
     HealthCa(String),
+    #[error(transparent)]
+    SqliteLock(#[from] crate::cluster::SqliteLockError),
+    #[error("the control API's TLS (--api-tls-cert/--api-tls-key): {0}")]
+    ApiTls(crate::control_tls::ControlTlsError),
+    #[error("the TLS to the control plane (--ca/--client-cert/--client-key): {0}")]
+    ClientTls(crate::control_tls::ControlTlsError),
 }
 
 /// Flags of `lagran dns` (an NS host following a control plane).
 #[derive(Clone, Debug)]
 pub struct DnsHostOptions {
-    /// The control plane's API, e.g. `http://10.0.0.1:8080`.
-    pub control: String,
+    /// The control processes' APIs, e.g. `http://10.0.0.1:8080`, in the order tried.
+    pub control: Vec<String>,
+    /// This NS host's name in its reports to the control plane (default: host name and DNS address).
+    pub name: Option<String>,
     /// Where the last received table is saved, so a restart without the control plane still answers.
     pub state_file: Option<std::path::PathBuf>,
     /// Attach the XDP fast path to this interface.
@@ -78,13 +86,24 @@ struct ControlPlane {
     scheduler: Arc<Scheduler>,
     health: Arc<HealthMonitor>,
     auth: Auth,
+    /// `lagran control` on PostgreSQL: one of a cluster (`crate::cluster`).
+    clustered: bool,
+    /// On SQLite: the lock that keeps a second control process off the file.
+    _sqlite_lock: Option<std::fs::File>,
 }
 
-async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPlane, DaemonError> {
+/// `clusterable`: `lagran control`, which on PostgreSQL joins a cluster of
+/// control processes instead of publishing at once.
+async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) -> Result<ControlPlane, DaemonError> {
     let store = Store::connect(&config.database_url)
         .await
         .map_err(|source| DaemonError::Store { url: redact(&config.database_url), source })?;
     tracing::info!(database = %redact(&config.database_url), backend = store.backend().as_str(), "store ready");
+    let sqlite_lock = match crate::store::sqlite_file(&config.database_url) {
+        Some(path) => Some(crate::cluster::lock_sqlite(&path)?),
+        None => None,
+    };
+    let clustered = clusterable && store.backend() == crate::store::Backend::Postgres;
     if opts.demo {
         crate::demo::install(&store).await.map_err(DaemonError::Demo)?;
     }
@@ -102,11 +121,16 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
     if overrides > 0 {
         tracing::info!(overrides, "geo overrides applied");
     }
-    if scheduler.restore_freeze().await.map_err(DaemonError::FirstRecompute)? {
-        tracing::warn!("a rollback made before the restart still holds the route table");
+    if clustered {
+        // The leader, once elected, publishes the first table (crate::cluster).
+        scheduler.join_cluster();
+    } else {
+        if scheduler.restore_freeze().await.map_err(DaemonError::FirstRecompute)? {
+            tracing::warn!("a rollback made before the restart still holds the route table");
+        }
+        let first = scheduler.recompute().await.map_err(DaemonError::FirstRecompute)?;
+        tracing::info!(version = first.version, names = first.scheduled_names().count(), "first route table ready");
     }
-    let first = scheduler.recompute().await.map_err(DaemonError::FirstRecompute)?;
-    tracing::info!(version = first.version, names = first.scheduled_names().count(), "first route table ready");
 
     let auth = Auth::new(config.agent_token.as_deref(), config.admin_token.as_deref());
     if auth.writes_open() || auth.reads_open() {
@@ -120,7 +144,33 @@ async fn start_control(config: &Config, opts: &ServeOptions) -> Result<ControlPl
             "the control API runs OPEN: set ADMIN_TOKEN and AGENT_TOKEN to require tokens"
         );
     }
-    Ok(ControlPlane { store, scheduler, health, auth })
+    Ok(ControlPlane { store, scheduler, health, auth, clustered, _sqlite_lock: sqlite_lock })
+}
+
+/// The control API's TLS configuration, when `[api.tls]` names a certificate.
+fn api_tls(config: &Config) -> Result<Option<Arc<rustls::ServerConfig>>, DaemonError> {
+    let t = &config.api.tls;
+    match (&t.cert, &t.key) {
+        (Some(cert), Some(key)) => {
+            crate::control_tls::server_config(cert, key, t.client_ca.as_deref()).map(Some).map_err(DaemonError::ApiTls)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Serves the control API, over TLS when configured, until `shutdown`.
+async fn serve_api(
+    listener: TcpListener,
+    state: AppState,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    api::run(listener, state, tls, shutdown).await
+}
+
+/// The control API's URL as clients reach it.
+fn api_url(addr: SocketAddr, tls: bool) -> String {
+    format!("{}://{addr}", if tls { "https" } else { "http" })
 }
 
 async fn bind_api(config: &Config) -> Result<(TcpListener, SocketAddr), DaemonError> {
@@ -172,19 +222,19 @@ async fn serve_dns(
     Ok(())
 }
 
-/// Starts the control plane's background loops (recompute, probes, SIGHUP
-/// reload), each restarted by `tasks` should it panic.
-fn spawn_control_loops(
-    cp: &ControlPlane,
-    config: &Config,
-    shutdown: &CancellationToken,
+/// The loops only a leader runs (recompute, probes), until `token`; each is
+/// restarted by `tasks` should it panic.
+fn spawn_leader_loops(
+    scheduler: &Arc<Scheduler>,
+    health: &Arc<HealthMonitor>,
+    store: &Store,
     tasks: &Arc<Supervisor>,
+    token: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let (scheduler, token) = (cp.scheduler.clone(), shutdown.clone());
-    let recompute = tasks.spawn("recompute", shutdown.clone(), move || scheduler.clone().run(token.clone()));
-    let (health, store, scheduler, token) =
-        (cp.health.clone(), cp.store.clone(), cp.scheduler.clone(), shutdown.clone());
-    let probes = tasks.spawn("probes", shutdown.clone(), move || {
+    let (run_scheduler, run_token) = (scheduler.clone(), token.clone());
+    let recompute = tasks.spawn("recompute", token.clone(), move || run_scheduler.clone().run(run_token.clone()));
+    let (health, store, scheduler, probe_token) = (health.clone(), store.clone(), scheduler.clone(), token.clone());
+    let probes = tasks.spawn("probes", token.clone(), move || {
         let (probe_store, on_change) = (store.clone(), scheduler.clone());
         health.clone().run(
             move || {
@@ -192,20 +242,48 @@ fn spawn_control_loops(
                 async move { store.list_nodes().await.unwrap_or_default() }
             },
             move || on_change.notify(crate::scheduler::Change::Liveness),
-            token.clone(),
+            probe_token.clone(),
         )
     });
+    vec![recompute, probes]
+}
+
+/// Starts the control plane's background loops (recompute, probes, SIGHUP
+/// reload), each restarted by `tasks` should it panic; in a cluster, the
+/// election, which runs the leader's loops.
+fn spawn_control_loops(
+    cp: &ControlPlane,
+    config: &Config,
+    advertise: String,
+    shutdown: &CancellationToken,
+    tasks: &Arc<Supervisor>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut loops = if cp.clustered {
+        let (s, h, st, t) = (cp.scheduler.clone(), cp.health.clone(), cp.store.clone(), tasks.clone());
+        let cluster = crate::cluster::Cluster {
+            store: cp.store.clone(),
+            scheduler: cp.scheduler.clone(),
+            database_url: config.database_url.clone(),
+            advertise,
+        };
+        let leader_loops: crate::cluster::LeaderLoops =
+            Box::new(move |token| spawn_leader_loops(&s, &h, &st, &t, &token));
+        vec![tokio::spawn(cluster.run(leader_loops, shutdown.clone()))]
+    } else {
+        spawn_leader_loops(&cp.scheduler, &cp.health, &cp.store, tasks, shutdown)
+    };
     // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).
     let (scheduler, ratio, token) = (cp.scheduler.clone(), config.geo.max_change_ratio, shutdown.clone());
-    let geo = tasks.spawn("geo-reload", shutdown.clone(), move || {
+    loops.push(tasks.spawn("geo-reload", shutdown.clone(), move || {
         crate::scheduler::geo_reload::sighup_loop(scheduler.clone(), ratio, token.clone())
-    });
-    vec![recompute, probes, geo]
+    }));
+    loops
 }
 
 /// `lagran serve`: control plane and DNS responder in one process. Runs until `shutdown`.
 pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
-    let cp = start_control(&config, &opts).await?;
+    let tls = api_tls(&config)?;
+    let cp = start_control(&config, &opts, false).await?;
     let counters = Arc::new(DnsCounters::default());
     let metrics = Arc::new(Metrics::new(counters.clone()));
     let listeners = bind_dns(&config).await?;
@@ -213,7 +291,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let table = cp.scheduler.table().clone();
     let tasks = Supervisor::new();
     add_task_metrics(&metrics, &tasks);
-    let mut loops = spawn_control_loops(&cp, &config, &shutdown, &tasks);
+    let mut loops = spawn_control_loops(&cp, &config, api_url(api_addr, tls.is_some()), &shutdown, &tasks);
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
             iface,
@@ -251,11 +329,12 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         geo_max_change_ratio: config.geo.max_change_ratio,
         console,
         tasks,
+        api_url: api_url(api_addr, tls.is_some()).into(),
     };
-    tracing::info!(dns = %listeners.display(), api = %api_addr, "lagran serving");
+    tracing::info!(dns = %listeners.display(), api = %api_addr, tls = tls.is_some(), "lagran serving");
 
     let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
-    let api_task = tokio::spawn(api::run(api_listener, state, shutdown.clone()));
+    let api_task = tokio::spawn(serve_api(api_listener, state, tls, shutdown.clone()));
     let result = tokio::select! {
         r = dns_task => flatten("the DNS responder", r),
         r = api_task => flatten("the control API", r),
@@ -272,14 +351,16 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
 /// `lagran control`: the control plane without a DNS responder (production:
 /// one control plane with PostgreSQL, N NS hosts running `lagran dns`).
 pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationToken) -> Result<(), DaemonError> {
-    let cp = start_control(&config, &opts).await?;
+    let tls = api_tls(&config)?;
+    let cp = start_control(&config, &opts, true).await?;
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     let (api_listener, api_addr) = bind_api(&config).await?;
+    let api_url = api_url(api_addr, tls.is_some());
     let tasks = Supervisor::new();
     add_task_metrics(&metrics, &tasks);
-    let mut loops = spawn_control_loops(&cp, &config, &shutdown, &tasks);
-    // No responder here: NS-host reports plug in as a `console::nshosts::NsHostSource`.
+    let mut loops = spawn_control_loops(&cp, &config, api_url.clone(), &shutdown, &tasks);
+    // NS hosts report on the table stream (`ns_host_reports`); the console shows them.
     let console = Arc::new(crate::console::Console::new(Arc::new(crate::console::nshosts::NoNsHosts)));
     loops.push(console.spawn_sampler(metrics.clone(), shutdown.clone()));
     let state = AppState {
@@ -292,9 +373,10 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
         geo_max_change_ratio: config.geo.max_change_ratio,
         console,
         tasks,
+        api_url: api_url.into(),
     };
-    tracing::info!(api = %api_addr, "lagran control plane serving");
-    let result = flatten("the control API", tokio::spawn(api::run(api_listener, state, shutdown.clone())).await);
+    tracing::info!(api = %api_addr, clustered = cp.clustered, tls = tls.is_some(), "lagran control plane serving");
+    let result = flatten("the control API", tokio::spawn(serve_api(api_listener, state, tls, shutdown.clone())).await);
     shutdown.cancel();
     for l in loops {
         let _ = l.await;
@@ -323,27 +405,44 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     let confirmation = Arc::new(crate::confirmation::Confirmation::new());
     add_confirmation_metrics(&metrics, confirmation.clone(), &config);
     add_task_metrics(&metrics, &tasks);
+    let client_tls = config.client_tls();
+    if opts.control.iter().any(|c| c.starts_with("https://")) {
+        // Checked at start: a bad --ca or client certificate is an error now, not a failing stream later.
+        client_tls.config().map_err(DaemonError::ClientTls)?;
+    }
+    let listeners = bind_dns(&config).await?;
+    let host_name = opts.name.clone().unwrap_or_else(|| format!("{}/{}", host_name(), listeners.display()));
     let versions = tokio::sync::watch::Sender::new(0);
     let follower = {
         let (control, table, versions) = (opts.control.clone(), table.clone(), versions.clone());
         let (state_file, stats, confirmation) = (opts.state_file.clone(), stats.clone(), confirmation.clone());
         let poll_wait = crate::nshost::Follower::poll_wait(config.dns.stale_secs);
-        let agent_token = agent_token.clone();
-        move || crate::nshost::Follower {
-            client: crate::api_client::ApiClient {
-                base: control.clone(),
-                admin_token: None,
-                agent_token: agent_token.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            },
-            table: table.clone(),
-            versions: versions.clone(),
-            state_file: state_file.clone(),
-            stats: stats.clone(),
-            confirmation: confirmation.clone(),
-            poll_wait,
+        let (agent_token, client_tls) = (agent_token.clone(), client_tls.clone());
+        let (host_name, counters) = (host_name.clone(), counters.clone());
+        // A SIGHUP makes a new follower with the token re-read (nshost_reload).
+        move || {
+            let agent_token = agent_token.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            crate::nshost::Follower {
+                clients: control
+                    .iter()
+                    .map(|base| crate::api_client::ApiClient {
+                        base: base.clone(),
+                        admin_token: None,
+                        agent_token: agent_token.clone(),
+                        tls: client_tls.clone(),
+                    })
+                    .collect(),
+                host_name: host_name.clone(),
+                counters: counters.clone(),
+                table: table.clone(),
+                versions: versions.clone(),
+                state_file: state_file.clone(),
+                stats: stats.clone(),
+                confirmation: confirmation.clone(),
+                poll_wait,
+            }
         }
     };
-    let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
     let xdp_task = match &opts.xdp {
         Some(iface) => Some(
@@ -373,7 +472,8 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         })
     };
     let ops = ns_router(table, metrics, stats, tasks.clone());
-    tracing::info!(dns = %listeners.display(), api = %api_addr, control = %opts.control, "lagran NS host serving");
+    let control = opts.control.join(",");
+    tracing::info!(dns = %listeners.display(), api = %api_addr, control = %control, name = %host_name, "lagran NS host serving");
     let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
     let token = shutdown.clone();
     let api_task = tokio::spawn(api::listener::serve(api_listener, ops, api::listener::Limits::default(), token));
@@ -394,7 +494,18 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     result
 }
 
-/// `/healthz` and `/metrics` of an NS host.
+/// This machine's host name (`localhost` when it has none).
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..end]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_string(),
+        _ => "localhost".to_string(),
+    }
+}
+
 /// `/metrics` lines for the table's confirmation (SPEC §7 staleness).
 fn add_confirmation_metrics(metrics: &Metrics, confirmation: Arc<crate::confirmation::Confirmation>, config: &Config) {
     let settings = config.dns.clone();

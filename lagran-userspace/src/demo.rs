@@ -48,6 +48,9 @@ pub fn demo_nodes() -> Vec<Node> {
 }
 
 /// Creates what is missing of the demo; leaves existing records as they are.
+/// On a database that already holds the demo it writes nothing, so every
+/// control process of a cluster can be started with `--demo` (a record
+/// another process created meanwhile counts as there).
 pub async fn install(store: &Store) -> Result<(), StoreError> {
     let zones = store.list_zones().await?;
     if !zones.iter().any(|z| z.name == DEMO_ZONE) {
@@ -56,8 +59,11 @@ pub async fn install(store: &Store) -> Result<(), StoreError> {
     }
     for node in demo_nodes() {
         if store.get_node(&node.name).await?.is_none() {
-            store.create_node(&node, None).await?;
-            tracing::info!(node = %node.name, "demo node created");
+            match store.create_node(&node, None).await {
+                Ok(_) => tracing::info!(node = %node.name, "demo node created"),
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())

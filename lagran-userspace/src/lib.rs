@@ -12,9 +12,11 @@ pub mod api;
 pub mod api_client;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod confirmation;
 pub mod console;
+pub mod control_tls;
 pub mod daemon;
 pub mod demo;
 pub mod dns;
@@ -34,6 +36,7 @@ pub mod route_table;
 pub mod scheduler;
 pub mod store;
 pub mod supervisor;
+pub mod table_stream;
 /// Test helpers (a throwaway PostgreSQL); only in test builds and behind the
 /// `testkit` feature, so production binaries do not carry them.
 #[cfg(any(test, feature = "testkit"))]

@@ -19,6 +19,10 @@ struct Cli {
     /// The control API the operator commands talk to (default: http://<api_listen>).
     #[arg(long, global = true, env = "LAGRAN_API")]
     api: Option<String>,
+    /// PEM CA bundle trusted for https:// control URLs (operator commands, `lagran dns`);
+    /// default: the system store. TOML `ca`.
+    #[arg(long, global = true, env = "LAGRAN_CA")]
+    ca: Option<PathBuf>,
     /// Log format.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -68,6 +72,32 @@ impl EntryArgs {
     }
 }
 
+/// The control API's TLS (`lagran serve` and `lagran control`).
+#[derive(clap::Args, Debug)]
+struct ApiTlsArgs {
+    /// PEM certificate chain of the control API: it then serves HTTPS only. TOML `[api.tls] cert`.
+    #[arg(long)]
+    api_tls_cert: Option<PathBuf>,
+    /// PEM private key of --api-tls-cert. TOML `[api.tls] key`.
+    #[arg(long)]
+    api_tls_key: Option<PathBuf>,
+    /// PEM CA: every API client must present a certificate it signed. TOML `[api.tls] client_ca`.
+    #[arg(long)]
+    api_tls_client_ca: Option<PathBuf>,
+}
+
+impl ApiTlsArgs {
+    /// Flags win over the TOML file.
+    fn apply(self, config: &mut Config) -> Result<()> {
+        let t = &mut config.api.tls;
+        t.cert = self.api_tls_cert.or(t.cert.take());
+        t.key = self.api_tls_key.or(t.key.take());
+        t.client_ca = self.api_tls_client_ca.or(t.client_ca.take());
+        config.validate().context("--api-tls-cert/--api-tls-key/--api-tls-client-ca")?;
+        Ok(())
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run everything in one process: store, scheduler, DNS responder, control API.
@@ -90,8 +120,11 @@ enum Command {
         xdp: Option<String>,
         #[command(flatten)]
         entry: EntryArgs,
+        #[command(flatten)]
+        api_tls: ApiTlsArgs,
     },
     /// The control plane only (store, scheduler, probes, API); NS hosts run `lagran dns`.
+    /// On PostgreSQL any number of them share the database and one leads.
     Control {
         #[arg(long)]
         api_listen: Option<std::net::SocketAddr>,
@@ -99,12 +132,24 @@ enum Command {
         demo: bool,
         #[arg(long)]
         insecure_open_api: bool,
+        #[command(flatten)]
+        api_tls: ApiTlsArgs,
     },
     /// An NS host: answers DNS from the route tables a control plane streams.
     Dns {
-        /// The control plane's API, e.g. http://10.0.0.1:8080.
-        #[arg(long, env = "LAGRAN_CONTROL")]
-        control: String,
+        /// A control process's API, e.g. http://10.0.0.1:8080; repeat for each process of
+        /// the cluster (LAGRAN_CONTROL: comma-separated). The NS host fails over between them.
+        #[arg(long, env = "LAGRAN_CONTROL", value_delimiter = ',', required = true)]
+        control: Vec<String>,
+        /// This NS host's name in its reports (GET /api/v1/nshosts); default: host name and DNS address.
+        #[arg(long)]
+        name: Option<String>,
+        /// PEM client certificate presented to an https:// control API. TOML `client_cert`.
+        #[arg(long)]
+        client_cert: Option<PathBuf>,
+        /// PEM private key of --client-cert. TOML `client_key`.
+        #[arg(long)]
+        client_key: Option<PathBuf>,
         /// DNS listen address (UDP and TCP); repeat for several (IPv4 and IPv6).
         #[arg(long)]
         dns_listen: Vec<std::net::SocketAddr>,
@@ -216,9 +261,13 @@ async fn main() -> Result<()> {
     init_tracing(&cli.log_format);
     let mut config = Config::load(cli.config.as_deref()).context("loading the configuration")?;
     let config_path = cli.config.clone();
+    if let Some(ca) = cli.ca.clone() {
+        config.ca = Some(ca);
+    }
     match cli.command {
-        Command::Serve { dns_listen, api_listen, demo, insecure_open_api, xdp, entry } => {
+        Command::Serve { dns_listen, api_listen, demo, insecure_open_api, xdp, entry, api_tls } => {
             entry.apply(&mut config)?;
+            api_tls.apply(&mut config)?;
             if !dns_listen.is_empty() {
                 config.dns_listen = dns_listen;
                 config.validate().context("--dns-listen")?;
@@ -228,14 +277,18 @@ async fn main() -> Result<()> {
             }
             daemon::serve(config, ServeOptions { demo, insecure_open_api, xdp }, shutdown_on_signal()).await?;
         }
-        Command::Control { api_listen, demo, insecure_open_api } => {
+        Command::Control { api_listen, demo, insecure_open_api, api_tls } => {
+            api_tls.apply(&mut config)?;
             if let Some(a) = api_listen {
                 config.api_listen = a;
             }
             daemon::control(config, ServeOptions { demo, insecure_open_api, xdp: None }, shutdown_on_signal()).await?;
         }
-        Command::Dns { control, dns_listen, api_listen, state_file, xdp, entry } => {
+        Command::Dns { control, name, client_cert, client_key, dns_listen, api_listen, state_file, xdp, entry } => {
             entry.apply(&mut config)?;
+            config.client_cert = client_cert.or(config.client_cert.take());
+            config.client_key = client_key.or(config.client_key.take());
+            config.validate().context("--client-cert/--client-key")?;
             if !dns_listen.is_empty() {
                 config.dns_listen = dns_listen;
                 config.validate().context("--dns-listen")?;
@@ -243,7 +296,7 @@ async fn main() -> Result<()> {
             if let Some(a) = api_listen {
                 config.api_listen = a;
             }
-            let opts = daemon::DnsHostOptions { control, state_file: Some(state_file), xdp, config_path };
+            let opts = daemon::DnsHostOptions { control, name, state_file: Some(state_file), xdp, config_path };
             daemon::dns_host(config, opts, shutdown_on_signal()).await?;
         }
         Command::Explain { ip, subnet, resolver, domain, json } => {
@@ -310,6 +363,7 @@ fn client(api: &Option<String>, config: &Config) -> lagran::api_client::ApiClien
         base: api.clone().unwrap_or_else(|| format!("http://{}", config.api_listen)),
         admin_token: config.admin_token.clone(),
         agent_token: config.agent_token.clone(),
+        tls: config.client_tls(),
     }
 }
 

@@ -6,6 +6,13 @@
 //! its own restarts, from the saved copy — and never withdraws itself (seed
 //! 003: the 2021 Facebook outage).
 //!
+//! Several control processes (`--control URL`, repeatable): the follower
+//! sticks to one while it answers and moves to the next when it fails or is
+//! behind. Tables are taken only from the current epoch moving forward, as
+//! deltas when the control process still has this host's table; the wire
+//! format is [`crate::table_stream`]. Each request carries this host's
+//! report (version, epoch, queries, confirmation age).
+//!
 //! Every answer of the stream — a new table, or 304 "yours is still current" —
 //! is a confirmation, recorded on this host's own clock
 //! ([`Confirmation`]); the saved file's modification time carries the last
@@ -24,6 +31,7 @@ use crate::api_client::ApiClient;
 use crate::clock::now_ms;
 use crate::confirmation::Confirmation;
 use crate::route_table::{RouteTable, SharedRouteTable};
+use crate::table_stream::{TableUpdate, accepts};
 
 /// What the follower has seen, for `/metrics`.
 #[derive(Debug, Default)]
@@ -31,7 +39,11 @@ pub struct FollowerStats {
     /// Unix ms of the last successful exchange with the control plane (0 = never).
     pub last_contact_ms: AtomicI64,
     pub tables_received: AtomicU64,
+    /// Tables refused: an older epoch, or a version that does not move forward.
+    pub tables_rejected: AtomicU64,
     pub failures: AtomicU64,
+    /// The highest leadership epoch seen (tables of older epochs are refused).
+    pub epoch: AtomicU64,
 }
 
 impl FollowerStats {
@@ -47,6 +59,10 @@ impl FollowerStats {
         let _ = writeln!(out, "lagran_control_plane_last_contact_seconds {since}");
         let _ = writeln!(out, "# TYPE lagran_route_tables_received_total counter");
         let _ = writeln!(out, "lagran_route_tables_received_total {}", self.tables_received.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE lagran_route_tables_rejected_total counter");
+        let _ = writeln!(out, "lagran_route_tables_rejected_total {}", self.tables_rejected.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# TYPE lagran_route_table_epoch gauge");
+        let _ = writeln!(out, "lagran_route_table_epoch {}", self.epoch.load(Ordering::Relaxed));
         let _ = writeln!(out, "# TYPE lagran_control_plane_failures_total counter");
         let _ = writeln!(out, "lagran_control_plane_failures_total {}", self.failures.load(Ordering::Relaxed));
     }
@@ -107,9 +123,15 @@ pub fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// The follower loop.
+/// The follower loop: follows the first control process that answers, and
+/// the next one in the list when it fails (`--control URL`, repeatable).
 pub struct Follower {
-    pub client: ApiClient,
+    /// One client per control process, in the operator's order.
+    pub clients: Vec<ApiClient>,
+    /// This NS host's name in its reports (`GET /api/v1/nshosts` on the control plane).
+    pub host_name: String,
+    /// The responder's counters: the report carries the queries answered.
+    pub counters: Arc<crate::dns::counters::DnsCounters>,
     pub table: SharedRouteTable,
     pub versions: tokio::sync::watch::Sender<u64>,
     pub state_file: Option<PathBuf>,
@@ -121,12 +143,40 @@ pub struct Follower {
     pub poll_wait: Duration,
 }
 
+/// What one exchange with a control process gave.
+enum Exchange {
+    /// The table is current (304) or a newer one was installed.
+    Confirmed,
+    /// A delta for another base: ask again for a full table, at once.
+    WantFull,
+    /// This control process failed or is behind: try the next one.
+    Failed(String),
+}
+
+/// Percent-encodes a query-string value (RFC 3986 unreserved characters pass).
+fn query_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 impl Follower {
     /// The long-poll wait for a given DNS_STALE_SECS: at most 25 s and at most a
     /// third of DNS_STALE_SECS, so a healthy control plane confirms the table
     /// several times before it could go stale.
     pub fn poll_wait(stale_secs: u64) -> Duration {
         Duration::from_millis(stale_secs.saturating_mul(1000).div_euclid(3).clamp(100, 25_000))
+    }
+
+    fn queries(&self) -> u64 {
+        let c = &self.counters;
+        [&c.queries_udp, &c.queries_tcp, &c.queries_dot, &c.queries_doq].iter().map(|a| a.load(Ordering::Relaxed)).sum()
     }
 
     /// Publishes a saved table first (if any), then follows the control plane until shutdown.
@@ -136,45 +186,29 @@ impl Follower {
             && let Some(path) = &self.state_file
             && let Some(t) = load_saved(path)
         {
-            tracing::info!(version = t.version, path = %path.display(), "serving the saved route table until the control plane answers");
+            tracing::info!(version = t.version, epoch = t.epoch, path = %path.display(), "serving the saved route table until the control plane answers");
             let v = t.version;
             self.confirmation.confirm(saved_confirmed_at(path));
+            self.stats.epoch.store(t.epoch, Ordering::Relaxed);
             self.table.store(Arc::new(t));
             self.versions.send_replace(v);
         }
+        if self.clients.is_empty() {
+            tracing::error!("no control process to follow (--control URL)");
+            return;
+        }
         let mut backoff = Duration::from_millis(500);
+        let mut at = 0usize;
+        let mut failed_in_a_row = 0usize;
+        let mut want_full = false;
         loop {
-            let since = self.table.load().version;
-            let path = format!("/api/v1/routes/table?since={since}&wait_ms={}", self.poll_wait.as_millis());
-            let res = tokio::select! {
+            let exchange = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout(Duration::from_secs(35), self.client.get_raw(&path)) => r,
+                e = self.exchange(&self.clients[at], want_full) => e,
             };
-            let outcome = match res {
-                Err(_) => Err("no answer within 35 s".to_string()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Ok(Ok((304, _))) => Ok(()),
-                Ok(Ok((200, body))) => match serde_json::from_slice::<RouteTable>(&body) {
-                    Ok(t) if t.version != since => {
-                        let v = t.version;
-                        tracing::info!(version = v, "route table received");
-                        self.table.store(Arc::new(t));
-                        self.versions.send_replace(v);
-                        self.stats.tables_received.fetch_add(1, Ordering::Relaxed);
-                        if let Some(p) = &self.state_file
-                            && let Err(e) = save(p, &body)
-                        {
-                            tracing::warn!(path = %p.display(), error = %e, "cannot save the route table");
-                        }
-                        Ok(())
-                    }
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(format!("the control plane sent an unusable table: {e}")),
-                },
-                Ok(Ok((status, body))) => Err(format!("status {status}: {}", String::from_utf8_lossy(&body))),
-            };
-            match outcome {
-                Ok(()) => {
+            want_full = false;
+            match exchange {
+                Exchange::Confirmed => {
                     let now = now_ms();
                     self.stats.last_contact_ms.store(now, Ordering::Relaxed);
                     self.confirmation.confirm(now);
@@ -185,20 +219,85 @@ impl Follower {
                         tracing::debug!(path = %p.display(), error = %e, "cannot record the confirmation on the saved table");
                     }
                     backoff = Duration::from_millis(500);
+                    failed_in_a_row = 0;
                 }
-                Err(e) => {
+                Exchange::WantFull => want_full = true,
+                Exchange::Failed(e) => {
                     let n = self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    if n.is_multiple_of(10) {
-                        tracing::warn!(error = %e, version = since, "control plane unreachable; still serving the last table");
+                    let control = &self.clients[at].base;
+                    if n.is_multiple_of(10) || self.clients.len() > 1 {
+                        tracing::warn!(error = %e, control = %control, version = self.table.load().version, "control process failed; still serving the last table");
                     }
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                    at = (at + 1) % self.clients.len();
+                    failed_in_a_row += 1;
+                    // Every control process failed once in a row: wait before the next round.
+                    if failed_in_a_row.is_multiple_of(self.clients.len()) {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            _ = tokio::time::sleep(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
                 }
             }
         }
+    }
+
+    /// One long poll of one control process (`crate::table_stream`).
+    async fn exchange(&self, client: &ApiClient, want_full: bool) -> Exchange {
+        let current = self.table.load_full();
+        let path = format!(
+            "/api/v1/routes/table?since={}&epoch={}&deltas=1{}&wait_ms={}&host={}&queries={}&confirmed_ms_ago={}",
+            current.version,
+            current.epoch,
+            if want_full { "&full=1" } else { "" },
+            self.poll_wait.as_millis(),
+            query_value(&self.host_name),
+            self.queries(),
+            self.confirmation.ms_ago(now_ms()).unwrap_or(-1),
+        );
+        let body = match tokio::time::timeout(Duration::from_secs(35), client.get_raw(&path)).await {
+            Err(_) => return Exchange::Failed("no answer within 35 s".into()),
+            Ok(Err(e)) => return Exchange::Failed(e.to_string()),
+            Ok(Ok((304, _))) => return Exchange::Confirmed,
+            Ok(Ok((200, body))) => body,
+            Ok(Ok((status, body))) => {
+                return Exchange::Failed(format!("status {status}: {}", String::from_utf8_lossy(&body)));
+            }
+        };
+        let table = match serde_json::from_slice::<TableUpdate>(&body) {
+            Ok(TableUpdate::Full(t)) => t,
+            Ok(TableUpdate::Delta(d)) => match d.apply(&current) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::info!(reason = %e, "route-table delta not applicable; asking for the whole table");
+                    return Exchange::WantFull;
+                }
+            },
+            Err(e) => return Exchange::Failed(format!("the control plane sent an unusable table: {e}")),
+        };
+        let highest = self.stats.epoch.load(Ordering::Relaxed);
+        if !accepts(current.position(), highest, table.position()) {
+            self.stats.tables_rejected.fetch_add(1, Ordering::Relaxed);
+            return Exchange::Failed(format!(
+                "offered table {}/{} (epoch/version), not newer than {}/{} (highest epoch seen {highest})",
+                table.epoch, table.version, current.epoch, current.version
+            ));
+        }
+        let (v, epoch) = (table.version, table.epoch);
+        tracing::info!(version = v, epoch, control = %client.base, "route table received");
+        let table = Arc::new(table);
+        self.stats.epoch.fetch_max(epoch, Ordering::Relaxed);
+        self.table.store(table.clone());
+        self.versions.send_replace(v);
+        self.stats.tables_received.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = &self.state_file {
+            let saved = serde_json::to_vec(&*table).map_err(std::io::Error::other).and_then(|b| save(p, &b));
+            if let Err(e) = saved {
+                tracing::warn!(path = %p.display(), error = %e, "cannot save the route table");
+            }
+        }
+        Exchange::Confirmed
     }
 }
 

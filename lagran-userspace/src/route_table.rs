@@ -70,7 +70,7 @@ pub struct Canary {
 }
 
 /// A name answered with scheduled addresses.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScheduledName {
     /// Lowercase, no trailing dot.
     pub name: String,
@@ -241,7 +241,7 @@ impl NodeHost {
 }
 
 /// One served zone with its scheduled names.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ZoneRoutes {
     pub zone: Zone,
     pub names: Vec<ScheduledName>,
@@ -275,6 +275,12 @@ pub enum NameLookup<'a> {
 pub struct RouteTable {
     /// Monotonic per control plane; 0 means "no table yet".
     pub version: u64,
+    /// The control-plane leadership term that published it (fencing, see
+    /// [`crate::table_stream`]); 0 for a single control process without a
+    /// cluster. A new leader publishes under a higher epoch; an NS host never
+    /// takes a table from an epoch older than the newest it has seen.
+    #[serde(default)]
+    pub epoch: u64,
     /// Unix milliseconds when the table was computed.
     pub generated_at_ms: i64,
     pub zones: Vec<ZoneRoutes>,
@@ -293,6 +299,8 @@ pub struct RouteTable {
 #[derive(Deserialize)]
 struct RouteTableWire {
     version: u64,
+    #[serde(default)]
+    epoch: u64,
     generated_at_ms: i64,
     zones: Vec<ZoneRoutes>,
     #[serde(default)]
@@ -313,7 +321,7 @@ impl TryFrom<RouteTableWire> for RouteTable {
                 }
             }
         }
-        Ok(RouteTable::new(w.version, w.generated_at_ms, w.zones).with_node_hosts(w.hosts))
+        Ok(RouteTable::new(w.version, w.generated_at_ms, w.zones).with_node_hosts(w.hosts).with_epoch(w.epoch))
     }
 }
 
@@ -325,7 +333,18 @@ impl RouteTable {
                 index.insert(n.name.clone(), (zi, ni));
             }
         }
-        RouteTable { version, generated_at_ms, zones, hosts: Vec::new(), index, host_index: HashMap::new() }
+        RouteTable { version, epoch: 0, generated_at_ms, zones, hosts: Vec::new(), index, host_index: HashMap::new() }
+    }
+
+    /// This table as published under leadership term `epoch`.
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
+    }
+
+    /// `(epoch, version)`: what orders tables across leaders (the epoch first).
+    pub fn position(&self) -> (u64, u64) {
+        (self.epoch, self.version)
     }
 
     /// This table with `hosts` as its node hostnames (the first of a name wins).
@@ -428,7 +447,9 @@ impl RouteTable {
     /// The same content under another version and generation time (a rollback
     /// republishes the old table this way, so followers see a newer version).
     pub fn republished(&self, version: u64, generated_at_ms: i64) -> RouteTable {
-        RouteTable::new(version, generated_at_ms, self.zones.clone()).with_node_hosts(self.hosts.clone())
+        RouteTable::new(version, generated_at_ms, self.zones.clone())
+            .with_node_hosts(self.hosts.clone())
+            .with_epoch(self.epoch)
     }
 
     /// Every scheduled name in every zone.

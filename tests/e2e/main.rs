@@ -17,5 +17,6 @@ mod publish;
 mod real_geo;
 mod scheduling;
 mod support;
+mod topology;
 mod unlocated;
 mod xdp;

@@ -93,6 +93,8 @@ pub struct Options {
     pub args: Vec<String>,
     /// The DNS listen address (default 127.0.0.1:0).
     pub dns_listen: Option<String>,
+    /// The API listen address (default 127.0.0.1:0).
+    pub api_listen: Option<String>,
 }
 
 /// Which `lagran` subcommand runs.
@@ -119,6 +121,7 @@ impl Default for Options {
             netns: None,
             args: Vec::new(),
             dns_listen: None,
+            api_listen: None,
         }
     }
 }
@@ -154,16 +157,17 @@ impl Daemon {
             cmd.arg("--config").arg(path);
         }
         cmd.current_dir(dir.path()).args(["--log-format", "json"]);
+        let api = opts.api_listen.as_deref().unwrap_or("127.0.0.1:0");
         match &opts.role {
             Role::Serve => {
                 let dns = opts.dns_listen.as_deref().unwrap_or("127.0.0.1:0");
-                cmd.args(["serve", "--dns-listen", dns, "--api-listen", "127.0.0.1:0"]);
+                cmd.args(["serve", "--dns-listen", dns, "--api-listen", api]);
             }
             Role::Control => {
-                cmd.args(["control", "--api-listen", "127.0.0.1:0"]);
+                cmd.args(["control", "--api-listen", api]);
             }
             Role::Dns { control, state_file } => {
-                cmd.args(["dns", "--control", control, "--dns-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"])
+                cmd.args(["dns", "--control", control, "--dns-listen", "127.0.0.1:0", "--api-listen", api])
                     .arg("--state-file")
                     .arg(state_file);
             }

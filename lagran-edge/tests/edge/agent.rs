@@ -28,6 +28,13 @@ struct Received {
 
 /// A control plane that fails its first heartbeat with 503, then accepts.
 async fn fake_control() -> (std::net::SocketAddr, mpsc::UnboundedReceiver<Received>) {
+    fake_control_with(None).await
+}
+
+/// [`fake_control`], over TLS when `tls` is given.
+async fn fake_control_with(
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> (std::net::SocketAddr, mpsc::UnboundedReceiver<Received>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::unbounded_channel();
@@ -53,7 +60,21 @@ async fn fake_control() -> (std::net::SocketAddr, mpsc::UnboundedReceiver<Receiv
                     Ok::<_, Infallible>(resp)
                 }
             });
-            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc));
+            match tls.clone() {
+                None => {
+                    tokio::spawn(
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc),
+                    );
+                }
+                Some(acceptor) => {
+                    tokio::spawn(async move {
+                        if let Ok(s) = acceptor.accept(stream).await {
+                            let _ =
+                                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+                        }
+                    });
+                }
+            }
         }
     });
     (addr, rx)
@@ -68,6 +89,7 @@ async fn heartbeats_carry_token_and_load_and_survive_failures() {
         url: format!("http://{addr}/api/v1/nodes/gz-01/heartbeat"),
         token: "node-secret".into(),
         interval: Duration::from_millis(50),
+        ca: None,
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(agent::run(cfg, stats.clone(), shutdown.clone()));
@@ -93,4 +115,62 @@ async fn heartbeats_carry_token_and_load_and_survive_failures() {
     // The first heartbeat was refused with 503; the loop kept going.
     shutdown.cancel();
     tokio::time::timeout(TIMEOUT, task).await.expect("the agent stops on shutdown").unwrap();
+}
+
+/// A CA (PEM file) and a TLS acceptor for 127.0.0.1 with a certificate it signed.
+fn tls_control(dir: &std::path::Path) -> (std::path::PathBuf, tokio_rustls::TlsAcceptor) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    let ca_path = dir.join("ca.pem");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+    (ca_path, tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+#[tokio::test]
+async fn heartbeats_go_over_https_trusting_only_the_given_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, acceptor) = tls_control(dir.path());
+    let (addr, mut rx) = fake_control_with(Some(acceptor.clone())).await;
+    let cfg = |ca: Option<std::path::PathBuf>| AgentConfig {
+        url: format!("https://{addr}/api/v1/nodes/gz-01/heartbeat"),
+        token: "node-secret".into(),
+        interval: Duration::from_millis(50),
+        ca,
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(agent::run(cfg(Some(ca)), Arc::new(Stats::default()), shutdown.clone()));
+    let got = tokio::time::timeout(TIMEOUT, rx.recv()).await.expect("a heartbeat over https").unwrap();
+    assert_eq!(got.token.as_deref(), Some("node-secret"), "the token arrives, inside TLS");
+    shutdown.cancel();
+    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
+
+    // Another CA: the handshake fails and nothing reaches the control plane.
+    let other = tempfile::tempdir().unwrap();
+    let (other_ca, _) = tls_control(other.path());
+    let (addr2, mut rx2) = fake_control_with(Some(acceptor)).await;
+    let mut wrong = cfg(Some(other_ca));
+    wrong.url = format!("https://{addr2}/api/v1/nodes/gz-01/heartbeat");
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(agent::run(wrong, Arc::new(Stats::default()), shutdown.clone()));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), rx2.recv()).await.is_err(),
+        "no heartbeat to a control plane whose certificate the CA did not sign"
+    );
+    shutdown.cancel();
+    tokio::time::timeout(TIMEOUT, task).await.unwrap().unwrap();
 }

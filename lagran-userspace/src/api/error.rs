@@ -78,6 +78,10 @@ impl From<SchedulerError> for ApiError {
             e @ (SchedulerError::BadFreeze(_) | SchedulerError::Build(_)) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
             }
+            // Retry on the leader (a standby) or on the new leader (a fenced one).
+            e @ (SchedulerError::NotLeader { .. } | SchedulerError::Fenced { .. }) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
         }
     }
 }

@@ -38,6 +38,10 @@ use crate::scheduler::geo_reload::reload_configured;
 /// Re-reads the overrides into the partitions and publishes a new route table.
 async fn apply_overrides(state: &AppState) -> Result<(), ApiError> {
     let n = state.scheduler.reload_overrides().await?;
+    // A standby tells the leader to read the overrides again (crate::cluster).
+    if !state.scheduler.leading() {
+        state.store.notify_change("overrides").await?;
+    }
     tracing::debug!(overrides = n, "geo overrides applied");
     state.after_write().await;
     Ok(())

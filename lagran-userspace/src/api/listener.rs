@@ -12,6 +12,10 @@
 //! - **Connection cap** ([`Limits::max_connections`]): past it, a new
 //!   connection is answered `503` with `connection: close` at once (so the
 //!   client learns why) and closed; the open ones are not disturbed.
+//! - **TLS** (`--api-tls-cert`/`--api-tls-key`, [`serve_tls`]): the same
+//!   connections over rustls; the handshake counts against the cap and must
+//!   finish within [`TLS_HANDSHAKE_TIMEOUT`]. A client speaking cleartext
+//!   fails its handshake: there is no fallback.
 
 use std::io;
 use std::pin::Pin;
@@ -36,6 +40,8 @@ pub const API_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const API_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default: at most 512 connections at once.
 pub const API_MAX_CONNECTIONS: usize = 512;
+/// A TLS handshake slower than this is dropped (a stalled client holds nothing).
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long open connections may finish after shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -71,6 +77,27 @@ impl Default for Limits {
 /// Serves `app` on `listener` until `shutdown`, then lets open requests finish
 /// (up to a few seconds).
 pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown: CancellationToken) -> io::Result<()> {
+    serve_with(listener, app, limits, None, shutdown).await
+}
+
+/// [`serve`] over TLS: every connection is a rustls stream, under the same limits.
+pub async fn serve_tls(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    config: Arc<rustls::ServerConfig>,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    serve_with(listener, app, limits, Some(tokio_rustls::TlsAcceptor::from(config)), shutdown).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let tracker = TaskTracker::new();
     let mut refused: u64 = 0;
@@ -99,10 +126,17 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
             });
             continue;
         };
-        let (app, shutdown) = (app.clone(), shutdown.clone());
+        let (app, shutdown, tls) = (app.clone(), shutdown.clone(), tls.clone());
         tracker.spawn(async move {
             let _permit = permit;
-            serve_connection(stream, app, limits, shutdown).await;
+            let Some(acceptor) = tls else {
+                return serve_connection(stream, app, limits, shutdown).await;
+            };
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => serve_connection(stream, app, limits, shutdown).await,
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "API TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "API TLS handshake timed out"),
+            }
         });
     }
     drop(listener);

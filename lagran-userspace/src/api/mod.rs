@@ -58,6 +58,8 @@ pub struct AppState {
     pub console: Arc<crate::console::Console>,
     /// The supervised background tasks; a recent panic makes `/healthz` 503.
     pub tasks: Arc<crate::supervisor::Supervisor>,
+    /// This control process's API URL (NS-host reports name who took them).
+    pub api_url: Arc<str>,
 }
 
 impl AppState {
@@ -103,6 +105,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/routes/rollback", post(routes::rollback))
         .route("/api/v1/routes/resume", post(routes::resume))
         .route("/api/v1/routes/table", get(routes::table))
+        .route("/api/v1/nshosts", get(routes::nshosts))
         .route("/api/v1/geo/overrides", get(geo::list_overrides).post(geo::upsert_override))
         .route("/api/v1/geo/overrides/{prefix}", axum::routing::delete(geo::delete_override))
         .route("/api/v1/geo/reload", post(geo::reload))
@@ -119,14 +122,24 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves the API on `listener` until `shutdown`, behind the Host/Origin check
-/// ([`browser_guard`]) and the listener's timeouts and connection cap ([`listener`]).
-pub async fn run(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+/// ([`browser_guard`]) and the listener's timeouts and connection cap ([`listener`]),
+/// over TLS when `tls` is given (`--api-tls-cert`/`--api-tls-key`).
+pub async fn run(
+    listener: TcpListener,
+    state: AppState,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     let guard = browser_guard::BrowserGuard {
         listen: listener.local_addr()?,
         open: state.auth.writes_open() || state.auth.reads_open(),
     };
     let app = router(state).layer(axum::middleware::from_fn_with_state(guard, browser_guard::layer));
-    listener::serve(listener, app, listener::Limits::default(), shutdown).await
+    let limits = listener::Limits::default();
+    match tls {
+        Some(config) => listener::serve_tls(listener, app, limits, config, shutdown).await,
+        None => listener::serve(listener, app, limits, shutdown).await,
+    }
 }
 
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {

@@ -58,24 +58,42 @@ pub async fn resume(State(state): State<AppState>, headers: HeaderMap) -> Result
     Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "frozen": false })))
 }
 
-/// `GET /api/v1/routes/table?since=V&wait_ms=M` parameters.
+/// `GET /api/v1/routes/table` parameters ([`crate::table_stream`]).
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct TableParams {
     /// The version the NS host serves; the call waits while the table is still that one.
     #[serde(default)]
     pub since: u64,
+    /// The epoch of the NS host's table.
+    #[serde(default)]
+    pub epoch: u64,
     /// How long to wait for a newer table (at most 30 s).
     #[serde(default)]
     pub wait_ms: u64,
+    /// `1`: answer a [`crate::table_stream::TableUpdate`] (delta or full).
+    #[serde(default)]
+    pub deltas: u8,
+    /// `1`: a whole table even when a delta would do.
+    #[serde(default)]
+    pub full: u8,
+    /// The NS host's report: its name, queries answered, confirmation age.
+    pub host: Option<String>,
+    #[serde(default)]
+    pub queries: u64,
+    #[serde(default)]
+    pub confirmed_ms_ago: i64,
 }
 
-/// The route table stream for NS hosts: long-polls for a table newer than
-/// `since`, answers it whole (JSON), or 304 when none came within `wait_ms`.
+/// The route table stream for NS hosts ([`crate::table_stream`]): long-polls
+/// for a table newer than the host's `(epoch, since)`, answers it (a delta
+/// or the whole table), or 304 when none came within `wait_ms`.
 ///
 /// Every answer confirms the table the NS host will be serving (SPEC §7): a
-/// 304 says "yours is still current". While the scheduler itself has stopped
-/// confirming (its recomputes fail), a 304 would be a false confirmation, so
-/// the stream answers 503 instead and the NS host's table ages towards stale.
+/// 304 says "yours is still current". While the control plane itself has
+/// stopped confirming (its recomputes fail, or no leader confirms), a 304
+/// would be a false confirmation, so the stream answers 503 instead and the
+/// NS host tries another control process; so it does when this process is
+/// behind the NS host (a standby catching up, a deposed leader).
 pub async fn table(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -83,27 +101,95 @@ pub async fn table(
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
     state.auth.check_agent(&headers)?;
+    if let Some(host) = p.host.as_deref().filter(|h| !h.is_empty() && h.len() <= 255) {
+        let report = crate::store::cluster::NsHostReport {
+            name: host.to_string(),
+            version: p.since,
+            epoch: p.epoch,
+            queries: p.queries,
+            confirmed_ms_ago: p.confirmed_ms_ago,
+            reported_to: state.api_url.to_string(),
+            reported_at_ms: crate::clock::now_ms(),
+        };
+        // Recorded before the long poll, in request order (a report never goes back).
+        if let Err(e) = state.store.record_ns_report(&report).await {
+            tracing::warn!(host = %report.name, error = %e, "cannot record an NS host's report");
+        }
+    }
+    let from = (p.epoch, p.since);
     let mut rx = state.scheduler.subscribe();
     let wait = std::time::Duration::from_millis(p.wait_ms.min(30_000));
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let t = state.scheduler.table().load_full();
-        if t.version != 0 && t.version != p.since {
-            return Ok(Json(&*t).into_response());
+        if t.version != 0 && (p.since == 0 || t.position() > from) {
+            if p.deltas == 0 {
+                return Ok(Json(&*t).into_response());
+            }
+            let base = if p.full == 0 { from } else { (0, 0) };
+            let body = state
+                .scheduler
+                .history()
+                .update(base, &t)
+                .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            return Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response());
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
             Ok(Ok(())) => continue,
             _ => {
+                let unavailable = |m: String| ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, m);
+                if t.version != 0 && t.position() < from {
+                    return Err(unavailable(format!(
+                        "this control process serves table {}/{}, behind the NS host's {}/{}",
+                        t.epoch, t.version, p.epoch, p.since
+                    )));
+                }
                 let confirmation = state.scheduler.confirmation();
                 if confirmation.is_stale(&state.dns, crate::clock::now_ms()) {
                     let ago = confirmation.ms_ago(crate::clock::now_ms()).unwrap_or(-1);
-                    return Err(ApiError::new(
-                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                        format!("the scheduler has not confirmed route table {} for {ago} ms", t.version),
-                    ));
+                    return Err(unavailable(format!(
+                        "the control plane has not confirmed route table {} for {ago} ms",
+                        t.version
+                    )));
                 }
                 return Ok(axum::http::StatusCode::NOT_MODIFIED.into_response());
             }
         }
     }
+}
+
+/// `GET /api/v1/nshosts`: every NS host's last report on the stream, with
+/// how far it is behind this control process's table. `lag_ms` is 0 for a
+/// host serving the current table, else the time since the first table it
+/// lacks was generated (as far as this process remembers; else the current one).
+pub async fn nshosts(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    state.auth.check_agent(&headers)?;
+    let reports = state.store.list_ns_reports().await?;
+    let current = state.scheduler.table().load_full();
+    let now = crate::clock::now_ms();
+    let hosts: Vec<Value> = reports
+        .into_iter()
+        .map(|r| {
+            let behind = (r.epoch, r.version) < current.position();
+            let lag_ms = if behind {
+                let first_missing = state
+                    .scheduler
+                    .history()
+                    .first_after((r.epoch, r.version))
+                    .map_or(current.generated_at_ms, |t| t.generated_at_ms);
+                (now - first_missing).max(0)
+            } else {
+                0
+            };
+            json!({
+                "name": r.name, "version": r.version, "epoch": r.epoch, "queries": r.queries,
+                "confirmed_ms_ago": r.confirmed_ms_ago, "reported_to": r.reported_to,
+                "reported_at_ms": r.reported_at_ms, "last_report_ms_ago": (now - r.reported_at_ms).max(0),
+                "current": !behind, "lag_ms": lag_ms,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "version": current.version, "epoch": current.epoch, "leading": state.scheduler.leading(), "nshosts": hosts,
+    })))
 }

@@ -364,7 +364,7 @@ fn api_client(config: &Config, api: Option<&str>) -> ApiClient {
             format!("http://{addr}")
         }
     };
-    ApiClient::new(&base, config.admin_token.clone(), config.agent_token.clone())
+    ApiClient::new(&base, config.admin_token.clone(), config.agent_token.clone()).with_tls(config.client_tls())
 }
 
 fn api_error(method: &'static str, client: &ApiClient, path: &str, r: &ApiResponse) -> GeoError {

@@ -18,6 +18,7 @@ pub struct ApiClient {
     base: String,
     admin_token: Option<String>,
     agent_token: Option<String>,
+    tls: crate::control_tls::ClientTls,
 }
 
 /// An answer: the status code and the JSON body (`Value::Null` when empty, a string
@@ -62,7 +63,14 @@ impl ApiClient {
             base,
             admin_token: admin_token.filter(|t| !t.is_empty()),
             agent_token: agent_token.filter(|t| !t.is_empty()),
+            tls: crate::control_tls::ClientTls::default(),
         }
+    }
+
+    /// What an `https://` base trusts and presents (`--ca`).
+    pub fn with_tls(mut self, tls: crate::control_tls::ClientTls) -> ApiClient {
+        self.tls = tls;
+        self
     }
 
     /// The API base URL.
@@ -82,13 +90,11 @@ impl ApiClient {
             _ => "HTTP",
         };
         let fail = |reason: String| GeoError::Client { method: m, url: url.clone(), reason };
-        if !url.starts_with("http://") {
-            return Err(fail("only http:// API addresses are supported".into()));
-        }
         let transport = crate::api_client::ApiClient {
             base: self.base.clone(),
             admin_token: self.admin_token.clone(),
             agent_token: self.agent_token.clone(),
+            tls: self.tls.clone(),
         };
         let (status, body) = tokio::time::timeout(TIMEOUT, transport.request(m, path, body))
             .await
@@ -128,7 +134,7 @@ mod tests {
         assert_eq!(c.base(), "http://127.0.0.1:9");
         let e = c.request(Method::GET, "/api/v1/geo/overrides", None).await.unwrap_err().to_string();
         assert!(e.contains("GET http://127.0.0.1:9/api/v1/geo/overrides") && e.contains("lagran serve"), "{e}");
-        let e = ApiClient::new("https://x", None, None).request(Method::GET, "/", None).await.unwrap_err();
-        assert!(e.to_string().contains("only http://"), "{e}");
+        let e = ApiClient::new("ftp://x", None, None).request(Method::GET, "/", None).await.unwrap_err();
+        assert!(e.to_string().contains("neither http nor https"), "{e}");
     }
 }

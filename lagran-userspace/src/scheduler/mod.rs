@@ -41,6 +41,7 @@ use crate::health::HealthMonitor;
 use crate::partition::{Override, PartitionTable};
 use crate::route_table::{RouteTable, SharedRouteTable};
 use crate::store::{Store, StoreError};
+use crate::table_stream::TableHistory;
 
 /// A scheduling failure.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +54,12 @@ pub enum SchedulerError {
     BadFreeze(String),
     #[error("the route-table build stopped: {0}")]
     Build(String),
+    /// A standby control process does not build or roll back tables.
+    #[error("this control process is a standby; the leader ({leader}) does this")]
+    NotLeader { leader: String },
+    /// Another control process took over: this one may no longer publish.
+    #[error("leadership term {epoch} has ended: another control process leads now")]
+    Fenced { epoch: u64 },
 }
 
 /// The event-driven recompute loop around [`build_route_table`].
@@ -86,6 +93,21 @@ pub struct Scheduler {
     partitions_changed: std::sync::atomic::AtomicBool,
     /// The last answer changes, for the console's timeline.
     change_log: Arc<ChangeLog>,
+    /// The recent tables and the encoded stream answers (route-table stream).
+    history: TableHistory,
+    /// Several control processes share the database (`crate::cluster`): every
+    /// table is stored, fenced by `epoch`, before it is published.
+    clustered: std::sync::atomic::AtomicBool,
+    /// Whether this process builds and publishes (always, outside a cluster).
+    leading: std::sync::atomic::AtomicBool,
+    /// The leadership term stamped on every table published (0 outside a cluster).
+    epoch: AtomicU64,
+    /// The next recompute publishes even when nothing changed (a new leader's first table).
+    force_publish: std::sync::atomic::AtomicBool,
+    /// Set when storing a table found the term ended.
+    fenced: std::sync::atomic::AtomicBool,
+    /// The leader's API URL, for a standby's refusals.
+    leader_hint: std::sync::Mutex<String>,
 }
 
 impl Scheduler {
@@ -121,6 +143,13 @@ impl Scheduler {
             pending: std::sync::Mutex::new(None),
             partitions_changed: std::sync::atomic::AtomicBool::new(true),
             change_log: Arc::new(ChangeLog::default()),
+            history: TableHistory::default(),
+            clustered: std::sync::atomic::AtomicBool::new(false),
+            leading: std::sync::atomic::AtomicBool::new(true),
+            epoch: AtomicU64::new(0),
+            force_publish: std::sync::atomic::AtomicBool::new(false),
+            fenced: std::sync::atomic::AtomicBool::new(false),
+            leader_hint: std::sync::Mutex::new(String::new()),
         }
     }
 
@@ -259,6 +288,7 @@ impl Scheduler {
     fn publish(&self, table: Arc<RouteTable>) -> Arc<RouteTable> {
         self.version.fetch_max(table.version, Ordering::SeqCst);
         let old = self.table.swap(table.clone());
+        self.history.record(table.clone());
         self.versions.send_replace(table.version);
         if old.version != 0 {
             *self.previous.lock().expect("previous-table lock poisoned") = Some(old.clone());
@@ -279,7 +309,9 @@ impl Scheduler {
         let Some(f) = self.store.load_freeze().await? else { return Ok(false) };
         let held: RouteTable =
             serde_json::from_str(&f.table_json).map_err(|e| SchedulerError::BadFreeze(e.to_string()))?;
-        let table = Arc::new(held.republished(self.next_version().max(f.version + 1), now_ms()));
+        let table =
+            Arc::new(held.republished(self.next_version().max(f.version + 1), now_ms()).with_epoch(self.epoch()));
+        self.store_clustered(&table).await?;
         self.frozen.store(true, Ordering::SeqCst);
         self.publish(table.clone());
         self.confirmation.confirm(now_ms());
@@ -294,6 +326,7 @@ impl Scheduler {
     /// Ends a rollback's freeze (in the store too); the next recompute
     /// publishes again.
     pub async fn resume(&self) -> Result<(), SchedulerError> {
+        self.check_leading()?;
         let _guard = self.build.lock().await;
         self.store.clear_freeze().await?;
         if self.frozen.swap(false, Ordering::SeqCst) {
@@ -315,6 +348,11 @@ impl Scheduler {
     /// re-rank and rebuild only what they touch (the table is the same as a
     /// full recompute's).
     pub async fn recompute_after(&self, change: Change) -> Result<Arc<RouteTable>, SchedulerError> {
+        if !self.leading() {
+            // A standby: the write is in the database; the leader recomputes what it touched.
+            self.store.notify_change(&change.to_notification()).await?;
+            return Ok(self.table.load_full());
+        }
         let result = self.recompute_inner(change).await;
         self.healthy.store(result.is_ok(), Ordering::SeqCst);
         if result.is_ok() {
@@ -363,7 +401,8 @@ impl Scheduler {
         let took = started.elapsed();
         self.last_duration_us.store(took.as_micros() as u64, Ordering::Relaxed);
         self.recomputes.fetch_add(1, Ordering::Relaxed);
-        if same {
+        let forced = self.force_publish.load(Ordering::SeqCst);
+        if same && !forced {
             tracing::debug!(
                 version = current.version,
                 took_ms = took.as_secs_f64() * 1e3,
@@ -371,7 +410,9 @@ impl Scheduler {
             );
             return Ok(current);
         }
-        let table = Arc::new(table);
+        let table = Arc::new(table.with_epoch(self.epoch()));
+        self.store_clustered(&table).await?;
+        self.force_publish.store(false, Ordering::SeqCst);
         self.publish(table.clone());
         tracing::debug!(version, took_ms = took.as_secs_f64() * 1e3, "route table recomputed and published");
         Ok(table)
@@ -383,13 +424,15 @@ impl Scheduler {
     /// the XDP maps) takes it as the newest table. Takes the build lock: a
     /// recompute in flight finishes first and cannot publish over the rollback.
     pub async fn rollback(&self) -> Result<Arc<RouteTable>, SchedulerError> {
+        self.check_leading()?;
         let _guard = self.build.lock().await;
         let prev =
             self.previous.lock().expect("previous-table lock poisoned").clone().ok_or(SchedulerError::NoPrevious)?;
-        let table = Arc::new(prev.republished(self.next_version(), now_ms()));
+        let table = Arc::new(prev.republished(self.next_version(), now_ms()).with_epoch(self.epoch()));
         let json = serde_json::to_string(&*table).map_err(|e| SchedulerError::BadFreeze(e.to_string()))?;
         // Stored first: a rollback the store did not record does not happen.
         self.store.save_freeze(table.version, &json).await?;
+        self.store_clustered(&table).await?;
         self.frozen.store(true, Ordering::SeqCst);
         self.publish(table.clone());
         self.confirmation.confirm(now_ms());
@@ -399,6 +442,95 @@ impl Scheduler {
             "route table rolled back and frozen until resumed"
         );
         Ok(table)
+    }
+
+    /// The recent tables and encoded stream answers.
+    pub fn history(&self) -> &TableHistory {
+        &self.history
+    }
+
+    /// The leadership term stamped on the tables this process publishes.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Whether this process builds and publishes tables (always, outside a cluster).
+    pub fn leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    /// Whether storing a table found this process's term ended.
+    pub fn fenced(&self) -> bool {
+        self.fenced.load(Ordering::SeqCst)
+    }
+
+    fn check_leading(&self) -> Result<(), SchedulerError> {
+        if self.leading() {
+            return Ok(());
+        }
+        let leader = self.leader_hint.lock().expect("leader hint lock poisoned").clone();
+        Err(SchedulerError::NotLeader { leader: if leader.is_empty() { "none yet".into() } else { leader } })
+    }
+
+    /// Joins a cluster of control processes as a standby: nothing is built or
+    /// published here until [`Scheduler::lead`]; writes are passed to the
+    /// leader; tables come from [`Scheduler::adopt`].
+    pub fn join_cluster(&self) {
+        self.clustered.store(true, Ordering::SeqCst);
+        self.leading.store(false, Ordering::SeqCst);
+    }
+
+    /// The leader's API URL (for a standby's refusals).
+    pub fn set_leader_hint(&self, leader: &str) {
+        *self.leader_hint.lock().expect("leader hint lock poisoned") = leader.to_string();
+    }
+
+    /// Takes the lead under `epoch`: tables are numbered above `stored_max`
+    /// (every version any leader stored) and the next recompute publishes
+    /// even if nothing changed, so every NS host moves to the new epoch.
+    pub async fn lead(&self, epoch: u64, stored_max: u64) {
+        let _guard = self.build.lock().await;
+        self.version.fetch_max(stored_max, Ordering::SeqCst);
+        self.epoch.store(epoch, Ordering::SeqCst);
+        self.fenced.store(false, Ordering::SeqCst);
+        self.force_publish.store(true, Ordering::SeqCst);
+        self.frozen.store(false, Ordering::SeqCst);
+        self.leading.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops leading (the term ended): back to a standby.
+    pub fn step_down(&self) {
+        self.leading.store(false, Ordering::SeqCst);
+    }
+
+    /// A standby takes a table the leader stored: published here (for the
+    /// stream and reads) when it is newer than the one it has.
+    pub async fn adopt(&self, table: RouteTable) -> bool {
+        let _guard = self.build.lock().await;
+        if self.leading() || table.position() <= self.table.load().position() {
+            return false;
+        }
+        self.publish(Arc::new(table));
+        true
+    }
+
+    /// Stores `table` before it is published, when clustered; a fenced store
+    /// ends this process's lead.
+    async fn store_clustered(&self, table: &Arc<RouteTable>) -> Result<(), SchedulerError> {
+        if !self.clustered.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let t = table.clone();
+        let json = tokio::task::spawn_blocking(move || serde_json::to_string(&*t))
+            .await
+            .map_err(|e| SchedulerError::Build(e.to_string()))?
+            .map_err(|e| SchedulerError::Build(e.to_string()))?;
+        if !self.store.store_route_table(table.epoch, table.version, &json).await? {
+            self.fenced.store(true, Ordering::SeqCst);
+            self.leading.store(false, Ordering::SeqCst);
+            return Err(SchedulerError::Fenced { epoch: table.epoch });
+        }
+        Ok(())
     }
 
     /// Runs until `shutdown`: a recompute on every trigger and every `recompute_secs`.

@@ -30,6 +30,7 @@ use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Mig
 use sqlx::{Any, AnyPool, Decode, Row, Transaction, Type};
 
 pub mod certificates;
+pub mod cluster;
 pub mod freeze;
 pub mod lines;
 pub mod nodes;
@@ -58,6 +59,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (2, "route freeze", include_str!("../../../migrations/sqlite/0002_route_freeze.sql")),
     (3, "answer modes", include_str!("../../../migrations/sqlite/0003_answer_modes.sql")),
     (4, "sites", include_str!("../../../migrations/sqlite/0004_sites.sql")),
+    (5, "cluster", include_str!("../../../migrations/sqlite/0005_cluster.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -66,6 +68,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (2, "route freeze", include_str!("../../../migrations/postgres/0002_route_freeze.sql")),
     (3, "answer modes", include_str!("../../../migrations/postgres/0003_answer_modes.sql")),
     (4, "sites", include_str!("../../../migrations/postgres/0004_sites.sql")),
+    (5, "cluster", include_str!("../../../migrations/postgres/0005_cluster.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
@@ -298,6 +301,17 @@ impl Store {
         };
         self.pool.begin_with(statement).await.ctx(|| "starting a read transaction".to_string())
     }
+}
+
+/// The file of a SQLite database URL; `None` for PostgreSQL and in-memory databases.
+pub fn sqlite_file(url: &str) -> Option<PathBuf> {
+    if Backend::from_url(url).ok()? != Backend::Sqlite {
+        return None;
+    }
+    let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
+    let path = rest.split_once('?').map_or(rest, |(p, _)| p);
+    let memory = path.is_empty() || path == ":memory:" || rest.contains("mode=memory");
+    (!memory).then(|| PathBuf::from(path))
 }
 
 /// Turns a SQLite URL into one that creates the file, creating its directory.

@@ -49,6 +49,24 @@ pub enum Change {
 }
 
 impl Change {
+    /// The change as a standby tells the leader (`NOTIFY lagran_changes`, crate::cluster).
+    pub fn to_notification(&self) -> String {
+        match self {
+            Change::Node(name) => format!("node:{name}"),
+            Change::Liveness => "liveness".into(),
+            Change::Rules => "rules".into(),
+            Change::Everything => "everything".into(),
+        }
+    }
+
+    /// A standby's notification read back; anything unknown is [`Change::Everything`].
+    pub fn from_notification(payload: &str) -> Change {
+        match payload {
+            "liveness" => Change::Liveness,
+            "rules" => Change::Rules,
+            p => p.strip_prefix("node:").map_or(Change::Everything, |n| Change::Node(n.to_string())),
+        }
+    }
     /// Whether a build may start from the last one's record.
     pub fn allows_incremental(&self) -> bool {
         matches!(self, Change::Node(_) | Change::Liveness)
