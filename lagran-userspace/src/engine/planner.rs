@@ -333,11 +333,11 @@ impl Plan {
         // Whether node `n` shares the class's province, city or ISP (fields 1..=3).
         let shares = |n: u32, upto: usize| (1..upto).any(|f| key[f] >= 2 && nf[n as usize][f] == key[f]);
         // The nodes sharing a province, city or ISP with the class, each once.
-        for f in 1..4 {
-            if key[f] < 2 {
+        for (f, &id) in key.iter().enumerate().skip(1) {
+            if id < 2 {
                 continue;
             }
-            for &n in set.by_field[f - 1].get(&key[f]).map_or(&[][..], Vec::as_slice) {
+            for &n in set.by_field[f - 1].get(&id).map_or(&[][..], Vec::as_slice) {
                 if !shares(n, f) {
                     self.push_top(&mut all, cap, (n, self.score(n as usize, class)));
                 }
