@@ -99,6 +99,10 @@ struct Args {
     /// Rounds of load noise.
     #[arg(long, default_value_t = 100)]
     rounds: usize,
+    /// The distance policy's penalty per 1 000 km under `isp+distance`
+    /// (default: the product default); for sensitivity runs.
+    #[arg(long)]
+    distance_per_1000km: Option<f64>,
     /// Where the CSV files go.
     #[arg(long, default_value = "target/simulate")]
     out: PathBuf,
@@ -223,6 +227,13 @@ struct Report {
     cross_carrier: f64,
     same_carrier_when_eligible: f64,
     within_10pct: f64,
+    /// Of the clients measured for distance, the share answered farther than
+    /// 1.1× the nearest same-carrier node by a node of their own province
+    /// while the nearest is in another (the province term decided) ...
+    farther_province_term: f64,
+    /// ... and the share answered farther otherwise: load and weight
+    /// outweighed the distance term (capped at `max_penalty`).
+    farther_load_term: f64,
     noise_changed_clients: usize,
     noise_changes: usize,
     failed_node: String,
@@ -257,6 +268,7 @@ fn run_one(
 
     let mut r = Report { fleet: fleet.name, policy, clients: clients.len(), ..Report::default() };
     let (mut sp, mut sc, mut cc, mut eligible, mut sc_el, mut dist_n, mut within) = (0, 0, 0, 0, 0, 0, 0);
+    let (mut far_province, mut far_load) = (0, 0);
     for (c, a) in clients.iter().zip(&base) {
         let Some(n) = a.as_deref().and_then(|a| by_name.get(a)) else { continue };
         sp += usize::from(n.province == c.loc.province);
@@ -269,11 +281,23 @@ fn run_one(
             if let Some(cc_) = c.coords {
                 let nearest = same
                     .iter()
-                    .filter_map(|m| node_coords[m.name.as_str()].map(|p| haversine_km(cc_, p)))
-                    .fold(f64::INFINITY, f64::min);
-                if let Some(p) = node_coords[n.name.as_str()] {
+                    .filter_map(|m| node_coords[m.name.as_str()].map(|p| (haversine_km(cc_, p), *m)))
+                    .min_by(|a, b| a.0.total_cmp(&b.0));
+                if let (Some(p), Some((nearest, closest))) = (node_coords[n.name.as_str()], nearest) {
                     dist_n += 1;
-                    within += usize::from(n.isp == c.loc.isp && haversine_km(cc_, p) <= nearest * 1.1 + 1.0);
+                    let near = n.isp == c.loc.isp && haversine_km(cc_, p) <= nearest * 1.1 + 1.0;
+                    within += usize::from(near);
+                    if !near && n.isp == c.loc.isp {
+                        // The province term decided when it took the client to its own
+                        // province although the nearest node is in another one; else
+                        // load and weight outweighed the distance term.
+                        let province = |m: &Node| Location::new(&m.country, &m.province, &m.city, &m.isp).province;
+                        if province(n) == c.loc.province && province(closest) != c.loc.province {
+                            far_province += 1;
+                        } else {
+                            far_load += 1;
+                        }
+                    }
                 }
             }
         }
@@ -284,6 +308,8 @@ fn run_one(
     r.cross_carrier = pct(cc, answered);
     r.same_carrier_when_eligible = pct(sc_el, eligible);
     r.within_10pct = pct(within, dist_n);
+    r.farther_province_term = pct(far_province, dist_n);
+    r.farther_load_term = pct(far_load, dist_n);
 
     // ±10 % relative load noise, rounds in a row, the build state carried over
     // as the running scheduler carries it.
@@ -381,7 +407,10 @@ fn main() -> anyhow::Result<()> {
                 "isp+distance",
                 ScheduleSettings {
                     isp_must_match: true,
-                    distance: Some(DistancePolicy::default()),
+                    distance: Some(DistancePolicy {
+                        per_1000km: a.distance_per_1000km.unwrap_or(DistancePolicy::default().per_1000km),
+                        ..DistancePolicy::default()
+                    }),
                     ..ScheduleSettings::default()
                 },
             ),
@@ -392,9 +421,9 @@ fn main() -> anyhow::Result<()> {
         }
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let header = "fleet,policy,clients,same_province_pct,same_carrier_pct,cross_carrier_pct,same_carrier_when_eligible_pct,within_10pct_of_nearest_same_carrier_pct,noise_rounds,noise_changed_clients,noise_answer_changes,failed_node,failed_node_clients,failed_clients_to_next_best_pct,other_clients_moved";
+    let header = "fleet,policy,clients,same_province_pct,same_carrier_pct,cross_carrier_pct,same_carrier_when_eligible_pct,within_10pct_of_nearest_same_carrier_pct,farther_by_province_term_pct,farther_by_load_term_pct,noise_rounds,noise_changed_clients,noise_answer_changes,failed_node,failed_node_clients,failed_clients_to_next_best_pct,other_clients_moved";
     println!(
-        "{:<7} {:<13} {:>8} {:>7} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>9} {:>7}",
+        "{:<7} {:<13} {:>8} {:>7} {:>7} {:>7} {:>9} {:>9} {:>7} {:>7} {:>8} {:>8} {:>9} {:>7}",
         "fleet",
         "policy",
         "clients",
@@ -403,6 +432,8 @@ fn main() -> anyhow::Result<()> {
         "cross%",
         "C|elig%",
         "≤1.1×d%",
+        ">d,prov%",
+        ">d,load%",
         "noise-cl",
         "noise-ch",
         "fail→2nd%",
@@ -410,7 +441,7 @@ fn main() -> anyhow::Result<()> {
     );
     for r in &reports {
         println!(
-            "{:<7} {:<13} {:>8} {:>7.1} {:>7.1} {:>7.1} {:>9.1} {:>9.1} {:>8} {:>8} {:>9.1} {:>7}",
+            "{:<7} {:<13} {:>8} {:>7.1} {:>7.1} {:>7.1} {:>9.1} {:>9.1} {:>7.1} {:>7.1} {:>8} {:>8} {:>9.1} {:>7}",
             r.fleet,
             r.policy,
             r.clients,
@@ -419,6 +450,8 @@ fn main() -> anyhow::Result<()> {
             r.cross_carrier,
             r.same_carrier_when_eligible,
             r.within_10pct,
+            r.farther_province_term,
+            r.farther_load_term,
             r.noise_changed_clients,
             r.noise_changes,
             r.failed_to_next_best,
@@ -433,7 +466,7 @@ fn main() -> anyhow::Result<()> {
         let mut csv = format!("{header}\n");
         for r in rows {
             csv.push_str(&format!(
-                "{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{},{:.2},{}\n",
+                "{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{},{:.2},{}\n",
                 r.fleet,
                 r.policy,
                 r.clients,
@@ -442,6 +475,8 @@ fn main() -> anyhow::Result<()> {
                 r.cross_carrier,
                 r.same_carrier_when_eligible,
                 r.within_10pct,
+                r.farther_province_term,
+                r.farther_load_term,
                 a.rounds,
                 r.noise_changed_clients,
                 r.noise_changes,

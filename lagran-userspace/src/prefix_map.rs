@@ -9,6 +9,7 @@
 
 use std::fmt::Debug;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 /// An unsigned integer holding an address of one family.
 pub trait PrefixAddr: Copy + Ord + Debug + Send + Sync + 'static {
@@ -47,9 +48,21 @@ pub struct Prefix<A> {
 }
 
 /// Sorted, non-overlapping CIDR blocks that cover the whole address space.
+///
+/// Immutable once built: the columns are shared, so a clone (the build's
+/// record, names with the same answers, the published table) costs a
+/// reference count, and equal clones compare by pointer. They serialize as
+/// plain sequences, as before the sharing.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(bound(serialize = "A: serde::Serialize", deserialize = "A: serde::de::DeserializeOwned"))]
 pub struct PrefixMap<A: PrefixAddr> {
+    starts: Arc<[A]>,
+    lens: Arc<[u8]>,
+    values: Arc<[u32]>,
+}
+
+/// A [`PrefixMap`] being built.
+struct Columns<A> {
     starts: Vec<A>,
     lens: Vec<u8>,
     values: Vec<u32>,
@@ -61,7 +74,7 @@ pub type PrefixMapV6 = PrefixMap<u128>;
 impl<A: PrefixAddr> PrefixMap<A> {
     /// One block, `/0`, holding `value`.
     pub fn uniform(value: u32) -> Self {
-        PrefixMap { starts: vec![A::from_u128(0)], lens: vec![0], values: vec![value] }
+        PrefixMap { starts: Arc::from([A::from_u128(0)]), lens: Arc::from([0]), values: Arc::from([value]) }
     }
 
     /// Builds the map from inclusive ranges sorted by start, which must not overlap.
@@ -101,31 +114,13 @@ impl<A: PrefixAddr> PrefixMap<A> {
         if !done {
             push(next, max, fill, &mut merged);
         }
-        let mut map = PrefixMap { starts: Vec::new(), lens: Vec::new(), values: Vec::new() };
+        let n = merged.len();
+        let mut map =
+            Columns { starts: Vec::with_capacity(n), lens: Vec::with_capacity(n), values: Vec::with_capacity(n) };
         for (s, e, v) in merged {
             map.push_range(s, e, v);
         }
-        map
-    }
-
-    fn push_range(&mut self, mut s: u128, e: u128, v: u32) {
-        let bits = A::BITS;
-        loop {
-            // Largest block aligned at `s` that does not pass `e`.
-            let align = if s == 0 { bits } else { s.trailing_zeros().min(bits) };
-            let span = e - s; // size - 1
-            let fit = if span == u128::MAX { 128 } else { 128 - (span + 1).leading_zeros() - 1 };
-            let host_bits = align.min(fit).min(bits);
-            self.starts.push(A::from_u128(s));
-            self.lens.push((bits - host_bits) as u8);
-            self.values.push(v);
-            let size_minus_one = if host_bits >= 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
-            let block_end = s + size_minus_one;
-            if block_end >= e {
-                break;
-            }
-            s = block_end + 1;
-        }
+        PrefixMap { starts: map.starts.into(), lens: map.lens.into(), values: map.values.into() }
     }
 
     /// The block holding `addr`: its value and prefix length.
@@ -142,6 +137,14 @@ impl<A: PrefixAddr> PrefixMap<A> {
 
     pub fn len(&self) -> usize {
         self.starts.len()
+    }
+
+    /// Whether `other` is a clone of this very map (not only equal): then
+    /// nothing built from one needs building again for the other.
+    pub fn shares(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.starts, &other.starts)
+            && Arc::ptr_eq(&self.lens, &other.lens)
+            && Arc::ptr_eq(&self.values, &other.values)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -212,7 +215,29 @@ impl<A: PrefixAddr> PrefixMap<A> {
 
     /// Approximate heap bytes held.
     pub fn heap_bytes(&self) -> usize {
-        self.starts.capacity() * std::mem::size_of::<A>() + self.lens.capacity() + self.values.capacity() * 4
+        self.starts.len() * std::mem::size_of::<A>() + self.lens.len() + self.values.len() * 4
+    }
+}
+
+impl<A: PrefixAddr> Columns<A> {
+    fn push_range(&mut self, mut s: u128, e: u128, v: u32) {
+        let bits = A::BITS;
+        loop {
+            // Largest block aligned at `s` that does not pass `e`.
+            let align = if s == 0 { bits } else { s.trailing_zeros().min(bits) };
+            let span = e - s; // size - 1
+            let fit = if span == u128::MAX { 128 } else { 128 - (span + 1).leading_zeros() - 1 };
+            let host_bits = align.min(fit).min(bits);
+            self.starts.push(A::from_u128(s));
+            self.lens.push((bits - host_bits) as u8);
+            self.values.push(v);
+            let size_minus_one = if host_bits >= 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+            let block_end = s + size_minus_one;
+            if block_end >= e {
+                break;
+            }
+            s = block_end + 1;
+        }
     }
 }
 
@@ -290,11 +315,11 @@ mod tests {
         let m = PrefixMapV4::from_ranges([(5u32, 17u32, 1u32), (18, 1000, 2)], 0);
         assert_eq!(m.check(3), Ok(()));
         assert!(m.check(2).is_err(), "value 2 has no answer");
-        let mut broken = m.clone();
-        broken.starts[1] += 1;
+        let mut starts = m.starts.to_vec();
+        starts[1] += 1;
+        let broken = PrefixMapV4 { starts: starts.into(), ..m.clone() };
         assert!(broken.check(3).is_err());
-        let mut short = m.clone();
-        short.starts.pop();
+        let short = PrefixMapV4 { starts: m.starts[..m.starts.len() - 1].into(), ..m.clone() };
         assert!(short.check(3).is_err());
         assert_eq!(PrefixMapV6::uniform(0).check(1), Ok(()));
     }

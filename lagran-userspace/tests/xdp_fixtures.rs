@@ -821,6 +821,38 @@ fn names_of_every_word_alignment_and_case() {
     }
 }
 
+/// A table whose names share their maps with the synced one (an incremental
+/// build left them alone) writes nothing for them; a name with a new map, or
+/// with the same map and other answers, is patched.
+#[test]
+fn shared_maps_write_nothing_and_changed_names_are_patched() {
+    let mut fx = Fixture::new();
+    let mut zones = fx.table.zones.clone();
+    let names = &mut zones[0].names;
+    // edge: a new map, 10/8 now gets answer 0 like the rest.
+    names[0].v4 = PrefixMapV4::from_ranges([(v4("58.60.0.0"), v4("58.60.255.255"), 2)], 0);
+    // pool-a: the very same map, other addresses.
+    names[1].answers = vec![answer(20, &["198.51.100.9"])];
+    let t = RouteTable::new(8, now_ms(), zones.clone());
+    let stats = fx.writer.sync(&t, &settings()).unwrap();
+    assert!(stats.routes_upserted + stats.routes_deleted > 0, "{stats:?}");
+    fx.table = t;
+    let m = fx.answered(&Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes()));
+    assert_eq!(read_resp(&m, wire("edge.lagran.net").len()).answers, vec![(30, ip("192.0.2.10"))], "10/8 moved");
+    let m = fx.answered(&Frame::new().build(&Dns::a("pool-a.edge.lagran.net").bytes()));
+    assert_eq!(read_resp(&m, wire("pool-a.edge.lagran.net").len()).answers, vec![(20, ip("198.51.100.9"))]);
+    fx.answered(&Frame::new().from("100.1.2.3").build(&Dns::a("canary.edge.lagran.net").bytes()));
+
+    // The same names again under a new version: nothing to write.
+    let t = RouteTable::new(9, now_ms(), zones);
+    let stats = fx.writer.sync(&t, &settings()).unwrap();
+    assert_eq!((stats.routes_upserted, stats.routes_deleted, stats.names_upserted), (0, 0, 0), "{stats:?}");
+    assert!(stats.routes_total > 0);
+    fx.table = t;
+    let m = fx.answered(&Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes()));
+    assert_eq!(read_resp(&m, wire("edge.lagran.net").len()).answers, vec![(30, ip("192.0.2.10"))]);
+}
+
 /// A name whose hash finds an entry for another name is passed: the stored wire
 /// name decides, never the hash alone.
 #[test]

@@ -102,6 +102,15 @@ pub struct Options {
     /// Highest rate tried, queries per second.
     #[arg(long, default_value_t = 3_200_000)]
     pub max_rate: u64,
+    /// Skip the fleet step (1 000 nodes over the API, PATCH → map entry, heartbeats/s).
+    #[arg(long)]
+    pub no_fleet: bool,
+    /// Nodes the fleet step adds over the API.
+    #[arg(long, default_value_t = 1_000)]
+    pub fleet_nodes: usize,
+    /// Heartbeats per second the fleet step sends (the goal: ≥ 1 000/s absorbed).
+    #[arg(long, default_value_t = 1_000)]
+    pub heartbeat_rate: u64,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -510,6 +519,44 @@ impl Bench {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The fleet step against the running XDP daemon: `--fleet-nodes` nodes at real
+    /// client locations over the API, then PATCH → map entry for the node that
+    /// serves the probe client (keys `fleet_*`), then heartbeats per second with
+    /// the userspace responder's DNS p99 with and without them.
+    fn fleet(&self, daemon: &Bg) -> anyhow::Result<Results> {
+        let pid = daemon.pid().to_string();
+        let xdb = self.xdb.display().to_string();
+        let nodes = self.opts.fleet_nodes.to_string();
+        let mut add = Command::new("nsenter");
+        add.args(["-t", &pid, "-n"]).arg(&self.helper).args(["fleet-add", "--xdb", &xdb, "--nodes", &nodes]);
+        let mut r = parse_results(&util::output(&mut add).context("adding the fleet over the API")?);
+        let mut failover = Command::new("nsenter");
+        failover.args(["-t", &pid, "-m", "-n"]).arg(&self.helper).args([
+            "failover",
+            "--pin-dir",
+            PIN_DIR,
+            "--node",
+            "auto",
+            "--client",
+            "58.60.1.1",
+        ]);
+        let f = parse_results(&util::output(&mut failover).context("PATCH → map entry with the fleet")?);
+        r.extend(f.into_iter().map(|(k, v)| (format!("fleet_{k}"), v)));
+        let (dns, rate) = (format!("{SRV_IP}:53"), self.opts.heartbeat_rate.to_string());
+        let mut hb = Command::new("nsenter");
+        hb.args(["-t", &pid, "-n"]).arg(&self.helper).args([
+            "heartbeats",
+            "--dns",
+            &dns,
+            "--nodes",
+            &nodes,
+            "--rate",
+            &rate,
+        ]);
+        r.extend(parse_results(&util::output(&mut hb).context("heartbeats per second")?));
+        Ok(r)
     }
 
     /// Starts `lagran serve --demo` in the server namespace, pinned to the server CPU.
@@ -1017,6 +1064,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     // ---- 1, 2: load tests in namespaces
     let mut qps: BTreeMap<(Server, String), Best> = BTreeMap::new();
     let mut failover = Results::new();
+    let mut fleet = Results::new();
     let mut startup = BTreeMap::new();
     let mut notes: Vec<String> = Vec::new();
     let mut resolver = None;
@@ -1054,6 +1102,14 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         }
         b.qps(&t, Server::LagranXdp, &gens, &mut qps)?;
         daemon.check_alive()?;
+        if !opts.no_fleet {
+            eprintln!(
+                "==> fleet: {} nodes at real locations over the API; PATCH → map entry; {} heartbeats/s against DNS p99",
+                opts.fleet_nodes, opts.heartbeat_rate
+            );
+            fleet = b.fleet(&daemon)?;
+            daemon.check_alive()?;
+        }
         daemon.stop();
         drop(daemon);
 
@@ -1188,6 +1244,28 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             Some(max < 100.0),
         ));
     }
+    if let Some(v) = num(&fleet, "fleet_offline_median_ms") {
+        let max = num(&fleet, "fleet_offline_max_ms").unwrap_or(v);
+        let nodes = fleet.get("fleet_nodes_added").map_or("-", String::as_str);
+        rows.push(row(
+            format!("PATCH → map entry, {nodes} nodes on the real data (median / max)"),
+            format!("{v:.1} / {max:.1} ms"),
+            "< 20 ms median",
+            Some(v < 20.0),
+        ));
+    }
+    if let (Some(rate), Some(idle), Some(loaded)) =
+        (num(&fleet, "heartbeats_per_s"), num(&fleet, "dns_p99_idle_us"), num(&fleet, "dns_p99_heartbeats_us"))
+    {
+        // "Unchanged": within a quarter of the idle p99 plus 100 µs of timer noise.
+        let target = num(&fleet, "heartbeats_target_per_s").unwrap_or(1000.0);
+        rows.push(row(
+            "heartbeats absorbed on one core; userspace DNS p99 alone → under heartbeats",
+            format!("{rate:.0}/s (of {target:.0}/s); p99 {idle:.0} → {loaded:.0} µs"),
+            "≥ 1 000/s, p99 unchanged",
+            Some(rate >= 1000.0 && loaded <= idle * 1.25 + 100.0),
+        ));
+    }
     let t = &tables;
     rows.push(row(
         "LPM trie entries, real xdb + demo nodes",
@@ -1308,7 +1386,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         let _ = writeln!(doc, "\n- {n}");
     }
     let _ = writeln!(doc, "\nRaw results:\n\n```");
-    for (k, v) in tables.iter().chain(recompute.iter()).chain(failover.iter()) {
+    for (k, v) in tables.iter().chain(recompute.iter()).chain(failover.iter()).chain(fleet.iter()) {
         let _ = writeln!(doc, "{k} {v}");
     }
     for ((s, g), best) in &qps {

@@ -27,6 +27,10 @@ pub struct Options {
     /// Rounds of ±10 % load noise.
     #[arg(long, default_value_t = 100)]
     pub rounds: usize,
+    /// The distance penalty per 1 000 km under `isp+distance` (default: the
+    /// product default), for sensitivity runs.
+    #[arg(long)]
+    pub distance_per_1000km: Option<f64>,
 }
 
 pub fn exec(opts: Options) -> anyhow::Result<()> {
@@ -47,6 +51,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         .args(["--clients", &opts.clients.to_string(), "--rounds", &opts.rounds.to_string()])
         .arg("--out")
         .arg(target.join("simulate"));
+    if let Some(d) = opts.distance_per_1000km {
+        sim.args(["--distance-per-1000km", &d.to_string()]);
+    }
     let status = sim.status().with_context(|| format!("running {}", util::display(&sim)))?;
     if !status.success() {
         bail!("{} failed: {status}", util::display(&sim));

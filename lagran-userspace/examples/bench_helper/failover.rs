@@ -25,7 +25,8 @@ pub struct Args {
     /// Where the daemon pinned its maps (LAGRAN_PIN_DIR).
     #[arg(long)]
     pin_dir: PathBuf,
-    /// The node switched off and on again.
+    /// The node switched off and on again; `auto`: the node the fast path
+    /// answers the client with before the first change.
     #[arg(long, default_value = "gz-01")]
     node: String,
     /// A client the node answers for (Shenzhen China Telecom for gz-01).
@@ -120,9 +121,28 @@ fn change(a: &Args, maps: &Pinned, status: &str, from: Ipv4Addr) -> anyhow::Resu
     Ok((took.as_secs_f64() * 1e3, api_took.as_secs_f64() * 1e3, now))
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
+/// The node whose public address is `ip` (`GET /api/v1/nodes`).
+fn node_with_ip(api: SocketAddr, ip: Ipv4Addr) -> anyhow::Result<String> {
+    let (code, body) =
+        crate::fleet::Http::connect(api)?.request("GET", "/api/v1/nodes", &crate::fleet::admin_header(), "")?;
+    if code != 200 {
+        bail!("GET /api/v1/nodes answered HTTP {code}");
+    }
+    let nodes: Vec<serde_json::Value> = serde_json::from_str(&body).context("GET /api/v1/nodes: not a JSON list")?;
+    let want = ip.to_string();
+    nodes
+        .iter()
+        .find(|n| n["public_ip"].as_str() == Some(want.as_str()))
+        .and_then(|n| n["name"].as_str().map(str::to_string))
+        .with_context(|| format!("no node has public_ip {ip}"))
+}
+
+pub fn run(mut a: Args) -> anyhow::Result<()> {
     let maps = Pinned::open(&a)?;
     let before = maps.answer().context("no fast-path answer for the client before the change")?;
+    if a.node == "auto" {
+        a.node = node_with_ip(a.api, before)?;
+    }
     eprintln!("failover: {} for {} answers {before} (node {})", a.name, a.client, a.node);
     let (mut down, mut up) = (Vec::new(), Vec::new());
     let mut api_ms = Vec::new();

@@ -15,10 +15,14 @@
 //!   ECS query file in dnsperf's binary format, for the dnsperf runs.
 //! - `failover`: `PATCH /api/v1/nodes/{name}` and poll the pinned maps until the
 //!   answer for a client changes; run inside the daemon's namespaces.
+//! - `fleet-add`, `heartbeats`: a real-size fleet over the API, and heartbeats
+//!   per second against DNS p99 with and without them.
 //!
 //! Build with `--release`; xtask runs it as `target/release/examples/bench_helper`.
 
+mod cost;
 mod failover;
+mod fleet;
 mod frames;
 mod gun;
 mod napi;
@@ -45,6 +49,10 @@ enum Cmd {
     HoldPass(query::HoldArgs),
     /// Write ECS queries for real client /24s in dnsperf's binary format (`-B`).
     Queries(gun::QueriesArgs),
+    /// `POST /api/v1/nodes` for a fleet of nodes at real client locations.
+    FleetAdd(fleet::AddArgs),
+    /// Heartbeats at a target rate while DNS latency is probed, with and without them.
+    Heartbeats(fleet::HeartbeatArgs),
 }
 
 /// One machine-readable result line.
@@ -61,5 +69,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::HoldPass(a) => query::hold(a),
         Cmd::Napi(a) => napi::run(a),
         Cmd::Queries(a) => gun::queries(a),
+        Cmd::FleetAdd(a) => fleet::add(a),
+        Cmd::Heartbeats(a) => fleet::heartbeats(a),
     }
 }

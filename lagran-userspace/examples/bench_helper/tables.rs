@@ -20,6 +20,7 @@ use lagran::scheduler::{BuildState, Change, Inputs, build_route_table, build_rou
 use lagran::xdp::{MapWriter, Maps};
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 
+use crate::cost;
 use crate::frames::{self, Addrs};
 use crate::result;
 
@@ -472,10 +473,13 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
         let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
         let mut state = BuildState::default();
         let mut times = Vec::new();
+        let mut costs = Vec::new();
         for v in 0..a.builds.max(1) as u64 {
             let t = Instant::now();
-            let table = build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state);
+            let (table, c) =
+                cost::measure(|| build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state));
             times.push(t.elapsed().as_secs_f64() * 1e3);
+            costs.push(c);
             if table.scheduled_names().count() != names_n {
                 bail!("{label}: expected {names_n} scheduled names, got {}", table.scheduled_names().count());
             }
@@ -484,20 +488,26 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
         let (_, median) = stats(times.clone());
         result(&format!("{label}_first_ms"), format!("{first:.1}"));
         result(&format!("{label}_ms"), format!("{median:.1}"));
+        cost::report(label, cost::median(&costs));
         // One node down, incrementally: each node in turn for a few builds.
         let mut down = Vec::new();
+        let mut down_costs = Vec::new();
         for j in 0..a.builds.max(3) {
             let i = (j * 97) % nodes_n;
             inputs.nodes[i].status = lagran::model::NodeStatus::Offline;
             let change = Change::Node(inputs.nodes[i].name.clone());
             let t = Instant::now();
-            build_route_table_after(100 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
+            let (_, c) = cost::measure(|| {
+                build_route_table_after(100 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change)
+            });
             down.push(t.elapsed().as_secs_f64() * 1e3);
+            down_costs.push(c);
             inputs.nodes[i].status = lagran::model::NodeStatus::Online;
             build_route_table_after(200 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
         }
         let (_, down_median) = stats(down.clone());
         result(&format!("{label}_one_down_ms"), format!("{down_median:.1}"));
+        cost::report(&format!("{label}_one_down"), cost::median(&down_costs));
         eprintln!(
             "tables: {label}: {nodes_n} nodes × {} partitions × {names_n} names: full {times:?} ms, one node down {down:?} ms",
             partitions.locations().len()
@@ -546,10 +556,13 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
         let mut state = BuildState::default();
         let mut full = Vec::new();
+        let mut costs = Vec::new();
         for v in 0..a.builds.max(3) as u64 {
             let t = Instant::now();
-            build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state);
+            let (_, c) =
+                cost::measure(|| build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state));
             full.push(t.elapsed().as_secs_f64() * 1e3);
+            costs.push(c);
         }
         // One node down: the primary for Shenzhen China Telecom goes offline.
         let t = build_route_table(100, &inputs, &partitions, &settings, &policy, &mut state);
@@ -559,15 +572,10 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         let i = inputs.nodes.iter().position(|n| n.name == down).context("primary not a node")?;
         inputs.nodes[i].status = lagran::model::NodeStatus::Offline;
         let t0 = Instant::now();
-        let t = build_route_table_after(
-            101,
-            &inputs,
-            &partitions,
-            &settings,
-            &policy,
-            &mut state,
-            &Change::Node(down.clone()),
-        );
+        let change = Change::Node(down.clone());
+        let (t, down_cost) = cost::measure(|| {
+            build_route_table_after(101, &inputs, &partitions, &settings, &policy, &mut state, &change)
+        });
         let one_down = t0.elapsed().as_secs_f64() * 1e3;
         let after = t.scheduled("bench.lagran.net").context("no apex")?.answer_for(probe).0.node.clone();
         if after == before {
@@ -577,6 +585,8 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         let label = format!("recompute_real_{nodes_n}nodes");
         result(&format!("{label}_ms"), format!("{median:.1}"));
         result(&format!("{label}_one_down_ms"), format!("{one_down:.1}"));
+        cost::report(&label, cost::median(&costs));
+        cost::report(&format!("{label}_one_down"), down_cost);
         eprintln!(
             "tables: {label}: {nodes_n} nodes × {} partitions × {} names: full {full:?} ms, one node down {one_down:.1} ms",
             locations.len(),

@@ -250,12 +250,10 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
     let n = &view.node;
     let loc = &view.location;
     let mut terms: Vec<(String, i64)> = Vec::with_capacity(7);
-    let mut reasons: Vec<String> = Vec::new();
     let weight = n.weight.clamp(0, 1000);
     terms.push(("weight".into(), weight));
     if view.drained() {
         terms.push(("drained".into(), -DRAINED_PENALTY));
-        reasons.push("drained (weight 0)".into());
     }
     let same = |a: &str, b: &str| !a.is_empty() && a == b;
     let same_country = same(&loc.country, &client.country);
@@ -267,18 +265,12 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
     }
     if same_province {
         terms.push(("same-province".into(), policy.same_province));
-        reasons.push("same-province".into());
     }
     if same_city {
         terms.push(("same-city".into(), policy.same_city));
-        reasons.push("same-city".into());
     }
     if same_isp {
         terms.push(("same-isp".into(), policy.same_isp));
-        reasons.push("same-isp".into());
-    }
-    if same_country && reasons.is_empty() {
-        reasons.push("same-country".into());
     }
     // floor() of a non-negative product; usage is validated to 0..=100 on the way in.
     let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
@@ -289,9 +281,6 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
     if mem > 0 {
         terms.push(("memory".into(), -mem));
     }
-    if cpu + mem >= policy.overloaded_penalty {
-        reasons.push(format!("overloaded -{}", cpu + mem));
-    }
     if let Some(caps) = &policy.caps {
         let ratio = view.cap_ratio();
         if ratio > caps.soft_ratio {
@@ -299,7 +288,6 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
             let p = (caps.penalty as f64 * ramp).round() as i64;
             if p > 0 {
                 terms.push(("over-cap".into(), -p));
-                reasons.push(format!("over-cap -{p}"));
             }
         }
     }
@@ -309,9 +297,6 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
         if p > 0 {
             terms.push((format!("distance {km:.0}km"), -p));
         }
-    }
-    if reasons.is_empty() {
-        reasons.push("weight and load".into());
     }
     let score = terms.iter().map(|(_, v)| v).sum();
     Candidate {
@@ -324,8 +309,80 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
         isp: n.isp.clone(),
         weight: n.weight,
         score,
-        reason: reasons.join(" "),
+        reason: reason(view, client, policy),
         terms,
+    }
+}
+
+/// The reason [`score`] gives `view` for `client`: drained first, then the
+/// location terms that matched (province, city, ISP; else country), overload
+/// and over-cap, or "weight and load" when none did. One string, built in place.
+pub fn reason(view: &NodeView, client: &Location, policy: &Policy) -> String {
+    use std::fmt::Write as _;
+    let (n, loc) = (&view.node, &view.location);
+    let same = |a: &str, b: &str| !a.is_empty() && a == b;
+    let mut r = String::new();
+    let add = |r: &mut String, part: std::fmt::Arguments| {
+        if !r.is_empty() {
+            r.push(' ');
+        }
+        let _ = r.write_fmt(part);
+    };
+    if view.drained() {
+        add(&mut r, format_args!("drained (weight 0)"));
+    }
+    for (hit, term) in [
+        (same(&loc.province, &client.province), "same-province"),
+        (same(&loc.city, &client.city), "same-city"),
+        (same(&loc.isp, &client.isp), "same-isp"),
+    ] {
+        if hit {
+            add(&mut r, format_args!("{term}"));
+        }
+    }
+    if !(same(&loc.province, &client.province) || same(&loc.city, &client.city) || same(&loc.isp, &client.isp))
+        && same(&loc.country, &client.country)
+    {
+        add(&mut r, format_args!("same-country"));
+    }
+    let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
+    let mem = (n.memory_usage.max(0.0) * policy.memory_factor).floor() as i64;
+    if cpu + mem >= policy.overloaded_penalty {
+        add(&mut r, format_args!("overloaded -{}", cpu + mem));
+    }
+    if let Some(caps) = &policy.caps {
+        let ratio = view.cap_ratio();
+        if ratio > caps.soft_ratio {
+            let ramp = ((ratio - caps.soft_ratio) / (1.0 - caps.soft_ratio).max(1e-9)).min(1.0);
+            let p = (caps.penalty as f64 * ramp).round() as i64;
+            if p > 0 {
+                add(&mut r, format_args!("over-cap -{p}"));
+            }
+        }
+    }
+    if r.is_empty() {
+        r.push_str("weight and load");
+    }
+    r
+}
+
+/// A [`Candidate`] with the score the numeric planner computed and
+/// [`score`]'s reason, without the score terms and location copies that only
+/// explain shows: what a route table keeps of a ranked node.
+pub fn brief(view: &NodeView, client: &Location, score: i64, policy: &Policy) -> Candidate {
+    let n = &view.node;
+    Candidate {
+        name: n.name.clone(),
+        public_ip: n.public_ip,
+        public_ipv6: n.public_ipv6,
+        country: String::new(),
+        province: String::new(),
+        city: String::new(),
+        isp: String::new(),
+        weight: n.weight,
+        score,
+        reason: reason(view, client, policy),
+        terms: Vec::new(),
     }
 }
 

@@ -24,6 +24,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use super::{Family, NodeView, Policy, exclusion};
 use crate::location::Location;
 use crate::model::{DEFAULT_POOL, NodeStatus};
@@ -118,7 +120,12 @@ pub struct Top {
 #[derive(Clone, Debug)]
 pub struct Eligible {
     family: Family,
+    /// Best client-independent score first (then name): [`Plan::top`] stops
+    /// where no later member can reach its list any more.
     members: Vec<u32>,
+    /// The members per province, city and ISP field id: the only ones a
+    /// class can give more than the country's bonus.
+    by_field: [FxHashMap<u32, Vec<u32>>; 3],
     /// Dead nodes that would be eligible for IPv4 in the pool if alive.
     dead: Vec<u32>,
     member: Vec<bool>,
@@ -177,7 +184,7 @@ impl Plan {
             coords: Vec::new(),
             rep: Vec::new(),
         };
-        let mut index: HashMap<ClassKey, u32> = HashMap::new();
+        let mut index: FxHashMap<ClassKey, u32> = FxHashMap::default();
         for (pid, loc) in partitions.iter().enumerate() {
             let f = fields_of(loc);
             let ids: [u32; 4] = std::array::from_fn(|i| plan.fields.get(i, f[i]));
@@ -242,7 +249,18 @@ impl Plan {
                 dead.push(i as u32);
             }
         }
-        Eligible { family, members, dead, member }
+        let (base, rank) = (&self.nodes.base, &self.nodes.name_rank);
+        members.sort_unstable_by_key(|&n| (std::cmp::Reverse(base[n as usize]), rank[n as usize]));
+        let mut by_field: [FxHashMap<u32, Vec<u32>>; 3] = Default::default();
+        for &n in &members {
+            for (f, map) in by_field.iter_mut().enumerate() {
+                let id = self.nodes.fields[n as usize][f + 1];
+                if id >= 2 {
+                    map.entry(id).or_default().push(n);
+                }
+            }
+        }
+        Eligible { family, members, by_field, dead, member }
     }
 
     /// The client-dependent part of a node's score for a class.
@@ -309,15 +327,41 @@ impl Plan {
         let client_isp = self.keys[class as usize].0[3];
         let want_isp = client_isp != EMPTY && (self.policy.isp_must_match || self.policy.spill.is_some());
         let cap = k + 1;
-        let mut all = Vec::with_capacity(cap);
+        let mut all: Vec<(u32, i64)> = Vec::with_capacity(cap);
+        let key = &self.keys[class as usize].0;
+        let nf = &self.nodes.fields;
+        // Whether node `n` shares the class's province, city or ISP (fields 1..=3).
+        let shares = |n: u32, upto: usize| (1..upto).any(|f| key[f] >= 2 && nf[n as usize][f] == key[f]);
+        // The nodes sharing a province, city or ISP with the class, each once.
+        for (f, &id) in key.iter().enumerate().skip(1) {
+            if id < 2 {
+                continue;
+            }
+            for &n in set.by_field[f - 1].get(&id).map_or(&[][..], Vec::as_slice) {
+                if !shares(n, f) {
+                    self.push_top(&mut all, cap, (n, self.score(n as usize, class)));
+                }
+            }
+        }
+        // The rest can gain the country's bonus at most: best base first, until
+        // none can lift one above the last of a full list.
+        let rest_bonus = self.policy.same_country.max(0);
+        for &n in &set.members {
+            if shares(n, 4) {
+                continue;
+            }
+            if all.len() == cap && self.nodes.base[n as usize] + rest_bonus < all[cap - 1].1 {
+                break;
+            }
+            self.push_top(&mut all, cap, (n, self.score(n as usize, class)));
+        }
         let mut same = Vec::new();
         let mut same_n = 0usize;
         let mut target: Vec<(u32, i64)> = Vec::new();
-        for &n in &set.members {
-            let c = (n, self.score(n as usize, class));
-            self.push_top(&mut all, cap, c);
-            if want_isp && self.nodes.fields[n as usize][3] == client_isp {
-                same_n += 1;
+        if want_isp && let Some(group) = set.by_field[2].get(&client_isp) {
+            same_n = group.len();
+            for &n in group {
+                let c = (n, self.score(n as usize, class));
                 if self.policy.isp_must_match {
                     self.push_top(&mut same, cap, c);
                 }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use ipnet::IpNet;
+use rustc_hash::FxHashMap;
 
 use crate::config::ScheduleSettings;
 use crate::engine::planner::{Eligible, Plan, RegionFilter, Top};
@@ -113,17 +114,25 @@ struct NameSpec<'a> {
 #[derive(Clone, Debug, Default)]
 struct Answers {
     list: Vec<Answer>,
-    ids: HashMap<Answer, u32>,
+    ids: FxHashMap<Answer, u32>,
+    /// While a decision is recorded: the ids it interned, in order.
+    log: Option<Vec<u32>>,
 }
 
 impl Answers {
     fn id(&mut self, a: Answer) -> u32 {
-        if let Some(&id) = self.ids.get(&a) {
-            return id;
+        let id = match self.ids.get(&a) {
+            Some(&id) => id,
+            None => {
+                let id = self.list.len() as u32;
+                self.ids.insert(a.clone(), id);
+                self.list.push(a);
+                id
+            }
+        };
+        if let Some(log) = &mut self.log {
+            log.push(id);
         }
-        let id = self.list.len() as u32;
-        self.ids.insert(a.clone(), id);
-        self.list.push(a);
         id
     }
 }
@@ -299,13 +308,14 @@ impl Ctx<'_> {
         engine::score(&self.views[node], rep, self.plan.class_coords(class), self.policy)
     }
 
-    /// The top as an engine ranking (what `engine::rank` would put first).
+    /// The top as an engine ranking (what `engine::rank` would put first),
+    /// its candidates brief: names, addresses, scores and reasons.
     fn ranking(&self, top: &Top, class: u32) -> Ranking {
-        let mut r = Ranking::default();
+        let mut r = Ranking { candidates: Vec::with_capacity(top.nodes.len()), excluded: Vec::new() };
+        let rep = &self.partitions.locations()[self.plan.representative(class) as usize];
         for &(n, score) in &top.nodes {
-            let c = self.candidate(n as usize, class);
-            debug_assert_eq!(c.score, score, "planner and engine::score disagree on {}", c.name);
-            r.candidates.push(c);
+            debug_assert_eq!(self.candidate(n as usize, class).score, score, "planner and engine::score disagree");
+            r.candidates.push(engine::brief(&self.views[n as usize], rep, score, self.policy));
         }
         if let (Some(from), Some(first)) = (top.spilled_from, r.candidates.first_mut()) {
             first.reason = format!("{} (spill from overloaded {})", first.reason, self.views[from as usize].node.name);
@@ -369,10 +379,10 @@ impl NameBuild<'_> {
         })
     }
 
-    /// [`NameBuild::decide`], recorded for replay: the answers it interns, in
-    /// order, and its primary as a stable node id.
+    /// [`NameBuild::decide`], recorded for replay: the ids of the answers it
+    /// interns, in order, and its primary as a stable node id.
     fn decide_recorded(
-        &self,
+        &mut self,
         ctx: &Ctx,
         pr: &PoolRanks,
         rules: &[RegionRule],
@@ -380,13 +390,10 @@ impl NameBuild<'_> {
         prev: Option<&str>,
         node_ids: &[u32],
     ) -> incremental::Decided {
-        let mut scratch = NameBuild { answers: Answers::default(), ..*self };
-        let (id, primary) = scratch.decide(ctx, pr, rules, class, prev);
-        incremental::Decided {
-            answers: scratch.answers.list,
-            last: id,
-            primary: primary.map_or(NO_CHOICE, |i| node_ids[i]),
-        }
+        self.answers.log = Some(Vec::with_capacity(1));
+        let (id, primary) = self.decide(ctx, pr, rules, class, prev);
+        let ids = self.answers.log.take().unwrap_or_default();
+        incremental::Decided { ids, last: id, primary: primary.map_or(NO_CHOICE, |i| node_ids[i]) }
     }
 
     /// The answer of one class (given the previous automatic primary, for
@@ -580,7 +587,8 @@ pub fn build_route_table_after(
                     })
                     .collect();
                 let mut natural: Vec<Option<(u32, u32)>> = vec![None; ctx.plan.class_count()];
-                let mut held: HashMap<(u32, u32), (u32, u32)> = HashMap::new();
+                let mut held: FxHashMap<(u32, u32), (u32, u32)> = FxHashMap::default();
+                let mut remap = incremental::Remap::new(&old.answers);
                 let mut by_partition = Vec::with_capacity(class_of.len());
                 let mut chosen = Vec::with_capacity(class_of.len());
                 for (pid, &class) in class_of.iter().enumerate() {
@@ -593,7 +601,10 @@ pub fn build_route_table_after(
                             Some(&d) => d,
                             None => {
                                 let d = match old.held.remove(&(class, prev)) {
-                                    Some(d) if !dirty[c] && !changed_ids.contains(&prev) => d,
+                                    Some(mut d) if !dirty[c] && !changed_ids.contains(&prev) => {
+                                        nb.answers.replay(&mut d, &mut remap);
+                                        d
+                                    }
                                     _ => nb.decide_recorded(
                                         &ctx,
                                         pr,
@@ -603,7 +614,7 @@ pub fn build_route_table_after(
                                         &node_ids,
                                     ),
                                 };
-                                let r = (nb.answers.replay(&d), d.primary);
+                                let r = (d.last, d.primary);
                                 rec.held.insert((class, prev), d);
                                 held.insert((class, prev), r);
                                 r
@@ -614,10 +625,13 @@ pub fn build_route_table_after(
                             Some(d) => d,
                             None => {
                                 let d = match old.natural.get_mut(c).and_then(Option::take) {
-                                    Some(d) if !dirty[c] => d,
+                                    Some(mut d) if !dirty[c] => {
+                                        nb.answers.replay(&mut d, &mut remap);
+                                        d
+                                    }
                                     _ => nb.decide_recorded(&ctx, pr, &region, class, None, &node_ids),
                                 };
-                                let r = (nb.answers.replay(&d), d.primary);
+                                let r = (d.last, d.primary);
                                 rec.natural[c] = Some(d);
                                 natural[c] = Some(r);
                                 r
@@ -837,31 +851,65 @@ type Runs = Vec<(u128, u128, u32)>;
 /// special-purpose ones (public, but not located) get `unlocated`: a private
 /// or reserved source stays in the unknown partition (SPEC §3).
 fn partition_runs(partitions: &PartitionTable, by_partition: &[u32], unlocated: u32) -> (Runs, Runs) {
-    fn runs(it: impl Iterator<Item = (u128, u128, u32)>) -> Runs {
-        let mut out: Vec<(u128, u128, u32)> = Vec::new();
-        for (s, e, v) in it {
-            if let Some(last) = out.last_mut()
-                && last.2 == v
-                && last.1.checked_add(1) == Some(s)
-            {
-                last.1 = e;
-                continue;
-            }
-            out.push((s, e, v));
-        }
-        out
-    }
-    let answer = |p: u32| if p == UNKNOWN { unlocated } else { by_partition[p as usize] };
-    let special4: Vec<(u128, u128, ())> =
-        reserved::special_ranges_v4().iter().map(|&(s, e)| (s as u128, e as u128, ())).collect();
-    let special6: Vec<(u128, u128, ())> = reserved::special_ranges_v6().iter().map(|&(s, e)| (s, e, ())).collect();
-    let unknown = by_partition[UNKNOWN as usize];
-    let back = |under: u32, _: &()| if under == unlocated { unknown } else { under };
-    let v4: Runs = partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, answer(p))).collect();
-    let v6: Runs = partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, answer(p))).collect();
-    let v4 = runs(overlay_with(v4, &special4, back).into_iter());
-    let v6 = runs(overlay_with(v6, &special6, back).into_iter());
+    let special4 = reserved::special_ranges_v4().iter().map(|&(s, e)| (s as u128, e as u128));
+    let special6 = reserved::special_ranges_v6().iter().copied();
+    let v4 = family_runs(partitions.v4_ranges(), special4, by_partition, unlocated);
+    let v6 = family_runs(partitions.v6_ranges(), special6, by_partition, unlocated);
     (v4, v6)
+}
+
+/// [`partition_runs`] of one family in one pass: `special` (sorted,
+/// non-overlapping) splits the unknown partition's ranges into the resolver
+/// fallback outside them and the unknown answer inside.
+fn family_runs<A: crate::prefix_map::PrefixAddr>(
+    ranges: &[(A, A, u32)],
+    special: impl Iterator<Item = (u128, u128)>,
+    by_partition: &[u32],
+    unlocated: u32,
+) -> Runs {
+    fn push(out: &mut Runs, s: u128, e: u128, v: u32) {
+        if let Some(last) = out.last_mut()
+            && last.2 == v
+            && last.1.checked_add(1) == Some(s)
+        {
+            last.1 = e;
+            return;
+        }
+        out.push((s, e, v));
+    }
+    let special: Vec<(u128, u128)> = special.collect();
+    let unknown = by_partition[UNKNOWN as usize];
+    let mut out: Runs = Vec::new();
+    let mut si = 0;
+    for &(s, e, p) in ranges {
+        let (s, e) = (s.to_u128(), e.to_u128());
+        if p != UNKNOWN {
+            push(&mut out, s, e, by_partition[p as usize]);
+            continue;
+        }
+        while si < special.len() && special[si].1 < s {
+            si += 1;
+        }
+        let (mut cur, mut k) = (s, si);
+        loop {
+            if k >= special.len() || special[k].0 > e {
+                push(&mut out, cur, e, unlocated);
+                break;
+            }
+            let (ss, se) = special[k];
+            if ss > cur {
+                push(&mut out, cur, ss - 1, unlocated);
+            }
+            let end = se.min(e);
+            push(&mut out, ss.max(cur), end, unknown);
+            if end == e {
+                break;
+            }
+            cur = end + 1;
+            k += 1;
+        }
+    }
+    out
 }
 pub mod incremental;
 #[cfg(test)]

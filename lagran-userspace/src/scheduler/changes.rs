@@ -1,11 +1,18 @@
 //! The change log: one structured line per (name, old answer -> new answer)
 //! when a published table moves answers.
+//!
+//! Computed after publishing, off the runtime, from the diff of the old and
+//! new prefix maps: one merge walk over both maps' blocks finds the address
+//! spans whose answer moved, and only the partition ranges inside those spans
+//! are looked at for counts and labels. A name whose maps and answers are the
+//! same (shared, unchanged maps compare by pointer) costs nothing.
 
 use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
 use crate::partition::PartitionTable;
+use crate::prefix_map::PrefixMapV4;
 use crate::route_table::{Answer, AnswerState, RouteTable};
 
 /// How many answer changes [`ChangeLog`] keeps.
@@ -56,8 +63,9 @@ impl ChangeLog {
 }
 
 /// One structured line per (name, old answer -> new answer): how many
-/// partitions moved, a few of them by location, and the new answer's reason
-/// (which names the stages and rules that decided it). Returns the same as events.
+/// partition ranges moved, a few of them by location, and the new answer's
+/// reason (which names the stages and rules that decided it). Returns the
+/// same as events, for the [`ChangeLog`].
 pub(super) fn log_changes(partitions: &PartitionTable, old: &RouteTable, new: &RouteTable) -> Vec<ChangeEvent> {
     let mut events = Vec::new();
     if old.version == 0 {
@@ -82,38 +90,17 @@ pub(super) fn log_changes(partitions: &PartitionTable, old: &RouteTable, new: &R
         if before.answers == name.answers && before.v4 == name.v4 {
             continue; // the common case: a periodic recompute that changed nothing
         }
-        // (from node, to node) -> (ranges moved, a few partition labels, the new answer)
-        type Moves<'a> = HashMap<(Option<&'a str>, Option<&'a str>), (usize, Vec<String>, &'a Answer)>;
-        let mut moves: Moves = HashMap::new();
-        for &(start, _, pid) in partitions.v4_ranges() {
-            let addr = std::net::IpAddr::V4(start.into());
-            let (a_old, _) = before.answer_for(addr);
-            let (a_new, _) = name.answer_for(addr);
-            if a_old.node == a_new.node && a_old.ipv4 == a_new.ipv4 {
-                continue;
-            }
-            let e = moves.entry((a_old.node.as_deref(), a_new.node.as_deref())).or_insert((0, Vec::new(), a_new));
-            e.0 += 1;
-            let loc = &partitions.locations()[pid as usize];
-            let label = if loc.is_unknown() {
-                "unknown".to_string()
-            } else {
-                format!("{}/{}/{}/{}", loc.country, loc.province, loc.city, loc.isp)
-            };
-            if e.1.len() < 5 && !e.1.contains(&label) {
-                e.1.push(label);
-            }
-        }
-        for ((from, to), (ranges, sample, answer)) in moves {
+        let moved = |a: &Answer, b: &Answer| a.node != b.node || a.ipv4 != b.ipv4;
+        for ((from, to), m) in moves(partitions, &before.v4, &name.v4, &before.answers, &name.answers, moved) {
             tracing::info!(
                 name = %name.name,
                 from = from.unwrap_or("-"),
                 to = to.unwrap_or("-"),
-                addresses = ?answer.ipv4,
-                ranges,
-                partitions = %sample.join(", "),
-                state = ?answer.state,
-                reason = %answer.reason,
+                addresses = ?m.answer.ipv4,
+                ranges = m.ranges,
+                partitions = %m.sample.join(", "),
+                state = ?m.answer.state,
+                reason = %m.answer.reason,
                 version = new.version,
                 "answer changed"
             );
@@ -123,12 +110,207 @@ pub(super) fn log_changes(partitions: &PartitionTable, old: &RouteTable, new: &R
                 name: name.name.clone(),
                 from: from.map(str::to_string),
                 to: to.map(str::to_string),
-                ranges,
-                partitions: sample,
-                state: answer.state,
-                reason: answer.reason.clone(),
+                ranges: m.ranges,
+                partitions: m.sample,
+                state: m.answer.state,
+                reason: m.answer.reason.clone(),
             });
         }
     }
     events
+}
+
+/// The partition ranges that moved from one node to another.
+#[derive(Debug)]
+pub(super) struct Move<'a> {
+    /// Partition ranges (of the geo table) holding addresses that moved.
+    pub ranges: usize,
+    /// Up to five of their locations.
+    pub sample: Vec<String>,
+    /// The answer they moved to.
+    pub answer: &'a Answer,
+}
+
+/// The inclusive address spans whose value differs between two maps of one
+/// family, with the old and the new value: a merge walk over both maps' blocks.
+fn changed_spans(old: &PrefixMapV4, new: &PrefixMapV4) -> Vec<(u32, u32, u32, u32)> {
+    fn end(addr: u32, len: u8) -> u32 {
+        let host = 32 - len as u32;
+        (addr as u64 + ((1u64 << host) - 1)) as u32
+    }
+    let mut out: Vec<(u32, u32, u32, u32)> = Vec::new();
+    let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
+    while let (Some(x), Some(y)) = (a.peek().copied(), b.peek().copied()) {
+        let (xe, ye) = (end(x.addr, x.len), end(y.addr, y.len));
+        let (s, e) = (x.addr.max(y.addr), xe.min(ye));
+        if x.value != y.value {
+            match out.last_mut() {
+                Some(last) if (last.2, last.3) == (x.value, y.value) && last.1.checked_add(1) == Some(s) => last.1 = e,
+                _ => out.push((s, e, x.value, y.value)),
+            }
+        }
+        if xe == e {
+            a.next();
+        }
+        if ye == e {
+            b.next();
+        }
+    }
+    out
+}
+
+/// Per (from node, to node), the partition ranges whose answer moved
+/// (`moved` decides what counts as a move).
+pub(super) fn moves<'a>(
+    partitions: &PartitionTable,
+    old_map: &PrefixMapV4,
+    new_map: &PrefixMapV4,
+    old_answers: &'a [Answer],
+    new_answers: &'a [Answer],
+    moved: impl Fn(&Answer, &Answer) -> bool,
+) -> HashMap<(Option<&'a str>, Option<&'a str>), Move<'a>> {
+    let mut out: HashMap<(Option<&'a str>, Option<&'a str>), Move<'a>> = HashMap::new();
+    // The last partition range counted per move: one range spans several blocks.
+    let mut counted: HashMap<(Option<&'a str>, Option<&'a str>), usize> = HashMap::new();
+    let ranges = partitions.v4_ranges();
+    for (s, e, ov, nv) in changed_spans(old_map, new_map) {
+        let (Some(a_old), Some(a_new)) = (old_answers.get(ov as usize), new_answers.get(nv as usize)) else {
+            continue;
+        };
+        if !moved(a_old, a_new) {
+            continue;
+        }
+        let key = (a_old.node.as_deref(), a_new.node.as_deref());
+        let m = out.entry(key).or_insert(Move { ranges: 0, sample: Vec::new(), answer: a_new });
+        let first = ranges.partition_point(|r| r.1 < s);
+        for (i, &(rs, _, pid)) in ranges.iter().enumerate().skip(first) {
+            if rs > e {
+                break;
+            }
+            if counted.get(&key) == Some(&i) {
+                continue;
+            }
+            counted.insert(key, i);
+            m.ranges += 1;
+            let loc = &partitions.locations()[pid as usize];
+            let label = if loc.is_unknown() {
+                "unknown".to_string()
+            } else {
+                format!("{}/{}/{}/{}", loc.country, loc.province, loc.city, loc.isp)
+            };
+            if m.sample.len() < 5 && !m.sample.contains(&label) {
+                m.sample.push(label);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ScheduleSettings;
+    use crate::geo::{GeoDb, IpVersion, Xdb, write_xdb};
+    use crate::model::{Node, NodeStatus, Rule, RuleKind, Zone};
+    use crate::scheduler::{BuildState, Inputs, build_route_table};
+    use std::net::Ipv4Addr;
+
+    fn partitions() -> PartitionTable {
+        let ip = |s: &str| u32::from(s.parse::<Ipv4Addr>().unwrap()) as u128;
+        let ranges = vec![
+            (0, ip("58.59.255.255"), "美国|0|0|0|0".to_string()),
+            (ip("58.60.0.0"), ip("58.61.255.255"), "中国|0|广东省|深圳市|电信".to_string()),
+            (ip("58.62.0.0"), ip("58.62.255.255"), "中国|0|广东省|广州市|电信".to_string()),
+            (ip("58.63.0.0"), ip("123.111.255.255"), "美国|0|0|0|0".to_string()),
+            (ip("123.112.0.0"), ip("123.127.255.255"), "中国|0|北京|北京市|联通".to_string()),
+            (ip("123.128.0.0"), u32::MAX as u128, "美国|0|0|0|0".to_string()),
+        ];
+        let xdb = Xdb::from_bytes(write_xdb(IpVersion::V4, &ranges).unwrap()).unwrap();
+        PartitionTable::build(&GeoDb::from_xdbs(Some(xdb), None), &[])
+    }
+
+    fn node(name: &str, province: &str, city: &str, isp: &str, ip: [u8; 4]) -> Node {
+        let mut n = Node::new(name);
+        n.country = "CN".into();
+        n.province = province.into();
+        n.city = city.into();
+        n.isp = isp.into();
+        n.public_ip = Some(ip.into());
+        n
+    }
+
+    /// What the log reported before the diff: every partition range, looked
+    /// up at its start in both tables.
+    fn scanned(p: &PartitionTable, old: &RouteTable, new: &RouteTable, name: &str) -> HashMap<(String, String), usize> {
+        let (a, b) = (old.scheduled(name).unwrap(), new.scheduled(name).unwrap());
+        let mut out = HashMap::new();
+        for &(start, _, _) in p.v4_ranges() {
+            let addr = std::net::IpAddr::V4(start.into());
+            let (x, y) = (a.answer_for(addr).0, b.answer_for(addr).0);
+            if x.node != y.node || x.ipv4 != y.ipv4 {
+                let key = (x.node.clone().unwrap_or_default(), y.node.clone().unwrap_or_default());
+                *out.entry(key).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_map_diff_finds_the_moved_partitions_and_only_them() {
+        let p = partitions();
+        let s = ScheduleSettings::default();
+        let zone = Zone::new("edge.lagran.net");
+        let mut inputs = Inputs {
+            nodes: vec![
+                node("gd-01", "广东", "深圳", "电信", [192, 0, 2, 1]),
+                node("bj-01", "北京", "北京", "联通", [192, 0, 2, 2]),
+                node("hk-01", "", "", "", [192, 0, 2, 3]),
+            ],
+            zones: vec![zone],
+            now_ms: 1_000,
+            ..Default::default()
+        };
+        inputs.nodes[2].country = "HK".into();
+        inputs.nodes[2].weight = 150;
+        let mut state = BuildState::default();
+        let t1 = build_route_table(1, &inputs, &p, &s, &s.policy(), &mut state);
+        inputs.nodes[0].status = NodeStatus::Offline;
+        let t2 = build_route_table(2, &inputs, &p, &s, &s.policy(), &mut state);
+        let (a, b) = (t1.scheduled("edge.lagran.net").unwrap(), t2.scheduled("edge.lagran.net").unwrap());
+        let m = moves(&p, &a.v4, &b.v4, &a.answers, &b.answers, |x, y| x.node != y.node);
+        assert_eq!(m.len(), 1, "{m:?}");
+        let mv = &m[&(Some("gd-01"), Some("hk-01"))];
+        assert_eq!(mv.ranges, 2, "Shenzhen and Guangzhou moved, nothing else");
+        assert!(mv.sample.iter().any(|l| l.contains("深圳")), "{:?}", mv.sample);
+        assert!(mv.sample.iter().any(|l| l.contains("广州")), "{:?}", mv.sample);
+        let want = scanned(&p, &t1, &t2, "edge.lagran.net");
+        assert_eq!(want.get(&("gd-01".to_string(), "hk-01".to_string())), Some(&2), "{want:?}");
+
+        // A prefix rule moves part of one range only: counted once, found by the diff.
+        let r = Rule {
+            id: 7,
+            kind: RuleKind::Manual,
+            domain: None,
+            country: None,
+            province: None,
+            city: None,
+            isp: None,
+            prefix: Some("123.112.7.0/24".parse().unwrap()),
+            node: "hk-01".into(),
+            percent: 100,
+            priority: 0,
+            expires_at_ms: None,
+            note: String::new(),
+            created_at_ms: 0,
+        };
+        inputs.rules.push(r);
+        let t3 = build_route_table(3, &inputs, &p, &s, &s.policy(), &mut state);
+        let c = t3.scheduled("edge.lagran.net").unwrap();
+        let m = moves(&p, &b.v4, &c.v4, &b.answers, &c.answers, |x, y| x.node != y.node);
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert_eq!(m[&(Some("bj-01"), Some("hk-01"))].ranges, 1);
+        // Unchanged maps: nothing to walk.
+        let m = moves(&p, &c.v4, &c.v4, &c.answers, &c.answers, |x, y| x.node != y.node);
+        assert!(m.is_empty());
+    }
 }

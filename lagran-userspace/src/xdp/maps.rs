@@ -36,6 +36,7 @@ use lagran_common::{
 
 use super::XdpError;
 use crate::config::DnsSettings;
+use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName};
 
 /// The map names the loader pins, in a stable order.
@@ -365,6 +366,15 @@ struct Route<A = u32> {
 type AnswerPair = (AnswerV4, AnswerV6);
 
 /// Keeps the maps equal to the route table, writing only differences.
+/// A name's prefix maps and answer ids as last written: a table that shares
+/// the same maps (an incremental build left the name alone) with the same ids
+/// has nothing to write for it.
+struct Written {
+    v4: PrefixMapV4,
+    v6: PrefixMapV6,
+    ids: Vec<Option<u32>>,
+}
+
 pub struct MapWriter {
     maps: Maps,
     config: Config,
@@ -378,6 +388,8 @@ pub struct MapWriter {
     routes: StdHashMap<u32, Vec<Route>>,
     /// Written IPv6 trie entries per name id, sorted by (addr, len).
     routes6: StdHashMap<u32, Vec<Route<u128>>>,
+    /// What each name's written entries were made from.
+    written: StdHashMap<u32, Written>,
     /// Written answers: content -> id.
     answers: StdHashMap<AnswerPair, u32>,
     free_ids: Vec<u32>,
@@ -405,6 +417,7 @@ impl MapWriter {
             names: StdHashMap::new(),
             routes: StdHashMap::new(),
             routes6: StdHashMap::new(),
+            written: StdHashMap::new(),
             answers: StdHashMap::new(),
             free_ids: Vec::new(),
             next_id: 0,
@@ -507,6 +520,9 @@ impl MapWriter {
         let mut used: StdHashMap<AnswerPair, u32> = StdHashMap::new();
         // Name hash -> wire name: two names with one hash cannot share the key.
         let mut hashes: StdHashMap<u64, Vec<u8>> = StdHashMap::new();
+        // Names whose entries stand as written, and what every name's are made from.
+        let mut kept: std::collections::HashSet<u32> = std::collections::HashSet::new();
+        let mut written: StdHashMap<u32, Written> = StdHashMap::new();
         for name in table.scheduled_names() {
             let Some(key) = wire_key(&name.name) else {
                 tracing::warn!(name = %name.name, "name cannot be a fast-path key; userspace answers it");
@@ -534,6 +550,19 @@ impl MapWriter {
                 return Err(XdpError::DuplicateNameId { id: name.id, a: other.to_string(), b: name.name.clone() });
             }
             let ids = self.answer_ids(name, settings, &mut used, &mut stats)?;
+            want_names.insert(key, name.id);
+            if self
+                .written
+                .get(&name.id)
+                .is_some_and(|w| w.v4.shares(&name.v4) && w.v6.shares(&name.v6) && w.ids == ids)
+            {
+                // The very maps written last time, with the same answers: the entries stand.
+                want_routes.insert(name.id, self.routes.remove(&name.id).unwrap_or_default());
+                want_routes6.insert(name.id, self.routes6.remove(&name.id).unwrap_or_default());
+                kept.insert(name.id);
+                written.insert(name.id, Written { v4: name.v4.clone(), v6: name.v6.clone(), ids });
+                continue;
+            }
             let mut routes = Vec::with_capacity(name.v4.len());
             for p in name.v4.iter() {
                 // Blocks without a valid answer get no entry: the program passes them.
@@ -547,13 +576,17 @@ impl MapWriter {
             }
             want_routes.insert(name.id, routes);
             want_routes6.insert(name.id, routes_of(&name.v6, &ids));
-            want_names.insert(key, name.id);
+            written.insert(name.id, Written { v4: name.v4.clone(), v6: name.v6.clone(), ids });
         }
 
         // 2. Trie inserts, updates and deletes for every name still served.
         let empty = Vec::new();
         let empty6 = Vec::new();
         for (&id, want) in &want_routes {
+            if kept.contains(&id) {
+                stats.routes_total += want.len();
+                continue;
+            }
             let have = self.routes.get(&id).unwrap_or(&empty);
             let (up, del) = diff_routes(have, want);
             for r in &up {
@@ -570,6 +603,10 @@ impl MapWriter {
             stats.routes_total += want.len();
         }
         for (&id, want) in &want_routes6 {
+            if kept.contains(&id) {
+                stats.routes_total += want.len();
+                continue;
+            }
             let have = self.routes6.get(&id).unwrap_or(&empty6);
             let (up, del) = diff_routes(have, want);
             for r in &up {
@@ -639,6 +676,7 @@ impl MapWriter {
         self.names = want_names;
         self.routes = want_routes;
         self.routes6 = want_routes6;
+        self.written = written;
         Ok(stats)
     }
 
@@ -751,6 +789,7 @@ impl MapWriter {
         }
         self.names.clear();
         self.routes.clear();
+        self.written.clear();
         self.routes6.clear();
         self.answers.clear();
         self.free_ids.clear();

@@ -26,6 +26,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use super::{Answers, PoolRanks, PrefixOverride};
 use crate::config::ScheduleSettings;
 use crate::engine::planner::Plan;
@@ -82,30 +84,57 @@ impl Change {
     }
 }
 
-/// One class's decision for one name, as recorded: the answers it interned,
-/// in order, which of them it chose, and its automatic primary (a stable
-/// node id, or `NO_CHOICE`).
+/// One class's decision for one name, as recorded: the ids of the answers it
+/// interned, in order, and of the one it chose, in the name's answer list of
+/// the build that recorded it; and its automatic primary (a stable node id,
+/// or `NO_CHOICE`).
 #[derive(Clone, Debug)]
 pub(super) struct Decided {
-    pub answers: Vec<Answer>,
+    pub ids: Vec<u32>,
     pub last: u32,
     pub primary: u32,
 }
 
-impl Answers {
-    /// Interns a recorded decision's answers in their order; the id of the
-    /// chosen one. A canary's answer id, recorded as a position in the
-    /// decision's own list, becomes the id here.
-    pub(super) fn replay(&mut self, d: &Decided) -> u32 {
-        let mut ids = Vec::with_capacity(d.answers.len());
-        for a in &d.answers {
-            let mut a = a.clone();
-            if let Some(c) = &mut a.canary {
-                c.answer = ids[c.answer as usize];
-            }
-            ids.push(self.id(a));
+/// No new id yet for an old answer id.
+const UNMAPPED: u32 = u32::MAX;
+
+/// Old answer ids (the last build's list of a name) to new ones, filled as
+/// decisions are replayed: every old answer is copied and interned once,
+/// whatever number of classes chose it.
+pub(super) struct Remap<'a> {
+    old: &'a [Answer],
+    new: Vec<u32>,
+}
+
+impl<'a> Remap<'a> {
+    pub fn new(old: &'a [Answer]) -> Remap<'a> {
+        Remap { old, new: vec![UNMAPPED; old.len()] }
+    }
+
+    fn id(&mut self, answers: &mut Answers, old: u32) -> u32 {
+        let at = old as usize;
+        if self.new[at] != UNMAPPED {
+            return self.new[at];
         }
-        ids[d.last as usize]
+        let mut a = self.old[at].clone();
+        if let Some(c) = &mut a.canary {
+            c.answer = self.id(answers, c.answer);
+        }
+        let id = answers.id(a);
+        self.new[at] = id;
+        id
+    }
+}
+
+impl Answers {
+    /// Interns a recorded decision's answers in their order, rewriting its ids
+    /// into this list; the id of the chosen one.
+    pub(super) fn replay(&mut self, d: &mut Decided, remap: &mut Remap) -> u32 {
+        for id in &mut d.ids {
+            *id = remap.id(self, *id);
+        }
+        d.last = remap.id(self, d.last);
+        d.last
     }
 }
 
@@ -115,7 +144,7 @@ pub(super) struct NameRecord {
     /// Per class, the decision without a held primary.
     pub natural: Vec<Option<Decided>>,
     /// Per (class, previous primary), the decision with hysteresis.
-    pub held: HashMap<(u32, u32), Decided>,
+    pub held: FxHashMap<(u32, u32), Decided>,
     pub by_partition: Vec<u32>,
     /// The answers before and after the prefix overrides.
     pub pre_answers: Vec<Answer>,
@@ -151,6 +180,59 @@ fn partitions_key(p: &PartitionTable) -> (usize, usize, usize, usize) {
 /// A node as far as answers go: heartbeat stamps only matter through liveness.
 fn unstamped(n: &Node) -> Node {
     Node { last_heartbeat_ms: None, updated_at_ms: 0, ..n.clone() }
+}
+
+/// `*a == unstamped(b)` for a stored unstamped `a`, without the copy. Every
+/// field is named, so a field added to [`Node`] cannot be forgotten here.
+fn same_but_stamps(a: &Node, b: &Node) -> bool {
+    let Node {
+        name,
+        status,
+        public_ip,
+        public_ipv6,
+        hostname,
+        country,
+        province,
+        city,
+        isp,
+        weight,
+        cpu_usage,
+        memory_usage,
+        bandwidth_mbps,
+        max_bandwidth_mbps,
+        conns,
+        max_conns,
+        agent_url,
+        probe_port,
+        pool,
+        lat,
+        lon,
+        created_at_ms,
+        last_heartbeat_ms: _,
+        updated_at_ms: _,
+    } = b;
+    a.name == *name
+        && a.status == *status
+        && a.public_ip == *public_ip
+        && a.public_ipv6 == *public_ipv6
+        && a.hostname == *hostname
+        && a.country == *country
+        && a.province == *province
+        && a.city == *city
+        && a.isp == *isp
+        && a.weight == *weight
+        && a.cpu_usage == *cpu_usage
+        && a.memory_usage == *memory_usage
+        && a.bandwidth_mbps == *bandwidth_mbps
+        && a.max_bandwidth_mbps == *max_bandwidth_mbps
+        && a.conns == *conns
+        && a.max_conns == *max_conns
+        && a.agent_url == *agent_url
+        && a.probe_port == *probe_port
+        && a.pool == *pool
+        && a.lat == *lat
+        && a.lon == *lon
+        && a.created_at_ms == *created_at_ms
 }
 
 /// Whether a node kept everything that places it in the plan's classes.
@@ -216,7 +298,7 @@ impl Record {
             if !same_place(old, &v.node) {
                 return None;
             }
-            if self.dead[i] != v.dead || *old != unstamped(&v.node) {
+            if self.dead[i] != v.dead || !same_but_stamps(old, &v.node) {
                 changed.push(i);
             }
         }

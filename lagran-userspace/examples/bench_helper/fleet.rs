@@ -1,0 +1,281 @@
+//! A real-size fleet against the running daemon, over its HTTP API:
+//!
+//! - `fleet-add`: `POST /api/v1/nodes` for N nodes at real client locations of
+//!   the xdb (each with its own agent token), as an operator would add them;
+//! - `heartbeats`: heartbeats at a target rate over keep-alive connections
+//!   (`POST /api/v1/nodes/{name}/heartbeat`, loads jittered as agents report
+//!   them) while a prober measures the userspace responder's DNS latency; the
+//!   same probe runs first without heartbeats, so p99 with and without load
+//!   come from one run.
+//!
+//! Run inside the daemon's network namespace (`nsenter -t PID -n`), where its
+//! API listens on loopback. Every loop is bounded in count and time.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use lagran::geo::{GeoDb, Xdb};
+use lagran::partition::PartitionTable;
+use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
+
+use crate::{frames, result};
+
+/// The token of bench node `i` (its own agent token).
+fn token(i: usize) -> String {
+    format!("bench-agent-token-{i:05}")
+}
+
+fn node_name(i: usize) -> String {
+    format!("fleet-{i:05}")
+}
+
+/// One HTTP/1.1 connection kept alive across requests.
+pub struct Http {
+    api: SocketAddr,
+    stream: BufReader<TcpStream>,
+}
+
+impl Http {
+    pub fn connect(api: SocketAddr) -> anyhow::Result<Http> {
+        let s =
+            TcpStream::connect_timeout(&api, Duration::from_secs(2)).with_context(|| format!("connecting {api}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        s.set_nodelay(true)?;
+        Ok(Http { api, stream: BufReader::new(s) })
+    }
+
+    /// One request; the status code and the body.
+    pub fn request(&mut self, method: &str, path: &str, headers: &str, body: &str) -> anyhow::Result<(u16, String)> {
+        let api = self.api;
+        let s = self.stream.get_mut();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: {api}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut line = String::new();
+        self.stream.read_line(&mut line)?;
+        let status: u16 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status line")?;
+        let mut length = 0usize;
+        loop {
+            line.clear();
+            if self.stream.read_line(&mut line)? == 0 {
+                bail!("connection closed in the headers");
+            }
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse().context("bad Content-Length")?;
+            }
+        }
+        let mut body = vec![0u8; length];
+        self.stream.read_exact(&mut body)?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+}
+
+pub fn admin_header() -> String {
+    std::env::var("ADMIN_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"))
+}
+
+#[derive(clap::Args)]
+pub struct AddArgs {
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    api: SocketAddr,
+    /// The real ip2region file (node locations are drawn from its partitions).
+    #[arg(long)]
+    xdb: PathBuf,
+    #[arg(long, default_value_t = 1_000)]
+    nodes: usize,
+    #[arg(long, default_value_t = 1_000)]
+    seed: u64,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    timeout_s: u64,
+}
+
+/// `POST /api/v1/nodes` for `--nodes` nodes at real client locations.
+pub fn add(a: AddArgs) -> anyhow::Result<()> {
+    let xdb = Xdb::open(&a.xdb).with_context(|| format!("opening {}", a.xdb.display()))?;
+    let partitions = PartitionTable::build(&GeoDb::from_xdbs(Some(xdb), None), &[]);
+    let locations = partitions.locations();
+    let mut rng = StdRng::seed_from_u64(a.seed);
+    let mut http = Http::connect(a.api)?;
+    let auth = admin_header();
+    let started = Instant::now();
+    for i in 0..a.nodes {
+        if started.elapsed().as_secs() > a.timeout_s {
+            bail!("only {i} of {} nodes added in {} s", a.nodes, a.timeout_s);
+        }
+        let loc = &locations[rng.gen_range(1..locations.len())];
+        let body = serde_json::json!({
+            "name": node_name(i),
+            "country": loc.country,
+            "province": loc.province,
+            "city": loc.city,
+            "isp": loc.isp,
+            "weight": rng.gen_range(50..150),
+            "cpu_usage": rng.gen_range(0.0..80.0),
+            "memory_usage": rng.gen_range(0.0..80.0),
+            "public_ip": Ipv4Addr::from(0x0a40_0000 + i as u32).to_string(),
+            "auth_token": token(i),
+        });
+        let (code, resp) = http.request("POST", "/api/v1/nodes", &auth, &body.to_string())?;
+        if code != 201 {
+            bail!("POST /api/v1/nodes {} answered HTTP {code}: {resp}", node_name(i));
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!("fleet-add: {} nodes added in {secs:.1} s", a.nodes);
+    result("fleet_nodes_added", a.nodes);
+    result("fleet_add_s", format!("{secs:.1}"));
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct HeartbeatArgs {
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    api: SocketAddr,
+    /// The responder the prober queries (userspace: not the XDP interface).
+    #[arg(long)]
+    dns: SocketAddr,
+    #[arg(long, default_value = "edge.lagran.net")]
+    name: String,
+    /// Nodes `fleet-00000` … that `fleet-add` created.
+    #[arg(long, default_value_t = 1_000)]
+    nodes: usize,
+    /// Target heartbeats per second.
+    #[arg(long, default_value_t = 1_000)]
+    rate: u64,
+    /// Connections sending heartbeats.
+    #[arg(long, default_value_t = 8)]
+    connections: usize,
+    /// Seconds per phase (probe alone, then probe with heartbeats).
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// DNS probes per second.
+    #[arg(long, default_value_t = 500)]
+    probe_qps: u64,
+}
+
+/// DNS round trips (µs) at a fixed rate for `secs`, closed loop; lost queries
+/// (no answer within 1 s) count as 1 s.
+fn probe(a: &HeartbeatArgs, secs: u64) -> anyhow::Result<Vec<u64>> {
+    let sock = UdpSocket::bind("0.0.0.0:0")?;
+    sock.set_read_timeout(Some(Duration::from_millis(1000)))?;
+    let gap = Duration::from_secs_f64(1.0 / a.probe_qps.max(1) as f64);
+    let start = Instant::now();
+    let mut rtts = Vec::new();
+    let mut buf = [0u8; 1500];
+    let mut id: u16 = 0;
+    let subnets =
+        [(Ipv4Addr::new(58, 60, 1, 0), 24u8), (Ipv4Addr::new(123, 112, 0, 0), 24), (Ipv4Addr::new(8, 8, 8, 0), 24)];
+    let mut next = start;
+    while start.elapsed() < Duration::from_secs(secs) {
+        id = id.wrapping_add(1);
+        let q = frames::dns_query(&a.name, id, Some(subnets[id as usize % subnets.len()]));
+        let t = Instant::now();
+        sock.send_to(&q, a.dns)?;
+        let rtt = loop {
+            match sock.recv_from(&mut buf) {
+                Ok((n, _)) if frames::parse_reply(&buf[..n]).is_some_and(|r| r.id == id) => break t.elapsed(),
+                Ok(_) => continue,
+                Err(_) => break Duration::from_secs(1),
+            }
+        };
+        rtts.push(rtt.as_micros() as u64);
+        next += gap;
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    rtts.sort_unstable();
+    Ok(rtts)
+}
+
+fn p99(v: &[u64]) -> u64 {
+    v.get((v.len() * 99 / 100).min(v.len().saturating_sub(1))).copied().unwrap_or(0)
+}
+
+/// Heartbeats at `--rate` across `--connections` while the prober runs; DNS
+/// p99 alone first, then under the heartbeats.
+pub fn heartbeats(a: HeartbeatArgs) -> anyhow::Result<()> {
+    let idle = probe(&a, a.seconds)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let per_conn = a.rate as f64 / a.connections.max(1) as f64;
+    let mut workers = Vec::new();
+    let started = Instant::now();
+    for c in 0..a.connections.max(1) {
+        let (stop, ok, failed, api, nodes) = (stop.clone(), ok.clone(), failed.clone(), a.api, a.nodes.max(1));
+        let limit = Duration::from_secs(a.seconds + 5);
+        workers.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let mut http = Http::connect(api)?;
+            let mut rng = StdRng::seed_from_u64(c as u64);
+            let gap = Duration::from_secs_f64(1.0 / per_conn.max(0.001));
+            let mut next = Instant::now();
+            let mut i = c;
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < limit {
+                let n = i % nodes;
+                i += a.connections.max(1);
+                // Loads as agents report them: a few percent of jitter around a level.
+                let body = format!(
+                    "{{\"cpu_usage\":{:.1},\"memory_usage\":{:.1}}}",
+                    30.0 + rng.gen_range(-1.0..1.0),
+                    40.0 + rng.gen_range(-1.0..1.0)
+                );
+                let headers = format!("x-lagran-agent-token: {}\r\n", token(n));
+                match http.request("POST", &format!("/api/v1/nodes/{}/heartbeat", node_name(n)), &headers, &body) {
+                    Ok((200, _)) => ok.fetch_add(1, Ordering::Relaxed),
+                    Ok(_) => failed.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        http = Http::connect(api)?;
+                        0
+                    }
+                };
+                next += gap;
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+            Ok(())
+        }));
+    }
+    let loaded = probe(&a, a.seconds);
+    let elapsed = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().map_err(|_| anyhow::anyhow!("a heartbeat thread panicked"))??;
+    }
+    let loaded = loaded?;
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let rate = ok as f64 / elapsed;
+    eprintln!(
+        "heartbeats: {ok} accepted, {failed} failed in {elapsed:.1} s ({rate:.0}/s, target {}/s); DNS p99 {} µs alone, {} µs under heartbeats ({} / {} probes)",
+        a.rate,
+        p99(&idle),
+        p99(&loaded),
+        idle.len(),
+        loaded.len()
+    );
+    result("heartbeats_target_per_s", a.rate);
+    result("heartbeats_per_s", format!("{rate:.0}"));
+    result("heartbeats_failed", failed);
+    result("dns_p99_idle_us", p99(&idle));
+    result("dns_p99_heartbeats_us", p99(&loaded));
+    result("dns_probes", idle.len() + loaded.len());
+    Ok(())
+}
