@@ -360,7 +360,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let tasks = Supervisor::new();
     add_task_metrics(&metrics, &tasks);
     let mut loops = spawn_control_loops(&cp, &config, api_url.clone(), &shutdown, &tasks);
-    // NS hosts report on the table stream (`ns_host_reports`); the console shows them.
+    // No responder here: the console lists the NS hosts that report on the table stream.
     let console = Arc::new(crate::console::Console::new(Arc::new(crate::console::nshosts::NoNsHosts)));
     loops.push(console.spawn_sampler(metrics.clone(), shutdown.clone()));
     let state = AppState {

@@ -277,6 +277,10 @@ fn run_topology(with_tls: bool) {
         assert_eq!(h["epoch"].as_u64(), Some(first_epoch), "{reported}");
         assert!(h["version"].as_u64().unwrap() > 0, "{reported}");
     }
+    // The operator console's NS-host view shows the same reports.
+    let traffic = topo.call(&b, "GET", "/api/v1/console/traffic", None);
+    let shown: Vec<&str> = traffic["ns_hosts"].as_array().unwrap().iter().filter_map(|h| h["host"].as_str()).collect();
+    assert_eq!(shown, ["ns1", "ns2"], "the console lists the reporting NS hosts: {traffic}");
 
     // kill -9 the leader; a write through the standby reaches both NS hosts within 10 s.
     a.kill_hard();

@@ -176,10 +176,20 @@ pub async fn traffic(State(state): State<AppState>, headers: HeaderMap) -> Resul
     state.auth.check_agent(&headers)?;
     let table = state.scheduler.table().load();
     let current = (table.version, table.generated_at_ms);
+    // The in-process responder (in `serve`), then every NS host that reports on the table stream.
+    let mut ns_hosts = state.console.ns_hosts.ns_hosts(current);
+    let (_, reported) = super::routes::reported_ns_hosts(&state).await?;
+    ns_hosts.extend(reported.into_iter().map(|h| NsHostStatus {
+        host: h.report.name,
+        version: h.report.version,
+        versions_behind: if h.current { 0 } else { table.version.saturating_sub(h.report.version).max(1) },
+        lag_ms: h.lag_ms,
+        reported_at_ms: h.report.reported_at_ms,
+    }));
     Ok(Json(TrafficJson {
         points: state.console.traffic.points(),
         changes: state.scheduler.change_log(),
-        ns_hosts: state.console.ns_hosts.ns_hosts(current),
+        ns_hosts,
         version: table.version,
         generated_at_ms: table.generated_at_ms,
         now_ms: now_ms(),

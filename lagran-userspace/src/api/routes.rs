@@ -164,32 +164,57 @@ pub async fn table(
 /// lacks was generated (as far as this process remembers; else the current one).
 pub async fn nshosts(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     state.auth.check_agent(&headers)?;
-    let reports = state.store.list_ns_reports().await?;
-    let current = state.scheduler.table().load_full();
+    let (current, rows) = reported_ns_hosts(&state).await?;
     let now = crate::clock::now_ms();
-    let hosts: Vec<Value> = reports
+    let hosts: Vec<Value> = rows
         .into_iter()
-        .map(|r| {
-            let behind = (r.epoch, r.version) < current.position();
-            let lag_ms = if behind {
-                let first_missing = state
-                    .scheduler
-                    .history()
-                    .first_after((r.epoch, r.version))
-                    .map_or(current.generated_at_ms, |t| t.generated_at_ms);
-                (now - first_missing).max(0)
-            } else {
-                0
-            };
+        .map(|ReportedNsHost { report: r, current, lag_ms }| {
             json!({
                 "name": r.name, "version": r.version, "epoch": r.epoch, "queries": r.queries,
                 "confirmed_ms_ago": r.confirmed_ms_ago, "reported_to": r.reported_to,
                 "reported_at_ms": r.reported_at_ms, "last_report_ms_ago": (now - r.reported_at_ms).max(0),
-                "current": !behind, "lag_ms": lag_ms,
+                "current": current, "lag_ms": lag_ms,
             })
         })
         .collect();
     Ok(Json(json!({
         "version": current.version, "epoch": current.epoch, "leading": state.scheduler.leading(), "nshosts": hosts,
     })))
+}
+
+/// An NS host's last report and how far it is behind this process's table.
+pub struct ReportedNsHost {
+    pub report: crate::store::cluster::NsHostReport,
+    /// It serves this process's current table (or a newer one).
+    pub current: bool,
+    /// 0 when current, else ms since the first table it lacks was generated.
+    pub lag_ms: i64,
+}
+
+/// Every NS host's last report on the stream (`GET /api/v1/nshosts`, the
+/// console's NS-host view), with this process's current table.
+pub async fn reported_ns_hosts(
+    state: &AppState,
+) -> Result<(std::sync::Arc<crate::route_table::RouteTable>, Vec<ReportedNsHost>), ApiError> {
+    let reports = state.store.list_ns_reports().await?;
+    let current = state.scheduler.table().load_full();
+    let now = crate::clock::now_ms();
+    let rows = reports
+        .into_iter()
+        .map(|report| {
+            let behind = (report.epoch, report.version) < current.position();
+            let lag_ms = if behind {
+                let first_missing = state
+                    .scheduler
+                    .history()
+                    .first_after((report.epoch, report.version))
+                    .map_or(current.generated_at_ms, |t| t.generated_at_ms);
+                (now - first_missing).max(0)
+            } else {
+                0
+            };
+            ReportedNsHost { report, current: !behind, lag_ms }
+        })
+        .collect();
+    Ok((current, rows))
 }
