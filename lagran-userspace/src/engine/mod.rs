@@ -245,6 +245,18 @@ impl Ranking {
     }
 }
 
+/// The over-cap term (positive, subtracted): 0 up to `caps.soft_ratio` of the
+/// node's cap, then ramping linearly to `caps.penalty` at the cap.
+pub fn over_cap_penalty(view: &NodeView, policy: &Policy) -> i64 {
+    let Some(caps) = &policy.caps else { return 0 };
+    let ratio = view.cap_ratio();
+    if ratio <= caps.soft_ratio {
+        return 0;
+    }
+    let ramp = ((ratio - caps.soft_ratio) / (1.0 - caps.soft_ratio).max(1e-9)).min(1.0);
+    ((caps.penalty as f64 * ramp).round() as i64).max(0)
+}
+
 /// Scores one node for a client (eligibility is [`exclusion`]'s business).
 pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64)>, policy: &Policy) -> Candidate {
     let n = &view.node;
@@ -281,15 +293,9 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
     if mem > 0 {
         terms.push(("memory".into(), -mem));
     }
-    if let Some(caps) = &policy.caps {
-        let ratio = view.cap_ratio();
-        if ratio > caps.soft_ratio {
-            let ramp = ((ratio - caps.soft_ratio) / (1.0 - caps.soft_ratio).max(1e-9)).min(1.0);
-            let p = (caps.penalty as f64 * ramp).round() as i64;
-            if p > 0 {
-                terms.push(("over-cap".into(), -p));
-            }
-        }
+    let p = over_cap_penalty(view, policy);
+    if p > 0 {
+        terms.push(("over-cap".into(), -p));
     }
     if let (Some(d), Some(a), Some(b)) = (&policy.distance, view.coords, client_coords) {
         let km = crate::location::coords::haversine_km(a, b);
@@ -350,15 +356,9 @@ pub fn reason(view: &NodeView, client: &Location, policy: &Policy) -> String {
     if cpu + mem >= policy.overloaded_penalty {
         add(&mut r, format_args!("overloaded -{}", cpu + mem));
     }
-    if let Some(caps) = &policy.caps {
-        let ratio = view.cap_ratio();
-        if ratio > caps.soft_ratio {
-            let ramp = ((ratio - caps.soft_ratio) / (1.0 - caps.soft_ratio).max(1e-9)).min(1.0);
-            let p = (caps.penalty as f64 * ramp).round() as i64;
-            if p > 0 {
-                add(&mut r, format_args!("over-cap -{p}"));
-            }
-        }
+    let p = over_cap_penalty(view, policy);
+    if p > 0 {
+        add(&mut r, format_args!("over-cap -{p}"));
     }
     if r.is_empty() {
         r.push_str("weight and load");

@@ -466,15 +466,5 @@ fn base_score(view: &NodeView, policy: &Policy) -> i64 {
     let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
     let mem = (n.memory_usage.max(0.0) * policy.memory_factor).floor() as i64;
     s -= cpu.max(0) + mem.max(0);
-    if let Some(caps) = &policy.caps {
-        let ratio = view.cap_ratio();
-        if ratio > caps.soft_ratio {
-            let ramp = ((ratio - caps.soft_ratio) / (1.0 - caps.soft_ratio).max(1e-9)).min(1.0);
-            let p = (caps.penalty as f64 * ramp).round() as i64;
-            if p > 0 {
-                s -= p;
-            }
-        }
-    }
-    s
+    s - super::over_cap_penalty(view, policy)
 }
