@@ -54,6 +54,76 @@ pub enum DaemonError {
     Xdp { iface: String, source: crate::xdp::XdpError },
     #[error(transparent)]
     Entry(#[from] crate::entry::EntryError),
+    #[error(transparent)]
+    CookieSecret(#[from] crate::dns::cookie::SecretError),
+}
+
+/// How often `[cookies] secret_file` is checked for a new secret.
+const COOKIE_SECRET_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Response rate limiting and server cookies of the responder (issue: hostile traffic).
+struct Guards {
+    rrl: Option<Arc<crate::dns::rrl::RateLimiter>>,
+    cookies: Arc<crate::dns::cookie::CookieJar>,
+}
+
+impl Guards {
+    /// Builds both from the configuration, adds `lagran_rrl_responses_total`
+    /// to `/metrics`, and starts the task that re-reads the cookie secret file.
+    fn start(
+        config: &Config,
+        metrics: &Metrics,
+        shutdown: &CancellationToken,
+    ) -> Result<(Guards, tokio::task::JoinHandle<()>), DaemonError> {
+        use crate::dns::cookie::{self, CookieJar};
+        use crate::dns::rrl::{self, RateLimiter, ResponseClass};
+        let rrl = RateLimiter::new(&config.rrl).map(Arc::new);
+        if rrl.is_some() {
+            tracing::info!(
+                responses_per_second = config.rrl.responses_per_second,
+                slip = config.rrl.slip,
+                window_secs = config.rrl.window_secs,
+                "response rate limiting on"
+            );
+        }
+        let jar = Arc::new(CookieJar::load(&config.cookies)?);
+        match jar.file() {
+            Some(p) => {
+                tracing::info!(secret_file = %p.display(), grace_secs = config.cookies.grace_secs, "server cookies on")
+            }
+            None => tracing::info!(
+                "server cookies on with a random secret made at start: NS hosts sharing an (anycast) address need one [cookies] secret_file"
+            ),
+        }
+        let limiter = rrl.clone();
+        metrics.add_source(Box::new(move |out| {
+            let counts = ResponseClass::ALL.map(|c| limiter.as_ref().map_or((0, 0), |l| l.counts(c)));
+            rrl::render_prometheus(out, &[("userspace", counts)]);
+        }));
+        let watched = jar.clone();
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move {
+            if watched.file().is_none() {
+                return;
+            }
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    _ = tokio::time::sleep(COOKIE_SECRET_POLL) => {}
+                }
+                match watched.reload_if_changed(cookie::unix_now()) {
+                    Ok(true) => tracing::info!("cookie secret rotated; the previous one stays valid for grace_secs"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "cookie secret file unusable; keeping the secret in force"),
+                }
+            }
+        });
+        Ok((Guards { rrl, cookies: jar }, task))
+    }
+
+    fn apply(&self, server: DnsServer) -> DnsServer {
+        server.with_rrl(self.rrl.clone()).with_cookies(self.cookies.clone())
+    }
 }
 
 /// Flags of `lagran dns` (an NS host following a control plane).
@@ -203,6 +273,8 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let (api_listener, api_addr) = bind_api(&config).await?;
     let table = cp.scheduler.table().clone();
     let mut loops = spawn_control_loops(&cp, &config, &shutdown);
+    let (guards, guard_task) = Guards::start(&config, &metrics, &shutdown)?;
+    loops.push(guard_task);
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
             iface,
@@ -220,8 +292,12 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         loops.push(task);
     }
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
-    let dns =
-        Arc::new(DnsServer::new(table, Arc::new(config.dns.clone()), counters, cp.scheduler.confirmation().clone()));
+    let dns = Arc::new(guards.apply(DnsServer::new(
+        table,
+        Arc::new(config.dns.clone()),
+        counters,
+        cp.scheduler.confirmation().clone(),
+    )));
     // DoT, DoQ and the HTTP 302 redirect, when configured.
     loops.extend(crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?);
     let state = AppState {
@@ -301,6 +377,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     };
     let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
+    let (guards, guard_task) = Guards::start(&config, &metrics, &shutdown)?;
     let xdp_task = match &opts.xdp {
         Some(iface) => Some(
             crate::xdp::sync::start(
@@ -319,7 +396,12 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         ),
         None => None,
     };
-    let dns = Arc::new(DnsServer::new(table.clone(), Arc::new(config.dns.clone()), counters, confirmation.clone()));
+    let dns = Arc::new(guards.apply(DnsServer::new(
+        table.clone(),
+        Arc::new(config.dns.clone()),
+        counters,
+        confirmation.clone(),
+    )));
     let entry_tasks = crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?;
     let follow_task = tokio::spawn(follower.run(shutdown.clone()));
     let ops = ns_router(table, metrics, stats);
@@ -342,6 +424,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     if let Some(t) = xdp_task {
         let _ = t.await;
     }
+    let _ = guard_task.await;
     result
 }
 
