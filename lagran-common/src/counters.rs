@@ -86,9 +86,14 @@ counters! {
     IpChecksum = "ip_checksum",
     /// UDP over IPv6 with a zero checksum: the stack discards it (RFC 8200 §8.1).
     UdpZeroChecksum = "udp_zero_checksum",
+    /// A COOKIE option the program does not answer: malformed or repeated
+    /// (userspace answers FORMERR), a server cookie not 16 octets long, one
+    /// that may be valid under the previous secret, an IPv4-mapped source, or
+    /// no secret published yet.
+    Cookie = "cookie",
 }
 
 /// Number of counters: the `lagran_counters` array size.
 pub const COUNT: u32 = Counter::ALL.len() as u32;
 
-const _: () = assert!(Counter::UdpZeroChecksum as u32 + 1 == COUNT);
+const _: () = assert!(Counter::Cookie as u32 + 1 == COUNT);

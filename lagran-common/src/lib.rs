@@ -15,6 +15,7 @@
 pub mod answers;
 pub mod canary;
 pub mod config;
+pub mod cookie;
 pub mod counters;
 pub mod listen;
 pub mod names;

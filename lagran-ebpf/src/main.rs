@@ -26,6 +26,7 @@
 
 #[cfg(feature = "test-broken-verifier")]
 mod broken;
+mod cookie;
 mod csum;
 mod dns;
 mod eth;
@@ -120,6 +121,9 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
         source
     };
     let (answer_id, scope) = route(name_id, &client)?;
+    // The packet's source (not the ECS address) is what a server cookie binds.
+    let cookie =
+        if q.cookie != 0 { cookie::respond(&q, &source)? } else { cookie::ServerCookie { head: 0, hash: 0, valid: 0 } };
     // One `response::build` per record type (see `response::Records`).
     if q.aaaa != 0 {
         let a = maps::answer6(answer_id).ok_or(Counter::NoAnswer)?;
@@ -128,7 +132,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
         if count == 0 || count > lagran_common::answers::MAX_ADDRS {
             return Err(Counter::NoAnswer);
         }
-        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload };
+        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie };
         response::build(ctx, &eth, &ip, &udp, &q, &reply)
     } else {
         let a = maps::answer(answer_id).ok_or(Counter::NoAnswer)?;
@@ -136,7 +140,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
         if count == 0 || count > lagran_common::answers::MAX_ADDRS {
             return Err(Counter::NoAnswer);
         }
-        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload };
+        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie };
         response::build(ctx, &eth, &ip, &udp, &q, &reply)
     }
 }
@@ -144,9 +148,9 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
 /// The client address an answer is chosen for: an IPv4 address (in the low 32
 /// bits of `addr.lo`) or an IPv6 one.
 #[derive(Clone, Copy)]
-struct Client {
-    v6: u32,
-    addr: ipv6::Addr6,
+pub(crate) struct Client {
+    pub(crate) v6: u32,
+    pub(crate) addr: ipv6::Addr6,
 }
 
 impl Client {

@@ -10,6 +10,7 @@ use aya_ebpf::{
 use lagran_common::{
     answers::{self, AnswerV4, AnswerV6},
     config::{self, Config},
+    cookie::{self, CookieConfig},
     counters::{self, Counter},
     listen::{self, ListenKey, ListenValue},
     names::{self, NameValue, WORDS},
@@ -23,6 +24,11 @@ use crate::ipv6::Addr6;
 /// Written by userspace at attach time and when the fast path is switched off/on.
 #[btf_map(name = "lagran_config")]
 pub static CONFIG: Array<Config, 1> = Array::new();
+
+/// The server cookie secret and clock (see `cookie`). Written by userspace at
+/// attach time, on a rotation and every second.
+#[btf_map(name = "lagran_cookie")]
+pub static COOKIE: Array<CookieConfig, 1> = Array::new();
 
 /// (Address, UDP port) pairs we serve; the unspecified address of a family is a
 /// wildcard. Written by the userspace loader at attach time.
@@ -154,6 +160,11 @@ unsafe fn fill_listen_key_v6(k: *mut ListenKey, addr: [u64; 2], port: [u8; 2]) {
 #[inline(always)]
 pub fn config() -> Option<Config> {
     CONFIG.get(config::INDEX).copied()
+}
+
+#[inline(always)]
+pub fn cookie_config() -> Option<&'static CookieConfig> {
+    COOKIE.get(cookie::INDEX)
 }
 
 #[inline(always)]

@@ -97,7 +97,12 @@ pub struct Reply<R: Records> {
     pub scope: u8,
     /// Our UDP payload size for the OPT CLASS.
     pub udp_payload: u16,
+    /// The server cookie, when the query had a COOKIE option (`q.cookie != 0`).
+    pub cookie: crate::cookie::ServerCookie,
 }
+
+/// The COOKIE option we write: code, length, client cookie, server cookie.
+const COOKIE_OPTION_LEN: usize = 4 + 8 + 16;
 
 #[inline(always)]
 pub fn build<R: Records>(
@@ -113,13 +118,9 @@ pub fn build<R: Records>(
     // options (COOKIE, padding) are not echoed, so it may be shorter than the
     // query's OPT and the frame may shrink.
     let n = (q.ecs_source as usize).div_ceil(8);
-    let opt_len = if q.has_opt == 0 {
-        0
-    } else if q.has_ecs == 0 {
-        OPT_FIXED_LEN
-    } else {
-        OPT_FIXED_LEN + ECS_FIXED_LEN + n
-    };
+    let ecs_len = if q.has_ecs == 0 { 0 } else { ECS_FIXED_LEN + n };
+    let cookie_len = if q.cookie == 0 { 0 } else { COOKIE_OPTION_LEN };
+    let opt_len = if q.has_opt == 0 { 0 } else { OPT_FIXED_LEN + ecs_len + cookie_len };
     let rr_len = R::RR;
     let ip_hdr = match ip {
         Ip::V4(_) => ipv4::HDR_LEN,
@@ -191,7 +192,7 @@ pub fn build<R: Records>(
             let s = fold64(a.hi) as u32 + fold64(a.lo) as u32;
             tail.add(fold(s).swap_bytes() as u32);
         }
-        let rdlen: u16 = if q.has_ecs != 0 { (ECS_FIXED_LEN + n) as u16 } else { 0 };
+        let rdlen = (ecs_len + cookie_len) as u16;
         let pl = r.udp_payload.to_be_bytes();
         let rd = rdlen.to_be_bytes();
         let opt = [0, 0, 41, pl[0], pl[1], 0, 0, q.do_bit, 0, rd[0], rd[1]];
@@ -233,6 +234,25 @@ pub fn build<R: Records>(
                 }
             }
         }
+    }
+
+    if q.has_opt != 0 && q.cookie != 0 {
+        // RFC 7873 §5.2.3: the client cookie and our server cookie, after the ECS option.
+        let at = off + OPT_FIXED_LEN + ecs_len;
+        let p = f.at::<COOKIE_OPTION_LEN>(at).map_err(|_| Counter::Malformed)?;
+        let c = &r.cookie;
+        // SAFETY: `at` checked `[p, p + 28)` against the frame end.
+        unsafe {
+            core::ptr::write_unaligned(p as *mut u32, u32::from_ne_bytes([0, 10, 0, 24]));
+            core::ptr::write_unaligned((p + 4) as *mut u64, q.cookie_client);
+            core::ptr::write_unaligned((p + 12) as *mut u64, c.head);
+            core::ptr::write_unaligned((p + 20) as *mut u64, c.hash);
+        }
+        // The words as loaded are little-endian: their folded sum is byte-swapped.
+        let le = fold64(q.cookie_client) as u32 + fold64(c.head) as u32 + fold64(c.hash) as u32;
+        let be = fold(fold(le).swap_bytes() as u32 + 10 + 24);
+        // The option starts 11 + ecs_len octets after the OPT, which is at an even tail offset.
+        tail.add(if (OPT_FIXED_LEN + ecs_len) & 1 == 1 { be.swap_bytes() } else { be } as u32);
     }
 
     // UDP checksum over the pseudo-header (RFC 768; RFC 8200 §8.1: the same

@@ -415,3 +415,31 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod kernel_hash_tests {
+    use super::*;
+    use lagran_common::cookie::{hash_v4, hash_v6};
+
+    /// The XDP program's SipHash (lagran-common) gives the bytes `server_cookie` gives.
+    #[test]
+    fn the_kernels_siphash_agrees_with_siphasher() {
+        let le = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap());
+        for seed in 0u8..50 {
+            let secret: Secret = std::array::from_fn(|i| (i as u8).wrapping_mul(31).wrapping_add(seed));
+            let client: [u8; 8] = std::array::from_fn(|i| (i as u8) ^ seed.wrapping_mul(7));
+            let ts = 1_600_000_000u32.wrapping_add(u32::from(seed) * 977);
+            let (k0, k1) = (le(&secret[..8]), le(&secret[8..]));
+            let v4: IpAddr = std::net::Ipv4Addr::new(seed, 2, 3, 4).into();
+            let c = server_cookie(&secret, &client, ts, v4);
+            let IpAddr::V4(a) = v4 else { unreachable!() };
+            let h = hash_v4(k0, k1, le(&client), le(&c[..8]), u32::from_le_bytes(a.octets()));
+            assert_eq!(h.to_le_bytes(), c[8..]);
+            let v6: std::net::Ipv6Addr = format!("2001:db8::{seed:x}:1").parse().unwrap();
+            let c = server_cookie(&secret, &client, ts, v6.into());
+            let o = v6.octets();
+            let h = hash_v6(k0, k1, le(&client), le(&c[..8]), [le(&o[..8]), le(&o[8..])]);
+            assert_eq!(h.to_le_bytes(), c[8..]);
+        }
+    }
+}
