@@ -2,8 +2,8 @@
 //! Written by the XDP program; userspace sums the CPUs for `/metrics` and
 //! `lagran maps dump`.
 //!
-//! Every packet the program sees increments exactly one counter: `Answered`, or
-//! the reason it was passed to the kernel stack.
+//! Every packet the program sees increments exactly one counter: `Answered`,
+//! `RrlLimited` or `RrlSlipped`, or the reason it was passed to the kernel stack.
 
 /// Map name as `bpftool` shows it.
 pub const MAP_NAME: &str = "lagran_counters";
@@ -91,9 +91,14 @@ counters! {
     /// that may be valid under the previous secret, an IPv4-mapped source, or
     /// no secret published yet.
     Cookie = "cookie",
+    /// Response rate limiting withheld the answer: dropped (`XDP_DROP`).
+    RrlLimited = "rrl_limited",
+    /// Response rate limiting sent the answer truncated (TC=1), or BADCOOKIE
+    /// when the query had a client cookie (`XDP_TX`).
+    RrlSlipped = "rrl_slipped",
 }
 
 /// Number of counters: the `lagran_counters` array size.
 pub const COUNT: u32 = Counter::ALL.len() as u32;
 
-const _: () = assert!(Counter::Cookie as u32 + 1 == COUNT);
+const _: () = assert!(Counter::RrlSlipped as u32 + 1 == COUNT);

@@ -21,6 +21,7 @@ pub mod listen;
 pub mod names;
 pub mod route_v4;
 pub mod route_v6;
+pub mod rrl;
 
 /// The directory under bpffs where the loader pins every map.
 pub const PIN_DIR: &str = "/sys/fs/bpf/lagran";

@@ -28,7 +28,6 @@ pub struct ServerCookie {
     pub head: u64,
     pub hash: u64,
     /// 1 when the query's server cookie was valid (exempt from rate limiting).
-    #[expect(dead_code, reason = "read by the rate limiter, which comes next")]
     pub valid: u32,
 }
 

@@ -35,6 +35,7 @@ pub const ECS_FIXED_LEN: usize = 8;
 pub const FLAG_QR: u16 = 0x8000;
 const OPCODE_MASK: u16 = 0x7800;
 pub const FLAG_AA: u16 = 0x0400;
+pub const FLAG_TC: u16 = 0x0200;
 pub const FLAG_RD: u16 = 0x0100;
 pub const FLAG_CD: u16 = 0x0010;
 

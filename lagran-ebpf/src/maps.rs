@@ -4,7 +4,7 @@
 //! mismatch fails at load time).
 
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, lpm_trie::Key},
+    btf_maps::{Array, HashMap, LpmTrie, LruPerCpuHashMap, PerCpuArray, lpm_trie::Key},
     macros::btf_map,
 };
 use lagran_common::{
@@ -16,6 +16,7 @@ use lagran_common::{
     names::{self, NameValue, WORDS},
     route_v4::{self, RouteV4Data, RouteValue},
     route_v6::{self, RouteV6Data},
+    rrl::{self, Account},
 };
 
 use crate::ipv6::Addr6;
@@ -29,6 +30,10 @@ pub static CONFIG: Array<Config, 1> = Array::new();
 /// attach time, on a rotation and every second.
 #[btf_map(name = "lagran_cookie")]
 pub static COOKIE: Array<CookieConfig, 1> = Array::new();
+
+/// Response rate limiting accounts, per CPU (see `rrl`). Only this program touches them.
+#[btf_map(name = "lagran_rrl")]
+pub static RRL: LruPerCpuHashMap<u64, Account, { rrl::MAX_ENTRIES as usize }> = LruPerCpuHashMap::new();
 
 /// (Address, UDP port) pairs we serve; the unspecified address of a family is a
 /// wildcard. Written by the userspace loader at attach time.
@@ -160,6 +165,26 @@ unsafe fn fill_listen_key_v6(k: *mut ListenKey, addr: [u64; 2], port: [u8; 2]) {
 #[inline(always)]
 pub fn config() -> Option<Config> {
     CONFIG.get(config::INDEX).copied()
+}
+
+/// This CPU's account `key`, if it has one.
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value goes through a zeroed temporary: a memset call in the XDP section"
+)]
+pub fn rrl_account(key: u64) -> Option<*mut Account> {
+    RRL.get_ptr_mut(&key)
+}
+
+/// Creates this CPU's account `key` (the LRU evicts the least recently used when full).
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value goes through a zeroed temporary: a memset call in the XDP section"
+)]
+pub fn rrl_insert(key: u64, a: &Account) {
+    let _ = RRL.insert(&key, a, 0);
 }
 
 #[inline(always)]

@@ -28,7 +28,7 @@ use lagran_common::{
 
 use crate::{
     csum::Sum,
-    dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, OPT_FIXED_LEN, Query},
+    dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, FLAG_TC, OPT_FIXED_LEN, Query},
     eth::Eth,
     ipv4::{self, Ipv4},
     ipv6,
@@ -36,6 +36,8 @@ use crate::{
     udp::{self, Udp},
 };
 
+/// RFC 7873 §8: the extended RCODE BADCOOKIE.
+const RCODE_BADCOOKIE: u16 = 23;
 /// IPv4 TTL and IPv6 hop limit of our responses.
 const IP_TTL: u8 = 64;
 const IPPROTO_UDP: u8 = 17;
@@ -99,6 +101,10 @@ pub struct Reply<R: Records> {
     pub udp_payload: u16,
     /// The server cookie, when the query had a COOKIE option (`q.cookie != 0`).
     pub cookie: crate::cookie::ServerCookie,
+    /// 1: rate limiting slips this answer — no records, TC=1, or BADCOOKIE
+    /// (RCODE 23, AA=0) when the query had a client cookie, exactly as
+    /// userspace's `dns::rrl::slipped` makes of the full response.
+    pub slip: u32,
 }
 
 /// The COOKIE option we write: code, length, client cookie, server cookie.
@@ -113,7 +119,8 @@ pub fn build<R: Records>(
     q: &Query,
     r: &Reply<R>,
 ) -> Result<u32, Counter> {
-    let count = r.count;
+    let count = if r.slip != 0 { 0 } else { r.count };
+    let badcookie = r.slip != 0 && q.cookie != 0;
     // The response's OPT carries only the echoed ECS option: the query's other
     // options (COOKIE, padding) are not echoed, so it may be shorter than the
     // query's OPT and the frame may shrink.
@@ -158,7 +165,15 @@ pub fn build<R: Records>(
     };
 
     // DNS header: ID, QDCOUNT (1), NSCOUNT (0) and ARCOUNT stay as received.
-    let flags = FLAG_QR | FLAG_AA | (q.flags & (FLAG_RD | FLAG_CD));
+    let copied = q.flags & (FLAG_RD | FLAG_CD);
+    let flags = if badcookie {
+        // RFC 7873 §8: BADCOOKIE is 23: 7 in the header, 1 in the OPT's extended RCODE.
+        FLAG_QR | copied | (RCODE_BADCOOKIE & 0x0f)
+    } else if r.slip != 0 {
+        FLAG_QR | FLAG_AA | FLAG_TC | copied
+    } else {
+        FLAG_QR | FLAG_AA | copied
+    };
     f.store::<u16>(dns + 2, flags.to_be())?;
     f.store::<u16>(dns + 6, (count as u16).to_be())?;
 
@@ -169,7 +184,9 @@ pub fn build<R: Records>(
     tail.word(1); // QCLASS IN
     // The records and their sum come ready from the map writer.
     let mut off = dns + dns::HDR_LEN + q.qlen + 4;
-    tail.add(r.records.sum());
+    if count != 0 {
+        tail.add(r.records.sum());
+    }
     off = r.records.write(&f, off, count)?;
     if q.has_opt != 0 {
         // The OPT starts at an even distance from the tail start (4 + 16·count
@@ -195,7 +212,8 @@ pub fn build<R: Records>(
         let rdlen = (ecs_len + cookie_len) as u16;
         let pl = r.udp_payload.to_be_bytes();
         let rd = rdlen.to_be_bytes();
-        let opt = [0, 0, 41, pl[0], pl[1], 0, 0, q.do_bit, 0, rd[0], rd[1]];
+        let ext_rcode = if badcookie { (RCODE_BADCOOKIE >> 4) as u8 } else { 0 };
+        let opt = [0, 0, 41, pl[0], pl[1], ext_rcode, 0, q.do_bit, 0, rd[0], rd[1]];
         f.write::<OPT_FIXED_LEN>(off, opt)?;
         let mut j = 0;
         while j < OPT_FIXED_LEN {

@@ -65,6 +65,8 @@ const COOKIE_SECRET_POLL: std::time::Duration = std::time::Duration::from_secs(5
 struct Guards {
     rrl: Option<Arc<crate::dns::rrl::RateLimiter>>,
     cookies: Arc<crate::dns::cookie::CookieJar>,
+    /// The XDP program's rate limiting counts (when it is attached).
+    xdp_rrl: Arc<crate::dns::rrl::XdpCounts>,
 }
 
 impl Guards {
@@ -73,6 +75,7 @@ impl Guards {
     fn start(
         config: &Config,
         metrics: &Metrics,
+        xdp: bool,
         shutdown: &CancellationToken,
     ) -> Result<(Guards, tokio::task::JoinHandle<()>), DaemonError> {
         use crate::dns::cookie::{self, CookieJar};
@@ -96,9 +99,14 @@ impl Guards {
             ),
         }
         let limiter = rrl.clone();
+        let xdp_rrl = Arc::new(rrl::XdpCounts::default());
+        let xdp_counts = xdp.then(|| xdp_rrl.clone());
         metrics.add_source(Box::new(move |out| {
             let counts = ResponseClass::ALL.map(|c| limiter.as_ref().map_or((0, 0), |l| l.counts(c)));
-            rrl::render_prometheus(out, &[("userspace", counts)]);
+            match &xdp_counts {
+                Some(x) => rrl::render_prometheus(out, &[("userspace", counts), ("xdp", x.by_class())]),
+                None => rrl::render_prometheus(out, &[("userspace", counts)]),
+            }
         }));
         let watched = jar.clone();
         let token = shutdown.clone();
@@ -118,7 +126,7 @@ impl Guards {
                 }
             }
         });
-        Ok((Guards { rrl, cookies: jar }, task))
+        Ok((Guards { rrl, cookies: jar, xdp_rrl }, task))
     }
 
     fn apply(&self, server: DnsServer) -> DnsServer {
@@ -273,7 +281,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let (api_listener, api_addr) = bind_api(&config).await?;
     let table = cp.scheduler.table().clone();
     let mut loops = spawn_control_loops(&cp, &config, &shutdown);
-    let (guards, guard_task) = Guards::start(&config, &metrics, &shutdown)?;
+    let (guards, guard_task) = Guards::start(&config, &metrics, opts.xdp.is_some(), &shutdown)?;
     loops.push(guard_task);
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
@@ -285,6 +293,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
                 versions: cp.scheduler.subscribe(),
                 confirmation: cp.scheduler.confirmation().clone(),
                 cookies: Some(guards.cookies.clone()),
+                rrl: (config.rrl.clone(), guards.xdp_rrl.clone()),
             },
             &metrics,
             shutdown.clone(),
@@ -378,7 +387,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     };
     let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;
-    let (guards, guard_task) = Guards::start(&config, &metrics, &shutdown)?;
+    let (guards, guard_task) = Guards::start(&config, &metrics, opts.xdp.is_some(), &shutdown)?;
     let xdp_task = match &opts.xdp {
         Some(iface) => Some(
             crate::xdp::sync::start(
@@ -390,6 +399,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
                     versions: follower.versions.subscribe(),
                     confirmation: confirmation.clone(),
                     cookies: Some(guards.cookies.clone()),
+                    rrl: (config.rrl.clone(), guards.xdp_rrl.clone()),
                 },
                 &metrics,
                 shutdown.clone(),

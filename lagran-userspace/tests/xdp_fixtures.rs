@@ -829,6 +829,78 @@ fn cookies_and_padding_are_answered_like_userspace() {
     fx.answered(&Frame::new().build(&Dns::a("pool-a.edge.lagran.net").opt(512, 0, false, &cookie()).bytes()));
 }
 
+/// Pins this thread to one CPU: the program's rate limiting accounts are per CPU.
+fn pin_to_one_cpu() {
+    // SAFETY: a zeroed cpu_set_t with one bit set, passed by pointer with its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set), 0);
+    }
+}
+
+/// The userspace response to the DNS message of `frame` (the fixture's secret and clock).
+fn userspace_reply(fx: &Fixture, frame: &[u8]) -> dns::Reply {
+    let p = parse_frame(frame).unwrap();
+    let now = now_ms();
+    dns::answer_with_cookies(
+        &Query { bytes: p.dns, source: p.src, transport: Transport::Udp },
+        &fx.table,
+        &settings(),
+        now,
+        now,
+        Some(&cookie_check()),
+    )
+}
+
+/// RRL in the kernel: the account arithmetic of `dns::rrl`, slipped answers
+/// byte for byte what userspace slips (TC=1, or BADCOOKIE after a client
+/// cookie), and a valid server cookie exempts the query.
+#[test]
+fn rate_limiting_drops_and_slips_like_userspace() {
+    pin_to_one_cpu();
+    let mut fx = Fixture::new();
+    let rrl = lagran::config::RrlSettings { responses_per_second: 5, slip: 2, window_secs: 15 };
+    fx.writer.set_rrl(&rrl).unwrap();
+    let a = || Dns::a("edge.lagran.net");
+    let counted = |fx: &Fixture, c: Counter| fx.writer.counters().unwrap().get(c);
+    for (src, options, badcookie) in
+        [("10.1.2.3", None, false), ("10.1.3.3", Some(cookie()), true), ("10.1.5.3", Some(cookie_with_server()), true)]
+    {
+        let d = match &options {
+            Some(o) => a().opt(1232, 0, false, o),
+            None => a(),
+        };
+        let frame = Frame::new().from(src).build(&d.bytes());
+        let full = userspace_reply(&fx, &frame).bytes.unwrap();
+        let slipped = dns::rrl::slipped(&full, badcookie).unwrap();
+        let (limited0, slipped0) = (counted(&fx, Counter::RrlLimited), counted(&fx, Counter::RrlSlipped));
+        let mut actions = Vec::new();
+        for i in 0..20 {
+            let out = fx.prog.test_run(&frame).unwrap();
+            actions.push(out.action);
+            if out.action == XDP_TX {
+                let dns_out = check_tx_headers(&frame, &out.frame);
+                let want = if i < 5 { &full } else { &slipped };
+                assert_eq!(hex(dns_out), hex(want), "{src}: response {i} as userspace sends it");
+            }
+        }
+        let want: Vec<u32> = (0..20).map(|i| if i < 5 || (i - 5) % 2 == 1 { XDP_TX } else { 1 }).collect();
+        assert_eq!(actions, want, "{src}: 5 answers, then every 2nd limited one slips (XDP_DROP = 1)");
+        assert_eq!(counted(&fx, Counter::RrlLimited) - limited0, 8);
+        assert_eq!(counted(&fx, Counter::RrlSlipped) - slipped0, 7);
+    }
+    // Our valid server cookie: never limited.
+    let src: IpAddr = ip("10.1.4.3").into();
+    let frame = Frame::new().from("10.1.4.3").build(&a().opt(1232, 0, false, &cookie_valid(src, 5)).bytes());
+    for _ in 0..20 {
+        fx.answered(&frame);
+    }
+    // Off again: answered.
+    fx.writer.set_rrl(&lagran::config::RrlSettings::default()).unwrap();
+    fx.answered(&Frame::new().from("10.1.2.3").build(&a().bytes()));
+}
+
 /// Names of every length modulo 8 (the hash reads 8-octet words; the last one is
 /// read ending at the name's end), a name shorter than one word, and a name of
 /// the full 255 octets, each asked in mixed case.

@@ -212,6 +212,31 @@ fn step(s: &mut Slot, key: u64, now_ms: u64, rate: i64, floor: i64, slip: u32) -
     if slip > 0 && s.limited.is_multiple_of(slip) { Decision::Slip } else { Decision::Drop }
 }
 
+/// The XDP program's limited and slipped answers (class "answer", the only
+/// one it sends), as the XDP sync last read them from its counters.
+#[derive(Debug, Default)]
+pub struct XdpCounts {
+    pub limited: AtomicU64,
+    pub slipped: AtomicU64,
+}
+
+impl XdpCounts {
+    /// Per class, as [`render_prometheus`] takes them.
+    pub fn by_class(&self) -> [(u64, u64); 5] {
+        let mut out = [(0, 0); 5];
+        out[ResponseClass::Answer as usize] =
+            (self.limited.load(Ordering::Relaxed), self.slipped.load(Ordering::Relaxed));
+        out
+    }
+}
+
+/// The `lagran_config` fields of RRL for the XDP program.
+pub fn kernel_knobs(settings: &RrlSettings) -> (u32, u32, i64) {
+    let rate = settings.responses_per_second.min(MAX_RATE);
+    let floor = -i64::from(settings.window_secs.clamp(1, MAX_WINDOW_SECS)) * i64::from(rate) * COST;
+    (rate, settings.slip, floor)
+}
+
 /// Milliseconds on a monotonic clock (since the first call), for [`RateLimiter::decide`].
 pub fn monotonic_ms() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();

@@ -349,17 +349,24 @@ impl CounterSnapshot {
 
     /// Packets passed to the kernel stack, all reasons.
     pub fn passed(&self) -> u64 {
-        self.values.iter().filter(|(c, _)| *c != Counter::Answered).map(|(_, v)| v).sum()
+        self.values.iter().filter(|(c, _)| !Self::not_passed(*c)).map(|(_, v)| v).sum()
+    }
+
+    /// Counters of packets the program did not pass: answered, or rate limited
+    /// (dropped, or slipped with `XDP_TX`).
+    fn not_passed(c: Counter) -> bool {
+        matches!(c, Counter::Answered | Counter::RrlLimited | Counter::RrlSlipped)
     }
 
     /// The counters as Prometheus text: one `lagran_xdp_packets_total` series per
-    /// counter, `result="answered"` or `result="passed",reason="…"`.
+    /// counter, `result="answered"`, `"rrl_limited"`, `"rrl_slipped"` or
+    /// `result="passed",reason="…"`.
     pub fn render_prometheus(&self, out: &mut String) {
         out.push_str("# HELP lagran_xdp_packets_total Packets seen by the XDP fast path, by outcome.\n");
         out.push_str("# TYPE lagran_xdp_packets_total counter\n");
         for (c, v) in self.iter() {
-            if c == Counter::Answered {
-                let _ = writeln!(out, "lagran_xdp_packets_total{{result=\"answered\"}} {v}");
+            if Self::not_passed(c) {
+                let _ = writeln!(out, "lagran_xdp_packets_total{{result=\"{}\"}} {v}", c.name());
             } else {
                 let _ = writeln!(out, "lagran_xdp_packets_total{{result=\"passed\",reason=\"{}\"}} {v}", c.name());
             }
@@ -435,7 +442,7 @@ impl MapWriter {
     /// the listen set `0.0.0.0:dns_port` — every IPv4 address, as where no
     /// interface is known; the loader narrows it with [`Maps::set_listen`].
     pub fn new(mut maps: Maps, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
-        let config = Config { dns_port, udp_payload, enabled: 0 };
+        let config = Config { dns_port, udp_payload, enabled: 0, rrl_rate: 0, rrl_slip: 0, rrl_floor: 0 };
         maps.set_config(&config)?;
         maps.set_listen(&[
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, dns_port)),
@@ -460,6 +467,15 @@ impl MapWriter {
     /// Publishes the server cookie secret and clock (see `lagran_common::cookie`).
     pub fn set_cookie(&mut self, c: &CookieConfig) -> Result<(), XdpError> {
         self.maps.set_cookie(c)
+    }
+
+    /// Sets the program's response rate limiting (`[rrl]`, see `dns::rrl`).
+    pub fn set_rrl(&mut self, settings: &crate::config::RrlSettings) -> Result<(), XdpError> {
+        let (rrl_rate, rrl_slip, rrl_floor) = crate::dns::rrl::kernel_knobs(settings);
+        let c = Config { rrl_rate, rrl_slip, rrl_floor, ..self.config };
+        self.maps.set_config(&c)?;
+        self.config = c;
+        Ok(())
     }
 
     pub fn maps(&self) -> &Maps {
