@@ -113,14 +113,10 @@ fn answers_normally(d: &Daemon) {
     panic!("the daemon no longer answers after the mutated queries\n{}", d.log());
 }
 
-#[test]
-fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
-    let d = Daemon::start(Options::default());
-    let dropped_before = metric(&d, "lagran_dns_dropped_total");
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// Sends `total` mutated queries from `s` to `to` in batches of 200, checks
+/// every reply against its query (matched by ID), and returns how many replied.
+fn send_mutated(s: &UdpSocket, to: std::net::SocketAddr, rng: &mut StdRng, total: u32) -> u32 {
     s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-    let mut rng = StdRng::seed_from_u64(0x11_ba5e);
-    let total = 100_000u32;
     let batch = 200u32;
     let (mut sent, mut replies) = (0u32, 0u32);
     let mut buf = [0u8; 65_536];
@@ -131,8 +127,8 @@ fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
         let mut outstanding: HashMap<u16, Vec<u8>> = HashMap::new();
         for _ in 0..batch.min(total - sent) {
             let id = (sent % 65_536) as u16;
-            let q = mutated(&mut rng, id);
-            s.send_to(&q, d.dns).unwrap();
+            let q = mutated(rng, id);
+            s.send_to(&q, to).unwrap();
             outstanding.insert(id, q);
             sent += 1;
         }
@@ -152,6 +148,18 @@ fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
         }
         previous = outstanding;
     }
+
+    replies
+}
+
+#[test]
+fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
+    let d = Daemon::start(Options::default());
+    let dropped_before = metric(&d, "lagran_dns_dropped_total");
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut rng = StdRng::seed_from_u64(0x11_ba5e);
+    let total = 100_000u32;
+    let replies = send_mutated(&s, d.dns, &mut rng, total);
     assert!(replies > total / 4, "only {replies} of {total} mutated queries answered\n{}", d.log());
     let dropped = metric(&d, "lagran_dns_dropped_total") - dropped_before;
     assert!(dropped > 0, "junk is dropped and counted");
@@ -441,4 +449,76 @@ fn rate_limiting_and_server_cookies_with_xdp_in_namespaces() {
     // Afterwards, the same address is answered normally in another class.
     let after = dig(&["edge.lagran.net", "NS", "+nocookie"]);
     assert!(after.contains("status: NOERROR"), "{after}");
+}
+
+/// The 10⁵ mutated queries again, through the XDP fast path (namespaces, a
+/// veth pair): what the program answers and what it passes to userspace must
+/// both be well-formed replies to their queries, and the daemon answers
+/// normally afterwards, in the kernel and in userspace.
+#[test]
+fn hundred_thousand_mutated_queries_through_xdp() {
+    use lagran::xdp::netns::VethPair;
+    use lagran::xdp::{XdpHandle, XdpOptions, object_bytes};
+    for tool in ["dig", "ip"] {
+        if !crate::support::have_tool(tool, "mutated_xdp") {
+            return;
+        }
+    }
+    let obj =
+        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
+    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
+    let _client_prog = pair
+        .client
+        .enter(|| {
+            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
+        })
+        .expect("entering the client namespace")
+        .expect("a pass-through program on the client veth");
+    let d = Daemon::start(Options {
+        netns: Some(pair.server.name().to_string()),
+        args: vec!["--xdp".into(), pair.server_if.into()],
+        env: vec![("LAGRAN_PIN_DIR".into(), format!("/sys/fs/bpf/lagran-e2e-mut-{}", std::process::id()))],
+        dns_listen: Some(format!("{}:53", pair.server_addr)),
+        ..Options::default()
+    });
+    let metrics = || -> String {
+        let (_, v): (u16, serde_json::Value) =
+            pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
+        v.as_str().unwrap_or_default().to_string()
+    };
+    let value = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    let to = std::net::SocketAddr::from((pair.server_addr, 53));
+    let total = 100_000u32;
+    let replies = pair
+        .client
+        .enter(|| {
+            let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+            send_mutated(&s, to, &mut StdRng::seed_from_u64(0x0001_1ba5_e0d9), total)
+        })
+        .expect("entering the client namespace");
+    let m = metrics();
+    assert!(replies > total / 4, "only {replies} of {total} mutated queries answered\n{m}");
+    let xdp = value(&m, "lagran_xdp_packets_total{result=\"answered\"}");
+    let user = value(&m, "lagran_dns_queries_total{transport=\"udp\"}");
+    assert!(xdp > 500 && user > 1000, "both paths answered mutated queries (XDP {xdp}, userspace {user}):\n{m}");
+
+    // Afterwards: the kernel (A) and userspace (NS) answer normally.
+    let dig = |args: &[&str]| -> String {
+        let server = format!("@{}", pair.server_addr);
+        let mut all = vec![server.as_str(), "+tries=2", "+time=2", "+nocookie"];
+        all.extend_from_slice(args);
+        let out = pair.client_run("dig", &all).expect("running dig in the client namespace");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let a = dig(&["edge.lagran.net", "A"]);
+    assert!(a.contains("status: NOERROR") && a.contains("ANSWER: 1"), "{a}");
+    assert_eq!(value(&metrics(), "lagran_xdp_packets_total{result=\"answered\"}"), xdp + 1, "XDP answered it");
+    let ns = dig(&["edge.lagran.net", "NS"]);
+    assert!(ns.contains("status: NOERROR"), "{ns}");
 }
