@@ -18,8 +18,14 @@ pub struct Config {
     /// 1: answer from the maps; 0: pass every query to userspace (maps not yet
     /// synced, or the route table is stale and a fallback applies).
     pub enabled: u32,
+    /// Response rate limiting (see `rrl`): responses per second per account, 0 = off.
+    pub rrl_rate: u32,
+    /// Every `rrl_slip`-th limited response is sent truncated (or BADCOOKIE); 0 = drop all.
+    pub rrl_slip: u32,
+    /// The lowest credit: `-window_secs × rate × 1000`.
+    pub rrl_floor: i64,
 }
 
-const _: () = assert!(size_of::<Config>() == 8);
+const _: () = assert!(size_of::<Config>() == 24);
 
 crate::impl_pod!(Config);

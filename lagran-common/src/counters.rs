@@ -2,8 +2,8 @@
 //! Written by the XDP program; userspace sums the CPUs for `/metrics` and
 //! `lagran maps dump`.
 //!
-//! Every packet the program sees increments exactly one counter: `Answered`, or
-//! the reason it was passed to the kernel stack.
+//! Every packet the program sees increments exactly one counter: `Answered`,
+//! `RrlLimited` or `RrlSlipped`, or the reason it was passed to the kernel stack.
 
 /// Map name as `bpftool` shows it.
 pub const MAP_NAME: &str = "lagran_counters";
@@ -86,9 +86,19 @@ counters! {
     IpChecksum = "ip_checksum",
     /// UDP over IPv6 with a zero checksum: the stack discards it (RFC 8200 §8.1).
     UdpZeroChecksum = "udp_zero_checksum",
+    /// A COOKIE option the program does not answer: malformed or repeated
+    /// (userspace answers FORMERR), a server cookie not 16 octets long, one
+    /// that may be valid under the previous secret, an IPv4-mapped source, or
+    /// no secret published yet.
+    Cookie = "cookie",
+    /// Response rate limiting withheld the answer: dropped (`XDP_DROP`).
+    RrlLimited = "rrl_limited",
+    /// Response rate limiting sent the answer truncated (TC=1), or BADCOOKIE
+    /// when the query had a client cookie (`XDP_TX`).
+    RrlSlipped = "rrl_slipped",
 }
 
 /// Number of counters: the `lagran_counters` array size.
 pub const COUNT: u32 = Counter::ALL.len() as u32;
 
-const _: () = assert!(Counter::UdpZeroChecksum as u32 + 1 == COUNT);
+const _: () = assert!(Counter::RrlSlipped as u32 + 1 == COUNT);

@@ -15,11 +15,13 @@
 pub mod answers;
 pub mod canary;
 pub mod config;
+pub mod cookie;
 pub mod counters;
 pub mod listen;
 pub mod names;
 pub mod route_v4;
 pub mod route_v6;
+pub mod rrl;
 
 /// The directory under bpffs where the loader pins every map.
 pub const PIN_DIR: &str = "/sys/fs/bpf/lagran";

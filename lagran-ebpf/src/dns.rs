@@ -35,6 +35,7 @@ pub const ECS_FIXED_LEN: usize = 8;
 pub const FLAG_QR: u16 = 0x8000;
 const OPCODE_MASK: u16 = 0x7800;
 pub const FLAG_AA: u16 = 0x0400;
+pub const FLAG_TC: u16 = 0x0200;
 pub const FLAG_RD: u16 = 0x0100;
 pub const FLAG_CD: u16 = 0x0010;
 
@@ -48,6 +49,11 @@ pub const FLAG_CD: u16 = 0x0010;
 pub struct Query {
     /// The `lagran_names` key of the name.
     pub qhash: u64,
+    /// COOKIE option: the client cookie, and the server cookie's first and
+    /// last 8 octets, as loaded from the packet (little-endian words).
+    pub cookie_client: u64,
+    pub cookie_head: u64,
+    pub cookie_hash: u64,
     /// Length of the question name in wire format, 1–255.
     pub qlen: usize,
     /// IPv6 ECS ADDRESS, zero-extended to 16 bytes.
@@ -66,6 +72,8 @@ pub struct Query {
     pub has_ecs: u32,
     /// 1 when that option's FAMILY is IPv6 (2), 0 for IPv4 (1).
     pub ecs_v6: u32,
+    /// COOKIE option: 0 none, 1 a client cookie alone, 2 with a 16-octet server cookie.
+    pub cookie: u32,
     /// IPv4 ECS ADDRESS, zero-extended to four bytes (bits beyond SOURCE are zero).
     pub ecs_addr: [u8; 4],
     /// Header flags as received (host order).
@@ -142,6 +150,10 @@ pub fn parse(
         ecs_addr: [0; 4],
         ecs_addr6: Addr6 { hi: 0, lo: 0 },
         ecs_window: [0; 2],
+        cookie: 0,
+        cookie_client: 0,
+        cookie_head: 0,
+        cookie_hash: 0,
     };
     if arcount == 0 {
         if q_end != len {
@@ -295,8 +307,8 @@ const MAX_OPT_RDATA: usize = 512;
 /// walks them in userspace: at most one ECS option (RFC 7871 §6) is used, and
 /// options that do not change the answer are skipped — userspace skips them too
 /// and echoes none of them, so the kernel's response is the same:
-/// - COOKIE (RFC 7873 §5.2.1: a server that does not implement cookies "MUST
-///   ignore the COOKIE option"; server cookies are not implemented);
+/// - COOKIE (RFC 7873): kept in `q` for `cookie::respond`; a malformed or
+///   repeated one, or a server cookie of other than 16 octets, is passed;
 /// - Padding (RFC 7830 §3: "Responders MUST ignore the content of the Padding
 ///   option"; we pad nothing, as §4 allows for unencrypted transport).
 ///
@@ -361,7 +373,32 @@ fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Co
                 }
                 parse_ecs(f, o + 4, len, q)?;
             }
-            OPT_COOKIE | OPT_PADDING => {}
+            OPT_COOKIE => {
+                if q.cookie != 0 {
+                    return Err(Counter::Cookie);
+                }
+                // One check per option, the words read through its pointer:
+                // separate loads let LLVM compare with `data_end - 8`, pointer
+                // arithmetic on pkt_end that the verifier refuses.
+                if len == 8 {
+                    let p = f.at::<8>(core::hint::black_box(o + 4))?;
+                    // SAFETY: `at` checked `[p, p + 8)` against the frame end.
+                    q.cookie_client = unsafe { core::ptr::read_unaligned(p as *const u64) };
+                    q.cookie = 1;
+                } else if len == 24 {
+                    let p = f.at::<24>(core::hint::black_box(o + 4))?;
+                    // SAFETY: `at` checked `[p, p + 24)` against the frame end.
+                    unsafe {
+                        q.cookie_client = core::ptr::read_unaligned(p as *const u64);
+                        q.cookie_head = core::ptr::read_unaligned((p + 8) as *const u64);
+                        q.cookie_hash = core::ptr::read_unaligned((p + 16) as *const u64);
+                    }
+                    q.cookie = 2;
+                } else {
+                    return Err(Counter::Cookie);
+                }
+            }
+            OPT_PADDING => {}
             _ => return Err(Counter::OptUnsupported),
         }
         o += 4 + len;

@@ -26,6 +26,7 @@
 
 #[cfg(feature = "test-broken-verifier")]
 mod broken;
+mod cookie;
 mod csum;
 mod dns;
 mod eth;
@@ -34,6 +35,7 @@ mod ipv6;
 mod maps;
 mod packet;
 mod response;
+mod rrl;
 mod udp;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
@@ -46,10 +48,10 @@ pub fn lagran(ctx: XdpContext) -> u32 {
     #[cfg(feature = "test-broken-verifier")]
     broken::unchecked_read(&ctx);
     match try_lagran(&ctx) {
-        Ok(action) => {
-            maps::count(Counter::Answered);
+        Ok((action, counter)) => {
+            maps::count(counter);
             #[cfg(feature = "xdp-debug-log")]
-            aya_log_ebpf::debug!(&ctx, "lagran: answered");
+            aya_log_ebpf::debug!(&ctx, "lagran: answered, counter {}", counter as u32);
             action
         }
         Err(reason) => {
@@ -62,7 +64,7 @@ pub fn lagran(ctx: XdpContext) -> u32 {
 }
 
 #[inline(always)]
-fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
+fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
     let f = Frame::new(ctx);
     let eth = eth::parse(&f)?;
     // The network layer: where UDP starts, the packet's source, and whether we
@@ -120,6 +122,20 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
         source
     };
     let (answer_id, scope) = route(name_id, &client)?;
+    // The packet's source (not the ECS address) is what a server cookie binds.
+    let cookie =
+        if q.cookie != 0 { cookie::respond(&q, &source)? } else { cookie::ServerCookie { head: 0, hash: 0, valid: 0 } };
+    // Response rate limiting, except for a query whose valid server cookie
+    // proves its source (RFC 7873 §5.2.5), as in userspace.
+    let mut slip = 0;
+    if cfg.rrl_rate != 0 && cookie.valid == 0 {
+        match rrl::decide(&source, &cfg) {
+            rrl::Decision::Send => {}
+            rrl::Decision::Drop => return Ok((xdp_action::XDP_DROP, Counter::RrlLimited)),
+            rrl::Decision::Slip => slip = 1,
+        }
+    }
+    let counter = if slip != 0 { Counter::RrlSlipped } else { Counter::Answered };
     // One `response::build` per record type (see `response::Records`).
     if q.aaaa != 0 {
         let a = maps::answer6(answer_id).ok_or(Counter::NoAnswer)?;
@@ -128,25 +144,25 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
         if count == 0 || count > lagran_common::answers::MAX_ADDRS {
             return Err(Counter::NoAnswer);
         }
-        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload };
-        response::build(ctx, &eth, &ip, &udp, &q, &reply)
+        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip };
+        response::build(ctx, &eth, &ip, &udp, &q, &reply).map(|action| (action, counter))
     } else {
         let a = maps::answer(answer_id).ok_or(Counter::NoAnswer)?;
         let count = a.count as usize;
         if count == 0 || count > lagran_common::answers::MAX_ADDRS {
             return Err(Counter::NoAnswer);
         }
-        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload };
-        response::build(ctx, &eth, &ip, &udp, &q, &reply)
+        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip };
+        response::build(ctx, &eth, &ip, &udp, &q, &reply).map(|action| (action, counter))
     }
 }
 
 /// The client address an answer is chosen for: an IPv4 address (in the low 32
 /// bits of `addr.lo`) or an IPv6 one.
 #[derive(Clone, Copy)]
-struct Client {
-    v6: u32,
-    addr: ipv6::Addr6,
+pub(crate) struct Client {
+    pub(crate) v6: u32,
+    pub(crate) addr: ipv6::Addr6,
 }
 
 impl Client {

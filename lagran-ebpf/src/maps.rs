@@ -4,17 +4,19 @@
 //! mismatch fails at load time).
 
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, lpm_trie::Key},
+    btf_maps::{Array, HashMap, LpmTrie, LruPerCpuHashMap, PerCpuArray, lpm_trie::Key},
     macros::btf_map,
 };
 use lagran_common::{
     answers::{self, AnswerV4, AnswerV6},
     config::{self, Config},
+    cookie::{self, CookieConfig},
     counters::{self, Counter},
     listen::{self, ListenKey, ListenValue},
     names::{self, NameValue, WORDS},
     route_v4::{self, RouteV4Data, RouteValue},
     route_v6::{self, RouteV6Data},
+    rrl::{self, Account},
 };
 
 use crate::ipv6::Addr6;
@@ -23,6 +25,15 @@ use crate::ipv6::Addr6;
 /// Written by userspace at attach time and when the fast path is switched off/on.
 #[btf_map(name = "lagran_config")]
 pub static CONFIG: Array<Config, 1> = Array::new();
+
+/// The server cookie secret and clock (see `cookie`). Written by userspace at
+/// attach time, on a rotation and every second.
+#[btf_map(name = "lagran_cookie")]
+pub static COOKIE: Array<CookieConfig, 1> = Array::new();
+
+/// Response rate limiting accounts, per CPU (see `rrl`). Only this program touches them.
+#[btf_map(name = "lagran_rrl")]
+pub static RRL: LruPerCpuHashMap<u64, Account, { rrl::MAX_ENTRIES as usize }> = LruPerCpuHashMap::new();
 
 /// (Address, UDP port) pairs we serve; the unspecified address of a family is a
 /// wildcard. Written by the userspace loader at attach time.
@@ -154,6 +165,31 @@ unsafe fn fill_listen_key_v6(k: *mut ListenKey, addr: [u64; 2], port: [u8; 2]) {
 #[inline(always)]
 pub fn config() -> Option<Config> {
     CONFIG.get(config::INDEX).copied()
+}
+
+/// This CPU's account `key`, if it has one.
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value goes through a zeroed temporary: a memset call in the XDP section"
+)]
+pub fn rrl_account(key: u64) -> Option<*mut Account> {
+    RRL.get_ptr_mut(&key)
+}
+
+/// Creates this CPU's account `key` (the LRU evicts the least recently used when full).
+#[inline(always)]
+#[expect(
+    clippy::needless_borrows_for_generic_args,
+    reason = "a key passed by value goes through a zeroed temporary: a memset call in the XDP section"
+)]
+pub fn rrl_insert(key: u64, a: &Account) {
+    let _ = RRL.insert(&key, a, 0);
+}
+
+#[inline(always)]
+pub fn cookie_config() -> Option<&'static CookieConfig> {
+    COOKIE.get(cookie::INDEX)
 }
 
 #[inline(always)]

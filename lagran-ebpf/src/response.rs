@@ -28,7 +28,7 @@ use lagran_common::{
 
 use crate::{
     csum::Sum,
-    dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, OPT_FIXED_LEN, Query},
+    dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, FLAG_TC, OPT_FIXED_LEN, Query},
     eth::Eth,
     ipv4::{self, Ipv4},
     ipv6,
@@ -36,6 +36,8 @@ use crate::{
     udp::{self, Udp},
 };
 
+/// RFC 7873 §8: the extended RCODE BADCOOKIE.
+const RCODE_BADCOOKIE: u16 = 23;
 /// IPv4 TTL and IPv6 hop limit of our responses.
 const IP_TTL: u8 = 64;
 const IPPROTO_UDP: u8 = 17;
@@ -97,7 +99,16 @@ pub struct Reply<R: Records> {
     pub scope: u8,
     /// Our UDP payload size for the OPT CLASS.
     pub udp_payload: u16,
+    /// The server cookie, when the query had a COOKIE option (`q.cookie != 0`).
+    pub cookie: crate::cookie::ServerCookie,
+    /// 1: rate limiting slips this answer — no records, TC=1, or BADCOOKIE
+    /// (RCODE 23, AA=0) when the query had a client cookie, exactly as
+    /// userspace's `dns::rrl::slipped` makes of the full response.
+    pub slip: u32,
 }
+
+/// The COOKIE option we write: code, length, client cookie, server cookie.
+const COOKIE_OPTION_LEN: usize = 4 + 8 + 16;
 
 #[inline(always)]
 pub fn build<R: Records>(
@@ -108,18 +119,15 @@ pub fn build<R: Records>(
     q: &Query,
     r: &Reply<R>,
 ) -> Result<u32, Counter> {
-    let count = r.count;
+    let count = if r.slip != 0 { 0 } else { r.count };
+    let badcookie = r.slip != 0 && q.cookie != 0;
     // The response's OPT carries only the echoed ECS option: the query's other
     // options (COOKIE, padding) are not echoed, so it may be shorter than the
     // query's OPT and the frame may shrink.
     let n = (q.ecs_source as usize).div_ceil(8);
-    let opt_len = if q.has_opt == 0 {
-        0
-    } else if q.has_ecs == 0 {
-        OPT_FIXED_LEN
-    } else {
-        OPT_FIXED_LEN + ECS_FIXED_LEN + n
-    };
+    let ecs_len = if q.has_ecs == 0 { 0 } else { ECS_FIXED_LEN + n };
+    let cookie_len = if q.cookie == 0 { 0 } else { COOKIE_OPTION_LEN };
+    let opt_len = if q.has_opt == 0 { 0 } else { OPT_FIXED_LEN + ecs_len + cookie_len };
     let rr_len = R::RR;
     let ip_hdr = match ip {
         Ip::V4(_) => ipv4::HDR_LEN,
@@ -157,7 +165,15 @@ pub fn build<R: Records>(
     };
 
     // DNS header: ID, QDCOUNT (1), NSCOUNT (0) and ARCOUNT stay as received.
-    let flags = FLAG_QR | FLAG_AA | (q.flags & (FLAG_RD | FLAG_CD));
+    let copied = q.flags & (FLAG_RD | FLAG_CD);
+    let flags = if badcookie {
+        // RFC 7873 §8: BADCOOKIE is 23: 7 in the header, 1 in the OPT's extended RCODE.
+        FLAG_QR | copied | (RCODE_BADCOOKIE & 0x0f)
+    } else if r.slip != 0 {
+        FLAG_QR | FLAG_AA | FLAG_TC | copied
+    } else {
+        FLAG_QR | FLAG_AA | copied
+    };
     f.store::<u16>(dns + 2, flags.to_be())?;
     f.store::<u16>(dns + 6, (count as u16).to_be())?;
 
@@ -168,7 +184,9 @@ pub fn build<R: Records>(
     tail.word(1); // QCLASS IN
     // The records and their sum come ready from the map writer.
     let mut off = dns + dns::HDR_LEN + q.qlen + 4;
-    tail.add(r.records.sum());
+    if count != 0 {
+        tail.add(r.records.sum());
+    }
     off = r.records.write(&f, off, count)?;
     if q.has_opt != 0 {
         // The OPT starts at an even distance from the tail start (4 + 16·count
@@ -191,10 +209,11 @@ pub fn build<R: Records>(
             let s = fold64(a.hi) as u32 + fold64(a.lo) as u32;
             tail.add(fold(s).swap_bytes() as u32);
         }
-        let rdlen: u16 = if q.has_ecs != 0 { (ECS_FIXED_LEN + n) as u16 } else { 0 };
+        let rdlen = (ecs_len + cookie_len) as u16;
         let pl = r.udp_payload.to_be_bytes();
         let rd = rdlen.to_be_bytes();
-        let opt = [0, 0, 41, pl[0], pl[1], 0, 0, q.do_bit, 0, rd[0], rd[1]];
+        let ext_rcode = if badcookie { (RCODE_BADCOOKIE >> 4) as u8 } else { 0 };
+        let opt = [0, 0, 41, pl[0], pl[1], ext_rcode, 0, q.do_bit, 0, rd[0], rd[1]];
         f.write::<OPT_FIXED_LEN>(off, opt)?;
         let mut j = 0;
         while j < OPT_FIXED_LEN {
@@ -233,6 +252,25 @@ pub fn build<R: Records>(
                 }
             }
         }
+    }
+
+    if q.has_opt != 0 && q.cookie != 0 {
+        // RFC 7873 §5.2.3: the client cookie and our server cookie, after the ECS option.
+        let at = off + OPT_FIXED_LEN + ecs_len;
+        let p = f.at::<COOKIE_OPTION_LEN>(at).map_err(|_| Counter::Malformed)?;
+        let c = &r.cookie;
+        // SAFETY: `at` checked `[p, p + 28)` against the frame end.
+        unsafe {
+            core::ptr::write_unaligned(p as *mut u32, u32::from_ne_bytes([0, 10, 0, 24]));
+            core::ptr::write_unaligned((p + 4) as *mut u64, q.cookie_client);
+            core::ptr::write_unaligned((p + 12) as *mut u64, c.head);
+            core::ptr::write_unaligned((p + 20) as *mut u64, c.hash);
+        }
+        // The words as loaded are little-endian: their folded sum is byte-swapped.
+        let le = fold64(q.cookie_client) as u32 + fold64(c.head) as u32 + fold64(c.hash) as u32;
+        let be = fold(fold(le).swap_bytes() as u32 + 10 + 24);
+        // The option starts 11 + ecs_len octets after the OPT, which is at an even tail offset.
+        tail.add(if (OPT_FIXED_LEN + ecs_len) & 1 == 1 { be.swap_bytes() } else { be } as u32);
     }
 
     // UDP checksum over the pseudo-header (RFC 768; RFC 8200 §8.1: the same

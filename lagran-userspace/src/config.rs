@@ -27,6 +27,11 @@
 //! | `api.tls.client_ca` | `--api-tls-client-ca` | none (PEM; then every API client must present a certificate it signed) |
 //! | `ca`                | `LAGRAN_CA`, `--ca` | the system store (PEM CA bundle trusted for `https://` control URLs) |
 //! | `client_cert`, `client_key` | `--client-cert`, `--client-key` | none (PEM; presented to an `https://` control API) |
+//! | `rrl.responses_per_second` | `RRL_RPS` | 0 = off (UDP responses per client /24 or /56 and response class) |
+//! | `rrl.slip`          | `RRL_SLIP`         | 2 (every 2nd limited response goes out with TC=1; 0 = drop all) |
+//! | `rrl.window_secs`   | —                  | 15 (how far below zero a flood drives the account) |
+//! | `cookies.secret_file` | —                | none: a random secret made at start (server cookies, RFC 7873/9018; 16 octets, raw or 32 hex digits) |
+//! | `cookies.grace_secs` | —                 | 3600 (the previous secret is still accepted after the file changes) |
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -225,6 +230,43 @@ pub struct HttpRedirectSettings {
     pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
+/// Response rate limiting (BIND/Knot RRL) of UDP responses, in userspace and
+/// in the XDP program alike (see `dns::rrl`).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RrlSettings {
+    /// Responses per second per client prefix and response class; 0 = off (RRL_RPS).
+    pub responses_per_second: u32,
+    /// Every `slip`-th limited response is sent truncated (TC=1); 0 drops all (RRL_SLIP).
+    pub slip: u32,
+    /// A flood drives an account down to `-window_secs × responses_per_second`,
+    /// so the client is limited until its rate has been below the limit for that long.
+    pub window_secs: u32,
+}
+
+impl Default for RrlSettings {
+    fn default() -> Self {
+        RrlSettings { responses_per_second: 0, slip: 2, window_secs: 15 }
+    }
+}
+
+/// DNS server cookies (RFC 7873, RFC 9018), in userspace and the XDP program.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CookieSettings {
+    /// The 16-octet secret (raw, or 32 hex digits), shared by every NS host of a
+    /// cluster; replacing the file rotates it. None: a random secret made at start.
+    pub secret_file: Option<PathBuf>,
+    /// Seconds the previous secret is still accepted after a rotation.
+    pub grace_secs: u64,
+}
+
+impl Default for CookieSettings {
+    fn default() -> Self {
+        CookieSettings { secret_file: None, grace_secs: 3600 }
+    }
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -254,6 +296,8 @@ pub struct Config {
     /// A client certificate presented to an `https://` control API.
     pub client_cert: Option<PathBuf>,
     pub client_key: Option<PathBuf>,
+    pub rrl: RrlSettings,
+    pub cookies: CookieSettings,
 }
 
 impl Default for Config {
@@ -275,6 +319,8 @@ impl Default for Config {
             ca: None,
             client_cert: None,
             client_key: None,
+            rrl: RrlSettings::default(),
+            cookies: CookieSettings::default(),
         }
     }
 }
@@ -386,6 +432,12 @@ impl Config {
         if let Some(v) = non_empty("GEO_MAX_CHANGE_RATIO") {
             self.geo.max_change_ratio = parse("GEO_MAX_CHANGE_RATIO", v)?;
         }
+        if let Some(v) = non_empty("RRL_RPS") {
+            self.rrl.responses_per_second = parse("RRL_RPS", v)?;
+        }
+        if let Some(v) = non_empty("RRL_SLIP") {
+            self.rrl.slip = parse("RRL_SLIP", v)?;
+        }
         Ok(())
     }
 
@@ -487,6 +539,21 @@ impl Config {
                 reason: format!("{} is not a fraction within 0..=1", self.geo.max_change_ratio),
             });
         }
+        if self.rrl.responses_per_second > 0 && self.rrl.window_secs == 0 {
+            return Err(ConfigError::Invalid { key: "rrl.window_secs", reason: "must be > 0 when RRL is on".into() });
+        }
+        if self.rrl.responses_per_second > crate::dns::rrl::MAX_RATE {
+            return Err(ConfigError::Invalid {
+                key: "rrl.responses_per_second",
+                reason: format!("{} is above {}", self.rrl.responses_per_second, crate::dns::rrl::MAX_RATE),
+            });
+        }
+        if self.rrl.window_secs > crate::dns::rrl::MAX_WINDOW_SECS {
+            return Err(ConfigError::Invalid {
+                key: "rrl.window_secs",
+                reason: format!("{} is above {}", self.rrl.window_secs, crate::dns::rrl::MAX_WINDOW_SECS),
+            });
+        }
         if self.schedule.recompute_secs == 0 {
             return Err(ConfigError::Invalid { key: "schedule.recompute_secs", reason: "must be > 0".into() });
         }
@@ -511,6 +578,26 @@ mod tests {
         let mut cfg = Config::default();
         let err = cfg.apply_env(|k| (k == "DNS_FALLBACK_IP").then(|| "not-an-ip".to_string())).unwrap_err();
         assert!(err.to_string().contains("DNS_FALLBACK_IP"), "{err}");
+    }
+
+    #[test]
+    fn rrl_has_toml_keys_and_the_environment_wins() {
+        let mut cfg: Config =
+            toml::from_str("[rrl]\nresponses_per_second = 5\nslip = 3\nwindow_secs = 4\n[cookies]\ngrace_secs = 60\n")
+                .unwrap();
+        assert_eq!((cfg.rrl.responses_per_second, cfg.rrl.slip, cfg.rrl.window_secs), (5, 3, 4));
+        assert_eq!(cfg.cookies.grace_secs, 60);
+        cfg.apply_env(|k| match k {
+            "RRL_RPS" => Some("100".to_string()),
+            "RRL_SLIP" => Some("0".to_string()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!((cfg.rrl.responses_per_second, cfg.rrl.slip), (100, 0));
+        cfg.validate().unwrap();
+        assert_eq!(Config::default().rrl.responses_per_second, 0, "RRL is off by default");
+        cfg.rrl.window_secs = 0;
+        assert!(cfg.validate().is_err());
     }
 
     #[test]

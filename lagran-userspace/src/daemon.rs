@@ -63,6 +63,84 @@ pub enum DaemonError {
     ApiTls(crate::control_tls::ControlTlsError),
     #[error("the TLS to the control plane (--ca/--client-cert/--client-key): {0}")]
     ClientTls(crate::control_tls::ControlTlsError),
+    #[error(transparent)]
+    CookieSecret(#[from] crate::dns::cookie::SecretError),
+}
+
+/// How often `[cookies] secret_file` is checked for a new secret.
+const COOKIE_SECRET_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Response rate limiting and server cookies of the responder (issue: hostile traffic).
+struct Guards {
+    rrl: Option<Arc<crate::dns::rrl::RateLimiter>>,
+    cookies: Arc<crate::dns::cookie::CookieJar>,
+    /// The XDP program's rate limiting counts (when it is attached).
+    xdp_rrl: Arc<crate::dns::rrl::XdpCounts>,
+}
+
+impl Guards {
+    /// Builds both from the configuration, adds `lagran_rrl_responses_total`
+    /// to `/metrics`, and starts the task that re-reads the cookie secret file.
+    fn start(
+        config: &Config,
+        metrics: &Metrics,
+        xdp: bool,
+        shutdown: &CancellationToken,
+    ) -> Result<(Guards, tokio::task::JoinHandle<()>), DaemonError> {
+        use crate::dns::cookie::{self, CookieJar};
+        use crate::dns::rrl::{self, RateLimiter, ResponseClass};
+        let rrl = RateLimiter::new(&config.rrl).map(Arc::new);
+        if rrl.is_some() {
+            tracing::info!(
+                responses_per_second = config.rrl.responses_per_second,
+                slip = config.rrl.slip,
+                window_secs = config.rrl.window_secs,
+                "response rate limiting on"
+            );
+        }
+        let jar = Arc::new(CookieJar::load(&config.cookies)?);
+        match jar.file() {
+            Some(p) => {
+                tracing::info!(secret_file = %p.display(), grace_secs = config.cookies.grace_secs, "server cookies on")
+            }
+            None => tracing::info!(
+                "server cookies on with a random secret made at start: NS hosts sharing an (anycast) address need one [cookies] secret_file"
+            ),
+        }
+        let limiter = rrl.clone();
+        let xdp_rrl = Arc::new(rrl::XdpCounts::default());
+        let xdp_counts = xdp.then(|| xdp_rrl.clone());
+        metrics.add_source(Box::new(move |out| {
+            let counts = ResponseClass::ALL.map(|c| limiter.as_ref().map_or((0, 0), |l| l.counts(c)));
+            match &xdp_counts {
+                Some(x) => rrl::render_prometheus(out, &[("userspace", counts), ("xdp", x.by_class())]),
+                None => rrl::render_prometheus(out, &[("userspace", counts)]),
+            }
+        }));
+        let watched = jar.clone();
+        let token = shutdown.clone();
+        let task = tokio::spawn(async move {
+            if watched.file().is_none() {
+                return;
+            }
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    _ = tokio::time::sleep(COOKIE_SECRET_POLL) => {}
+                }
+                match watched.reload_if_changed(cookie::unix_now()) {
+                    Ok(true) => tracing::info!("cookie secret rotated; the previous one stays valid for grace_secs"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "cookie secret file unusable; keeping the secret in force"),
+                }
+            }
+        });
+        Ok((Guards { rrl, cookies: jar, xdp_rrl }, task))
+    }
+
+    fn apply(&self, server: DnsServer) -> DnsServer {
+        server.with_rrl(self.rrl.clone()).with_cookies(self.cookies.clone())
+    }
 }
 
 /// Flags of `lagran dns` (an NS host following a control plane).
@@ -292,6 +370,8 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let tasks = Supervisor::new();
     add_task_metrics(&metrics, &tasks);
     let mut loops = spawn_control_loops(&cp, &config, api_url(api_addr, tls.is_some()), &shutdown, &tasks);
+    let (guards, guard_task) = Guards::start(&config, &metrics, opts.xdp.is_some(), &shutdown)?;
+    loops.push(guard_task);
     if let Some(iface) = &opts.xdp {
         let task = crate::xdp::sync::start(
             iface,
@@ -301,6 +381,8 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
                 table: table.clone(),
                 versions: cp.scheduler.subscribe(),
                 confirmation: cp.scheduler.confirmation().clone(),
+                cookies: Some(guards.cookies.clone()),
+                rrl: (config.rrl.clone(), guards.xdp_rrl.clone()),
             },
             &metrics,
             shutdown.clone(),
@@ -309,8 +391,12 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         loops.push(task);
     }
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
-    let dns =
-        Arc::new(DnsServer::new(table, Arc::new(config.dns.clone()), counters, cp.scheduler.confirmation().clone()));
+    let dns = Arc::new(guards.apply(DnsServer::new(
+        table,
+        Arc::new(config.dns.clone()),
+        counters,
+        cp.scheduler.confirmation().clone(),
+    )));
     // DoT, DoQ and the HTTP 302 redirect, when configured.
     loops.extend(crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?);
     // The console's NS-host view: the one responder in this process.
@@ -444,6 +530,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         }
     };
     let (api_listener, api_addr) = bind_api(&config).await?;
+    let (guards, guard_task) = Guards::start(&config, &metrics, opts.xdp.is_some(), &shutdown)?;
     let xdp_task = match &opts.xdp {
         Some(iface) => Some(
             crate::xdp::sync::start(
@@ -454,6 +541,8 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
                     table: table.clone(),
                     versions: versions.subscribe(),
                     confirmation: confirmation.clone(),
+                    cookies: Some(guards.cookies.clone()),
+                    rrl: (config.rrl.clone(), guards.xdp_rrl.clone()),
                 },
                 &metrics,
                 shutdown.clone(),
@@ -462,7 +551,12 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         ),
         None => None,
     };
-    let dns = Arc::new(DnsServer::new(table.clone(), Arc::new(config.dns.clone()), counters, confirmation.clone()));
+    let dns = Arc::new(guards.apply(DnsServer::new(
+        table.clone(),
+        Arc::new(config.dns.clone()),
+        counters,
+        confirmation.clone(),
+    )));
     let entry_tasks = crate::entry::start(&config, dns.clone(), &metrics, shutdown.clone()).await?;
     let follow_task = {
         let (token, reload) = (shutdown.clone(), reload.clone());
@@ -491,6 +585,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     if let Some(t) = xdp_task {
         let _ = t.await;
     }
+    let _ = guard_task.await;
     result
 }
 

@@ -3,8 +3,10 @@
 //! packet → expected action → expected output packet).
 //!
 //! Every answered fixture is also answered by the userspace responder
-//! (`lagran::dns::answer`) from the same route table, and the two DNS messages
-//! must be identical byte for byte (SPEC §3 parity).
+//! (`lagran::dns::answer_with_cookies`) from the same route table, with the
+//! same server cookie secret and a fixed clock ([`COOKIE_SECRET`],
+//! [`COOKIE_NOW`]), and the two DNS messages must be identical byte for byte
+//! (SPEC §3 parity).
 //!
 //! Needs root (CAP_BPF) and the object; without them the tests fail with a
 //! message saying what to do (they never skip).
@@ -23,6 +25,13 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 const DNS_PORT: u16 = 53;
+/// The server cookie secret both sides use, and the Unix second they stamp cookies with.
+const COOKIE_SECRET: [u8; 16] = *b"lagran-fixtures!";
+const COOKIE_NOW: u32 = 1_700_000_000;
+
+fn cookie_check() -> dns::cookie::CookieCheck {
+    dns::cookie::CookieCheck { current: COOKIE_SECRET, previous: None, now: COOKIE_NOW }
+}
 
 // ---------------------------------------------------------------- the table
 
@@ -152,6 +161,10 @@ impl Fixture {
         let mut writer = prog.map_writer(DNS_PORT, 1232).expect("map writer");
         let table = table();
         writer.sync(&table, &settings()).expect("first sync");
+        let secrets = dns::cookie::Secrets { current: COOKIE_SECRET, previous: None };
+        writer
+            .set_cookie(&lagran::xdp::maps::cookie_config(&secrets, u64::from(COOKIE_NOW), Some(COOKIE_NOW)))
+            .expect("cookie secret");
         assert!(writer.enabled(), "a synced table with a version enables the fast path");
         Fixture { prog, writer, table }
     }
@@ -178,11 +191,14 @@ impl Fixture {
         let out = self.run(frame, Counter::Answered);
         let dns_out = check_tx_headers(frame, &out.frame);
         let parsed_in = parse_frame(frame).unwrap();
-        let reply = dns::answer(
+        let now = now_ms();
+        let reply = dns::answer_with_cookies(
             &Query { bytes: parsed_in.dns, source: parsed_in.src, transport: Transport::Udp },
             &self.table,
             &settings(),
-            now_ms(),
+            now,
+            now,
+            Some(&cookie_check()),
         );
         let user = reply.bytes.expect("userspace answers what XDP answers");
         assert_eq!(hex(dns_out), hex(&user), "the XDP response must equal the userspace response byte for byte");
@@ -306,6 +322,15 @@ fn cookie_with_server() -> Vec<u8> {
     let mut o = vec![0, 10, 0, 24];
     o.extend((0..24u8).map(|i| i.wrapping_mul(37)));
     o
+}
+
+/// A COOKIE option with the client cookie of [`cookie`] and our server cookie
+/// for `src`, stamped `age` seconds before [`COOKIE_NOW`].
+fn cookie_valid(src: IpAddr, age: i64) -> Vec<u8> {
+    let client: [u8; 8] = cookie()[4..].try_into().unwrap();
+    let ts = (i64::from(COOKIE_NOW) - age) as u32;
+    let server = dns::cookie::server_cookie(&COOKIE_SECRET, &client, ts, src);
+    [&[0u8, 10, 0, 24][..], &client, &server].concat()
 }
 
 /// A Padding option (RFC 7830) of `n` zero octets.
@@ -599,10 +624,15 @@ fn read_resp(m: &[u8], qlen: usize) -> Resp {
         let payload = be16(o + 3);
         let ttl = u32::from_be_bytes([m[o + 5], m[o + 6], m[o + 7], m[o + 8]]);
         let rdlen = be16(o + 9) as usize;
-        let rd = &m[o + 11..o + 11 + rdlen];
+        let mut rd = &m[o + 11..o + 11 + rdlen];
+        // Our COOKIE option, when there is one, is the last (28 octets).
+        if rd.len() >= 28 && rd[rd.len() - 28..rd.len() - 24] == [0, 10, 0, 24] {
+            rd = &rd[..rd.len() - 28];
+        }
         let ecs = (!rd.is_empty()).then(|| {
             assert_eq!(&rd[0..2], &[0, 8]);
-            (u16::from_be_bytes([rd[4], rd[5]]), rd[6], rd[7], rd[8..].to_vec())
+            let len = be16(o + 11 + 2) as usize;
+            (u16::from_be_bytes([rd[4], rd[5]]), rd[6], rd[7], rd[8..4 + len].to_vec())
         });
         opt = Some((payload, ttl, ecs));
         o += 11 + rdlen;
@@ -750,6 +780,15 @@ fn cookies_and_padding_are_answered_like_userspace() {
         ("ECS, cookie", [ecs4("10.9.0.0/16"), cookie()].concat()),
         ("cookie, ECS /0, padding", [cookie(), ecs(1, 0, 0, &[]), padding(100)].concat()),
         ("ECS /23, padding, cookie", [ecs4("10.1.2.0/23"), padding(3), cookie_with_server()].concat()),
+        ("our cookie, 10 minutes old: echoed", cookie_valid(ip("10.1.2.3").into(), 600)),
+        (
+            "our cookie, 40 minutes old: reissued",
+            [ecs4("10.9.0.0/16"), cookie_valid(ip("10.1.2.3").into(), 2400)].concat(),
+        ),
+        ("our cookie, 2 hours old: a fresh one", cookie_valid(ip("10.1.2.3").into(), 7200)),
+        ("our cookie, 4 minutes ahead", cookie_valid(ip("10.1.2.3").into(), -240)),
+        ("another address's cookie", cookie_valid(ip("10.1.2.4").into(), 10)),
+        ("ECS /0, our cookie", [ecs(1, 0, 0, &[]), cookie_valid(ip("10.1.2.3").into(), 1)].concat()),
     ];
     for (what, options) in cases {
         eprintln!("case: {what}");
@@ -758,6 +797,28 @@ fn cookies_and_padding_are_answered_like_userspace() {
         let (payload, ttl, _) = r.opt.expect("an OPT answers an OPT");
         assert_eq!((payload, ttl), (1232, 0x8000), "{what}: our payload size, DO copied");
         assert_eq!(r.answers.len(), 2, "{what}: 10/8 answered");
+        if options.windows(2).any(|w| w == [0, 10]) {
+            // The COOKIE option ends the OPT: client cookie, then a 16-octet server cookie.
+            assert_eq!(&m[m.len() - 28..m.len() - 24], &[0, 10, 0, 24], "{what}: our COOKIE option");
+            assert_eq!(m[m.len() - 16], 1, "{what}: server cookie version 1");
+        }
+    }
+    // IPv6 sources hash 16 octets.
+    let src6: Ipv6Addr = "2001:db8:100::7".parse().unwrap();
+    for options in
+        [cookie(), cookie_valid(src6.into(), 60), [ecs4("10.9.0.0/16"), cookie_valid(src6.into(), 3000)].concat()]
+    {
+        fx.answered(&Frame::new().v6("2001:db8:100::7").build(&a().opt(1232, 0, false, &options).bytes()));
+    }
+    // COOKIE options userspace answers otherwise (FORMERR) or checks itself are passed.
+    for (what, options) in [
+        ("a 7-octet cookie", vec![0, 10, 0, 7, 1, 2, 3, 4, 5, 6, 7]),
+        ("a 12-octet cookie", [vec![0, 10, 0, 12], vec![9; 12]].concat()),
+        ("a 40-octet cookie", [vec![0, 10, 0, 40], vec![9; 40]].concat()),
+        ("two cookies", [cookie(), cookie()].concat()),
+    ] {
+        eprintln!("case: {what}");
+        fx.pass(&f.build(&a().opt(1232, 0, false, &options).bytes()), Counter::Cookie);
     }
     // Cookie and padding around a canary split and on a four-address answer.
     fx.answered(
@@ -766,6 +827,78 @@ fn cookies_and_padding_are_answered_like_userspace() {
             .build(&Dns::a("canary.edge.lagran.net").opt(4096, 0, false, &[cookie(), padding(11)].concat()).bytes()),
     );
     fx.answered(&Frame::new().build(&Dns::a("pool-a.edge.lagran.net").opt(512, 0, false, &cookie()).bytes()));
+}
+
+/// Pins this thread to one CPU: the program's rate limiting accounts are per CPU.
+fn pin_to_one_cpu() {
+    // SAFETY: a zeroed cpu_set_t with one bit set, passed by pointer with its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set), 0);
+    }
+}
+
+/// The userspace response to the DNS message of `frame` (the fixture's secret and clock).
+fn userspace_reply(fx: &Fixture, frame: &[u8]) -> dns::Reply {
+    let p = parse_frame(frame).unwrap();
+    let now = now_ms();
+    dns::answer_with_cookies(
+        &Query { bytes: p.dns, source: p.src, transport: Transport::Udp },
+        &fx.table,
+        &settings(),
+        now,
+        now,
+        Some(&cookie_check()),
+    )
+}
+
+/// RRL in the kernel: the account arithmetic of `dns::rrl`, slipped answers
+/// byte for byte what userspace slips (TC=1, or BADCOOKIE after a client
+/// cookie), and a valid server cookie exempts the query.
+#[test]
+fn rate_limiting_drops_and_slips_like_userspace() {
+    pin_to_one_cpu();
+    let mut fx = Fixture::new();
+    let rrl = lagran::config::RrlSettings { responses_per_second: 5, slip: 2, window_secs: 15 };
+    fx.writer.set_rrl(&rrl).unwrap();
+    let a = || Dns::a("edge.lagran.net");
+    let counted = |fx: &Fixture, c: Counter| fx.writer.counters().unwrap().get(c);
+    for (src, options, badcookie) in
+        [("10.1.2.3", None, false), ("10.1.3.3", Some(cookie()), true), ("10.1.5.3", Some(cookie_with_server()), true)]
+    {
+        let d = match &options {
+            Some(o) => a().opt(1232, 0, false, o),
+            None => a(),
+        };
+        let frame = Frame::new().from(src).build(&d.bytes());
+        let full = userspace_reply(&fx, &frame).bytes.unwrap();
+        let slipped = dns::rrl::slipped(&full, badcookie).unwrap();
+        let (limited0, slipped0) = (counted(&fx, Counter::RrlLimited), counted(&fx, Counter::RrlSlipped));
+        let mut actions = Vec::new();
+        for i in 0..20 {
+            let out = fx.prog.test_run(&frame).unwrap();
+            actions.push(out.action);
+            if out.action == XDP_TX {
+                let dns_out = check_tx_headers(&frame, &out.frame);
+                let want = if i < 5 { &full } else { &slipped };
+                assert_eq!(hex(dns_out), hex(want), "{src}: response {i} as userspace sends it");
+            }
+        }
+        let want: Vec<u32> = (0..20).map(|i| if i < 5 || (i - 5) % 2 == 1 { XDP_TX } else { 1 }).collect();
+        assert_eq!(actions, want, "{src}: 5 answers, then every 2nd limited one slips (XDP_DROP = 1)");
+        assert_eq!(counted(&fx, Counter::RrlLimited) - limited0, 8);
+        assert_eq!(counted(&fx, Counter::RrlSlipped) - slipped0, 7);
+    }
+    // Our valid server cookie: never limited.
+    let src: IpAddr = ip("10.1.4.3").into();
+    let frame = Frame::new().from("10.1.4.3").build(&a().opt(1232, 0, false, &cookie_valid(src, 5)).bytes());
+    for _ in 0..20 {
+        fx.answered(&frame);
+    }
+    // Off again: answered.
+    fx.writer.set_rrl(&lagran::config::RrlSettings::default()).unwrap();
+    fx.answered(&Frame::new().from("10.1.2.3").build(&a().bytes()));
 }
 
 /// Names of every length modulo 8 (the hash reads 8-octet words; the last one is
@@ -1190,6 +1323,7 @@ fn random_packets_are_passed_or_answered_correctly() {
     let packets = fuzz_packets();
     for i in 0..packets {
         let name = names[rng.gen_range(0..names.len())];
+        let src = Ipv4Addr::from(rng.r#gen::<u32>());
         let mut d = Dns::a(name);
         if rng.gen_bool(0.5) {
             let subnet =
@@ -1201,12 +1335,16 @@ fn random_packets_are_passed_or_answered_correctly() {
             let mut options = ecs4(&format!("{a}/{l}"));
             if rng.gen_bool(0.3) {
                 options = [cookie(), options].concat();
+            } else if rng.gen_bool(0.3) {
+                options = [options, cookie_valid(IpAddr::V4(src), rng.gen_range(-400..4000))].concat();
             }
             d = d.opt(rng.gen_range(0..=4096), 0, rng.gen_bool(0.5), &options);
         } else if rng.gen_bool(0.3) {
             d = d.opt(1232, 0, false, &[]);
         } else if rng.gen_bool(0.3) {
             d = d.opt(1232, 0, false, &[cookie(), padding(rng.gen_range(0..20))].concat());
+        } else if rng.gen_bool(0.3) {
+            d = d.opt(1232, 0, false, &cookie_valid(IpAddr::V4(src), rng.gen_range(-400..4000)));
         }
         let mut dns = d.bytes();
         // Mutate: flip bytes, truncate or extend.
@@ -1221,7 +1359,6 @@ fn random_packets_are_passed_or_answered_correctly() {
             2 => dns.truncate(rng.gen_range(0..dns.len())),
             _ => dns.extend((0..rng.gen_range(1..40)).map(|_| rng.r#gen::<u8>())),
         }
-        let src = Ipv4Addr::from(rng.r#gen::<u32>());
         let mut frame = Frame::new();
         frame.src = src;
         frame.vlan = rng.gen_bool(0.1).then_some(5);

@@ -113,14 +113,10 @@ fn answers_normally(d: &Daemon) {
     panic!("the daemon no longer answers after the mutated queries\n{}", d.log());
 }
 
-#[test]
-fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
-    let d = Daemon::start(Options::default());
-    let dropped_before = metric(&d, "lagran_dns_dropped_total");
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+/// Sends `total` mutated queries from `s` to `to` in batches of 200, checks
+/// every reply against its query (matched by ID), and returns how many replied.
+fn send_mutated(s: &UdpSocket, to: std::net::SocketAddr, rng: &mut StdRng, total: u32) -> u32 {
     s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
-    let mut rng = StdRng::seed_from_u64(0x11_ba5e);
-    let total = 100_000u32;
     let batch = 200u32;
     let (mut sent, mut replies) = (0u32, 0u32);
     let mut buf = [0u8; 65_536];
@@ -131,8 +127,8 @@ fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
         let mut outstanding: HashMap<u16, Vec<u8>> = HashMap::new();
         for _ in 0..batch.min(total - sent) {
             let id = (sent % 65_536) as u16;
-            let q = mutated(&mut rng, id);
-            s.send_to(&q, d.dns).unwrap();
+            let q = mutated(rng, id);
+            s.send_to(&q, to).unwrap();
             outstanding.insert(id, q);
             sent += 1;
         }
@@ -152,6 +148,18 @@ fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
         }
         previous = outstanding;
     }
+
+    replies
+}
+
+#[test]
+fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
+    let d = Daemon::start(Options::default());
+    let dropped_before = metric(&d, "lagran_dns_dropped_total");
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut rng = StdRng::seed_from_u64(0x11_ba5e);
+    let total = 100_000u32;
+    let replies = send_mutated(&s, d.dns, &mut rng, total);
     assert!(replies > total / 4, "only {replies} of {total} mutated queries answered\n{}", d.log());
     let dropped = metric(&d, "lagran_dns_dropped_total") - dropped_before;
     assert!(dropped > 0, "junk is dropped and counted");
@@ -189,4 +197,328 @@ fn hundred_thousand_mutated_queries_get_well_formed_responses_or_none() {
     }
     assert!(tcp_replies > 50, "only {tcp_replies} of 300 TCP queries answered");
     answers_normally(&d);
+}
+
+/// A query for `qname`/`qtype` with an OPT carrying a COOKIE option of `cookie`
+/// (a client cookie, maybe followed by a server cookie) and a Padding option of
+/// 16 octets. The padding is not echoed, so an XDP answer (16 octets of A
+/// record more) does not grow the frame: a veth's page-pool frames may have
+/// less tailroom than that (`bpf_xdp_adjust_tail` then fails and the query
+/// is passed to userspace, counted tail_grow_failed), unlike a NIC's.
+fn cookie_query(id: u16, qname: &str, qtype: u16, cookie: &[u8]) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 1]);
+    name(&mut q, qname);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1, 0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0]);
+    q.extend_from_slice(&((cookie.len() + 4 + 20) as u16).to_be_bytes());
+    q.extend_from_slice(&[0, 10]);
+    q.extend_from_slice(&(cookie.len() as u16).to_be_bytes());
+    q.extend_from_slice(cookie);
+    q.extend_from_slice(&[0, 12, 0, 16]);
+    q.extend_from_slice(&[0; 16]);
+    q
+}
+
+fn plain_query(id: u16, qname: &str, qtype: u16) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    name(&mut q, qname);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    q
+}
+
+fn cookie_of(m: &Message) -> Option<Vec<u8>> {
+    use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
+    match m.extensions().as_ref()?.option(EdnsCode::Cookie)? {
+        EdnsOption::Unknown(_, data) => Some(data.clone()),
+        _ => None,
+    }
+}
+
+/// What one flood saw.
+#[derive(Debug, Default)]
+struct Flood {
+    /// Queries without a cookie sent, and responses to them.
+    plain_sent: usize,
+    plain_answered: usize,
+    /// Queries with a valid server cookie sent, and the IDs answered (with our cookie echoed).
+    cookie_sent: usize,
+    cookie_answered: std::collections::HashSet<u16>,
+    secs: f64,
+}
+
+/// From one address (this thread pinned to one CPU: the kernel's accounts are
+/// per CPU), `per_ms` queries without a cookie each millisecond for `secs`
+/// seconds (IDs below 0x8000), and every 50 ms one with `cookie` (IDs from
+/// 0x8000); then waits 2 s for late responses. `plain(i)` and `with_cookie(i)`
+/// give the question.
+fn flood(
+    to: std::net::SocketAddr,
+    secs: u64,
+    per_ms: usize,
+    plain: impl Fn(usize) -> (String, u16),
+    with_cookie: impl Fn(usize) -> (String, u16),
+    cookie: &[u8],
+) -> Flood {
+    // SAFETY: a zeroed cpu_set_t with one bit set, passed by pointer with its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+    let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let mut f = Flood::default();
+    let mut buf = [0u8; 4096];
+    let mut receive = |f: &mut Flood| {
+        while let Ok((n, _)) = sock.recv_from(&mut buf) {
+            let Ok(m) = Message::from_vec(&buf[..n]) else { continue };
+            if m.id() < 0x8000 {
+                f.plain_answered += 1;
+            } else if cookie_of(&m).as_deref() == Some(cookie) {
+                f.cookie_answered.insert(m.id());
+            }
+        }
+    };
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    while Instant::now() < end {
+        let elapsed_ms = start.elapsed().as_millis() as usize;
+        while f.plain_sent < elapsed_ms * per_ms {
+            let (q, t) = plain(f.plain_sent);
+            let _ = sock.send_to(&plain_query((f.plain_sent % 0x8000) as u16, &q, t), to);
+            f.plain_sent += 1;
+        }
+        if f.cookie_sent < elapsed_ms / 50 {
+            let (q, t) = with_cookie(f.cookie_sent);
+            let _ = sock.send_to(&cookie_query(0x8000 + f.cookie_sent as u16, &q, t, cookie), to);
+            f.cookie_sent += 1;
+        }
+        receive(&mut f);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    f.secs = start.elapsed().as_secs_f64();
+    let drain = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < drain {
+        receive(&mut f);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f
+}
+
+/// Issue 11: with XDP on and `RRL_RPS=100 RRL_SLIP=0`, a flood of NXDOMAIN
+/// queries (userspace) and one of A queries (XDP) from one address at more
+/// than 10× the rate get at most 1.5× the rate in responses, while that
+/// address's queries carrying a valid server cookie are all answered; `dig`
+/// shows the server cookie as good from both paths.
+#[test]
+fn rate_limiting_and_server_cookies_with_xdp_in_namespaces() {
+    use lagran::xdp::netns::VethPair;
+    use lagran::xdp::{XdpHandle, XdpOptions, object_bytes};
+    for tool in ["dig", "ip"] {
+        if !crate::support::have_tool(tool, "rrl_xdp") {
+            return;
+        }
+    }
+    let obj =
+        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
+    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
+    // XDP_TX on a veth reaches the peer only when the peer runs XDP too.
+    let _client_prog = pair
+        .client
+        .enter(|| {
+            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
+        })
+        .expect("entering the client namespace")
+        .expect("a pass-through program on the client veth");
+    let pins = format!("/sys/fs/bpf/lagran-e2e-rrl-{}", std::process::id());
+    let d = Daemon::start(Options {
+        netns: Some(pair.server.name().to_string()),
+        args: vec!["--xdp".into(), pair.server_if.into()],
+        env: vec![("LAGRAN_PIN_DIR".into(), pins), ("RRL_RPS".into(), "100".into()), ("RRL_SLIP".into(), "0".into())],
+        dns_listen: Some(format!("{}:53", pair.server_addr)),
+        ..Options::default()
+    });
+    let metrics = || -> String {
+        let (_, v): (u16, serde_json::Value) =
+            pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
+        v.as_str().unwrap_or_default().to_string()
+    };
+    let value = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    let dig = |args: &[&str]| -> String {
+        let server = format!("@{}", pair.server_addr);
+        let mut all = vec![server.as_str(), "+tries=2", "+time=2"];
+        all.extend_from_slice(args);
+        let out = pair.client_run("dig", &all).expect("running dig in the client namespace");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    // dig sends a client cookie by default; both paths return our server cookie.
+    // The answer to a client cookie alone is 32 octets longer than the query
+    // (the A record, and a server cookie the query did not carry); a veth's
+    // page-pool frames often lack that much tailroom (`bpf_xdp_adjust_tail`
+    // fails and the query is passed: counted tail_grow_failed, answered by
+    // userspace). A padded query leaves room, as a NIC's page-sized frames do.
+    let fast = dig(&["edge.lagran.net", "A", "+subnet=58.60.0.0/24", "+padding=128"]);
+    assert!(fast.contains("COOKIE: ") && fast.contains("(good)"), "XDP: {fast}\n{}", d.log());
+    let m = metrics();
+    assert_eq!(value(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 1, "XDP answered it:\n{m}");
+    let slow = dig(&["edge.lagran.net", "NS"]);
+    assert!(slow.contains("COOKIE: ") && slow.contains("(good)"), "userspace: {slow}");
+    assert_eq!(value(&metrics(), "lagran_dns_queries_total{transport=\"udp\"}"), 1, "userspace answered NS");
+
+    // Our server cookie for this client's address and client cookie.
+    let to = std::net::SocketAddr::from((pair.server_addr, 53));
+    let client_cookie = [0x11u8, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88];
+    let cookie = pair
+        .client
+        .enter(|| {
+            let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 4096];
+            for _ in 0..5 {
+                sock.send_to(&cookie_query(7, "edge.lagran.net", 6, &client_cookie), to).unwrap();
+                if let Ok((n, _)) = sock.recv_from(&mut buf)
+                    && let Some(c) = Message::from_vec(&buf[..n]).ok().as_ref().and_then(cookie_of)
+                {
+                    return c;
+                }
+            }
+            panic!("no COOKIE in the SOA response");
+        })
+        .expect("entering the client namespace");
+    assert_eq!((cookie.len(), &cookie[..8]), (24, &client_cookie[..]));
+
+    // 3 s of NXDOMAIN queries at 2000/s, 20× the rate (userspace answers these);
+    // the cookie queries alternate NXDOMAIN (userspace) and A (XDP).
+    let f = pair
+        .client
+        .enter(|| {
+            flood(
+                to,
+                3,
+                2,
+                |i| (format!("nope-{i}.edge.lagran.net"), 1),
+                |i| if i % 2 == 0 { (format!("gone-{i}.edge.lagran.net"), 1) } else { ("edge.lagran.net".into(), 1) },
+                &cookie,
+            )
+        })
+        .expect("entering the client namespace");
+    let m = metrics();
+    let rate = f.plain_sent as f64 / f.secs;
+    assert!(rate >= 1000.0, "the flood reached only {rate:.0} queries/s: {f:?}");
+    assert!(
+        f.plain_answered as f64 <= 1.5 * 100.0 * f.secs,
+        "{} responses to {} NXDOMAIN queries in {:.1} s at RRL_RPS=100:\n{f:?}\n{m}",
+        f.plain_answered,
+        f.plain_sent,
+        f.secs
+    );
+    assert!(f.plain_answered >= 50, "the first second's credit is answered: {f:?}");
+    assert_eq!(f.cookie_answered.len(), f.cookie_sent, "every query with a valid server cookie is answered: {f:?}");
+    assert!(value(&m, "lagran_rrl_responses_total{path=\"userspace\",class=\"nxdomain\",action=\"limited\"}") > 1000);
+    assert!(value(&m, "lagran_xdp_packets_total{result=\"answered\"}") > (f.cookie_sent / 2) as u64, "{m}");
+
+    // 2 s of A queries at 2000/s: the kernel's own limit.
+    let f = pair
+        .client
+        .enter(|| flood(to, 2, 2, |_| ("edge.lagran.net".into(), 1), |_| ("edge.lagran.net".into(), 1), &cookie))
+        .expect("entering the client namespace");
+    let m = metrics();
+    assert!(
+        f.plain_answered as f64 <= 1.5 * 100.0 * f.secs,
+        "{} XDP answers to {} A queries in {:.1} s at RRL_RPS=100:\n{f:?}\n{m}",
+        f.plain_answered,
+        f.plain_sent,
+        f.secs
+    );
+    assert_eq!(f.cookie_answered.len(), f.cookie_sent, "valid cookies are exempt in the kernel too: {f:?}");
+    // The metrics are read from the program every second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let m = metrics();
+    assert!(value(&m, "lagran_rrl_responses_total{path=\"xdp\",class=\"answer\",action=\"limited\"}") > 1000, "{m}");
+
+    // Afterwards, the same address is answered normally in another class.
+    let after = dig(&["edge.lagran.net", "NS", "+nocookie"]);
+    assert!(after.contains("status: NOERROR"), "{after}");
+}
+
+/// The 10⁵ mutated queries again, through the XDP fast path (namespaces, a
+/// veth pair): what the program answers and what it passes to userspace must
+/// both be well-formed replies to their queries, and the daemon answers
+/// normally afterwards, in the kernel and in userspace.
+#[test]
+fn hundred_thousand_mutated_queries_through_xdp() {
+    use lagran::xdp::netns::VethPair;
+    use lagran::xdp::{XdpHandle, XdpOptions, object_bytes};
+    for tool in ["dig", "ip"] {
+        if !crate::support::have_tool(tool, "mutated_xdp") {
+            return;
+        }
+    }
+    let obj =
+        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
+    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
+    let _client_prog = pair
+        .client
+        .enter(|| {
+            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
+        })
+        .expect("entering the client namespace")
+        .expect("a pass-through program on the client veth");
+    let d = Daemon::start(Options {
+        netns: Some(pair.server.name().to_string()),
+        args: vec!["--xdp".into(), pair.server_if.into()],
+        env: vec![("LAGRAN_PIN_DIR".into(), format!("/sys/fs/bpf/lagran-e2e-mut-{}", std::process::id()))],
+        dns_listen: Some(format!("{}:53", pair.server_addr)),
+        ..Options::default()
+    });
+    let metrics = || -> String {
+        let (_, v): (u16, serde_json::Value) =
+            pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
+        v.as_str().unwrap_or_default().to_string()
+    };
+    let value = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    let to = std::net::SocketAddr::from((pair.server_addr, 53));
+    let total = 100_000u32;
+    let replies = pair
+        .client
+        .enter(|| {
+            let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+            send_mutated(&s, to, &mut StdRng::seed_from_u64(0x0001_1ba5_e0d9), total)
+        })
+        .expect("entering the client namespace");
+    let m = metrics();
+    assert!(replies > total / 4, "only {replies} of {total} mutated queries answered\n{m}");
+    let xdp = value(&m, "lagran_xdp_packets_total{result=\"answered\"}");
+    let user = value(&m, "lagran_dns_queries_total{transport=\"udp\"}");
+    assert!(xdp > 500 && user > 1000, "both paths answered mutated queries (XDP {xdp}, userspace {user}):\n{m}");
+
+    // Afterwards: the kernel (A) and userspace (NS) answer normally.
+    let dig = |args: &[&str]| -> String {
+        let server = format!("@{}", pair.server_addr);
+        let mut all = vec![server.as_str(), "+tries=2", "+time=2", "+nocookie"];
+        all.extend_from_slice(args);
+        let out = pair.client_run("dig", &all).expect("running dig in the client namespace");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let a = dig(&["edge.lagran.net", "A"]);
+    assert!(a.contains("status: NOERROR") && a.contains("ANSWER: 1"), "{a}");
+    assert_eq!(value(&metrics(), "lagran_xdp_packets_total{result=\"answered\"}"), xdp + 1, "XDP answered it");
+    let ns = dig(&["edge.lagran.net", "NS"]);
+    assert!(ns.contains("status: NOERROR"), "{ns}");
 }

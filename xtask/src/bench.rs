@@ -1306,6 +1306,19 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             Some(full <= 1.5 * small),
         ));
     }
+    if let (Some(on), Some(off)) = (num(t, "rrl_on_answered_median_ns"), num(t, "rrl_off_answered_median_ns")) {
+        rows.push(row(
+            "XDP per packet, full real table, RRL on − off (answered, median)",
+            format!(
+                "{:.1} ns ({} vs {})",
+                on - off,
+                fmt_ns(t, "rrl_on_answered_median_ns"),
+                fmt_ns(t, "rrl_off_answered_median_ns")
+            ),
+            "< 20 ns",
+            Some(on - off < 20.0),
+        ));
+    }
     let mism: f64 =
         ["tiny", "small", "full", "unmerged"].iter().filter_map(|l| num(t, &format!("{l}_parity_mismatches"))).sum();
     rows.push(row("XDP answers ≠ userspace (A, ECS scope)", format!("{mism:.0}"), "0", Some(mism == 0.0)));

@@ -399,6 +399,29 @@ fn kernel(a: &Args, geo: &GeoDb, real: &RouteTable, unmerged: ScheduledName, com
         result(&format!("{label}_lookup_median_ns"), format!("{median:.1}"));
         eprintln!("tables: {label}: {} trie entries measured", st.routes_total);
     }
+    // Response rate limiting on vs off (issue 11: < 20 ns more), the full real
+    // table, answered packets; RRL at its highest rate, so every answer is sent
+    // and each packet pays the account lookup and update.
+    k.writer.sync(real, &settings)?;
+    for (label, rps) in [("rrl_off", 0), ("rrl_on", lagran::dns::rrl::MAX_RATE)] {
+        k.writer.set_rrl(&lagran::config::RrlSettings { responses_per_second: rps, slip: 2, window_secs: 15 })?;
+        let mut answered = Vec::with_capacity(packets.len() * 5);
+        for pass in 0..6 {
+            for (subnet, f) in &packets {
+                let (action, ns, _) = k.run(f, 1)?;
+                if action != XDP_TX {
+                    bail!("{label}: a query for ECS {subnet}/24 was not answered by XDP (action {action})");
+                }
+                if pass > 0 {
+                    answered.push(ns);
+                }
+            }
+        }
+        let (mean, median) = stats(answered);
+        result(&format!("{label}_answered_mean_ns"), format!("{mean:.1}"));
+        result(&format!("{label}_answered_median_ns"), format!("{median:.1}"));
+    }
+    k.writer.set_rrl(&lagran::config::RrlSettings::default())?;
     // Leave the maps small before they are freed (SPEC §2: freeing a large trie stalls a CPU).
     let t = Instant::now();
     k.writer.sync(&RouteTable::new(1, now_ms(), vec![]), &settings)?;

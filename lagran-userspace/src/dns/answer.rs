@@ -27,6 +27,7 @@ use hickory_proto::rr::{Name, RData, Record};
 use hickory_proto::serialize::binary::{BinDecodable, BinDecoder, BinEncodable, BinEncoder};
 use serde::Serialize;
 
+use super::cookie::{self, CookieCheck, CookieOut};
 use super::ecs::{self, Ecs};
 use crate::config::DnsSettings;
 use crate::model::{NsHost, Zone};
@@ -54,6 +55,8 @@ pub mod wire {
     pub const RCODE_REFUSED: u16 = 5;
     /// Extended RCODE (12 bits: 1 in the OPT TTL's high octet, 0 in the header).
     pub const RCODE_BADVERS: u16 = 16;
+    /// Extended RCODE BADCOOKIE (RFC 7873 §8).
+    pub const RCODE_BADCOOKIE: u16 = 23;
     /// The largest UDP response without EDNS (RFC 1035 §2.3.4).
     pub const UDP_PLAIN_LIMIT: usize = 512;
     /// TCP messages carry a 2-octet length.
@@ -119,6 +122,8 @@ pub struct Reply {
     pub scheduled: bool,
     /// Why no response was sent (`Some` exactly when `outcome` is [`Outcome::Dropped`]).
     pub dropped: Option<DropReason>,
+    /// The COOKIE of the response, when the query had one and cookies were checked.
+    pub cookie: Option<CookieOut>,
 }
 
 impl Reply {
@@ -131,6 +136,7 @@ impl Reply {
             stale: false,
             scheduled: false,
             dropped: Some(reason),
+            cookie: None,
         }
     }
 }
@@ -297,6 +303,8 @@ struct OptOut {
     dnssec_ok: bool,
     /// The query's ECS option, echoed with the scope decided by the answer.
     ecs: Option<Ecs>,
+    /// The COOKIE option data of the response (client cookie | server cookie).
+    cookie: Option<CookieOut>,
 }
 
 /// Everything of the query header the response copies.
@@ -379,6 +387,21 @@ pub fn answer_confirmed(
     now_ms: i64,
     confirmed_at_ms: i64,
 ) -> Reply {
+    answer_with_cookies(q, table, settings, now_ms, confirmed_at_ms, None)
+}
+
+/// [`answer_confirmed`] with server cookies (RFC 7873, see [`super::cookie`]):
+/// with `cookies`, a query's COOKIE option is checked and the response
+/// carries our server cookie; without, COOKIE options are ignored (RFC 7873
+/// §5.2.1 for a server that does not implement them).
+pub fn answer_with_cookies(
+    q: &Query,
+    table: &RouteTable,
+    settings: &DnsSettings,
+    now_ms: i64,
+    confirmed_at_ms: i64,
+    cookies: Option<&CookieCheck>,
+) -> Reply {
     let buf = q.bytes;
     // RFC 1035 §4.1.1: the header is 12 octets, and the smallest question (the
     // root name, QTYPE, QCLASS) 5 more. FORMERR is only for packets whose header
@@ -455,7 +478,7 @@ pub fn answer_confirmed(
         // RFC 6891 §7: "If an OPT record is present in a received request,
         // compliant responders MUST include an OPT record in their respective
         // responses."
-        opt_out = Some(OptOut { dnssec_ok: o.dnssec_ok, ecs: None });
+        opt_out = Some(OptOut { dnssec_ok: o.dnssec_ok, ecs: None, cookie: None });
         if q.transport == Transport::Udp {
             // RFC 6891 §6.2.3: "Values lower than 512 MUST be treated as equal to 512."
             // RFC 6891 §6.2.5: the responder may send up to the smaller of the
@@ -478,10 +501,25 @@ pub fn answer_confirmed(
                 return finish(&ctx, Resp::new(echo, opt_out, RCODE_FORMERR, false, Outcome::FormErr), client);
             }
         }
+        // RFC 7873 §5.2.2: "If the COOKIE option is too short to contain a
+        // Server Cookie field or is too long [...], then the request is
+        // malformed" (FORMERR, no cookie in the response).
+        let cookie = match cookies {
+            Some(check) => match cookie::find_in_opt(o.rdata) {
+                Ok(c) => c.map(|c| check.respond(&c, q.source)),
+                Err(_) => {
+                    let client = echo.map(|qq| client_info(q.source, &qq.name, None));
+                    return finish(&ctx, Resp::new(echo, opt_out, RCODE_FORMERR, false, Outcome::FormErr), client);
+                }
+            },
+            None => None,
+        };
         // RFC 7871 §7.2.2: "If the client query did include the option, the
         // server MUST include one in its response". Scope 0 unless the answer
-        // was tailored to the client (set below).
-        opt_out = Some(OptOut { dnssec_ok: o.dnssec_ok, ecs });
+        // was tailored to the client (set below). RFC 7873 §5.2.3: the
+        // response carries "a COOKIE option containing both the Client Cookie
+        // copied from the request and a Server Cookie it has generated".
+        opt_out = Some(OptOut { dnssec_ok: o.dnssec_ok, ecs, cookie });
     }
 
     let client = echo.map(|qq| client_info(q.source, &qq.name, ecs));
@@ -1107,6 +1145,7 @@ fn finish(ctx: &Ctx, mut r: Resp<'_>, client: Option<ClientInfo>) -> Reply {
         stale: r.stale,
         scheduled: r.scheduled,
         dropped: None,
+        cookie: r.opt.and_then(|o| o.cookie),
     }
 }
 
@@ -1151,7 +1190,8 @@ fn encode(ctx: &Ctx, r: &Resp<'_>, truncated: bool) -> Result<Vec<u8>, ProtoErro
 /// The response's OPT record (RFC 6891 §6.1.2), always the last record:
 /// owner root, TYPE 41, CLASS = our UDP payload size, TTL = extended RCODE
 /// (high 8 bits of the 12-bit RCODE) | VERSION 0 | DO copied | Z 0, RDATA =
-/// the echoed ECS option when the query had one. Returns where its RDLEN is.
+/// the echoed ECS option when the query had one, then our COOKIE option when
+/// the query had a client cookie. Returns where its RDLEN is.
 fn write_opt(out: &mut Vec<u8>, payload: u16, rcode: u16, opt: &OptOut, scope: u8) -> usize {
     out.push(0);
     out.extend_from_slice(&TYPE_OPT.to_be_bytes());
@@ -1160,12 +1200,17 @@ fn write_opt(out: &mut Vec<u8>, payload: u16, rcode: u16, opt: &OptOut, scope: u
     let ttl: u32 = (u32::from((rcode >> 4) as u8) << 24) | if opt.dnssec_ok { 0x8000 } else { 0 };
     out.extend_from_slice(&ttl.to_be_bytes());
     let rdlen_at = out.len();
-    match opt.ecs {
-        Some(e) => {
-            out.extend_from_slice(&(e.wire_len() as u16).to_be_bytes());
-            e.write_option(scope, out);
-        }
-        None => out.extend_from_slice(&0u16.to_be_bytes()),
+    let cookie_len = opt.cookie.map_or(0, |_| 4 + cookie::OPTION_LEN);
+    let ecs_len = opt.ecs.map_or(0, |e| e.wire_len());
+    out.extend_from_slice(&((ecs_len + cookie_len) as u16).to_be_bytes());
+    if let Some(e) = opt.ecs {
+        e.write_option(scope, out);
+    }
+    // The COOKIE option after ECS (the XDP program writes the same order).
+    if let Some(c) = opt.cookie {
+        out.extend_from_slice(&cookie::OPTION_CODE.to_be_bytes());
+        out.extend_from_slice(&(cookie::OPTION_LEN as u16).to_be_bytes());
+        out.extend_from_slice(&c.option);
     }
     rdlen_at
 }

@@ -260,6 +260,7 @@ mod tests {
             stale,
             scheduled: false,
             dropped: (outcome == Outcome::Dropped).then_some(DropReason::BadQuestion),
+            cookie: None,
         };
         c.record(Transport::Udp, &r(Outcome::Answered, true, true));
         c.record(Transport::Tcp, &r(Outcome::FormErr, false, false));

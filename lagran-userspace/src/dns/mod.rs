@@ -6,14 +6,16 @@
 //! - [`server`]: UDP and TCP listeners on the same port;
 //! - [`tls`]: DNS over TLS (RFC 7858), [`quic`]: DNS over QUIC (RFC 9250),
 //!   both with the SIGHUP-reloaded certificate of [`cert`];
-//! - [`counters`]: atomic counters rendered as Prometheus text.
+//! - [`counters`]: atomic counters rendered as Prometheus text;
+//! - [`rrl`]: response rate limiting of UDP responses (BIND/Knot semantics);
+//! - [`cookie`]: server cookies (RFC 7873 in the RFC 9018 layout).
 //!
 //! # What a response looks like (the XDP fast path mirrors this)
 //!
 //! For the query the fast path takes — one question, `A`, class IN, a
 //! scheduled name, no answer/authority records, at most one OPT carrying at
-//! most an ECS option besides COOKIE and Padding options (which are ignored:
-//! no server cookies yet) — the userspace response is, octet by octet:
+//! most an ECS option besides Padding options (which are ignored), and no
+//! COOKIE option — the userspace response is, octet by octet:
 //!
 //! ```text
 //! header   ID copied | QR=1 OPCODE=0 AA=1 TC=0 RD=copied | RA=0 Z=0 AD=0 CD=copied RCODE=0
@@ -28,7 +30,7 @@
 //! SCOPE is the matched prefix length of the client's partition when SOURCE
 //! is > 0, and 0 when SOURCE is 0 (then the packet's source address is looked
 //! up); RDLEN is 0 when the query's OPT had no ECS. Other options in the query
-//! (cookies, …) are not echoed. A response larger than 512 octets (no OPT) or
+//! are not echoed; a COOKIE option gets ours after the ECS option (see [`cookie`]). A response larger than 512 octets (no OPT) or
 //! max(512, min(client size, max_udp_payload)) is sent with TC=1 and only the
 //! question and OPT.
 //!
@@ -45,6 +47,8 @@
 //! | bad records after the question, 2 OPTs, OPT outside additional / non-root | FORMERR (AA=0), question echoed, no OPT |
 //! | OPT VERSION > 0 | BADVERS (RCODE 16: OPT TTL high octet 1), OPT without ECS |
 //! | malformed or repeated ECS, truncated option list | FORMERR with OPT, no ECS |
+//! | COOKIE of 1–7, 9–15 or over 40 octets, or two COOKIE options | FORMERR with OPT, no cookie (RFC 7873 §5.2.2) |
+//! | a client cookie (with or without a server cookie) | answered, our server cookie in the OPT after ECS; over UDP subject to RRL unless the server cookie was valid |
 //! | OPCODE ≠ QUERY | NOTIMP (opcode echoed) |
 //! | QDCOUNT > 1 | FORMERR, no question |
 //! | class ≠ IN, ANY, AXFR, IXFR, name outside every zone | REFUSED (AA=0) |
@@ -64,7 +68,9 @@
 //! echoed as received. Every response to a query with OPT has an OPT (our
 //! payload size, version 0, DO copied) as its last record, with the ECS
 //! option echoed when the query had a valid one (SCOPE 0 unless the answer
-//! was tailored). Cookies and other options are not echoed. Over DoT and DoQ
+//! was tailored), then the COOKIE option when the query had a client cookie
+//! (the listeners check cookies; `answer` alone ignores them). Other options
+//! are not echoed. Over DoT and DoQ
 //! that OPT also carries a Padding option making the message a multiple of
 //! 468 octets (RFC 8467 §4.1); UDP and TCP responses are never padded.
 //!
@@ -73,14 +79,17 @@
 
 pub mod answer;
 pub mod cert;
+pub mod cookie;
 pub mod counters;
 pub mod ecs;
 pub mod quic;
+pub mod rrl;
 pub mod server;
 pub mod tls;
 
 pub use answer::{
-    ClientInfo, DropReason, Outcome, Query, Reply, Transport, answer, answer_confirmed, lookup_key, scheduled_ttl,
+    ClientInfo, DropReason, Outcome, Query, Reply, Transport, answer, answer_confirmed, answer_with_cookies,
+    lookup_key, scheduled_ttl,
 };
 pub use counters::DnsCounters;
 pub use server::{DnsServer, bind};

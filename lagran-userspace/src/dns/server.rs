@@ -30,8 +30,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::answer::{Query, Reply, Transport, answer_confirmed};
+use super::answer::{Query, Reply, Transport, answer_with_cookies};
+use super::cookie::{self, CookieJar};
 use super::counters::DnsCounters;
+use super::rrl::{self, Decision, RateLimiter, ResponseClass};
 use crate::config::DnsSettings;
 use crate::confirmation::Confirmation;
 use crate::route_table::SharedRouteTable;
@@ -54,6 +56,10 @@ pub struct DnsServer {
     pub counters: Arc<DnsCounters>,
     /// When the control plane last confirmed the table (SPEC §7 staleness).
     pub confirmation: Arc<Confirmation>,
+    /// Response rate limiting of UDP responses (`None`: off).
+    pub rrl: Option<Arc<RateLimiter>>,
+    /// Server cookie secrets (`None`: COOKIE options are ignored).
+    pub cookies: Option<Arc<CookieJar>>,
 }
 
 impl DnsServer {
@@ -63,7 +69,19 @@ impl DnsServer {
         counters: Arc<DnsCounters>,
         confirmation: Arc<Confirmation>,
     ) -> Self {
-        DnsServer { table, settings, counters, confirmation }
+        DnsServer { table, settings, counters, confirmation, rrl: None, cookies: None }
+    }
+
+    /// Limits UDP responses with `rrl` (see [`rrl`]).
+    pub fn with_rrl(mut self, rrl: Option<Arc<RateLimiter>>) -> Self {
+        self.rrl = rrl;
+        self
+    }
+
+    /// Checks and sends server cookies with the secrets of `jar` (see [`cookie`]).
+    pub fn with_cookies(mut self, jar: Arc<CookieJar>) -> Self {
+        self.cookies = Some(jar);
+        self
     }
 
     /// Answers one message against the current table, counts and logs it.
@@ -72,8 +90,25 @@ impl DnsServer {
         let now = crate::clock::now_ms();
         let confirmed_at = self.confirmation.last_ms();
         let query = Query { bytes, source: source.to_canonical(), transport };
-        let reply = answer_confirmed(&query, &table, &self.settings, now, confirmed_at);
+        let check = self.cookies.as_ref().map(|jar| jar.check(cookie::unix_now()));
+        let mut reply = answer_with_cookies(&query, &table, &self.settings, now, confirmed_at, check.as_ref());
         self.counters.record(transport, &reply);
+        // Over UDP only (a TCP handshake proves the address), and not for a
+        // query whose valid server cookie proves it (RFC 7873 §5.2.5).
+        if transport == Transport::Udp
+            && let Some(limiter) = &self.rrl
+            && reply.bytes.is_some()
+            && !reply.cookie.is_some_and(|c| c.valid)
+            && let Some(class) = ResponseClass::of(reply.outcome)
+        {
+            match limiter.decide(query.source, class, rrl::monotonic_ms()) {
+                Decision::Send => {}
+                Decision::Drop => reply.bytes = None,
+                Decision::Slip => {
+                    reply.bytes = reply.bytes.as_deref().and_then(|b| rrl::slipped(b, reply.cookie.is_some()));
+                }
+            }
+        }
         if reply.scheduled
             && let Some(c) = &reply.client
         {
@@ -679,6 +714,89 @@ mod tests {
 
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(10), running).await.unwrap().unwrap().unwrap();
+    }
+
+    /// A query for `name` with a COOKIE option of `cookie` (client cookie, maybe a server cookie).
+    fn cookie_query(id: u16, name: &str, cookie: &[u8]) -> Vec<u8> {
+        let mut q = query(id, name, RecordType::A, None);
+        q[11] = 1; // ARCOUNT
+        q.extend_from_slice(&[0, 0, 41, 4, 208, 0, 0, 0, 0]);
+        q.extend_from_slice(&((cookie.len() + 4) as u16).to_be_bytes());
+        q.extend_from_slice(&[0, 10]);
+        q.extend_from_slice(&(cookie.len() as u16).to_be_bytes());
+        q.extend_from_slice(cookie);
+        q
+    }
+
+    /// Sends `queries` as fast as the socket takes them, then collects replies
+    /// for `wait`; returns the replies by ID.
+    async fn flood(sock: &UdpSocket, to: SocketAddr, queries: &[Vec<u8>], wait: Duration) -> Vec<Message> {
+        for q in queries {
+            sock.send_to(q, to).await.unwrap();
+        }
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 4096];
+        while let Ok(Ok((n, _))) = tokio::time::timeout(wait, sock.recv_from(&mut buf)).await {
+            got.push(Message::from_vec(&buf[..n]).unwrap());
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn rate_limiting_spares_valid_cookies_and_slips_as_configured() {
+        use crate::config::RrlSettings;
+        let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = udp.local_addr().unwrap();
+        let shared = crate::route_table::empty_shared();
+        shared.store(Arc::new(table()));
+        let confirmed = Arc::new(Confirmation::new());
+        confirmed.confirm(crate::clock::now_ms());
+        let rrl = RateLimiter::new(&RrlSettings { responses_per_second: 5, slip: 2, window_secs: 15 }).map(Arc::new);
+        let server = Arc::new(
+            DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed)
+                .with_rrl(rrl.clone())
+                .with_cookies(Arc::new(CookieJar::fixed([3; 16]))),
+        );
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(server.clone().run(udp, tcp, shutdown.clone()));
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+
+        // 40 NXDOMAIN queries without a cookie: 5 answered, of the 35 limited every 2nd slips (TC=1).
+        let qs: Vec<_> = (0..40).map(|i| query(i, "nope.edge.lagran.net.", RecordType::A, None)).collect();
+        let got = flood(&client, addr, &qs, Duration::from_millis(500)).await;
+        let full = got.iter().filter(|m| !m.truncated()).count();
+        let tc = got.iter().filter(|m| m.truncated()).count();
+        assert!((5..=6).contains(&full), "{full} full responses (rate 5/s)");
+        assert!((16..=18).contains(&tc), "{tc} slipped responses");
+        assert!(got.iter().filter(|m| m.truncated()).all(|m| m.answers().is_empty() && m.name_servers().is_empty()));
+        let (limited, slipped) = rrl.as_ref().unwrap().counts(ResponseClass::Nxdomain);
+        assert_eq!((limited + slipped) as usize, 40 - full);
+
+        // TCP is never limited.
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let m = tcp_ask(&mut stream, &query(99, "nope.edge.lagran.net.", RecordType::A, None)).await;
+        assert_eq!(m.response_code(), hickory_proto::op::ResponseCode::NXDomain);
+
+        // A client cookie alone is limited too; its slipped responses are BADCOOKIE with a fresh cookie.
+        let client_cookie = [9u8; 8];
+        let qs: Vec<_> = (100..110).map(|i| cookie_query(i, "nope.edge.lagran.net.", &client_cookie)).collect();
+        let got = flood(&client, addr, &qs, Duration::from_millis(500)).await;
+        assert!(got.iter().all(|m| m.response_code() == hickory_proto::op::ResponseCode::BADCOOKIE), "{got:?}");
+        assert!((4..=6).contains(&got.len()), "{} BADCOOKIE responses of 10", got.len());
+        let cookie = match got[0].extensions().as_ref().unwrap().option(EdnsCode::Cookie) {
+            Some(EdnsOption::Unknown(_, data)) => data.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((cookie.len(), &cookie[..8]), (24, &client_cookie[..]));
+
+        // With that server cookie, every one of 60 queries is answered.
+        let qs: Vec<_> = (200..260).map(|i| cookie_query(i, "nope.edge.lagran.net.", &cookie)).collect();
+        let got = flood(&client, addr, &qs, Duration::from_millis(1000)).await;
+        assert_eq!(got.len(), 60, "queries with a valid server cookie are exempt");
+        assert!(got.iter().all(|m| m.response_code() == hickory_proto::op::ResponseCode::NXDomain && !m.truncated()));
+
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -996,6 +996,7 @@ fn responses_and_short_packets_are_dropped() {
             stale: false,
             scheduled: false,
             dropped: Some(DropReason::Response),
+            cookie: None,
         }
     );
     // Shorter than a header and the smallest question (the root name, QTYPE, QCLASS).
@@ -1248,3 +1249,87 @@ fn a_name_with_ecs_off_answers_for_the_resolver_with_scope_0() {
 
 mod cname;
 mod unlocated;
+
+// ---- server cookies (RFC 7873, RFC 9018) --------------------------------------
+
+fn cookie_check() -> super::cookie::CookieCheck {
+    super::cookie::CookieCheck { current: [0x5a; 16], previous: None, now: (NOW / 1000) as u32 }
+}
+
+fn ask_cookie(bytes: &[u8], src: &str) -> Reply {
+    super::answer::answer_with_cookies(
+        &Query { bytes, source: ip(src), transport: Transport::Udp },
+        &table(),
+        &settings(),
+        NOW,
+        NOW,
+        Some(&cookie_check()),
+    )
+}
+
+/// The COOKIE option's data in a response.
+fn cookie_of(bytes: &[u8]) -> Option<Vec<u8>> {
+    let m = Message::from_vec(bytes).unwrap();
+    match m.extensions().as_ref()?.option(EdnsCode::Cookie)? {
+        EdnsOption::Unknown(_, data) => Some(data.clone()),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_client_cookie_gets_our_server_cookie_and_a_valid_one_is_echoed() {
+    let client = [1u8, 2, 3, 4, 5, 6, 7, 8];
+    let mut rdata = vec![0, 10, 0, 8];
+    rdata.extend_from_slice(&client);
+    let q = add_opt(raw_query(&format!("nope.{ZONE}"), 1, 1), 1232, 0, &rdata);
+    let r = ask_cookie(&q, "192.0.2.1");
+    assert_eq!(r.outcome, Outcome::NxDomain);
+    let cookie = cookie_of(r.bytes.as_ref().unwrap()).expect("a COOKIE option");
+    let want = super::cookie::server_cookie(&[0x5a; 16], &client, (NOW / 1000) as u32, ip("192.0.2.1"));
+    assert_eq!(cookie, [client.as_slice(), &want].concat());
+    assert!(!r.cookie.unwrap().valid);
+
+    // The cookie sent back is valid and echoed; from another address it is not.
+    let mut rdata = vec![0, 10, 0, 24];
+    rdata.extend_from_slice(&cookie);
+    let q = add_opt(raw_query(ZONE, 1, 1), 1232, 0, &rdata);
+    let r = ask_cookie(&q, "192.0.2.1");
+    assert!(r.cookie.unwrap().valid);
+    assert_eq!(cookie_of(r.bytes.as_ref().unwrap()).unwrap(), cookie);
+    assert!(!ask_cookie(&q, "192.0.2.2").cookie.unwrap().valid);
+
+    // With ECS too: the ECS option first, then the COOKIE.
+    let mut rdata = ecs_option(&[0, 1, 24, 0, 10, 1, 2]);
+    rdata.extend_from_slice(&[0, 10, 0, 8]);
+    rdata.extend_from_slice(&client);
+    let q = add_opt(raw_query(ZONE, 1, 1), 1232, 0, &rdata);
+    let r = ask_cookie(&q, "192.0.2.1");
+    let m = parse(&r);
+    assert_eq!(m.response_code(), ResponseCode::NoError);
+    let opt = m.extensions().as_ref().unwrap();
+    assert!(opt.option(EdnsCode::Subnet).is_some());
+    assert_eq!(cookie_of(r.bytes.as_ref().unwrap()).unwrap().len(), 24);
+    let bytes = r.bytes.unwrap();
+    assert_eq!(&bytes[bytes.len() - 28..bytes.len() - 24], &[0, 10, 0, 24], "the COOKIE option ends the OPT");
+
+    // Without cookie support (`answer`), the option is ignored as before.
+    assert!(cookie_of(ask_raw(&q).0.bytes.as_ref().unwrap()).is_none());
+}
+
+#[test]
+fn malformed_cookies_get_formerr() {
+    for len in [0usize, 7, 9, 15, 41] {
+        let mut rdata = vec![0, 10, 0, len as u8];
+        rdata.extend(std::iter::repeat_n(7u8, len));
+        let q = add_opt(raw_query(ZONE, 1, 1), 1232, 0, &rdata);
+        let r = ask_cookie(&q, "192.0.2.1");
+        assert_eq!(r.outcome, Outcome::FormErr, "a COOKIE of {len} octets");
+        assert!(cookie_of(r.bytes.as_ref().unwrap()).is_none());
+    }
+    for len in [8usize, 16, 40] {
+        let mut rdata = vec![0, 10, 0, len as u8];
+        rdata.extend(std::iter::repeat_n(7u8, len));
+        let q = add_opt(raw_query(ZONE, 1, 1), 1232, 0, &rdata);
+        assert_eq!(ask_cookie(&q, "192.0.2.1").outcome, Outcome::Answered, "a COOKIE of {len} octets");
+    }
+}

@@ -27,6 +27,7 @@ use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, MapError, PerCpuArray, lp
 use lagran_common::{
     answers::{self, AnswerV4, AnswerV6, MAX_ADDRS},
     config::{self, Config},
+    cookie::{self, CookieConfig},
     counters::{self, Counter},
     listen::{self, ListenKey, ListenValue},
     names::{self, NAME_MAX, NameValue, hash_wire},
@@ -40,7 +41,7 @@ use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName};
 
 /// The map names the loader pins, in a stable order.
-pub const MAP_NAMES: [&str; 8] = [
+pub const MAP_NAMES: [&str; 9] = [
     config::MAP_NAME,
     listen::MAP_NAME,
     names::MAP_NAME,
@@ -49,7 +50,36 @@ pub const MAP_NAMES: [&str; 8] = [
     counters::MAP_NAME,
     route_v6::MAP_NAME,
     answers::MAP_NAME_V6,
+    cookie::MAP_NAME,
 ];
+
+/// The `lagran_cookie` entry for `secrets`: the current secret as SipHash's
+/// two key words, whether a previous one is still accepted at `now` (Unix
+/// seconds), and the offset from the kernel's monotonic clock to Unix time.
+/// `fixed_now` pins the program's clock (tests).
+pub fn cookie_config(secrets: &crate::dns::cookie::Secrets, now: u64, fixed_now: Option<u32>) -> CookieConfig {
+    let le = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 octets"));
+    CookieConfig {
+        k0: le(&secrets.current[..8]),
+        k1: le(&secrets.current[8..]),
+        unix_offset_ns: unix_minus_monotonic_ns(),
+        enabled: 1,
+        previous_in_grace: u32::from(secrets.previous.is_some_and(|(_, until)| now < until)),
+        fixed_now: fixed_now.unwrap_or(0),
+        _pad: 0,
+    }
+}
+
+/// Unix time minus CLOCK_MONOTONIC (what `bpf_ktime_get_ns` reads), in nanoseconds.
+pub fn unix_minus_monotonic_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only the struct passed.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let mono = ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
+    let unix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+    unix - mono
+}
 
 fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
     move |source| XdpError::Map { map, source: Box::new(source) }
@@ -65,6 +95,7 @@ pub struct Maps {
     counters: PerCpuArray<MapData, u64>,
     routes6: LpmTrie<MapData, RouteV6Data, RouteValue>,
     answers6: Array<MapData, AnswerV6>,
+    cookie: Array<MapData, CookieConfig>,
 }
 
 impl Maps {
@@ -79,7 +110,8 @@ impl Maps {
         let counters = take(counters::MAP_NAME)?;
         let routes6 = take(route_v6::MAP_NAME)?;
         let answers6 = take(answers::MAP_NAME_V6)?;
-        Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6])
+        let cookie = take(cookie::MAP_NAME)?;
+        Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6, cookie])
     }
 
     /// Opens the maps pinned under `dir` by a running `lagran serve --xdp`
@@ -100,12 +132,13 @@ impl Maps {
             open(counters::MAP_NAME)?,
             open(route_v6::MAP_NAME)?,
             open(answers::MAP_NAME_V6)?,
+            open(cookie::MAP_NAME)?,
         ])
     }
 
     /// The maps in [`MAP_NAMES`] order.
-    fn from_maps(maps: [Map; 8]) -> Result<Maps, XdpError> {
-        let [config, listen, names, routes, answers, counters, routes6, answers6] = maps;
+    fn from_maps(maps: [Map; 9]) -> Result<Maps, XdpError> {
+        let [config, listen, names, routes, answers, counters, routes6, answers6, cookie] = maps;
         Ok(Maps {
             config: Array::try_from(config).map_err(map_err(config::MAP_NAME))?,
             listen: HashMap::try_from(listen).map_err(map_err(listen::MAP_NAME))?,
@@ -115,7 +148,18 @@ impl Maps {
             counters: PerCpuArray::try_from(counters).map_err(map_err(counters::MAP_NAME))?,
             routes6: LpmTrie::try_from(routes6).map_err(map_err(route_v6::MAP_NAME))?,
             answers6: Array::try_from(answers6).map_err(map_err(answers::MAP_NAME_V6))?,
+            cookie: Array::try_from(cookie).map_err(map_err(cookie::MAP_NAME))?,
         })
+    }
+
+    /// Publishes the server cookie secret and clock (see `lagran_common::cookie`).
+    pub fn set_cookie(&mut self, c: &CookieConfig) -> Result<(), XdpError> {
+        self.cookie.set(cookie::INDEX, c, 0).map_err(map_err(cookie::MAP_NAME))
+    }
+
+    /// The cookie entry.
+    pub fn cookie(&self) -> Result<CookieConfig, XdpError> {
+        self.cookie.get(&cookie::INDEX, 0).map_err(map_err(cookie::MAP_NAME))
     }
 
     /// The counters, summed over the CPUs.
@@ -306,17 +350,24 @@ impl CounterSnapshot {
 
     /// Packets passed to the kernel stack, all reasons.
     pub fn passed(&self) -> u64 {
-        self.values.iter().filter(|(c, _)| *c != Counter::Answered).map(|(_, v)| v).sum()
+        self.values.iter().filter(|(c, _)| !Self::not_passed(*c)).map(|(_, v)| v).sum()
+    }
+
+    /// Counters of packets the program did not pass: answered, or rate limited
+    /// (dropped, or slipped with `XDP_TX`).
+    fn not_passed(c: Counter) -> bool {
+        matches!(c, Counter::Answered | Counter::RrlLimited | Counter::RrlSlipped)
     }
 
     /// The counters as Prometheus text: one `lagran_xdp_packets_total` series per
-    /// counter, `result="answered"` or `result="passed",reason="…"`.
+    /// counter, `result="answered"`, `"rrl_limited"`, `"rrl_slipped"` or
+    /// `result="passed",reason="…"`.
     pub fn render_prometheus(&self, out: &mut String) {
         out.push_str("# HELP lagran_xdp_packets_total Packets seen by the XDP fast path, by outcome.\n");
         out.push_str("# TYPE lagran_xdp_packets_total counter\n");
         for (c, v) in self.iter() {
-            if c == Counter::Answered {
-                let _ = writeln!(out, "lagran_xdp_packets_total{{result=\"answered\"}} {v}");
+            if Self::not_passed(c) {
+                let _ = writeln!(out, "lagran_xdp_packets_total{{result=\"{}\"}} {v}", c.name());
             } else {
                 let _ = writeln!(out, "lagran_xdp_packets_total{{result=\"passed\",reason=\"{}\"}} {v}", c.name());
             }
@@ -403,7 +454,7 @@ impl MapWriter {
     /// the listen set `0.0.0.0:dns_port` — every IPv4 address, as where no
     /// interface is known; the loader narrows it with [`Maps::set_listen`].
     pub fn new(mut maps: Maps, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
-        let config = Config { dns_port, udp_payload, enabled: 0 };
+        let config = Config { dns_port, udp_payload, enabled: 0, rrl_rate: 0, rrl_slip: 0, rrl_floor: 0 };
         maps.set_config(&config)?;
         maps.set_listen(&[
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, dns_port)),
@@ -424,6 +475,20 @@ impl MapWriter {
             // Maps reused from a previous run may hold anything.
             needs_reset: true,
         })
+    }
+
+    /// Publishes the server cookie secret and clock (see `lagran_common::cookie`).
+    pub fn set_cookie(&mut self, c: &CookieConfig) -> Result<(), XdpError> {
+        self.maps.set_cookie(c)
+    }
+
+    /// Sets the program's response rate limiting (`[rrl]`, see `dns::rrl`).
+    pub fn set_rrl(&mut self, settings: &crate::config::RrlSettings) -> Result<(), XdpError> {
+        let (rrl_rate, rrl_slip, rrl_floor) = crate::dns::rrl::kernel_knobs(settings);
+        let c = Config { rrl_rate, rrl_slip, rrl_floor, ..self.config };
+        self.maps.set_config(&c)?;
+        self.config = c;
+        Ok(())
     }
 
     pub fn maps(&self) -> &Maps {

@@ -21,6 +21,11 @@ pub struct Follow {
     pub table: SharedRouteTable,
     pub versions: watch::Receiver<u64>,
     pub confirmation: Arc<Confirmation>,
+    /// The responder's server cookie secrets, published to the program with
+    /// its clock every second (`None`: the program passes COOKIE queries).
+    pub cookies: Option<Arc<crate::dns::cookie::CookieJar>>,
+    /// `[rrl]` for the program, and where its limited/slipped counts go for `/metrics`.
+    pub rrl: (crate::config::RrlSettings, Arc<crate::dns::rrl::XdpCounts>),
 }
 
 /// Attaches to `iface`, answering only DNS addressed to `listen` (the responder's
@@ -34,7 +39,7 @@ pub fn start(
     metrics: &Metrics,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, XdpError> {
-    let Follow { table, mut versions, confirmation } = follow;
+    let Follow { table, mut versions, confirmation, cookies, rrl } = follow;
     let obj = object_bytes()?;
     // LAGRAN_PIN_DIR moves the pins (tests and benchmarks running beside a production instance).
     let pin_dir = std::env::var_os("LAGRAN_PIN_DIR").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
@@ -50,8 +55,11 @@ pub fn start(
         tracing::warn!(iface, "the XDP object carries debug events (xdp-debug-log): not for production");
         tokio::spawn(forward_debug_log(logger, shutdown.clone()));
     }
+    attached.writer().set_rrl(&rrl.0)?;
+    let rrl_counts = rrl.1;
     let handle = Arc::new(Mutex::new(attached));
     sync(&handle, &table, &settings);
+    publish_cookie(&handle, cookies.as_deref());
     let for_metrics = handle.clone();
     metrics.add_source(Box::new(move |out| {
         let mut h = for_metrics.lock().expect("xdp handle lock poisoned");
@@ -90,6 +98,13 @@ pub fn start(
                     if let Err(e) = h.writer().update_staleness(confirmation.last_ms(), &settings, now_ms()) {
                         tracing::error!(error = %e, "updating the XDP staleness switch failed");
                     }
+                    if let Ok(c) = h.writer().counters() {
+                        use std::sync::atomic::Ordering::Relaxed;
+                        rrl_counts.limited.store(c.get(lagran_common::counters::Counter::RrlLimited), Relaxed);
+                        rrl_counts.slipped.store(c.get(lagran_common::counters::Counter::RrlSlipped), Relaxed);
+                    }
+                    drop(h);
+                    publish_cookie(&handle, cookies.as_deref());
                 }
             }
         }
@@ -98,6 +113,18 @@ pub fn start(
             tracing::error!(error = %e, "detaching XDP failed");
         }
     }))
+}
+
+/// Writes the cookie secret (it may have rotated) and the clock offset (NTP
+/// may have stepped the clock) to the program.
+fn publish_cookie(handle: &Mutex<XdpHandle>, jar: Option<&crate::dns::cookie::CookieJar>) {
+    let Some(jar) = jar else { return };
+    let now = crate::dns::cookie::unix_now();
+    let c = crate::xdp::maps::cookie_config(&jar.secrets(), now, None);
+    let mut h = handle.lock().expect("xdp handle lock poisoned");
+    if let Err(e) = h.writer().set_cookie(&c) {
+        tracing::error!(error = %e, "publishing the cookie secret to XDP failed; the fast path passes COOKIE queries");
+    }
 }
 
 fn sync(handle: &Mutex<XdpHandle>, table: &SharedRouteTable, settings: &DnsSettings) {
