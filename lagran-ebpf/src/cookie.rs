@@ -60,7 +60,7 @@ pub fn respond(q: &Query, source: &Client) -> Result<ServerCookie, Counter> {
     };
     let fresh_head = 1u64 | ((now.swap_bytes() as u64) << 32);
     let mut valid = 0;
-    if q.cookie == 2 {
+    if crate::dns::opaque(&q.cookie) == 2 {
         let head = q.cookie_head;
         let ts = ((head >> 32) as u32).swap_bytes();
         // Serial-number arithmetic, as userspace.

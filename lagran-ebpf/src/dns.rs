@@ -86,8 +86,18 @@ pub struct Query {
     pub ecs_source: u8,
 }
 
-/// Parses the message at `dns` (frame offset) of `len` bytes; the lowercased name
-/// goes into `scratch.words`.
+/// A value as read from map memory, volatile: the compiler cannot carry over
+/// what it knows from the store, so the verifier sees an unknown scalar (see
+/// `Scratch::query`). Every field of the query that a later branch or length
+/// depends on is read this way.
+#[inline(always)]
+pub fn opaque<T: Copy>(v: &T) -> T {
+    // SAFETY: a reference is valid for reads.
+    unsafe { core::ptr::read_volatile(v) }
+}
+
+/// Parses the message at `dns` (frame offset) of `len` bytes into
+/// `scratch.query`; the lowercased name goes into `scratch.words`.
 #[inline(always)]
 pub fn parse(
     ctx: &aya_ebpf::programs::XdpContext,
@@ -95,7 +105,7 @@ pub fn parse(
     dns: usize,
     len: usize,
     scratch: *mut Scratch,
-) -> Result<Query, Counter> {
+) -> Result<(), Counter> {
     let hdr = f.bytes::<HDR_LEN>(dns)?;
     let id = [hdr[0], hdr[1]];
     let flags = u16::from_be_bytes([hdr[2], hdr[3]]);
@@ -134,7 +144,9 @@ pub fn parse(
         return Err(Counter::Qclass);
     }
 
-    let mut q = Query {
+    // SAFETY: plain per-CPU map memory, this packet's.
+    let q = unsafe { &mut (*scratch).query };
+    *q = Query {
         id,
         aaaa: (qtype == QTYPE_AAAA) as u32,
         flags,
@@ -159,10 +171,9 @@ pub fn parse(
         if q_end != len {
             return Err(Counter::TrailingData);
         }
-        return Ok(q);
+        return Ok(());
     }
-    parse_opt(f, dns + q_end, len - q_end, &mut q)?;
-    Ok(q)
+    parse_opt(f, dns + q_end, len - q_end, q)
 }
 
 /// Most labels in a name of at most 255 octets: 127 one-octet labels and the root.
@@ -368,13 +379,13 @@ fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Co
         match code {
             OPT_ECS => {
                 // RFC 7871 §7.2.1 (a second ECS option is malformed: FORMERR upstairs).
-                if q.has_ecs != 0 {
+                if opaque(&q.has_ecs) != 0 {
                     return Err(Counter::EcsBad);
                 }
                 parse_ecs(f, o + 4, len, q)?;
             }
             OPT_COOKIE => {
-                if q.cookie != 0 {
+                if opaque(&q.cookie) != 0 {
                     return Err(Counter::Cookie);
                 }
                 // One check per option, the words read through its pointer:

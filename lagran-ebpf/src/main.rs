@@ -41,7 +41,7 @@ mod udp;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use lagran_common::{canary, counters::Counter};
 
-use crate::{packet::Frame, response::Ip};
+use crate::{dns::opaque, packet::Frame, response::Ip};
 
 #[xdp]
 pub fn lagran(ctx: XdpContext) -> u32 {
@@ -102,7 +102,9 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
         (Ip::V4(ip4), l4, udp, Client::v4(ip4.src), cfg)
     };
     let scratch = maps::SCRATCH.get_ptr_mut(0).ok_or(Counter::Malformed)?;
-    let q = dns::parse(ctx, &Frame::reload(ctx), l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
+    dns::parse(ctx, &Frame::reload(ctx), l4 + udp::HDR_LEN, udp.payload_len, scratch)?;
+    // SAFETY: plain per-CPU map memory, written by `dns::parse` for this packet.
+    let q = unsafe { &(*scratch).query };
 
     // SAFETY: a read-only view of a map value, used before this program returns.
     #[expect(
@@ -111,20 +113,20 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
     )]
     let name = unsafe { maps::NAMES.get(&q.qhash) }.ok_or(Counter::NameUnknown)?;
     // The hash only finds the candidate; the exact name decides.
-    if !dns::name_matches(scratch, q.qlen, name) {
+    if !dns::name_matches(scratch, opaque(&q.qlen) & 0xff, name) {
         return Err(Counter::NameUnknown);
     }
     let name_id = name.id;
     // RFC 7871 §7.1.1: the ECS address when SOURCE PREFIX-LENGTH > 0, else the sender.
-    let client = if q.has_ecs != 0 && q.ecs_source > 0 {
-        if q.ecs_v6 != 0 { Client { v6: 1, addr: q.ecs_addr6 } } else { Client::v4(q.ecs_addr) }
+    let client = if opaque(&q.has_ecs) != 0 && opaque(&q.ecs_source) > 0 {
+        if opaque(&q.ecs_v6) != 0 { Client { v6: 1, addr: q.ecs_addr6 } } else { Client::v4(q.ecs_addr) }
     } else {
         source
     };
     let (answer_id, scope) = route(name_id, &client)?;
     // The packet's source (not the ECS address) is what a server cookie binds.
     let cookie =
-        if q.cookie != 0 { cookie::respond(&q, &source)? } else { cookie::ServerCookie { head: 0, hash: 0, valid: 0 } };
+        if opaque(&q.cookie) != 0 { cookie::respond(q, &source)? } else { cookie::ServerCookie { head: 0, hash: 0, valid: 0 } };
     // Response rate limiting, except for a query whose valid server cookie
     // proves its source (RFC 7873 §5.2.5), as in userspace.
     let mut slip = 0;
@@ -137,7 +139,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
     }
     let counter = if slip != 0 { Counter::RrlSlipped } else { Counter::Answered };
     // One `response::build` per record type (see `response::Records`).
-    if q.aaaa != 0 {
+    if opaque(&q.aaaa) != 0 {
         let a = maps::answer6(answer_id).ok_or(Counter::NoAnswer)?;
         let count = a.count as usize;
         // No IPv6 address: userspace answers NODATA.
@@ -145,7 +147,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
             return Err(Counter::NoAnswer);
         }
         let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip };
-        response::build(ctx, &eth, &ip, &udp, &q, &reply).map(|action| (action, counter))
+        response::build(ctx, &eth, &ip, &udp, q, &reply, scratch).map(|action| (action, counter))
     } else {
         let a = maps::answer(answer_id).ok_or(Counter::NoAnswer)?;
         let count = a.count as usize;
@@ -153,7 +155,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
             return Err(Counter::NoAnswer);
         }
         let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip };
-        response::build(ctx, &eth, &ip, &udp, &q, &reply).map(|action| (action, counter))
+        response::build(ctx, &eth, &ip, &udp, q, &reply, scratch).map(|action| (action, counter))
     }
 }
 

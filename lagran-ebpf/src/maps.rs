@@ -7,6 +7,7 @@ use aya_ebpf::{
     btf_maps::{Array, HashMap, LpmTrie, LruPerCpuHashMap, PerCpuArray, lpm_trie::Key},
     macros::btf_map,
 };
+use crate::dns::Query;
 use lagran_common::{
     answers::{self, AnswerV4, AnswerV6},
     config::{self, Config},
@@ -84,7 +85,33 @@ pub struct Scratch {
     /// The parsed name length, stored and reloaded so the verifier sees a bounded
     /// range instead of one exact value per loop exit (see `dns::parse_name`).
     pub qlen: u32,
-    pub _pad: u32,
+    /// The answer's record count (0 when rate limiting slips it) and the slip
+    /// itself, stored and reloaded by `response::build` for the same reason.
+    pub count: u32,
+    /// The query as parsed. It lives here, not on the stack, so that what
+    /// `dns::parse` learned (an ECS option or not, a cookie or not, …) reaches
+    /// the verifier as unknown values read from a map: the paths through the
+    /// option walk then meet again instead of each being verified to the end.
+    pub query: Query,
+    pub slip: u32,
+    /// The response's ECS option and OPT record lengths, and the offset after
+    /// its records: each stored and reloaded by `response::build`.
+    pub ecs_len: u32,
+    pub opt_len: u32,
+    pub records_end: u32,
+}
+
+/// Stores `v` in `slot` and reads it back, volatile: the verifier then holds one
+/// unknown value where each path brought its own exact one, so the paths meet at
+/// the next instruction instead of each being verified to the end. The caller
+/// bounds the result again.
+#[inline(always)]
+pub fn launder(slot: *mut u32, v: u32) -> u32 {
+    // SAFETY: `slot` points into this CPU's `SCRATCH` value.
+    unsafe {
+        core::ptr::write_volatile(slot, v);
+        core::ptr::read_volatile(slot)
+    }
 }
 
 #[inline(always)]

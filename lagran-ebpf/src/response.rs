@@ -28,11 +28,12 @@ use lagran_common::{
 
 use crate::{
     csum::Sum,
-    dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, FLAG_TC, OPT_FIXED_LEN, Query},
+    dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, FLAG_TC, OPT_FIXED_LEN, Query, opaque},
     eth::Eth,
     ipv4::{self, Ipv4},
     ipv6,
-    packet::Frame,
+    maps::{Scratch, launder},
+    packet::{Frame, MAX_OFF},
     udp::{self, Udp},
 };
 
@@ -118,22 +119,46 @@ pub fn build<R: Records>(
     udp: &Udp,
     q: &Query,
     r: &Reply<R>,
+    scratch: *mut Scratch,
 ) -> Result<u32, Counter> {
-    let count = if r.slip != 0 { 0 } else { r.count };
-    let badcookie = r.slip != 0 && q.cookie != 0;
-    // The response's OPT carries only the echoed ECS option: the query's other
-    // options (COOKIE, padding) are not echoed, so it may be shorter than the
-    // query's OPT and the frame may shrink.
-    let n = (q.ecs_source as usize).div_ceil(8);
-    let ecs_len = if q.has_ecs == 0 { 0 } else { ECS_FIXED_LEN + n };
-    let cookie_len = if q.cookie == 0 { 0 } else { COOKIE_OPTION_LEN };
-    let opt_len = if q.has_opt == 0 { 0 } else { OPT_FIXED_LEN + ecs_len + cookie_len };
+    // What shapes the response is read from the query in map memory (see
+    // `Scratch::query`), and the lengths derived from it are laundered through
+    // `scratch` (see `maps::launder`): every path that reaches here (cookie or
+    // not, slipped or not, ECS or not) then continues as one.
+    let (has_opt, has_ecs, ecs_v6, cookie) = (opaque(&q.has_opt), opaque(&q.has_ecs), opaque(&q.ecs_v6), opaque(&q.cookie));
+    let ecs_source = opaque(&q.ecs_source);
+    // SAFETY (all `launder` slots): fields of this CPU's `SCRATCH` value.
+    let slip = launder(unsafe { &raw mut (*scratch).slip }, r.slip);
+    let count = launder(unsafe { &raw mut (*scratch).count }, if r.slip != 0 { 0 } else { r.count as u32 }) as usize;
+    if count > answers_max() {
+        return Err(Counter::NoAnswer);
+    }
+    let badcookie = slip != 0 && cookie != 0;
+    // The response's OPT carries the echoed ECS option and our COOKIE: the
+    // query's other options (padding) are not echoed, so it may be shorter
+    // than the query's OPT and the frame may shrink.
+    let n = (ecs_source as usize).div_ceil(8);
+    if n > 16 {
+        return Err(Counter::Malformed);
+    }
+    let ecs_len = if has_ecs == 0 { 0 } else { ECS_FIXED_LEN + n };
+    let ecs_len = launder(unsafe { &raw mut (*scratch).ecs_len }, ecs_len as u32) as usize;
+    if ecs_len > ECS_FIXED_LEN + 16 {
+        return Err(Counter::Malformed);
+    }
+    let cookie_len = if cookie == 0 { 0 } else { COOKIE_OPTION_LEN };
+    let opt_len = if has_opt == 0 { 0 } else { OPT_FIXED_LEN + ecs_len + cookie_len };
+    let opt_len = launder(unsafe { &raw mut (*scratch).opt_len }, opt_len as u32) as usize;
+    if opt_len > OPT_FIXED_LEN + ECS_FIXED_LEN + 16 + COOKIE_OPTION_LEN {
+        return Err(Counter::Malformed);
+    }
     let rr_len = R::RR;
     let ip_hdr = match ip {
         Ip::V4(_) => ipv4::HDR_LEN,
         Ip::V6 => ipv6::HDR_LEN,
     };
-    let dns_len = dns::HDR_LEN + q.qlen + 4 + rr_len * count + opt_len;
+    let qlen = opaque(&q.qlen) & 0xff;
+    let dns_len = dns::HDR_LEN + qlen + 4 + rr_len * count + opt_len;
     let udp_len = udp::HDR_LEN + dns_len;
     let ip_len = ip_hdr + udp_len;
     let new_len = eth.l3 + ip_len;
@@ -169,7 +194,7 @@ pub fn build<R: Records>(
     let flags = if badcookie {
         // RFC 7873 §8: BADCOOKIE is 23: 7 in the header, 1 in the OPT's extended RCODE.
         FLAG_QR | copied | (RCODE_BADCOOKIE & 0x0f)
-    } else if r.slip != 0 {
+    } else if slip != 0 {
         FLAG_QR | FLAG_AA | FLAG_TC | copied
     } else {
         FLAG_QR | FLAG_AA | copied
@@ -183,15 +208,17 @@ pub fn build<R: Records>(
     tail.word(R::QTYPE);
     tail.word(1); // QCLASS IN
     // The records and their sum come ready from the map writer.
-    let mut off = dns + dns::HDR_LEN + q.qlen + 4;
+    let off = dns + dns::HDR_LEN + qlen + 4;
     if count != 0 {
         tail.add(r.records.sum());
     }
-    off = r.records.write(&f, off, count)?;
-    if q.has_opt != 0 {
+    let off = r.records.write(&f, off, count)?;
+    // One state after the records, whatever their number.
+    let off = launder(unsafe { &raw mut (*scratch).records_end }, off as u32) as usize & MAX_OFF;
+    if has_opt != 0 {
         // The OPT starts at an even distance from the tail start (4 + 16·count
         // or 4 + 28·count).
-        if q.has_ecs != 0 && q.ecs_v6 != 0 && n > 0 {
+        if has_ecs != 0 && ecs_v6 != 0 && n > 0 {
             // The 16 octets ending at the end of the address, as in the query:
             // written first, the OPT and ECS headers below overwrite the octets
             // before the address (the window starts at most 15 octets before it,
@@ -220,17 +247,17 @@ pub fn build<R: Records>(
             tail.byte_at(opt[j], j);
             j += 1;
         }
-        if q.has_ecs != 0 {
-            let scope = if q.ecs_source == 0 { 0 } else { r.scope };
-            let family = if q.ecs_v6 != 0 { 2 } else { 1 };
-            let ecs = [0, 8, 0, (4 + n) as u8, 0, family, q.ecs_source, scope];
+        if has_ecs != 0 {
+            let scope = if ecs_source == 0 { 0 } else { r.scope };
+            let family = if ecs_v6 != 0 { 2 } else { 1 };
+            let ecs = [0, 8, 0, (4 + n) as u8, 0, family, ecs_source, scope];
             f.write::<ECS_FIXED_LEN>(off + OPT_FIXED_LEN, ecs)?;
             let mut j = 0;
             while j < ECS_FIXED_LEN {
                 tail.byte_at(ecs[j], OPT_FIXED_LEN + j);
                 j += 1;
             }
-            if q.ecs_v6 == 0 {
+            if ecs_v6 == 0 {
                 let at = off + OPT_FIXED_LEN + ECS_FIXED_LEN;
                 let ea = q.ecs_addr;
                 let base = OPT_FIXED_LEN + ECS_FIXED_LEN;
@@ -254,7 +281,7 @@ pub fn build<R: Records>(
         }
     }
 
-    if q.has_opt != 0 && q.cookie != 0 {
+    if has_opt != 0 && cookie != 0 {
         // RFC 7873 §5.2.3: the client cookie and our server cookie, after the ECS option.
         let at = off + OPT_FIXED_LEN + ecs_len;
         let p = f.at::<COOKIE_OPTION_LEN>(at).map_err(|_| Counter::Malformed)?;
@@ -291,7 +318,7 @@ pub fn build<R: Records>(
     sum.add(q.qsum);
     let t = fold(tail.value());
     // The tail starts at DNS offset 12 + qlen: odd when qlen is odd.
-    sum.word(if q.qlen & 1 == 1 { t.swap_bytes() } else { t });
+    sum.word(if qlen & 1 == 1 { t.swap_bytes() } else { t });
     let mut c = sum.finish();
     if c == 0 {
         // RFC 768: a computed zero is sent as all ones (0 means "no checksum").
