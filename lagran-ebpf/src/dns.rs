@@ -146,27 +146,25 @@ pub fn parse(
 
     // SAFETY: plain per-CPU map memory, this packet's.
     let q = unsafe { &mut (*scratch).query };
-    *q = Query {
-        id,
-        aaaa: (qtype == QTYPE_AAAA) as u32,
-        flags,
-        arcount,
-        qlen,
-        qsum,
-        qhash,
-        has_opt: 0,
-        do_bit: 0,
-        has_ecs: 0,
-        ecs_v6: 0,
-        ecs_source: 0,
-        ecs_addr: [0; 4],
-        ecs_addr6: Addr6 { hi: 0, lo: 0 },
-        ecs_window: [0; 2],
-        cookie: 0,
-        cookie_client: 0,
-        cookie_head: 0,
-        cookie_hash: 0,
-    };
+    q.id = id;
+    q.aaaa = (qtype == QTYPE_AAAA) as u32;
+    q.flags = flags;
+    q.arcount = arcount;
+    q.qlen = qlen;
+    q.qsum = qsum;
+    q.qhash = qhash;
+    // Nothing in `Scratch` is zeroed: what says which of the other fields this
+    // packet filled (the ECS address, the cookie words) is reset here, one
+    // volatile store each, so no `memset` enters the section.
+    for flag in [&mut q.has_opt, &mut q.has_ecs, &mut q.ecs_v6, &mut q.cookie] {
+        // SAFETY: a field of the query above.
+        unsafe { core::ptr::write_volatile(flag, 0) };
+    }
+    // SAFETY: likewise.
+    unsafe {
+        core::ptr::write_volatile(&mut q.do_bit, 0);
+        core::ptr::write_volatile(&mut q.ecs_source, 0);
+    }
     if arcount == 0 {
         if q_end != len {
             return Err(Counter::TrailingData);

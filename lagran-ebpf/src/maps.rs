@@ -99,6 +99,7 @@ pub struct Scratch {
     pub ecs_len: u32,
     pub opt_len: u32,
     pub records_end: u32,
+    pub _pad: u32,
 }
 
 /// Stores `v` in `slot` and reads it back, volatile: the verifier then holds one

@@ -16,11 +16,16 @@
 //! hop limit set; there is no header checksum, and the UDP checksum, mandatory
 //! there (RFC 8200 §8.1), covers the IPv6 pseudo-header.
 //!
-//! Sizes: the frame grows by 16 (A) or 28 (AAAA) bytes per address, less the
-//! query's options that are not echoed (COOKIE, padding) and any Ethernet
-//! padding it carried.
+//! Sizes: the frame grows by 16 (A) or 28 (AAAA) bytes per address and by 16
+//! where our server cookie answers a client cookie alone, less the padding
+//! option (not echoed) and any Ethernet padding the query carried. Where the
+//! frame's end cannot grow that much, its front does (`grow_at_head`).
 
-use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_adjust_tail, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    helpers::generated::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
+    programs::XdpContext,
+};
 use lagran_common::{
     answers::{AnswerV4, AnswerV6, RR_LEN, RR6_LEN},
     counters::Counter,
@@ -167,7 +172,7 @@ pub fn build<R: Records>(
     // SAFETY: the helper only resizes the frame; every packet pointer is derived
     // again from the context below.
     if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
-        return Err(Counter::TailGrowFailed);
+        grow_at_head(ctx, delta, eth.l3 + ip_hdr + udp::HDR_LEN + dns::HDR_LEN + qlen + 4)?;
     }
     let f = Frame::new(ctx);
     let l3 = eth.l3;
@@ -330,6 +335,82 @@ pub fn build<R: Records>(
     f.store::<u16>(l4 + 4, (udp_len as u16).to_be())?;
     f.store::<u16>(l4 + 6, c.to_be())?;
     Ok(xdp_action::XDP_TX)
+}
+
+/// Most a response outgrows its query: four AAAA records, an ECS option the
+/// query's OPT carried and our COOKIE where the query had a client cookie alone.
+const MAX_GROWTH: usize = 4 * RR6_LEN + COOKIE_OPTION_LEN;
+/// Most octets before the answers: Ethernet with one VLAN tag, IPv6, UDP, the
+/// DNS header, a 255-octet name, QTYPE and QCLASS.
+const MAX_KEPT: usize = 18 + ipv6::HDR_LEN + udp::HDR_LEN + dns::HDR_LEN + 255 + 4;
+
+/// Grows the frame by `delta` octets at its front, for when its end cannot grow:
+/// a veth hands XDP the sender's own buffer, whose tailroom is what its
+/// allocation rounded up to, while every XDP frame has headroom
+/// (`XDP_PACKET_HEADROOM`, 256 octets). The first `keep` octets (headers and
+/// question, all the response keeps of the query) move to the new front; the
+/// rest is rewritten by `build`.
+///
+/// In 32-octet chunks, front to back: a chunk is read whole before it is
+/// written, and a write ends before the next chunk's start, so the overlap
+/// (`delta` may be small) is safe. The last 32 octets ending at `keep`
+/// (`keep` ≥ 32: the headers alone are more) are read before anything moves and
+/// written last.
+#[inline(always)]
+fn grow_at_head(ctx: &XdpContext, delta: i32, keep: usize) -> Result<(), Counter> {
+    if delta <= 0 || delta as usize > MAX_GROWTH || keep < CHUNK || keep > MAX_KEPT {
+        return Err(Counter::TailGrowFailed);
+    }
+    let last = read_chunk(&Frame::new(ctx), keep - CHUNK)?;
+    // SAFETY: the helper only moves the frame's start; every packet pointer is
+    // derived again from the context below.
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -delta) } != 0 {
+        return Err(Counter::TailGrowFailed);
+    }
+    let d = delta as usize;
+    let chunks = keep / CHUNK;
+    let mut i = 0;
+    while i < MAX_KEPT / CHUNK {
+        if i >= chunks {
+            break;
+        }
+        let c = read_chunk(&Frame::reload(ctx), d + CHUNK * i)?;
+        write_chunk(&Frame::reload(ctx), CHUNK * i, c)?;
+        i += 1;
+    }
+    write_chunk(&Frame::reload(ctx), keep - CHUNK, last)
+}
+
+/// Octets `grow_at_head` moves at a time.
+const CHUNK: usize = 32;
+
+/// The `CHUNK` octets at `off`, one packet check for the four loads.
+#[inline(always)]
+fn read_chunk(f: &Frame, off: usize) -> Result<[u64; 4], Counter> {
+    let p = f.at::<CHUNK>(off)?;
+    // SAFETY: `at` checked `[p, p + 32)` against the frame end.
+    unsafe {
+        Ok([
+            core::ptr::read_unaligned(p as *const u64),
+            core::ptr::read_unaligned((p + 8) as *const u64),
+            core::ptr::read_unaligned((p + 16) as *const u64),
+            core::ptr::read_unaligned((p + 24) as *const u64),
+        ])
+    }
+}
+
+/// Writes a chunk read by `read_chunk` at `off`.
+#[inline(always)]
+fn write_chunk(f: &Frame, off: usize, c: [u64; 4]) -> Result<(), Counter> {
+    let p = f.at::<CHUNK>(off).map_err(|_| Counter::Malformed)?;
+    // SAFETY: `at` checked `[p, p + 32)` against the frame end.
+    unsafe {
+        core::ptr::write_unaligned(p as *mut u64, c[0]);
+        core::ptr::write_unaligned((p + 8) as *mut u64, c[1]);
+        core::ptr::write_unaligned((p + 16) as *mut u64, c[2]);
+        core::ptr::write_unaligned((p + 24) as *mut u64, c[3]);
+    }
+    Ok(())
 }
 
 /// IPv4: addresses swapped (which leaves the header sum as it is); the total

@@ -57,10 +57,10 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
         let (_, v): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
         v.as_str().unwrap_or_default().to_string()
     };
-    // Padded (RFC 7830, not echoed): the answer to dig's client cookie carries
-    // a server cookie too, 32 octets more than the query, more tailroom than a
-    // veth frame may have (see the IPv6 test below); a NIC's frames have it.
-    let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24", "+padding=128"];
+    // Default dig: its client cookie gets a server cookie back, 32 octets more
+    // than the query, often more tailroom than a veth frame has: the program
+    // grows the frame at its front then (`response::grow_at_head`).
+    let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
 
     // Default dig sends a COOKIE, as BIND resolvers do: the fast path answers it.
     let fast = dig(&pair, &shenzhen);
@@ -164,10 +164,10 @@ fn a_daemon_killed_hard_is_taken_over_by_the_next_one() {
         let (_, v): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
         metric(v.as_str().unwrap_or_default(), "lagran_xdp_packets_total{result=\"answered\"}")
     };
-    // Padded (RFC 7830, not echoed): the answer to dig's client cookie carries
-    // a server cookie too, 32 octets more than the query, more tailroom than a
-    // veth frame may have (see the IPv6 test below); a NIC's frames have it.
-    let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24", "+padding=128"];
+    // Default dig: its client cookie gets a server cookie back, 32 octets more
+    // than the query, often more tailroom than a veth frame has: the program
+    // grows the frame at its front then (`response::grow_at_head`).
+    let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
 
     let mut first = start();
     assert_eq!(dig(&pair, &shenzhen).answers("A"), vec!["203.0.113.21"], "{}", first.log());
@@ -286,12 +286,9 @@ fn ipv6_transport_ecs_and_aaaa_are_answered_by_xdp_like_userspace() {
     assert!(!aaaa.answers("AAAA").is_empty(), "AAAA once the nodes have IPv6:\n{}\n{}", aaaa.text, d.log());
 
     // Each case with default dig (a COOKIE), once over UDP (XDP) and once over TCP
-    // (userspace). Padded queries (RFC 7830; neither path echoes the option): a
-    // veth hands XDP the sender's skb, whose tailroom is only what its allocation
-    // rounded up to, and an AAAA response may need more than that
-    // (`tail_grow_failed`, answered by userspace); a padded query is longer than
-    // its response, so the frame shrinks. Drivers with page-sized frames always
-    // have the room.
+    // (userspace). A veth hands XDP the sender's skb, whose tailroom is only what
+    // its allocation rounded up to; an AAAA response with a server cookie needs
+    // more, and the program grows such a frame at its front.
     let cases: Vec<(&str, bool, Vec<&str>)> = vec![
         ("A over IPv6", true, vec!["edge.lagran.net", "A"]),
         ("AAAA over IPv6", true, vec!["edge.lagran.net", "AAAA"]),
@@ -302,8 +299,6 @@ fn ipv6_transport_ecs_and_aaaa_are_answered_by_xdp_like_userspace() {
         ("A, IPv6 ECS /0, over IPv6", true, vec!["edge.lagran.net", "A", "+subnet=::/0"]),
     ];
     for (what, over6, args) in &cases {
-        let args: Vec<&str> = args.iter().copied().chain(["+padding=256"]).collect();
-        let args = &args;
         let before = answered();
         let fast = if *over6 { dig6(args) } else { dig(&pair, args) };
         let after = answered();
