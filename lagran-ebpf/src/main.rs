@@ -125,8 +125,11 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
     };
     let (answer_id, scope) = route(name_id, &client)?;
     // The packet's source (not the ECS address) is what a server cookie binds.
-    let cookie =
-        if opaque(&q.cookie) != 0 { cookie::respond(q, &source)? } else { cookie::ServerCookie { head: 0, hash: 0, valid: 0 } };
+    let cookie = if opaque(&q.cookie) != 0 {
+        cookie::respond(q, &source)?
+    } else {
+        cookie::ServerCookie { head: 0, hash: 0, valid: 0 }
+    };
     // Response rate limiting, except for a query whose valid server cookie
     // proves its source (RFC 7873 §5.2.5), as in userspace.
     let mut slip = 0;

@@ -3,11 +3,11 @@
 //! `MAP_NAME` (the userspace loader looks maps up by those constants, so a
 //! mismatch fails at load time).
 
+use crate::dns::Query;
 use aya_ebpf::{
     btf_maps::{Array, HashMap, LpmTrie, LruPerCpuHashMap, PerCpuArray, lpm_trie::Key},
     macros::btf_map,
 };
-use crate::dns::Query;
 use lagran_common::{
     answers::{self, AnswerV4, AnswerV6},
     config::{self, Config},

@@ -130,7 +130,8 @@ pub fn build<R: Records>(
     // `Scratch::query`), and the lengths derived from it are laundered through
     // `scratch` (see `maps::launder`): every path that reaches here (cookie or
     // not, slipped or not, ECS or not) then continues as one.
-    let (has_opt, has_ecs, ecs_v6, cookie) = (opaque(&q.has_opt), opaque(&q.has_ecs), opaque(&q.ecs_v6), opaque(&q.cookie));
+    let (has_opt, has_ecs, ecs_v6, cookie) =
+        (opaque(&q.has_opt), opaque(&q.has_ecs), opaque(&q.ecs_v6), opaque(&q.cookie));
     let ecs_source = opaque(&q.ecs_source);
     // SAFETY (all `launder` slots): fields of this CPU's `SCRATCH` value.
     let slip = launder(unsafe { &raw mut (*scratch).slip }, r.slip);
@@ -358,7 +359,7 @@ const MAX_KEPT: usize = 18 + ipv6::HDR_LEN + udp::HDR_LEN + dns::HDR_LEN + 255 +
 /// written last.
 #[inline(always)]
 fn grow_at_head(ctx: &XdpContext, delta: i32, keep: usize) -> Result<(), Counter> {
-    if delta <= 0 || delta as usize > MAX_GROWTH || keep < CHUNK || keep > MAX_KEPT {
+    if !(1..=MAX_GROWTH as i32).contains(&delta) || !(CHUNK..=MAX_KEPT).contains(&keep) {
         return Err(Counter::TailGrowFailed);
     }
     let last = read_chunk(&Frame::new(ctx), keep - CHUNK)?;
