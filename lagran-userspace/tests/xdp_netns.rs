@@ -114,6 +114,8 @@ fn dig_in_a_namespace_is_answered_by_xdp() {
     let dump = Maps::open_pinned(&pin_dir).expect("opening the pinned maps").dump(100).unwrap();
     assert!(dump.contains("edge.lagran.net") && dump.contains("10.0.0.0/8"), "{dump}");
     assert!(dump.contains("answered           2"), "{dump}");
+    assert!(dump.contains("lagran_cookie: enabled=") && dump.contains("rrl_rate=0"), "cookie and RRL state: {dump}");
+    assert!(!dump.contains("k0") && !dump.contains("k1"), "the dump never shows the secret: {dump}");
 
     drop(server);
     assert!(!pin_dir.exists(), "dropping the handle removes the pins");

@@ -225,11 +225,26 @@ impl Maps {
         let c = self.config()?;
         let _ = writeln!(
             out,
-            "{}: dns_port={} udp_payload={} enabled={}",
+            "{}: dns_port={} udp_payload={} enabled={} rrl_rate={} rrl_slip={} rrl_floor={}",
             config::MAP_NAME,
             c.dns_port,
             c.udp_payload,
-            c.enabled
+            c.enabled,
+            c.rrl_rate,
+            c.rrl_slip,
+            c.rrl_floor
+        );
+        // Never the secret itself: a dump is pasted into tickets.
+        let k = self.cookie()?;
+        let _ = writeln!(
+            out,
+            "{}: enabled={} previous_in_grace={} unix_offset_ns={} fixed_now={} secret={}",
+            cookie::MAP_NAME,
+            k.enabled,
+            k.previous_in_grace,
+            k.unix_offset_ns,
+            k.fixed_now,
+            if k.k0 == 0 && k.k1 == 0 { "unset" } else { "set (not shown)" }
         );
         let listen: Vec<String> = self.listen()?.iter().map(ToString::to_string).collect();
         let _ = writeln!(out, "{}: {}", listen::MAP_NAME, listen.join(" "));
