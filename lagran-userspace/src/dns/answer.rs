@@ -198,7 +198,8 @@ pub struct ClientInfo {
 pub enum Outcome {
     /// NOERROR with records in the answer section.
     Answered,
-    /// NOERROR, empty answer, SOA in authority.
+    /// NOERROR, empty answer, SOA in authority (none for a cookie-only query,
+    /// RFC 7873 §5.4).
     NoData,
     NxDomain,
     Refused,
@@ -207,6 +208,8 @@ pub enum Outcome {
     /// Opcode other than QUERY.
     NotImp,
     ServFail,
+    /// BADCOOKIE to a cookie-only query whose server cookie is invalid (RFC 7873 §5.4).
+    BadCookie,
     /// NOERROR answered with DNS_FALLBACK_IP (or NODATA for AAAA while stale).
     Fallback,
     /// No response sent.
@@ -214,7 +217,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Answered,
         Outcome::NoData,
         Outcome::NxDomain,
@@ -223,6 +226,7 @@ impl Outcome {
         Outcome::BadVers,
         Outcome::NotImp,
         Outcome::ServFail,
+        Outcome::BadCookie,
         Outcome::Fallback,
         Outcome::Dropped,
     ];
@@ -236,6 +240,7 @@ impl Outcome {
             Outcome::FormErr => "formerr",
             Outcome::BadVers => "badvers",
             Outcome::NotImp => "notimp",
+            Outcome::BadCookie => "badcookie",
             Outcome::ServFail => "servfail",
             Outcome::Fallback => "fallback",
             Outcome::Dropped => "dropped",
@@ -252,6 +257,7 @@ impl Outcome {
             Outcome::BadVers => "BADVERS",
             Outcome::NotImp => "NOTIMP",
             Outcome::ServFail => "SERVFAIL",
+            Outcome::BadCookie => "BADCOOKIE",
             Outcome::Dropped => "none",
         }
     }
@@ -436,7 +442,7 @@ pub fn answer_with_cookies(
     };
     let (qdcount, ancount, nscount, arcount) = (be16(4), be16(6), be16(8), be16(10));
     if qdcount == 0 {
-        return Reply::dropped(DropReason::NoQuestion);
+        return cookie_only(&ctx, buf, (ancount, nscount, arcount), q.source, cookies);
     }
 
     // The question section.
@@ -535,6 +541,40 @@ pub fn answer_with_cookies(
 
     let resp = resolve(q, question, ecs, opt_out, &mut client, table, settings, (now_ms, confirmed_at_ms));
     finish(&ctx, resp, Some(client))
+}
+
+/// A message without a question. RFC 7873 §5.4: "the QUERY opcode behavior is
+/// extended to support queries with an empty Question Section (a QDCOUNT of
+/// zero (0)), provided that an OPT record is present with a COOKIE option. Such
+/// servers will send a reply that has an empty Answer Section and has a COOKIE
+/// option containing the Client Cookie and a valid Server Cookie." Its RCODE:
+/// NOERROR for "just a Client Cookie and no Server Cookie", else "BADCOOKIE if
+/// the Server Cookie sent with the query was invalid and the RCODE NOERROR if it
+/// was valid".
+///
+/// Anything else without a question (no COOKIE, a malformed one, no OPT, another
+/// opcode, server cookies off) is dropped as junk, as the top of
+/// [`answer_with_cookies`] explains.
+fn cookie_only(
+    ctx: &Ctx,
+    buf: &[u8],
+    (an, ns, ar): (u16, u16, u16),
+    source: IpAddr,
+    cookies: Option<&CookieCheck>,
+) -> Reply {
+    let junk = Reply::dropped(DropReason::NoQuestion);
+    let (Some(check), 0) = (cookies, ctx.opcode) else { return junk };
+    let Ok(Some(o)) = read_records(buf, HEADER_LEN, an, ns, ar) else { return junk };
+    if o.version > 0 {
+        return junk;
+    }
+    let Ok(Some(c)) = cookie::find_in_opt(o.rdata) else { return junk };
+    let out = check.respond(&c, source);
+    let rcode = if c.server.is_empty() || out.valid { RCODE_NOERROR } else { RCODE_BADCOOKIE };
+    let opt = OptOut { dnssec_ok: o.dnssec_ok, ecs: None, cookie: Some(out) };
+    // Counted with the empty NOERROR answers (and limited in their RRL class).
+    let outcome = if rcode == RCODE_NOERROR { Outcome::NoData } else { Outcome::BadCookie };
+    finish(ctx, Resp::new(None, Some(opt), rcode, false, outcome), None)
 }
 
 fn client_info(source: IpAddr, name: &Name, ecs: Option<Ecs>) -> ClientInfo {

@@ -20,6 +20,8 @@ pub struct DnsCounters {
     pub badvers: AtomicU64,
     pub notimp: AtomicU64,
     pub servfail: AtomicU64,
+    /// BADCOOKIE to a cookie-only query (RFC 7873 §5.4).
+    pub badcookie: AtomicU64,
     pub fallback: AtomicU64,
     pub dropped: AtomicU64,
     /// `dropped` by [`DropReason`], indexed by its position in [`DropReason::ALL`].
@@ -92,6 +94,7 @@ impl DnsCounters {
             Outcome::BadVers => &self.badvers,
             Outcome::NotImp => &self.notimp,
             Outcome::ServFail => &self.servfail,
+            Outcome::BadCookie => &self.badcookie,
             Outcome::Fallback => &self.fallback,
             Outcome::Dropped => &self.dropped,
         }
@@ -118,6 +121,7 @@ impl DnsCounters {
             ("badvers", l(&self.badvers)),
             ("notimp", l(&self.notimp)),
             ("servfail", l(&self.servfail)),
+            ("badcookie", l(&self.badcookie)),
             ("fallback", l(&self.fallback)),
             ("dropped", l(&self.dropped)),
             ("truncated", l(&self.truncated)),

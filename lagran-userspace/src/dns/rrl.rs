@@ -91,9 +91,12 @@ impl ResponseClass {
             Outcome::Answered | Outcome::Fallback => ResponseClass::Answer,
             Outcome::NoData => ResponseClass::Nodata,
             Outcome::NxDomain => ResponseClass::Nxdomain,
-            Outcome::Refused | Outcome::FormErr | Outcome::BadVers | Outcome::NotImp | Outcome::ServFail => {
-                ResponseClass::Error
-            }
+            Outcome::Refused
+            | Outcome::FormErr
+            | Outcome::BadVers
+            | Outcome::NotImp
+            | Outcome::ServFail
+            | Outcome::BadCookie => ResponseClass::Error,
             Outcome::Dropped => return None,
         })
     }

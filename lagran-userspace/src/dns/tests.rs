@@ -1333,3 +1333,51 @@ fn malformed_cookies_get_formerr() {
         assert_eq!(ask_cookie(&q, "192.0.2.1").outcome, Outcome::Answered, "a COOKIE of {len} octets");
     }
 }
+
+#[test]
+fn a_cookie_only_query_gets_a_server_cookie_and_other_questionless_ones_nothing() {
+    // RFC 7873 §5.4: QDCOUNT 0, an OPT with a COOKIE.
+    let header = vec![0x12, 0x34, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0];
+    let client = [9u8, 8, 7, 6, 5, 4, 3, 2];
+    let with = |cookie: &[u8]| {
+        let mut rdata = vec![0, 10, 0, cookie.len() as u8];
+        rdata.extend_from_slice(cookie);
+        add_opt(header.clone(), 1232, 0, &rdata)
+    };
+    let r = ask_cookie(&with(&client), "192.0.2.1");
+    assert_eq!(r.outcome, Outcome::NoData, "just a client cookie: NOERROR");
+    let m = parse(&r);
+    assert_eq!(
+        (m.id(), m.response_code(), m.queries().len(), m.answers().len()),
+        (0x1234, ResponseCode::NoError, 0, 0)
+    );
+    let cookie = cookie_of(r.bytes.as_ref().unwrap()).expect("a COOKIE option");
+    let want = super::cookie::server_cookie(&[0x5a; 16], &client, (NOW / 1000) as u32, ip("192.0.2.1"));
+    assert_eq!(cookie, [client.as_slice(), &want].concat());
+
+    // The cookie just issued is valid: NOERROR, echoed, and the query is exempt from RRL.
+    let r = ask_cookie(&with(&cookie), "192.0.2.1");
+    assert_eq!(parse(&r).response_code(), ResponseCode::NoError);
+    assert!(r.cookie.unwrap().valid);
+    // From another address it is not: BADCOOKIE with a fresh cookie for that address.
+    let r = ask_cookie(&with(&cookie), "192.0.2.2");
+    assert_eq!(r.outcome, Outcome::BadCookie);
+    assert_eq!(u16::from(parse(&r).response_code()), super::answer::wire::RCODE_BADCOOKIE);
+    let fresh = cookie_of(r.bytes.as_ref().unwrap()).unwrap();
+    let want = super::cookie::server_cookie(&[0x5a; 16], &client, (NOW / 1000) as u32, ip("192.0.2.2"));
+    assert_eq!(fresh, [client.as_slice(), &want].concat());
+
+    // Anything else without a question is junk: dropped, never reflected.
+    let dropped = |bytes: &[u8], why: &str| {
+        let r = ask_cookie(bytes, "192.0.2.1");
+        assert_eq!((r.dropped, r.bytes.is_none()), (Some(DropReason::NoQuestion), true), "{why}");
+    };
+    dropped(&add_opt(header.clone(), 1232, 0, &[]), "an OPT without a COOKIE");
+    dropped(&with(&[7; 5]), "a malformed COOKIE");
+    dropped(&[header.clone(), vec![0; 11]].concat(), "no OPT");
+    let mut notify = with(&client);
+    notify[2] = 4 << 3;
+    dropped(&notify, "another opcode");
+    let r = run_with(&with(&client), "192.0.2.1", Transport::Udp, &table(), &settings());
+    assert_eq!(r.dropped, Some(DropReason::NoQuestion), "server cookies off: dropped");
+}
