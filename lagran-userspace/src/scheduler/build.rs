@@ -4,7 +4,9 @@
 //! stored as the coarsest client prefixes that share an answer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use incremental::RangesByPartition;
 use ipnet::IpNet;
 use rustc_hash::FxHashMap;
 
@@ -49,6 +51,9 @@ pub struct BuildState {
     chosen_names: Vec<String>,
     /// What the last build keeps for an incremental next one.
     record: Option<Box<incremental::Record>>,
+    /// The partition ranges by partition, for splicing maps (built on the
+    /// first incremental build, kept while the partitions stay).
+    ranges: Option<Arc<RangesByPartition>>,
 }
 
 /// No automatic primary (no eligible node).
@@ -501,6 +506,9 @@ pub fn build_route_table_after(
         views: &views,
     };
     // An incremental build starts from the last build's record and the nodes that changed.
+    if state.ranges.as_ref().is_some_and(|r| !r.is_of(partitions)) {
+        state.ranges = None;
+    }
     let mut last = state.record.take().filter(|_| change.allows_incremental());
     let changed = last.as_ref().and_then(|r| r.changed_nodes(&now_inputs));
     let (plan, mut old_pools, mut old_names) = match (last.take(), &changed) {
@@ -727,11 +735,20 @@ pub fn build_route_table_after(
             rec.pre_answers = nb.answers.list.clone();
             let key = [by_partition.as_slice(), &[unlocated]].concat();
             let shared_maps = own.then(|| shared.iter().find(|s| s.0 == key)).flatten();
-            let (v4, v6) = if let (true, Some(v4), Some(v6)) = (unchanged, old.v4.take(), old.v6.take()) {
+            let (v4, v6) = if let (true, Some(v4), Some(v6)) = (unchanged, &old.v4, &old.v6) {
                 nb.answers.list = std::mem::take(&mut old.answers);
-                (v4, v6)
+                (v4.clone(), v6.clone())
             } else if let Some((_, v4, v6)) = shared_maps {
                 (v4.clone(), v6.clone())
+            } else if let Some((v4, v6)) = own
+                .then(|| {
+                    let index = state.ranges.get_or_insert_with(|| Arc::new(RangesByPartition::new(partitions)));
+                    incremental::spliced_maps(index, partitions, &old, &nb.answers, &by_partition, unlocated)
+                })
+                .flatten()
+            {
+                shared.push((key, v4.clone(), v6.clone()));
+                (v4, v6)
             } else {
                 let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition, unlocated);
                 // Apply in priority order (lines, canary, manual), each layer sorted and
@@ -803,6 +820,7 @@ pub fn build_route_table_after(
                 (v4, v6)
             };
             rec.by_partition = by_partition;
+            rec.unlocated = unlocated;
             rec.answers = nb.answers.list.clone();
             rec.over4 = over4;
             rec.over6 = over6;

@@ -15,7 +15,10 @@
 //! - re-decides only those classes (and held hysteresis decisions whose
 //!   previous primary changed); every other decision is replayed;
 //! - reuses a name's prefix maps when its per-partition answers, its answer
-//!   list and its prefix overrides came out as before.
+//!   list and its prefix overrides came out as before; for a name without
+//!   prefix overrides whose answers moved in some partitions, splices those
+//!   partitions' ranges into the last maps ([`spliced_maps`],
+//!   `PrefixMap::splice`) instead of building them from every range.
 //!
 //! Anything else (a node added, removed, renamed, moved to another location
 //! or pool; rules, lines, domains, zones, settings or partitions changed; a
@@ -153,6 +156,111 @@ pub(super) struct NameRecord {
     pub over6: Vec<(u128, u128, PrefixOverride)>,
     pub v4: Option<PrefixMapV4>,
     pub v6: Option<PrefixMapV6>,
+    /// The id of the unlocated blocks' answer (see `unlocated_answer`).
+    pub unlocated: u32,
+}
+
+/// The partition table's ranges grouped by partition: which ranges (so which
+/// blocks of a name's maps) a partition whose answer changed covers. Built
+/// once per partition table and kept while it stays.
+#[derive(Debug)]
+pub(super) struct RangesByPartition {
+    key: (usize, usize, usize, usize),
+    v4: Grouped,
+    v6: Grouped,
+}
+
+/// Range indices grouped by partition id (ascending within a partition).
+#[derive(Debug)]
+struct Grouped {
+    offsets: Vec<u32>,
+    items: Vec<u32>,
+}
+
+impl Grouped {
+    fn new(partitions: usize, of_range: impl Iterator<Item = u32> + Clone) -> Grouped {
+        let mut offsets = vec![0u32; partitions + 1];
+        for p in of_range.clone() {
+            offsets[p as usize + 1] += 1;
+        }
+        for i in 0..partitions {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut next = offsets.clone();
+        let mut items = vec![0u32; offsets[partitions] as usize];
+        for (i, p) in of_range.enumerate() {
+            items[next[p as usize] as usize] = i as u32;
+            next[p as usize] += 1;
+        }
+        Grouped { offsets, items }
+    }
+
+    fn of(&self, partition: usize) -> &[u32] {
+        &self.items[self.offsets[partition] as usize..self.offsets[partition + 1] as usize]
+    }
+}
+
+impl RangesByPartition {
+    pub fn new(p: &PartitionTable) -> RangesByPartition {
+        let n = p.locations().len();
+        RangesByPartition {
+            key: partitions_key(p),
+            v4: Grouped::new(n, p.v4_ranges().iter().map(|r| r.2)),
+            v6: Grouped::new(n, p.v6_ranges().iter().map(|r| r.2)),
+        }
+    }
+
+    /// Whether this index is `p`'s.
+    pub fn is_of(&self, p: &PartitionTable) -> bool {
+        self.key == partitions_key(p)
+    }
+}
+
+/// A name's prefix maps after some partitions' answers changed, spliced
+/// into the last build's maps instead of built from every partition range:
+/// `None` when that is not the same map (the unknown partition or the
+/// unlocated answer changed: their ranges are split by the special-purpose
+/// blocks). `old` answers old ids; `now` the new answer list's ids.
+/// Only for names without prefix overrides, then or now.
+pub(super) fn spliced_maps(
+    index: &RangesByPartition,
+    partitions: &PartitionTable,
+    old: &NameRecord,
+    now: &Answers,
+    by_partition: &[u32],
+    unlocated: u32,
+) -> Option<(PrefixMapV4, PrefixMapV6)> {
+    let (Some(v4), Some(v6)) = (&old.v4, &old.v6) else { return None };
+    if old.by_partition.len() != by_partition.len() || !old.over4.is_empty() || !old.over6.is_empty() {
+        return None;
+    }
+    // Old answer ids to new ones (the same answer), `UNMAPPED` for answers gone.
+    let to_new: Vec<u32> = old.answers.iter().map(|a| now.ids.get(a).copied().unwrap_or(UNMAPPED)).collect();
+    let moved = |p: usize| to_new.get(old.by_partition[p] as usize) != Some(&by_partition[p]);
+    if moved(crate::partition::UNKNOWN as usize) || to_new.get(old.unlocated as usize) != Some(&unlocated) {
+        return None;
+    }
+    let changed: Vec<usize> = (0..by_partition.len()).filter(|&p| moved(p)).collect();
+
+    let remap = to_new.iter().enumerate().any(|(i, &n)| n != i as u32).then_some(to_new.as_slice());
+    fn changes<A: crate::prefix_map::PrefixAddr>(
+        ranges: &[(A, A, u32)],
+        grouped: &Grouped,
+        changed: &[usize],
+        by_partition: &[u32],
+    ) -> Vec<(A, A, u32)> {
+        let mut at: Vec<u32> = changed.iter().flat_map(|&p| grouped.of(p).iter().copied()).collect();
+        at.sort_unstable();
+        at.iter()
+            .map(|&i| {
+                let (s, e, p) = ranges[i as usize];
+                (s, e, by_partition[p as usize])
+            })
+            .collect()
+    }
+    let c4 = changes(partitions.v4_ranges(), &index.v4, &changed, by_partition);
+    let c6 = changes(partitions.v6_ranges(), &index.v6, &changed, by_partition);
+    Some((v4.splice(&c4, remap), v6.splice(&c6, remap)))
 }
 
 /// What a build keeps for the next one.
