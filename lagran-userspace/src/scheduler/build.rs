@@ -352,6 +352,17 @@ struct Twin {
     answers: Answers,
     by_partition: Vec<u32>,
     chosen: Vec<u32>,
+    /// For a name without prefix overrides (no line, no prefix rule applies):
+    /// its finished answers and maps, which another such name copies whole.
+    done: Option<Done>,
+}
+
+/// A finished name without prefix overrides.
+struct Done {
+    answers: Arc<Vec<Answer>>,
+    unlocated: u32,
+    v4: PrefixMapV4,
+    v6: PrefixMapV6,
 }
 
 /// One scheduled name's build: its answers and how each is made.
@@ -583,6 +594,27 @@ pub fn build_route_table_after(
                     && t.rules == applying
                     && state.choices.get(&t.name) == previous
             });
+            // No line and no prefix rule applies: the answers come from the decisions alone.
+            let plain = !inputs.lines.iter().any(|l| l.domains.is_empty() || l.domains.contains(&spec.name))
+                && !rules.iter().any(|r| r.prefix.is_some() && rule_domain(r).is_none_or(|d| d == spec.name));
+            if let (true, Some(Twin { done: Some(done), by_partition, chosen, .. })) = (plain, twin) {
+                // The twin's whole result: the same answers and maps.
+                new_choices.insert(spec.name.clone(), chosen.clone());
+                let rec = incremental::NameRecord {
+                    by_partition: by_partition.clone(),
+                    pre_answers: done.answers.clone(),
+                    answers: done.answers.clone(),
+                    v4: Some(done.v4.clone()),
+                    v6: Some(done.v6.clone()),
+                    unlocated: done.unlocated,
+                    ..Default::default()
+                };
+                names.insert(spec.name.clone(), rec);
+                let answers = (*done.answers).clone();
+                scheduled.push(scheduled_name(spec, &mut state.name_ids, answers, &hostnames, (&done.v4, &done.v6)));
+                continue;
+            }
+            let mut pushed = false;
             let (by_partition, chosen) = if let Some(t) = twin {
                 nb.answers = t.answers.clone();
                 (t.by_partition.clone(), t.chosen.clone())
@@ -657,7 +689,9 @@ pub fn build_route_table_after(
                     answers: nb.answers.clone(),
                     by_partition: by_partition.clone(),
                     chosen: chosen.clone(),
+                    done: None,
                 });
+                pushed = true;
                 (by_partition, chosen)
             };
             new_choices.insert(spec.name.clone(), chosen);
@@ -728,15 +762,15 @@ pub fn build_route_table_after(
             // The same answers (the flagged one included), overrides and pinned
             // rankings as last time: the same maps.
             let unchanged = old.by_partition == by_partition
-                && old.pre_answers == nb.answers.list
+                && *old.pre_answers == nb.answers.list
                 && old.over4 == over4
                 && old.over6 == over6
                 && (!dirty[class0 as usize] || !(pins(&over4) || pins(&over6)));
-            rec.pre_answers = nb.answers.list.clone();
+            rec.pre_answers = Arc::new(nb.answers.list.clone());
             let key = [by_partition.as_slice(), &[unlocated]].concat();
             let shared_maps = own.then(|| shared.iter().find(|s| s.0 == key)).flatten();
             let (v4, v6) = if let (true, Some(v4), Some(v6)) = (unchanged, &old.v4, &old.v6) {
-                nb.answers.list = std::mem::take(&mut old.answers);
+                nb.answers.list = (*old.answers).clone();
                 (v4.clone(), v6.clone())
             } else if let Some((_, v4, v6)) = shared_maps {
                 (v4.clone(), v6.clone())
@@ -821,22 +855,18 @@ pub fn build_route_table_after(
             };
             rec.by_partition = by_partition;
             rec.unlocated = unlocated;
-            rec.answers = nb.answers.list.clone();
+            // Without prefix overrides the answers are the same before and after them.
+            rec.answers = if own { rec.pre_answers.clone() } else { Arc::new(nb.answers.list.clone()) };
             rec.over4 = over4;
             rec.over6 = over6;
             rec.v4 = Some(v4.clone());
             rec.v6 = Some(v6.clone());
-            names.insert(spec.name.clone(), rec);
-            let mut answers = nb.answers.list;
-            if spec.domain.is_some_and(|d| d.answer_mode == AnswerMode::Cname) {
-                // Seed 004 §4.3: CNAME mode answers the chosen node's hostname. Set
-                // after interning, so answers stay as distinct as their addresses.
-                for a in &mut answers {
-                    a.hostname = a.node.as_deref().and_then(|n| hostnames.get(n)).map(|h| h.to_ascii_lowercase());
-                }
+            if let (true, true, Some(t)) = (plain, pushed, twins.last_mut()) {
+                t.done = Some(Done { answers: rec.answers.clone(), unlocated, v4: v4.clone(), v6: v6.clone() });
             }
-            let ecs = spec.domain.is_none_or(|d| d.ecs);
-            scheduled.push(ScheduledName { ecs, id: state.name_ids.id(&spec.name), name: spec.name, answers, v4, v6 });
+            names.insert(spec.name.clone(), rec);
+            let answers = nb.answers.list;
+            scheduled.push(scheduled_name(spec, &mut state.name_ids, answers, &hostnames, (&v4, &v6)));
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
@@ -846,6 +876,26 @@ pub fn build_route_table_after(
     record.names = names;
     state.record = Some(Box::new(record));
     RouteTable::new(version, now, zones).with_node_hosts(NodeHost::of_nodes(&inputs.nodes, &inputs.zones))
+}
+
+/// A name's entry in the table: `answers` (with the chosen node's hostname
+/// in CNAME mode) and maps.
+fn scheduled_name(
+    spec: NameSpec,
+    ids: &mut NameIds,
+    mut answers: Vec<Answer>,
+    hostnames: &HashMap<&str, &str>,
+    (v4, v6): (&PrefixMapV4, &PrefixMapV6),
+) -> ScheduledName {
+    if spec.domain.is_some_and(|d| d.answer_mode == AnswerMode::Cname) {
+        // Seed 004 §4.3: CNAME mode answers the chosen node's hostname. Set
+        // after interning, so answers stay as distinct as their addresses.
+        for a in &mut answers {
+            a.hostname = a.node.as_deref().and_then(|n| hostnames.get(n)).map(|h| h.to_ascii_lowercase());
+        }
+    }
+    let ecs = spec.domain.is_none_or(|d| d.ecs);
+    ScheduledName { ecs, id: ids.id(&spec.name), name: spec.name, answers, v4: v4.clone(), v6: v6.clone() }
 }
 
 /// The answer of public blocks the geo files cannot locate: the unknown

@@ -28,6 +28,7 @@
 //! to the oracle.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -150,8 +151,8 @@ pub(super) struct NameRecord {
     pub held: FxHashMap<(u32, u32), Decided>,
     pub by_partition: Vec<u32>,
     /// The answers before and after the prefix overrides.
-    pub pre_answers: Vec<Answer>,
-    pub answers: Vec<Answer>,
+    pub pre_answers: Arc<Vec<Answer>>,
+    pub answers: Arc<Vec<Answer>>,
     pub over4: Vec<(u128, u128, PrefixOverride)>,
     pub over6: Vec<(u128, u128, PrefixOverride)>,
     pub v4: Option<PrefixMapV4>,
