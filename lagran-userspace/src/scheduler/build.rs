@@ -44,8 +44,9 @@ pub struct BuildState {
     /// The automatic primary per name and partition (hysteresis): an index
     /// into `chosen_nodes`, or [`NO_CHOICE`].
     choices: HashMap<String, Vec<u32>>,
-    /// The partition locations `choices` is indexed by.
+    /// The partition locations `choices` is indexed by, and their table's key.
     choice_locations: Vec<Location>,
+    choice_key: (usize, usize, usize, usize),
     /// Node names that were chosen, interned.
     chosen_nodes: NameIds,
     chosen_names: Vec<String>,
@@ -77,10 +78,14 @@ impl BuildState {
 
     /// Re-indexes `choices` when the partitions changed (a geo reload): the
     /// choice follows the partition's location.
-    fn follow_partitions(&mut self, locations: &[Location]) {
-        if self.choice_locations.as_slice() == locations {
+    fn follow_partitions(&mut self, partitions: &PartitionTable) {
+        let key = incremental::partitions_key(partitions);
+        let locations = partitions.locations();
+        if self.choice_key == key || self.choice_locations.as_slice() == locations {
+            self.choice_key = key;
             return;
         }
+        self.choice_key = key;
         let old: HashMap<&Location, usize> = self.choice_locations.iter().enumerate().map(|(i, l)| (l, i)).collect();
         for v in self.choices.values_mut() {
             *v = locations.iter().map(|l| old.get(l).map_or(NO_CHOICE, |&i| v[i])).collect();
@@ -493,7 +498,12 @@ pub fn build_route_table_after(
     change: &Change,
 ) -> RouteTable {
     let now = inputs.now_ms;
-    let views = NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, now);
+    // The last build's node views, updated where nodes or verdicts changed.
+    let mut last = state.record.take();
+    let (views, node_changes) = match last.as_mut() {
+        Some(r) => r.take_views(&inputs.nodes, &inputs.liveness, now),
+        None => (NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, now), None),
+    };
     let per_answer = settings.answers_per_query.clamp(1, 4) as usize;
     let rules: Vec<&Rule> = inputs.rules.iter().filter(|r| r.is_active(now)).collect();
     let mut region: Vec<RegionRule> = rules
@@ -514,15 +524,17 @@ pub fn build_route_table_after(
         domains: &inputs.domains,
         rules: &rules,
         lines: &inputs.lines,
-        views: &views,
     };
     // An incremental build starts from the last build's record and the nodes that changed.
     if state.ranges.as_ref().is_some_and(|r| !r.is_of(partitions)) {
         state.ranges = None;
     }
-    let mut last = state.record.take().filter(|_| change.allows_incremental());
-    let changed = last.as_ref().and_then(|r| r.changed_nodes(&now_inputs));
-    let (plan, mut old_pools, mut old_names) = match (last.take(), &changed) {
+    let last = last.filter(|_| change.allows_incremental());
+    let changed = match (&last, node_changes) {
+        (Some(r), Some(c)) => r.continues(&now_inputs, &views, &c).then_some(c),
+        _ => None,
+    };
+    let (plan, mut old_pools, mut old_names) = match (last, &changed) {
         (Some(mut r), Some(changed)) => {
             r.refresh(&views, changed);
             (r.plan, r.pools, r.names)
@@ -541,7 +553,7 @@ pub fn build_route_table_after(
         views.iter().enumerate().rev().map(|(i, v)| (v.node.name.as_str(), i)).collect();
     let ctx = Ctx { views: &views, by_name, plan, policy, partitions };
     let class_of = ctx.plan.class_of();
-    state.follow_partitions(partitions.locations());
+    state.follow_partitions(partitions);
     let node_ids: Vec<u32> = views.iter().map(|v| state.node_id(&v.node.name)).collect();
     let changed_ids: Vec<u32> = changed.iter().map(|&i| node_ids[i]).collect();
     let hostnames: HashMap<&str, &str> = inputs
@@ -871,7 +883,8 @@ pub fn build_route_table_after(
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
     state.choices = new_choices;
-    let mut record = incremental::Record::new(&now_inputs, ctx.plan);
+    let Ctx { plan, .. } = ctx;
+    let mut record = incremental::Record::new(&now_inputs, plan, views);
     record.pools = pools.into_iter().map(|(p, (pr, _))| (p, pr)).collect();
     record.names = names;
     state.record = Some(Box::new(record));

@@ -8,7 +8,8 @@
 //! diffs the nodes against the record itself (the caller's word only decides
 //! whether to try), and
 //!
-//! - updates the changed nodes' numbers in the plan;
+//! - takes the last build's node views, copying only the nodes that changed
+//!   ([`Record::take_views`]), and updates their numbers in the plan;
 //! - re-ranks only the classes whose top held a changed node, that a changed
 //!   node now enters, or whose ISP stages it takes part in
 //!   ([`Plan::top_may_change`]), and those whose failover check moved;
@@ -274,25 +275,21 @@ pub(super) struct Record {
     domains: Vec<Domain>,
     rules: Vec<Rule>,
     lines: Vec<Line>,
-    /// The nodes without their heartbeat stamps, and whether each was dead.
-    nodes: Vec<Node>,
-    dead: Vec<Option<crate::health::Dead>>,
+    /// The nodes as the build saw them (with liveness verdicts), taken and
+    /// updated by the next build ([`Record::take_views`]).
+    views: Vec<NodeView>,
     pub plan: Plan,
     pub pools: HashMap<String, PoolRanks>,
     pub names: HashMap<String, NameRecord>,
 }
 
-fn partitions_key(p: &PartitionTable) -> (usize, usize, usize, usize) {
+pub(super) fn partitions_key(p: &PartitionTable) -> (usize, usize, usize, usize) {
     (std::ptr::from_ref(p) as usize, p.locations().len(), p.v4_ranges().len(), p.v6_ranges().len())
 }
 
-/// A node as far as answers go: heartbeat stamps only matter through liveness.
-fn unstamped(n: &Node) -> Node {
-    Node { last_heartbeat_ms: None, updated_at_ms: 0, ..n.clone() }
-}
-
-/// `*a == unstamped(b)` for a stored unstamped `a`, without the copy. Every
-/// field is named, so a field added to [`Node`] cannot be forgotten here.
+/// Whether `a` and `b` are the same node as far as answers go (heartbeat
+/// stamps only matter through liveness). Every field is named, so a field
+/// added to [`Node`] cannot be forgotten here.
 fn same_but_stamps(a: &Node, b: &Node) -> bool {
     let Node {
         name,
@@ -365,11 +362,10 @@ pub(super) struct Now<'a> {
     pub domains: &'a [Domain],
     pub rules: &'a [&'a Rule],
     pub lines: &'a [Line],
-    pub views: &'a [NodeView],
 }
 
 impl Record {
-    pub fn new(now: &Now, plan: Plan) -> Record {
+    pub fn new(now: &Now, plan: Plan, views: Vec<NodeView>) -> Record {
         Record {
             partitions: partitions_key(now.partitions),
             settings: now.settings.clone(),
@@ -378,17 +374,52 @@ impl Record {
             domains: now.domains.to_vec(),
             rules: now.rules.iter().map(|&r| r.clone()).collect(),
             lines: now.lines.to_vec(),
-            nodes: now.views.iter().map(|v| unstamped(&v.node)).collect(),
-            dead: now.views.iter().map(|v| v.dead).collect(),
+            views,
             plan,
             pools: HashMap::new(),
             names: HashMap::new(),
         }
     }
 
-    /// The indices of the nodes that changed, when this record can be built
-    /// on; `None` when the build must start over.
-    pub fn changed_nodes(&self, now: &Now) -> Option<Vec<usize>> {
+    /// The node views of the next build: this build's, with every node that
+    /// differs from `nodes` (or whose liveness verdict at `now_ms` moved)
+    /// taken anew, so only those are copied. Also, when every node kept its
+    /// name and place (and their number), the indices of those whose answers
+    /// may move (stamps aside).
+    pub fn take_views(
+        &mut self,
+        nodes: &[Node],
+        liveness: &crate::health::Liveness,
+        now_ms: i64,
+    ) -> (Vec<NodeView>, Option<Vec<usize>>) {
+        let mut views = std::mem::take(&mut self.views);
+        if views.len() != nodes.len() {
+            return (NodeView::prepare_live(nodes.iter().cloned(), liveness, now_ms), None);
+        }
+        let (mut changed, mut placed) = (Vec::new(), true);
+        for (i, (v, n)) in views.iter_mut().zip(nodes).enumerate() {
+            let dead = liveness.verdict(n, now_ms);
+            if v.dead == dead && v.node == *n {
+                continue;
+            }
+            if v.dead != dead || !same_but_stamps(&v.node, n) {
+                changed.push(i);
+            }
+            if same_place(&v.node, n) {
+                v.node = n.clone();
+                v.dead = dead;
+            } else {
+                placed = false;
+                *v = NodeView { dead, ..NodeView::new(n.clone()) };
+            }
+        }
+        (views, placed.then_some(changed))
+    }
+
+    /// Whether this record can be built on with `views` after `changed`
+    /// nodes changed: nothing but those nodes' load, weight, status,
+    /// addresses or liveness moved.
+    pub fn continues(&self, now: &Now, views: &[NodeView], changed: &[usize]) -> bool {
         if self.partitions != partitions_key(now.partitions)
             || self.settings != *now.settings
             || self.policy != *now.policy
@@ -397,32 +428,16 @@ impl Record {
             || self.lines != now.lines
             || self.rules.len() != now.rules.len()
             || self.rules.iter().zip(now.rules).any(|(a, b)| a != *b)
-            || self.nodes.len() != now.views.len()
         {
-            return None;
+            return false;
         }
-        let mut changed = Vec::new();
-        for (i, v) in now.views.iter().enumerate() {
-            let old = &self.nodes[i];
-            if !same_place(old, &v.node) {
-                return None;
-            }
-            if self.dead[i] != v.dead || !same_but_stamps(old, &v.node) {
-                changed.push(i);
-            }
-        }
-        let named = |n: &str| changed.iter().any(|&i| now.views[i].node.name == n);
-        if now.rules.iter().any(|r| named(&r.node)) || now.lines.iter().any(|l| l.node.as_deref().is_some_and(named)) {
-            return None;
-        }
-        Some(changed)
+        let named = |n: &str| changed.iter().any(|&i| views[i].node.name == n);
+        !(now.rules.iter().any(|r| named(&r.node)) || now.lines.iter().any(|l| l.node.as_deref().is_some_and(named)))
     }
 
-    /// Takes the new nodes into the record.
+    /// Takes the changed nodes into the plan.
     pub fn refresh(&mut self, views: &[NodeView], changed: &[usize]) {
         for &i in changed {
-            self.nodes[i] = unstamped(&views[i].node);
-            self.dead[i] = views[i].dead;
             self.plan.update_node(i, &views[i]);
         }
     }
