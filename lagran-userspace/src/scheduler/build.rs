@@ -631,12 +631,11 @@ pub fn build_route_table_after(
                 nb.answers = t.answers.clone();
                 (t.by_partition.clone(), t.chosen.clone())
             } else {
+                // Each class's automatic primary: the first of its IPv4 top (its ranking's first).
                 let best: Vec<u32> = pr
-                    .rankings
+                    .tops
                     .iter()
-                    .map(|(r4, _)| {
-                        r4.primary().and_then(|c| ctx.by_name.get(c.name.as_str())).map_or(NO_CHOICE, |&i| node_ids[i])
-                    })
+                    .map(|[t4, _]| t4.nodes.first().map_or(NO_CHOICE, |&(n, _)| node_ids[n as usize]))
                     .collect();
                 let mut natural: Vec<Option<(u32, u32)>> = vec![None; ctx.plan.class_count()];
                 let mut held: FxHashMap<(u32, u32), (u32, u32)> = FxHashMap::default();
