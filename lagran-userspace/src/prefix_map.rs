@@ -123,6 +123,120 @@ impl<A: PrefixAddr> PrefixMap<A> {
         PrefixMap { starts: map.starts.into(), lens: map.lens.into(), values: map.values.into() }
     }
 
+    /// This map with `changes` laid over it (inclusive ranges with their new
+    /// values, sorted by start, not overlapping) and every other block's value
+    /// `v` replaced by `remap[v]` (when given; it must keep distinct values
+    /// distinct and cover every value outside the changes): the map
+    /// [`PrefixMap::from_ranges`] builds from the changed ranges, at the
+    /// cost of the blocks around the changes. Around each change only the old
+    /// runs (adjacent blocks of one value) it touches or borders are split
+    /// again; every other block is copied.
+    pub fn splice(&self, changes: &[(A, A, u32)], remap: Option<&[u32]>) -> Self {
+        let n = self.len();
+        let max = max_addr::<A>();
+        let starts = &self.starts;
+        let end_of = |k: usize| if k + 1 < n { starts[k + 1].to_u128() - 1 } else { max };
+        let block_of = |a: u128| self.starts.partition_point(|s| s.to_u128() <= a).saturating_sub(1);
+        let mut out = Columns {
+            starts: Vec::with_capacity(n + changes.len() * 2),
+            lens: Vec::with_capacity(n + changes.len() * 2),
+            values: Vec::with_capacity(n + changes.len() * 2),
+        };
+        // Old blocks from `k` on (from address `pos`, a block start) are not yet
+        // in `out` or in the region being split again (`reg`, merged runs), which
+        // must reach at least `need` (the end of an old run).
+        let (mut k, mut pos, mut need) = (0usize, 0u128, None::<u128>);
+        let mut reg: Vec<(u128, u128, u32)> = Vec::new();
+        let push = |reg: &mut Vec<(u128, u128, u32)>, s: u128, e: u128, v: u32| match reg.last_mut() {
+            Some(last) if last.2 == v && last.1.checked_add(1) == Some(s) => last.1 = e,
+            _ => reg.push((s, e, v)),
+        };
+        // Old content of [pos, to] into `reg`; `pos` and `k` move past it.
+        let absorb = |reg: &mut Vec<(u128, u128, u32)>, k: &mut usize, pos: &mut u128, to: u128| {
+            while *k < n && *pos <= to {
+                let e = end_of(*k).min(to);
+                let v = self.values[*k];
+                push(reg, *pos, e, remap.map_or(v, |to| to[v as usize]));
+                if e == end_of(*k) {
+                    *k += 1;
+                }
+                if e == max {
+                    *pos = max;
+                    *k = n;
+                    break;
+                }
+                *pos = e + 1;
+            }
+        };
+        let copy = |out: &mut Columns<A>, k: &mut usize, until: usize| {
+            out.starts.extend_from_slice(&self.starts[*k..until]);
+            out.lens.extend_from_slice(&self.lens[*k..until]);
+            match remap {
+                Some(to) => out.values.extend(self.values[*k..until].iter().map(|&v| to[v as usize])),
+                None => out.values.extend_from_slice(&self.values[*k..until]),
+            }
+            *k = until;
+        };
+        let mut done = false;
+        for &(s, e, v) in changes {
+            let (s, e) = (s.to_u128(), e.to_u128());
+            if done || s > e || s < pos {
+                continue;
+            }
+            if let Some(to) = need
+                && s > to.saturating_add(1)
+            {
+                absorb(&mut reg, &mut k, &mut pos, to);
+                for (rs, re, rv) in reg.drain(..) {
+                    out.push_range(rs, re, rv);
+                }
+                need = None;
+            }
+            if need.is_none() {
+                // The old run holding `s - 1` is cut or merged: split again from its first block.
+                let mut lb = block_of(s.saturating_sub(1));
+                while lb > k && self.values[lb - 1] == self.values[lb] {
+                    lb -= 1;
+                }
+                let lb = lb.max(k);
+                copy(&mut out, &mut k, lb);
+                pos = if k < n { self.starts[k].to_u128().max(pos) } else { pos };
+            }
+            if s > 0 {
+                absorb(&mut reg, &mut k, &mut pos, s - 1);
+            }
+            push(&mut reg, s, e, v);
+            // Skip the old blocks the change covers.
+            while k < n && end_of(k) <= e {
+                k += 1;
+            }
+            if e == max {
+                done = true;
+                need = Some(max);
+                continue;
+            }
+            pos = e + 1;
+            // ... and take the old run holding `e + 1` into the region (it may merge).
+            let mut rb = block_of(e + 1);
+            while rb + 1 < n && self.values[rb + 1] == self.values[rb] {
+                rb += 1;
+            }
+            need = Some(need.map_or(end_of(rb), |to| to.max(end_of(rb))));
+        }
+        if let Some(to) = need {
+            if !done {
+                absorb(&mut reg, &mut k, &mut pos, to);
+            }
+            for (rs, re, rv) in reg.drain(..) {
+                out.push_range(rs, re, rv);
+            }
+        }
+        if !done {
+            copy(&mut out, &mut k, n);
+        }
+        PrefixMap { starts: out.starts.into(), lens: out.lens.into(), values: out.values.into() }
+    }
+
     /// The block holding `addr`: its value and prefix length.
     pub fn lookup(&self, addr: A) -> (u32, u8) {
         let i = self.starts.partition_point(|s| *s <= addr).saturating_sub(1);
@@ -256,6 +370,55 @@ pub fn v6_to_u128(a: Ipv6Addr) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Random ranges over a small space (so runs merge and blocks nest), random
+    /// changes and a random injective remap: the spliced map is the one
+    /// `from_ranges` builds from the ranges with the changes applied.
+    #[test]
+    fn splice_equals_a_rebuild() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        for seed in 0..3000u64 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let values = rng.gen_range(1..5u32);
+            // Piecewise ranges over 0..=u32::MAX, cut at random points.
+            let mut cuts: Vec<u32> = (0..rng.gen_range(0..40)).map(|_| rng.gen_range(1..4096u32) << 20).collect();
+            if rng.gen_bool(0.3) {
+                cuts.extend((0..rng.gen_range(0..10)).map(|_| rng.r#gen::<u32>()));
+            }
+            cuts.push(0);
+            cuts.sort_unstable();
+            cuts.dedup();
+            let ranges: Vec<(u32, u32, u32)> = cuts
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| (s, cuts.get(i + 1).map_or(u32::MAX, |n| n - 1), rng.gen_range(0..values)))
+                .collect();
+            let old = PrefixMapV4::from_ranges(ranges.iter().copied(), 0);
+            // Change some ranges (whole ones, as the builder does) to values 0..values+2.
+            let mut changes: Vec<(u32, u32, u32)> = Vec::new();
+            for &(s, e, _) in &ranges {
+                if rng.gen_bool(0.3) {
+                    changes.push((s, e, rng.gen_range(0..values + 2)));
+                }
+            }
+            // A remap that keeps distinct values distinct (a shift by a random offset, or none).
+            let shift = rng.gen_range(0..3u32);
+            let remap: Vec<u32> = (0..values).map(|v| (v + shift) % (values + 3)).collect();
+            let use_remap = shift > 0;
+            let mut want = ranges.clone();
+            for r in &mut want {
+                if use_remap {
+                    r.2 = remap[r.2 as usize];
+                }
+                if let Some(c) = changes.iter().find(|c| c.0 == r.0) {
+                    r.2 = c.2;
+                }
+            }
+            let rebuilt = PrefixMapV4::from_ranges(want, 0);
+            let spliced = old.splice(&changes, use_remap.then_some(remap.as_slice()));
+            assert_eq!(spliced, rebuilt, "seed {seed}: changes {changes:?} over {ranges:?}");
+        }
+    }
 
     #[test]
     fn uniform_map_is_one_slash_zero() {

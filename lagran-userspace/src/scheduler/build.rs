@@ -4,7 +4,9 @@
 //! stored as the coarsest client prefixes that share an answer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use incremental::RangesByPartition;
 use ipnet::IpNet;
 use rustc_hash::FxHashMap;
 
@@ -42,13 +44,17 @@ pub struct BuildState {
     /// The automatic primary per name and partition (hysteresis): an index
     /// into `chosen_nodes`, or [`NO_CHOICE`].
     choices: HashMap<String, Vec<u32>>,
-    /// The partition locations `choices` is indexed by.
+    /// The partition locations `choices` is indexed by, and their table's key.
     choice_locations: Vec<Location>,
+    choice_key: (usize, usize, usize, usize),
     /// Node names that were chosen, interned.
     chosen_nodes: NameIds,
     chosen_names: Vec<String>,
     /// What the last build keeps for an incremental next one.
     record: Option<Box<incremental::Record>>,
+    /// The partition ranges by partition, for splicing maps (built on the
+    /// first incremental build, kept while the partitions stay).
+    ranges: Option<Arc<RangesByPartition>>,
 }
 
 /// No automatic primary (no eligible node).
@@ -72,10 +78,14 @@ impl BuildState {
 
     /// Re-indexes `choices` when the partitions changed (a geo reload): the
     /// choice follows the partition's location.
-    fn follow_partitions(&mut self, locations: &[Location]) {
-        if self.choice_locations.as_slice() == locations {
+    fn follow_partitions(&mut self, partitions: &PartitionTable) {
+        let key = incremental::partitions_key(partitions);
+        let locations = partitions.locations();
+        if self.choice_key == key || self.choice_locations.as_slice() == locations {
+            self.choice_key = key;
             return;
         }
+        self.choice_key = key;
         let old: HashMap<&Location, usize> = self.choice_locations.iter().enumerate().map(|(i, l)| (l, i)).collect();
         for v in self.choices.values_mut() {
             *v = locations.iter().map(|l| old.get(l).map_or(NO_CHOICE, |&i| v[i])).collect();
@@ -347,6 +357,17 @@ struct Twin {
     answers: Answers,
     by_partition: Vec<u32>,
     chosen: Vec<u32>,
+    /// For a name without prefix overrides (no line, no prefix rule applies):
+    /// its finished answers and maps, which another such name copies whole.
+    done: Option<Done>,
+}
+
+/// A finished name without prefix overrides.
+struct Done {
+    answers: Arc<Vec<Answer>>,
+    unlocated: u32,
+    v4: PrefixMapV4,
+    v6: PrefixMapV6,
 }
 
 /// One scheduled name's build: its answers and how each is made.
@@ -477,7 +498,12 @@ pub fn build_route_table_after(
     change: &Change,
 ) -> RouteTable {
     let now = inputs.now_ms;
-    let views = NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, now);
+    // The last build's node views, updated where nodes or verdicts changed.
+    let mut last = state.record.take();
+    let (views, node_changes) = match last.as_mut() {
+        Some(r) => r.take_views(&inputs.nodes, &inputs.liveness, now),
+        None => (NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, now), None),
+    };
     let per_answer = settings.answers_per_query.clamp(1, 4) as usize;
     let rules: Vec<&Rule> = inputs.rules.iter().filter(|r| r.is_active(now)).collect();
     let mut region: Vec<RegionRule> = rules
@@ -498,12 +524,17 @@ pub fn build_route_table_after(
         domains: &inputs.domains,
         rules: &rules,
         lines: &inputs.lines,
-        views: &views,
     };
     // An incremental build starts from the last build's record and the nodes that changed.
-    let mut last = state.record.take().filter(|_| change.allows_incremental());
-    let changed = last.as_ref().and_then(|r| r.changed_nodes(&now_inputs));
-    let (plan, mut old_pools, mut old_names) = match (last.take(), &changed) {
+    if state.ranges.as_ref().is_some_and(|r| !r.is_of(partitions)) {
+        state.ranges = None;
+    }
+    let last = last.filter(|_| change.allows_incremental());
+    let changed = match (&last, node_changes) {
+        (Some(r), Some(c)) => r.continues(&now_inputs, &views, &c).then_some(c),
+        _ => None,
+    };
+    let (plan, mut old_pools, mut old_names) = match (last, &changed) {
         (Some(mut r), Some(changed)) => {
             r.refresh(&views, changed);
             (r.plan, r.pools, r.names)
@@ -522,7 +553,7 @@ pub fn build_route_table_after(
         views.iter().enumerate().rev().map(|(i, v)| (v.node.name.as_str(), i)).collect();
     let ctx = Ctx { views: &views, by_name, plan, policy, partitions };
     let class_of = ctx.plan.class_of();
-    state.follow_partitions(partitions.locations());
+    state.follow_partitions(partitions);
     let node_ids: Vec<u32> = views.iter().map(|v| state.node_id(&v.node.name)).collect();
     let changed_ids: Vec<u32> = changed.iter().map(|&i| node_ids[i]).collect();
     let hostnames: HashMap<&str, &str> = inputs
@@ -575,16 +606,36 @@ pub fn build_route_table_after(
                     && t.rules == applying
                     && state.choices.get(&t.name) == previous
             });
+            // No line and no prefix rule applies: the answers come from the decisions alone.
+            let plain = !inputs.lines.iter().any(|l| l.domains.is_empty() || l.domains.contains(&spec.name))
+                && !rules.iter().any(|r| r.prefix.is_some() && rule_domain(r).is_none_or(|d| d == spec.name));
+            if let (true, Some(Twin { done: Some(done), by_partition, chosen, .. })) = (plain, twin) {
+                // The twin's whole result: the same answers and maps.
+                new_choices.insert(spec.name.clone(), chosen.clone());
+                let rec = incremental::NameRecord {
+                    by_partition: by_partition.clone(),
+                    pre_answers: done.answers.clone(),
+                    answers: done.answers.clone(),
+                    v4: Some(done.v4.clone()),
+                    v6: Some(done.v6.clone()),
+                    unlocated: done.unlocated,
+                    ..Default::default()
+                };
+                names.insert(spec.name.clone(), rec);
+                let answers = (*done.answers).clone();
+                scheduled.push(scheduled_name(spec, &mut state.name_ids, answers, &hostnames, (&done.v4, &done.v6)));
+                continue;
+            }
+            let mut pushed = false;
             let (by_partition, chosen) = if let Some(t) = twin {
                 nb.answers = t.answers.clone();
                 (t.by_partition.clone(), t.chosen.clone())
             } else {
+                // Each class's automatic primary: the first of its IPv4 top (its ranking's first).
                 let best: Vec<u32> = pr
-                    .rankings
+                    .tops
                     .iter()
-                    .map(|(r4, _)| {
-                        r4.primary().and_then(|c| ctx.by_name.get(c.name.as_str())).map_or(NO_CHOICE, |&i| node_ids[i])
-                    })
+                    .map(|[t4, _]| t4.nodes.first().map_or(NO_CHOICE, |&(n, _)| node_ids[n as usize]))
                     .collect();
                 let mut natural: Vec<Option<(u32, u32)>> = vec![None; ctx.plan.class_count()];
                 let mut held: FxHashMap<(u32, u32), (u32, u32)> = FxHashMap::default();
@@ -649,7 +700,9 @@ pub fn build_route_table_after(
                     answers: nb.answers.clone(),
                     by_partition: by_partition.clone(),
                     chosen: chosen.clone(),
+                    done: None,
                 });
+                pushed = true;
                 (by_partition, chosen)
             };
             new_choices.insert(spec.name.clone(), chosen);
@@ -720,18 +773,27 @@ pub fn build_route_table_after(
             // The same answers (the flagged one included), overrides and pinned
             // rankings as last time: the same maps.
             let unchanged = old.by_partition == by_partition
-                && old.pre_answers == nb.answers.list
+                && *old.pre_answers == nb.answers.list
                 && old.over4 == over4
                 && old.over6 == over6
                 && (!dirty[class0 as usize] || !(pins(&over4) || pins(&over6)));
-            rec.pre_answers = nb.answers.list.clone();
+            rec.pre_answers = Arc::new(nb.answers.list.clone());
             let key = [by_partition.as_slice(), &[unlocated]].concat();
             let shared_maps = own.then(|| shared.iter().find(|s| s.0 == key)).flatten();
-            let (v4, v6) = if let (true, Some(v4), Some(v6)) = (unchanged, old.v4.take(), old.v6.take()) {
-                nb.answers.list = std::mem::take(&mut old.answers);
-                (v4, v6)
+            let (v4, v6) = if let (true, Some(v4), Some(v6)) = (unchanged, &old.v4, &old.v6) {
+                nb.answers.list = (*old.answers).clone();
+                (v4.clone(), v6.clone())
             } else if let Some((_, v4, v6)) = shared_maps {
                 (v4.clone(), v6.clone())
+            } else if let Some((v4, v6)) = own
+                .then(|| {
+                    let index = state.ranges.get_or_insert_with(|| Arc::new(RangesByPartition::new(partitions)));
+                    incremental::spliced_maps(index, partitions, &old, &nb.answers, &by_partition, unlocated)
+                })
+                .flatten()
+            {
+                shared.push((key, v4.clone(), v6.clone()));
+                (v4, v6)
             } else {
                 let (mut ranges4, mut ranges6) = partition_runs(partitions, &by_partition, unlocated);
                 // Apply in priority order (lines, canary, manual), each layer sorted and
@@ -803,31 +865,49 @@ pub fn build_route_table_after(
                 (v4, v6)
             };
             rec.by_partition = by_partition;
-            rec.answers = nb.answers.list.clone();
+            rec.unlocated = unlocated;
+            // Without prefix overrides the answers are the same before and after them.
+            rec.answers = if own { rec.pre_answers.clone() } else { Arc::new(nb.answers.list.clone()) };
             rec.over4 = over4;
             rec.over6 = over6;
             rec.v4 = Some(v4.clone());
             rec.v6 = Some(v6.clone());
-            names.insert(spec.name.clone(), rec);
-            let mut answers = nb.answers.list;
-            if spec.domain.is_some_and(|d| d.answer_mode == AnswerMode::Cname) {
-                // Seed 004 §4.3: CNAME mode answers the chosen node's hostname. Set
-                // after interning, so answers stay as distinct as their addresses.
-                for a in &mut answers {
-                    a.hostname = a.node.as_deref().and_then(|n| hostnames.get(n)).map(|h| h.to_ascii_lowercase());
-                }
+            if let (true, true, Some(t)) = (plain, pushed, twins.last_mut()) {
+                t.done = Some(Done { answers: rec.answers.clone(), unlocated, v4: v4.clone(), v6: v6.clone() });
             }
-            let ecs = spec.domain.is_none_or(|d| d.ecs);
-            scheduled.push(ScheduledName { ecs, id: state.name_ids.id(&spec.name), name: spec.name, answers, v4, v6 });
+            names.insert(spec.name.clone(), rec);
+            let answers = nb.answers.list;
+            scheduled.push(scheduled_name(spec, &mut state.name_ids, answers, &hostnames, (&v4, &v6)));
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
     state.choices = new_choices;
-    let mut record = incremental::Record::new(&now_inputs, ctx.plan);
+    let Ctx { plan, .. } = ctx;
+    let mut record = incremental::Record::new(&now_inputs, plan, views);
     record.pools = pools.into_iter().map(|(p, (pr, _))| (p, pr)).collect();
     record.names = names;
     state.record = Some(Box::new(record));
     RouteTable::new(version, now, zones).with_node_hosts(NodeHost::of_nodes(&inputs.nodes, &inputs.zones))
+}
+
+/// A name's entry in the table: `answers` (with the chosen node's hostname
+/// in CNAME mode) and maps.
+fn scheduled_name(
+    spec: NameSpec,
+    ids: &mut NameIds,
+    mut answers: Vec<Answer>,
+    hostnames: &HashMap<&str, &str>,
+    (v4, v6): (&PrefixMapV4, &PrefixMapV6),
+) -> ScheduledName {
+    if spec.domain.is_some_and(|d| d.answer_mode == AnswerMode::Cname) {
+        // Seed 004 §4.3: CNAME mode answers the chosen node's hostname. Set
+        // after interning, so answers stay as distinct as their addresses.
+        for a in &mut answers {
+            a.hostname = a.node.as_deref().and_then(|n| hostnames.get(n)).map(|h| h.to_ascii_lowercase());
+        }
+    }
+    let ecs = spec.domain.is_none_or(|d| d.ecs);
+    ScheduledName { ecs, id: ids.id(&spec.name), name: spec.name, answers, v4: v4.clone(), v6: v6.clone() }
 }
 
 /// The answer of public blocks the geo files cannot locate: the unknown

@@ -8,14 +8,18 @@
 //! diffs the nodes against the record itself (the caller's word only decides
 //! whether to try), and
 //!
-//! - updates the changed nodes' numbers in the plan;
+//! - takes the last build's node views, copying only the nodes that changed
+//!   ([`Record::take_views`]), and updates their numbers in the plan;
 //! - re-ranks only the classes whose top held a changed node, that a changed
 //!   node now enters, or whose ISP stages it takes part in
 //!   ([`Plan::top_may_change`]), and those whose failover check moved;
 //! - re-decides only those classes (and held hysteresis decisions whose
 //!   previous primary changed); every other decision is replayed;
 //! - reuses a name's prefix maps when its per-partition answers, its answer
-//!   list and its prefix overrides came out as before.
+//!   list and its prefix overrides came out as before; for a name without
+//!   prefix overrides whose answers moved in some partitions, splices those
+//!   partitions' ranges into the last maps ([`spliced_maps`],
+//!   `PrefixMap::splice`) instead of building them from every range.
 //!
 //! Anything else (a node added, removed, renamed, moved to another location
 //! or pool; rules, lines, domains, zones, settings or partitions changed; a
@@ -25,6 +29,7 @@
 //! to the oracle.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -147,12 +152,117 @@ pub(super) struct NameRecord {
     pub held: FxHashMap<(u32, u32), Decided>,
     pub by_partition: Vec<u32>,
     /// The answers before and after the prefix overrides.
-    pub pre_answers: Vec<Answer>,
-    pub answers: Vec<Answer>,
+    pub pre_answers: Arc<Vec<Answer>>,
+    pub answers: Arc<Vec<Answer>>,
     pub over4: Vec<(u128, u128, PrefixOverride)>,
     pub over6: Vec<(u128, u128, PrefixOverride)>,
     pub v4: Option<PrefixMapV4>,
     pub v6: Option<PrefixMapV6>,
+    /// The id of the unlocated blocks' answer (see `unlocated_answer`).
+    pub unlocated: u32,
+}
+
+/// The partition table's ranges grouped by partition: which ranges (so which
+/// blocks of a name's maps) a partition whose answer changed covers. Built
+/// once per partition table and kept while it stays.
+#[derive(Debug)]
+pub(super) struct RangesByPartition {
+    key: (usize, usize, usize, usize),
+    v4: Grouped,
+    v6: Grouped,
+}
+
+/// Range indices grouped by partition id (ascending within a partition).
+#[derive(Debug)]
+struct Grouped {
+    offsets: Vec<u32>,
+    items: Vec<u32>,
+}
+
+impl Grouped {
+    fn new(partitions: usize, of_range: impl Iterator<Item = u32> + Clone) -> Grouped {
+        let mut offsets = vec![0u32; partitions + 1];
+        for p in of_range.clone() {
+            offsets[p as usize + 1] += 1;
+        }
+        for i in 0..partitions {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut next = offsets.clone();
+        let mut items = vec![0u32; offsets[partitions] as usize];
+        for (i, p) in of_range.enumerate() {
+            items[next[p as usize] as usize] = i as u32;
+            next[p as usize] += 1;
+        }
+        Grouped { offsets, items }
+    }
+
+    fn of(&self, partition: usize) -> &[u32] {
+        &self.items[self.offsets[partition] as usize..self.offsets[partition + 1] as usize]
+    }
+}
+
+impl RangesByPartition {
+    pub fn new(p: &PartitionTable) -> RangesByPartition {
+        let n = p.locations().len();
+        RangesByPartition {
+            key: partitions_key(p),
+            v4: Grouped::new(n, p.v4_ranges().iter().map(|r| r.2)),
+            v6: Grouped::new(n, p.v6_ranges().iter().map(|r| r.2)),
+        }
+    }
+
+    /// Whether this index is `p`'s.
+    pub fn is_of(&self, p: &PartitionTable) -> bool {
+        self.key == partitions_key(p)
+    }
+}
+
+/// A name's prefix maps after some partitions' answers changed, spliced
+/// into the last build's maps instead of built from every partition range:
+/// `None` when that is not the same map (the unknown partition or the
+/// unlocated answer changed: their ranges are split by the special-purpose
+/// blocks). `old` answers old ids; `now` the new answer list's ids.
+/// Only for names without prefix overrides, then or now.
+pub(super) fn spliced_maps(
+    index: &RangesByPartition,
+    partitions: &PartitionTable,
+    old: &NameRecord,
+    now: &Answers,
+    by_partition: &[u32],
+    unlocated: u32,
+) -> Option<(PrefixMapV4, PrefixMapV6)> {
+    let (Some(v4), Some(v6)) = (&old.v4, &old.v6) else { return None };
+    if old.by_partition.len() != by_partition.len() || !old.over4.is_empty() || !old.over6.is_empty() {
+        return None;
+    }
+    // Old answer ids to new ones (the same answer), `UNMAPPED` for answers gone.
+    let to_new: Vec<u32> = old.answers.iter().map(|a| now.ids.get(a).copied().unwrap_or(UNMAPPED)).collect();
+    let moved = |p: usize| to_new.get(old.by_partition[p] as usize) != Some(&by_partition[p]);
+    if moved(crate::partition::UNKNOWN as usize) || to_new.get(old.unlocated as usize) != Some(&unlocated) {
+        return None;
+    }
+    let changed: Vec<usize> = (0..by_partition.len()).filter(|&p| moved(p)).collect();
+
+    let remap = to_new.iter().enumerate().any(|(i, &n)| n != i as u32).then_some(to_new.as_slice());
+    fn changes<A: crate::prefix_map::PrefixAddr>(
+        ranges: &[(A, A, u32)],
+        grouped: &Grouped,
+        changed: &[usize],
+        by_partition: &[u32],
+    ) -> Vec<(A, A, u32)> {
+        let mut at: Vec<u32> = changed.iter().flat_map(|&p| grouped.of(p).iter().copied()).collect();
+        at.sort_unstable();
+        at.iter()
+            .map(|&i| {
+                let (s, e, p) = ranges[i as usize];
+                (s, e, by_partition[p as usize])
+            })
+            .collect()
+    }
+    let c4 = changes(partitions.v4_ranges(), &index.v4, &changed, by_partition);
+    let c6 = changes(partitions.v6_ranges(), &index.v6, &changed, by_partition);
+    Some((v4.splice(&c4, remap), v6.splice(&c6, remap)))
 }
 
 /// What a build keeps for the next one.
@@ -165,25 +275,21 @@ pub(super) struct Record {
     domains: Vec<Domain>,
     rules: Vec<Rule>,
     lines: Vec<Line>,
-    /// The nodes without their heartbeat stamps, and whether each was dead.
-    nodes: Vec<Node>,
-    dead: Vec<Option<crate::health::Dead>>,
+    /// The nodes as the build saw them (with liveness verdicts), taken and
+    /// updated by the next build ([`Record::take_views`]).
+    views: Vec<NodeView>,
     pub plan: Plan,
     pub pools: HashMap<String, PoolRanks>,
     pub names: HashMap<String, NameRecord>,
 }
 
-fn partitions_key(p: &PartitionTable) -> (usize, usize, usize, usize) {
+pub(super) fn partitions_key(p: &PartitionTable) -> (usize, usize, usize, usize) {
     (std::ptr::from_ref(p) as usize, p.locations().len(), p.v4_ranges().len(), p.v6_ranges().len())
 }
 
-/// A node as far as answers go: heartbeat stamps only matter through liveness.
-fn unstamped(n: &Node) -> Node {
-    Node { last_heartbeat_ms: None, updated_at_ms: 0, ..n.clone() }
-}
-
-/// `*a == unstamped(b)` for a stored unstamped `a`, without the copy. Every
-/// field is named, so a field added to [`Node`] cannot be forgotten here.
+/// Whether `a` and `b` are the same node as far as answers go (heartbeat
+/// stamps only matter through liveness). Every field is named, so a field
+/// added to [`Node`] cannot be forgotten here.
 fn same_but_stamps(a: &Node, b: &Node) -> bool {
     let Node {
         name,
@@ -256,11 +362,10 @@ pub(super) struct Now<'a> {
     pub domains: &'a [Domain],
     pub rules: &'a [&'a Rule],
     pub lines: &'a [Line],
-    pub views: &'a [NodeView],
 }
 
 impl Record {
-    pub fn new(now: &Now, plan: Plan) -> Record {
+    pub fn new(now: &Now, plan: Plan, views: Vec<NodeView>) -> Record {
         Record {
             partitions: partitions_key(now.partitions),
             settings: now.settings.clone(),
@@ -269,17 +374,52 @@ impl Record {
             domains: now.domains.to_vec(),
             rules: now.rules.iter().map(|&r| r.clone()).collect(),
             lines: now.lines.to_vec(),
-            nodes: now.views.iter().map(|v| unstamped(&v.node)).collect(),
-            dead: now.views.iter().map(|v| v.dead).collect(),
+            views,
             plan,
             pools: HashMap::new(),
             names: HashMap::new(),
         }
     }
 
-    /// The indices of the nodes that changed, when this record can be built
-    /// on; `None` when the build must start over.
-    pub fn changed_nodes(&self, now: &Now) -> Option<Vec<usize>> {
+    /// The node views of the next build: this build's, with every node that
+    /// differs from `nodes` (or whose liveness verdict at `now_ms` moved)
+    /// taken anew, so only those are copied. Also, when every node kept its
+    /// name and place (and their number), the indices of those whose answers
+    /// may move (stamps aside).
+    pub fn take_views(
+        &mut self,
+        nodes: &[Node],
+        liveness: &crate::health::Liveness,
+        now_ms: i64,
+    ) -> (Vec<NodeView>, Option<Vec<usize>>) {
+        let mut views = std::mem::take(&mut self.views);
+        if views.len() != nodes.len() {
+            return (NodeView::prepare_live(nodes.iter().cloned(), liveness, now_ms), None);
+        }
+        let (mut changed, mut placed) = (Vec::new(), true);
+        for (i, (v, n)) in views.iter_mut().zip(nodes).enumerate() {
+            let dead = liveness.verdict(n, now_ms);
+            if v.dead == dead && v.node == *n {
+                continue;
+            }
+            if v.dead != dead || !same_but_stamps(&v.node, n) {
+                changed.push(i);
+            }
+            if same_place(&v.node, n) {
+                v.node = n.clone();
+                v.dead = dead;
+            } else {
+                placed = false;
+                *v = NodeView { dead, ..NodeView::new(n.clone()) };
+            }
+        }
+        (views, placed.then_some(changed))
+    }
+
+    /// Whether this record can be built on with `views` after `changed`
+    /// nodes changed: nothing but those nodes' load, weight, status,
+    /// addresses or liveness moved.
+    pub fn continues(&self, now: &Now, views: &[NodeView], changed: &[usize]) -> bool {
         if self.partitions != partitions_key(now.partitions)
             || self.settings != *now.settings
             || self.policy != *now.policy
@@ -288,32 +428,16 @@ impl Record {
             || self.lines != now.lines
             || self.rules.len() != now.rules.len()
             || self.rules.iter().zip(now.rules).any(|(a, b)| a != *b)
-            || self.nodes.len() != now.views.len()
         {
-            return None;
+            return false;
         }
-        let mut changed = Vec::new();
-        for (i, v) in now.views.iter().enumerate() {
-            let old = &self.nodes[i];
-            if !same_place(old, &v.node) {
-                return None;
-            }
-            if self.dead[i] != v.dead || !same_but_stamps(old, &v.node) {
-                changed.push(i);
-            }
-        }
-        let named = |n: &str| changed.iter().any(|&i| now.views[i].node.name == n);
-        if now.rules.iter().any(|r| named(&r.node)) || now.lines.iter().any(|l| l.node.as_deref().is_some_and(named)) {
-            return None;
-        }
-        Some(changed)
+        let named = |n: &str| changed.iter().any(|&i| views[i].node.name == n);
+        !(now.rules.iter().any(|r| named(&r.node)) || now.lines.iter().any(|l| l.node.as_deref().is_some_and(named)))
     }
 
-    /// Takes the new nodes into the record.
+    /// Takes the changed nodes into the plan.
     pub fn refresh(&mut self, views: &[NodeView], changed: &[usize]) {
         for &i in changed {
-            self.nodes[i] = unstamped(&views[i].node);
-            self.dead[i] = views[i].dead;
             self.plan.update_node(i, &views[i]);
         }
     }

@@ -329,7 +329,12 @@ mod equivalence {
     }
 
     fn partitions(rng: &mut StdRng) -> PartitionTable {
-        let n = rng.gen_range(1..12u128);
+        partitions_of(rng, 12)
+    }
+
+    /// Up to `max_ranges` ranges over the IPv4 space, each at a random location.
+    fn partitions_of(rng: &mut StdRng, max_ranges: u128) -> PartitionTable {
+        let n = rng.gen_range(1..max_ranges);
         let step = (1u128 << 32) / n;
         let ranges: Vec<(u128, u128, String)> = (0..n)
             .map(|i| {
@@ -531,6 +536,35 @@ mod equivalence {
                 let o = build_route_table(version, &inputs, &parts, &settings, &policy, &mut os);
                 assert_same(seed, step, &p, &o);
                 assert_same(seed, step, &i, &o);
+                change = random_event(&mut rng, &mut inputs);
+            }
+        }
+    }
+
+    /// Incremental builds equal full ones on partition tables with many
+    /// ranges per partition, where an incremental build splices the changed
+    /// partitions' ranges into the last maps instead of building them again.
+    #[test]
+    fn incremental_tables_equal_full_ones_on_many_ranges() {
+        for seed in 0..300u64 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let parts = partitions_of(&mut rng, 400);
+            let (mut inputs, settings) = random_world(&mut rng);
+            if rng.gen_bool(0.7) {
+                // Mostly no prefix overrides: the names whose maps are spliced.
+                inputs.lines.clear();
+                inputs.rules.retain(|r| r.prefix.is_none());
+            }
+            let policy = settings.policy();
+            let (mut ps, mut is) = (BuildState::default(), BuildState::default());
+            let mut change = Change::Everything;
+            for step in 0..8 {
+                let version = step as u64 + 1;
+                let p = super::super::build_route_table(version, &inputs, &parts, &settings, &policy, &mut ps);
+                let i = super::super::build_route_table_after(
+                    version, &inputs, &parts, &settings, &policy, &mut is, &change,
+                );
+                assert_same(seed, step, &i, &p);
                 change = random_event(&mut rng, &mut inputs);
             }
         }
