@@ -19,6 +19,7 @@ pub mod counters;
 pub mod listen;
 pub mod names;
 pub mod route_v4;
+pub mod route_v4_flat;
 pub mod route_v6;
 
 /// The directory under bpffs where the loader pins every map.

@@ -34,6 +34,7 @@ mod ipv6;
 mod maps;
 mod packet;
 mod response;
+mod route4;
 mod udp;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
@@ -119,7 +120,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
     } else {
         source
     };
-    let (answer_id, scope) = route(name_id, &client)?;
+    let (answer_id, scope) = route(name_id, name.route4, &client)?;
     // One `response::build` per record type (see `response::Records`).
     if q.aaaa != 0 {
         let a = maps::answer6(answer_id).ok_or(Counter::NoAnswer)?;
@@ -161,12 +162,16 @@ impl Client {
 /// (`::ffff:a.b.c.d`, whose scope counts the 96 mapped bits) by the IPv4 trie,
 /// other IPv6 clients by the IPv6 trie; a canary split per /24 or /48.
 #[inline(always)]
-fn route(name_id: u32, client: &Client) -> Result<(u32, u8), Counter> {
+fn route(name_id: u32, route4: u32, client: &Client) -> Result<(u32, u8), Counter> {
     let a = client.addr;
     let mapped = client.v6 != 0 && a.hi == 0 && a.lo >> 32 == 0xffff;
     let (route, max, split, bucket, extra) = if client.v6 == 0 || mapped {
         let v4 = a.lo as u32;
-        let r = maps::route_v4(name_id, v4.to_be_bytes()).ok_or(Counter::NoAnswer)?;
+        let r = match route4::lookup(route4, v4) {
+            route4::Flat::Route(r) => r,
+            route4::Flat::None => return Err(Counter::NoAnswer),
+            route4::Flat::Trie => maps::route_v4(name_id, v4.to_be_bytes()).ok_or(Counter::NoAnswer)?,
+        };
         (r, 32, canary::SPLIT_PREFIX_V4, canary::bucket_v4(v4), if mapped { 96 } else { 0 })
     } else {
         let r = maps::route_v6(name_id, a).ok_or(Counter::NoAnswer)?;

@@ -35,6 +35,7 @@ use lagran_common::{
 };
 
 use super::XdpError;
+use super::route4_flat::{FlatRoute, FlatV4};
 use crate::config::DnsSettings;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName};
@@ -65,6 +66,8 @@ pub struct Maps {
     counters: PerCpuArray<MapData, u64>,
     routes6: LpmTrie<MapData, RouteV6Data, RouteValue>,
     answers6: Array<MapData, AnswerV6>,
+    /// The flat IPv4 route arrays (`None`: an object without them, or pinned maps).
+    flat: Option<FlatV4>,
 }
 
 impl Maps {
@@ -79,7 +82,13 @@ impl Maps {
         let counters = take(counters::MAP_NAME)?;
         let routes6 = take(route_v6::MAP_NAME)?;
         let answers6 = take(answers::MAP_NAME_V6)?;
-        Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6])
+        let flat = FlatV4::new(
+            ebpf.take_map(lagran_common::route_v4_flat::MAP_NAME_L1),
+            ebpf.take_map(lagran_common::route_v4_flat::MAP_NAME_L2),
+        )?;
+        let mut maps = Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6])?;
+        maps.flat = flat;
+        Ok(maps)
     }
 
     /// Opens the maps pinned under `dir` by a running `lagran serve --xdp`
@@ -115,7 +124,13 @@ impl Maps {
             counters: PerCpuArray::try_from(counters).map_err(map_err(counters::MAP_NAME))?,
             routes6: LpmTrie::try_from(routes6).map_err(map_err(route_v6::MAP_NAME))?,
             answers6: Array::try_from(answers6).map_err(map_err(answers::MAP_NAME_V6))?,
+            flat: None,
         })
+    }
+
+    /// `lagran_route4_l2` groups in use (`None`: no flat arrays).
+    pub fn flat_groups(&self) -> Option<usize> {
+        self.flat.as_ref().map(FlatV4::groups_used)
     }
 
     /// The counters, summed over the CPUs.
@@ -382,8 +397,8 @@ pub struct MapWriter {
     /// switched off by the operator). Answering also needs a synced table.
     allowed: bool,
     synced: bool,
-    /// Written names: wire key -> name id.
-    names: StdHashMap<Vec<u8>, u32>,
+    /// Written names: wire key -> (name id, its flat IPv4 block + 1).
+    names: StdHashMap<Vec<u8>, (u32, u32)>,
     /// Written trie entries per name id, sorted by (addr, len).
     routes: StdHashMap<u32, Vec<Route>>,
     /// Written IPv6 trie entries per name id, sorted by (addr, len).
@@ -598,6 +613,11 @@ impl MapWriter {
             for r in &del {
                 remove_route(&mut self.maps.routes, id, r)?;
             }
+            // The flat arrays after the trie: their "ask the trie" slots find it written.
+            if let Some(flat) = self.maps.flat.as_mut() {
+                let routes: Vec<FlatRoute> = want.iter().map(|r| (r.addr, r.len, r.value.answer_id)).collect();
+                flat.write(id, &routes);
+            }
             stats.routes_upserted += up.len();
             stats.routes_deleted += del.len();
             stats.routes_total += want.len();
@@ -624,11 +644,19 @@ impl MapWriter {
         }
 
         // 3. Names.
-        for (key, &id) in &want_names {
-            if self.names.get(key) != Some(&id) {
+        let want_names: StdHashMap<Vec<u8>, (u32, u32)> = want_names
+            .into_iter()
+            .map(|(key, id)| {
+                let route4 = self.maps.flat.as_ref().map_or(0, |f| f.route4(id));
+                (key, (id, route4))
+            })
+            .collect();
+        for (key, &(id, route4)) in &want_names {
+            if self.names.get(key) != Some(&(id, route4)) {
+                let value = NameValue { route4, ..NameValue::new(id, key) };
                 self.maps
                     .names
-                    .insert(hash_wire(key), NameValue::new(id, key), 0)
+                    .insert(hash_wire(key), value, 0)
                     .map_err(|e| full_or(names::MAP_NAME, names::MAX_ENTRIES, e, "names"))?;
                 stats.names_upserted += 1;
             }
@@ -648,6 +676,9 @@ impl MapWriter {
                     remove_route(&mut self.maps.routes, id, r)?;
                 }
                 stats.routes_deleted += have.len();
+                if let Some(flat) = self.maps.flat.as_mut() {
+                    flat.remove(id);
+                }
             }
         }
         for (&id, have) in &self.routes6 {
@@ -673,6 +704,9 @@ impl MapWriter {
         // Lowest ids first, so the array stays dense.
         self.free_ids.sort_unstable_by(|a, b| b.cmp(a));
 
+        if let Some(flat) = self.maps.flat.as_mut() {
+            flat.end_sync();
+        }
         self.names = want_names;
         self.routes = want_routes;
         self.routes6 = want_routes6;
@@ -786,6 +820,9 @@ impl MapWriter {
             if a != AnswerV6::default() {
                 self.maps.answers6.set(id, AnswerV6::default(), 0).map_err(map_err(answers::MAP_NAME_V6))?;
             }
+        }
+        if let Some(flat) = self.maps.flat.as_mut() {
+            flat.reset();
         }
         self.names.clear();
         self.routes.clear();
