@@ -26,18 +26,22 @@
 /// Map names as `bpftool` shows them.
 pub const MAP_NAME_L1: &str = "lagran_route4_l1";
 pub const MAP_NAME_L2: &str = "lagran_route4_l2";
-/// Names that get a block of `l1` (the others use the trie). The kernel keeps
-/// array elements 8-aligned, so each slot takes 8 bytes: 8 MiB.
+/// Names that get a block of `l1` (the others use the trie): 4 MiB.
 pub const FLAT_NAMES: u32 = 16;
 /// Slots of one name's `l1` block.
 pub const L1_SLOTS: u32 = 1 << 16;
 pub const L1_ENTRIES: u32 = FLAT_NAMES * L1_SLOTS;
-/// Groups of 256 `l2` slots, shared by every name: 32 MiB. The real ip2region
+/// Groups of 256 `l2` slots, shared by every name: 16 MiB. The real ip2region
 /// file with the demo's nodes splits 2 291 /16s for one name, so about seven
 /// names of that size fit; a name that does not fit uses the trie.
 pub const L2_GROUPS: u32 = 1 << 14;
 pub const L2_SLOTS: u32 = 256;
 pub const L2_ENTRIES: u32 = L2_GROUPS * L2_SLOTS;
+/// The maps' elements are `u64`s holding two slots each (slot `2k` in the low
+/// half, `2k + 1` in the high half): the kernel keeps array elements 8-aligned,
+/// so a `u32` element would take 8 bytes. Seen through the mapping, the memory
+/// is a plain little-endian `u32` array of slots.
+pub const SLOTS_PER_ELEMENT: u32 = 2;
 /// `BPF_F_MMAPABLE` (kernel ≥ 5.5).
 pub const MAP_FLAGS: u32 = 1 << 10;
 

@@ -59,11 +59,10 @@ pub fn layout(routes: &[FlatRoute]) -> Layout {
     Layout { l1, groups }
 }
 
-/// Bytes per element in an array map's memory: the kernel rounds the value size
-/// up to 8 (`round_up(value_size, 8)` in `array_map_alloc`).
-const STRIDE: usize = 8;
+/// Bytes per slot in the mapping (two `u32` slots per `u64` element).
+const STRIDE: usize = 4;
 
-/// A shared, writable mapping of an mmapable array map of `u32`.
+/// A shared, writable mapping of an mmapable array map, as `u32` slots.
 struct Mapped {
     ptr: *mut AtomicU32,
     bytes: usize,
@@ -98,13 +97,13 @@ impl Mapped {
     fn get(&self, i: usize) -> u32 {
         assert!(i < self.entries);
         // SAFETY: `i` is inside the mapping.
-        unsafe { (*self.ptr.add(i * STRIDE / 4)).load(Ordering::Relaxed) }
+        unsafe { (*self.ptr.add(i)).load(Ordering::Relaxed) }
     }
 
     fn set(&self, i: usize, v: u32) {
         assert!(i < self.entries);
         // SAFETY: `i` is inside the mapping.
-        unsafe { (*self.ptr.add(i * STRIDE / 4)).store(v, Ordering::Relaxed) }
+        unsafe { (*self.ptr.add(i)).store(v, Ordering::Relaxed) }
     }
 
     fn zero(&self) {
