@@ -31,6 +31,7 @@ mod dns;
 mod eth;
 mod ipv4;
 mod ipv6;
+mod listen4;
 mod maps;
 mod packet;
 mod response;
@@ -95,7 +96,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<u32, Counter> {
         let udp = udp::parse(&f, l4, ip4.tot_len - ipv4::HDR_LEN)?;
         // Only what we serve: another host's DNS traffic crossing this interface, or
         // a port we do not listen on, is not ours to answer.
-        if !maps::listening_v4(ip4.dst, udp.dst) {
+        if !listen4::listening(ip4.dst, udp.dst) {
             return Err(Counter::NotListenAddress);
         }
         (Ip::V4(ip4), l4, udp, Client::v4(ip4.src), cfg)

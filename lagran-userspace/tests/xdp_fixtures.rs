@@ -1560,6 +1560,41 @@ fn cname_and_unlocated_blocks_are_passed_to_userspace() {
     fx.run(&f.clone().from("58.60.1.1").build(&Dns::a("pool-a.edge.lagran.net").bytes()), Counter::NoAnswer);
 }
 
+/// The IPv4 listen set is scanned from `lagran_listen4` up to its size and looked
+/// up in `lagran_listen` beyond it: both give the same answers.
+#[test]
+fn listen_sets_larger_than_the_scan_and_mapped_addresses() {
+    use std::net::SocketAddr;
+    let mut fx = Fixture::new();
+    let q = Dns::a("edge.lagran.net").bytes();
+    let to = |dst: &str, port: u16| {
+        let mut f = Frame::new().from("10.1.2.3");
+        f.dst = dst.parse().unwrap();
+        f.dport = port;
+        f.build(&q)
+    };
+    let slots = lagran_common::listen::V4_SLOTS;
+    // Up to `slots` IPv4 pairs are scanned; more go to the hash map.
+    for n in [slots - 2, slots - 1, slots, 3 * slots] {
+        // n addresses 192.0.2.1.. on port 53, and an IPv4-mapped one on port 5353.
+        let mut set: Vec<SocketAddr> = (1..=n).map(|i| format!("192.0.2.{i}:53").parse().unwrap()).collect();
+        set.push("[::ffff:198.51.100.7]:5353".parse().unwrap());
+        fx.writer.set_listen(&set).unwrap();
+        for i in 1..=n {
+            fx.answered(&to(&format!("192.0.2.{i}"), 53));
+        }
+        fx.pass(&to(&format!("192.0.2.{}", n + 1), 53), Counter::NotListenAddress);
+        fx.pass(&to("192.0.2.1", 5353), Counter::NotListenAddress);
+        fx.answered(&to("198.51.100.7", 5353));
+        fx.pass(&to("198.51.100.7", 53), Counter::NotListenAddress);
+        // The wildcard among many: every address on its port.
+        set.push("0.0.0.0:54".parse().unwrap());
+        fx.writer.set_listen(&set).unwrap();
+        fx.answered(&to("203.0.113.200", 54));
+        fx.pass(&to("203.0.113.200", 53), Counter::NotListenAddress);
+    }
+}
+
 // ------------------------------------------------ flat IPv4 route arrays
 
 /// `flat.edge.lagran.net` (id 9): blocks of every kind the flat arrays hold —

@@ -28,7 +28,7 @@ use lagran_common::{
     answers::{self, AnswerV4, AnswerV6, MAX_ADDRS},
     config::{self, Config},
     counters::{self, Counter},
-    listen::{self, ListenKey, ListenValue},
+    listen::{self, ListenKey, ListenV4, ListenValue},
     names::{self, NAME_MAX, NameValue, hash_wire},
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
     route_v6::{self, RouteV6Data},
@@ -68,6 +68,8 @@ pub struct Maps {
     answers6: Array<MapData, AnswerV6>,
     /// The flat IPv4 route arrays (`None`: an object without them, or pinned maps).
     flat: Option<FlatV4>,
+    /// The scanned IPv4 listen set (`None`: an object without it, or pinned maps).
+    listen4: Option<Array<MapData, ListenV4>>,
 }
 
 impl Maps {
@@ -86,8 +88,13 @@ impl Maps {
             ebpf.take_map(lagran_common::route_v4_flat::MAP_NAME_L1),
             ebpf.take_map(lagran_common::route_v4_flat::MAP_NAME_L2),
         )?;
+        let listen4 = match ebpf.take_map(listen::MAP_NAME_V4) {
+            Some(m) => Some(Array::try_from(m).map_err(map_err(listen::MAP_NAME_V4))?),
+            None => None,
+        };
         let mut maps = Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6])?;
         maps.flat = flat;
+        maps.listen4 = listen4;
         Ok(maps)
     }
 
@@ -125,6 +132,7 @@ impl Maps {
             routes6: LpmTrie::try_from(routes6).map_err(map_err(route_v6::MAP_NAME))?,
             answers6: Array::try_from(answers6).map_err(map_err(answers::MAP_NAME_V6))?,
             flat: None,
+            listen4: None,
         })
     }
 
@@ -164,10 +172,36 @@ impl Maps {
             self.listen.insert(k, ListenValue { on: 1 }, 0).map_err(map_err(listen::MAP_NAME))?;
         }
         let have: Vec<ListenKey> = self.listen.keys().collect::<Result<_, _>>().map_err(map_err(listen::MAP_NAME))?;
+        self.set_listen4(addrs)?;
         for k in have.iter().filter(|k| !want.contains(k)) {
             remove_ok_if_missing(self.listen.remove(k), listen::MAP_NAME)?;
         }
         Ok(())
+    }
+
+    /// Writes the IPv4 part of the listen set into `lagran_listen4` for the
+    /// program's scan, or marks it "ask `lagran_listen`" when it does not fit.
+    fn set_listen4(&mut self, addrs: &[SocketAddr]) -> Result<(), XdpError> {
+        let Some(map) = self.listen4.as_mut() else { return Ok(()) };
+        let mut v4: Vec<u64> = addrs
+            .iter()
+            .filter_map(|a| {
+                // The same IPv4 addresses `listen_key` writes (IPv4-mapped ones included).
+                let ip = match a.ip() {
+                    IpAddr::V4(ip) => ip,
+                    IpAddr::V6(ip) => ip.to_ipv4_mapped()?,
+                };
+                Some(ListenV4::entry(ip.octets(), a.port().to_be_bytes()))
+            })
+            .collect();
+        v4.sort_unstable();
+        v4.dedup();
+        let mut set = ListenV4::default();
+        if v4.len() <= set.entries.len() {
+            set.exact = 1;
+            set.entries[..v4.len()].copy_from_slice(&v4);
+        }
+        map.set(0, set, 0).map_err(map_err(listen::MAP_NAME_V4))
     }
 
     /// The listen set (for dumps and tests).
