@@ -94,12 +94,6 @@ impl Mapped {
         Ok(Mapped { ptr: p.cast(), bytes, entries: entries as usize, _map: data })
     }
 
-    fn get(&self, i: usize) -> u32 {
-        assert!(i < self.entries);
-        // SAFETY: `i` is inside the mapping.
-        unsafe { (*self.ptr.add(i)).load(Ordering::Relaxed) }
-    }
-
     fn set(&self, i: usize, v: u32) {
         assert!(i < self.entries);
         // SAFETY: `i` is inside the mapping.
@@ -279,20 +273,6 @@ impl FlatV4 {
         self.free_groups.append(&mut self.retired_groups);
         self.free_blocks.append(&mut self.retired_blocks);
         self.free_blocks.sort_unstable_by(|a, b| b.cmp(a));
-    }
-
-    /// The slot `l1` holds for `(route4, addr)`, and the `l2` slot when it is a group
-    /// (for tests and dumps).
-    pub fn slots(&self, route4: u32, addr: u32) -> (u32, Option<u32>) {
-        if route4 == 0 || route4 > FLAT_NAMES {
-            return (flat::NONE, None);
-        }
-        let s = self.l1.get((route4 - 1) as usize * L1_SLOTS as usize + (addr >> 16) as usize);
-        if s & flat::KIND_MASK != flat::GROUP {
-            return (s, None);
-        }
-        let t = self.l2.get(flat::group_index(s) as usize * L2_SLOTS as usize + ((addr >> 8) & 0xff) as usize);
-        (s, Some(t))
     }
 }
 
