@@ -20,6 +20,7 @@ pub mod counters;
 pub mod listen;
 pub mod names;
 pub mod route_v4;
+pub mod route_v4_flat;
 pub mod route_v6;
 pub mod rrl;
 

@@ -47,7 +47,46 @@ pub struct ListenValue {
     pub on: u32,
 }
 
+/// `lagran_listen4`: the IPv4 part of the listen set as one array element the
+/// program scans (a few compares) instead of hashing a 20-byte key once or
+/// twice per packet. Written by userspace with `lagran_listen`, after it.
+pub const MAP_NAME_V4: &str = "lagran_listen4";
+/// IPv4 (address, port) pairs the scan holds; a larger set leaves `exact` 0 and
+/// the program uses `lagran_listen`.
+pub const V4_SLOTS: usize = 8;
+/// A slot no packet matches (bit 16 is never set in an entry).
+pub const V4_EMPTY: u64 = 1 << 16;
+
+/// The IPv4 listen set, scanned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenV4 {
+    /// 1: `entries` is the whole IPv4 listen set; 0: ask `lagran_listen`
+    /// (not written yet, or more pairs than `V4_SLOTS`).
+    pub exact: u32,
+    pub _pad: u32,
+    /// [`ListenV4::entry`] of each pair (the wildcard address is 0), then
+    /// [`V4_EMPTY`].
+    pub entries: [u64; V4_SLOTS],
+}
+
+impl ListenV4 {
+    /// The entry of an address and a port as they sit in the packet (network
+    /// order), read as native-endian integers.
+    #[inline(always)]
+    pub const fn entry(addr: [u8; 4], port: [u8; 2]) -> u64 {
+        (u32::from_ne_bytes(addr) as u64) << 32 | u16::from_ne_bytes(port) as u64
+    }
+}
+
+impl Default for ListenV4 {
+    fn default() -> Self {
+        ListenV4 { exact: 0, _pad: 0, entries: [V4_EMPTY; V4_SLOTS] }
+    }
+}
+
+const _: () = assert!(size_of::<ListenV4>() == 8 + 8 * V4_SLOTS);
 const _: () = assert!(size_of::<ListenKey>() == 20);
 const _: () = assert!(size_of::<ListenValue>() == 4);
 
-crate::impl_pod!(ListenKey, ListenValue);
+crate::impl_pod!(ListenKey, ListenValue, ListenV4);

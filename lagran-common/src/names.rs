@@ -26,6 +26,10 @@ pub struct NameValue {
     pub id: u32,
     /// Length of the wire name in octets, root label included (1–255).
     pub len: u32,
+    /// The name's block of `lagran_route4_l1` plus one (`route_v4_flat`); 0: none,
+    /// its IPv4 routes are looked up in the trie.
+    pub route4: u32,
+    pub _pad: u32,
     /// The wire name (`04 e d g e 06 l a g r a n 03 n e t 00`), ASCII letters
     /// lowercased, as little-endian 8-byte words (octet `i` is byte `i % 8` of
     /// word `i / 8`), zero after `len` octets.
@@ -35,7 +39,7 @@ pub struct NameValue {
 impl NameValue {
     /// The value for `wire` (lowercased wire format, at most `NAME_MAX` octets).
     pub fn new(id: u32, wire: &[u8]) -> NameValue {
-        NameValue { id, len: wire.len() as u32, name: words(wire) }
+        NameValue { id, len: wire.len() as u32, route4: 0, _pad: 0, name: words(wire) }
     }
 
     /// The wire name's octets.
@@ -110,7 +114,7 @@ pub const fn lowercase_word(w: u64) -> u64 {
     w | (upper >> 2)
 }
 
-const _: () = assert!(size_of::<NameValue>() == 8 + 8 * WORDS);
+const _: () = assert!(size_of::<NameValue>() == 16 + 8 * WORDS);
 const _: () = assert!(WORDS == 32);
 
 crate::impl_pod!(NameValue);

@@ -32,9 +32,11 @@ mod dns;
 mod eth;
 mod ipv4;
 mod ipv6;
+mod listen4;
 mod maps;
 mod packet;
 mod response;
+mod route4;
 mod rrl;
 mod udp;
 
@@ -96,7 +98,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
         let udp = udp::parse(&f, l4, ip4.tot_len - ipv4::HDR_LEN)?;
         // Only what we serve: another host's DNS traffic crossing this interface, or
         // a port we do not listen on, is not ours to answer.
-        if !maps::listening_v4(ip4.dst, udp.dst) {
+        if !listen4::listening(ip4.dst, udp.dst) {
             return Err(Counter::NotListenAddress);
         }
         (Ip::V4(ip4), l4, udp, Client::v4(ip4.src), cfg)
@@ -123,7 +125,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
     } else {
         source
     };
-    let (answer_id, scope) = route(name_id, &client)?;
+    let (answer_id, scope) = route(name_id, name.route4, &client)?;
     // The packet's source (not the ECS address) is what a server cookie binds.
     let cookie = if opaque(&q.cookie) != 0 {
         cookie::respond(q, &source)?
@@ -182,12 +184,16 @@ impl Client {
 /// (`::ffff:a.b.c.d`, whose scope counts the 96 mapped bits) by the IPv4 trie,
 /// other IPv6 clients by the IPv6 trie; a canary split per /24 or /48.
 #[inline(always)]
-fn route(name_id: u32, client: &Client) -> Result<(u32, u8), Counter> {
+fn route(name_id: u32, route4: u32, client: &Client) -> Result<(u32, u8), Counter> {
     let a = client.addr;
     let mapped = client.v6 != 0 && a.hi == 0 && a.lo >> 32 == 0xffff;
     let (route, max, split, bucket, extra) = if client.v6 == 0 || mapped {
         let v4 = a.lo as u32;
-        let r = maps::route_v4(name_id, v4.to_be_bytes()).ok_or(Counter::NoAnswer)?;
+        let r = match route4::lookup(route4, v4) {
+            route4::Flat::Route(r) => r,
+            route4::Flat::None => return Err(Counter::NoAnswer),
+            route4::Flat::Trie => maps::route_v4(name_id, v4.to_be_bytes()).ok_or(Counter::NoAnswer)?,
+        };
         (r, 32, canary::SPLIT_PREFIX_V4, canary::bucket_v4(v4), if mapped { 96 } else { 0 })
     } else {
         let r = maps::route_v6(name_id, a).ok_or(Counter::NoAnswer)?;

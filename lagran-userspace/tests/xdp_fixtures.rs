@@ -155,11 +155,15 @@ impl Fixture {
         let obj = lagran::xdp::object_bytes().unwrap_or_else(|e| {
             panic!("the XDP fixture tests need the BPF object: {e} (`cargo xtask test` builds it first)")
         });
-        let mut prog = LoadedXdp::load(&obj).unwrap_or_else(|e| {
+        let prog = LoadedXdp::load(&obj).unwrap_or_else(|e| {
             panic!("loading the XDP program must succeed (root/CAP_BPF needed; verifier output follows): {e}")
         });
+        Fixture::with(prog, table())
+    }
+
+    /// A loaded program with `table` synced.
+    fn with(mut prog: LoadedXdp, table: RouteTable) -> Fixture {
         let mut writer = prog.map_writer(DNS_PORT, 1232).expect("map writer");
-        let table = table();
         writer.sync(&table, &settings()).expect("first sync");
         let secrets = dns::cookie::Secrets { current: COOKIE_SECRET, previous: None };
         writer
@@ -1691,4 +1695,168 @@ fn cname_and_unlocated_blocks_are_passed_to_userspace() {
     fx.run(&f.clone().from("58.60.1.1").build(&Dns::a("edge.lagran.net").bytes()), Counter::Answered);
     fx.run(&f.clone().from("11.1.2.3").build(&Dns::a("edge.lagran.net").bytes()), Counter::NoAnswer);
     fx.run(&f.clone().from("58.60.1.1").build(&Dns::a("pool-a.edge.lagran.net").bytes()), Counter::NoAnswer);
+}
+
+/// The IPv4 listen set is scanned from `lagran_listen4` up to its size and looked
+/// up in `lagran_listen` beyond it: both give the same answers.
+#[test]
+fn listen_sets_larger_than_the_scan_and_mapped_addresses() {
+    use std::net::SocketAddr;
+    let mut fx = Fixture::new();
+    let q = Dns::a("edge.lagran.net").bytes();
+    let to = |dst: &str, port: u16| {
+        let mut f = Frame::new().from("10.1.2.3");
+        f.dst = dst.parse().unwrap();
+        f.dport = port;
+        f.build(&q)
+    };
+    let slots = lagran_common::listen::V4_SLOTS;
+    // Up to `slots` IPv4 pairs are scanned; more go to the hash map.
+    for n in [slots - 2, slots - 1, slots, 3 * slots] {
+        // n addresses 192.0.2.1.. on port 53, and an IPv4-mapped one on port 5353.
+        let mut set: Vec<SocketAddr> = (1..=n).map(|i| format!("192.0.2.{i}:53").parse().unwrap()).collect();
+        set.push("[::ffff:198.51.100.7]:5353".parse().unwrap());
+        fx.writer.set_listen(&set).unwrap();
+        for i in 1..=n {
+            fx.answered(&to(&format!("192.0.2.{i}"), 53));
+        }
+        fx.pass(&to(&format!("192.0.2.{}", n + 1), 53), Counter::NotListenAddress);
+        fx.pass(&to("192.0.2.1", 5353), Counter::NotListenAddress);
+        fx.answered(&to("198.51.100.7", 5353));
+        fx.pass(&to("198.51.100.7", 53), Counter::NotListenAddress);
+        // The wildcard among many: every address on its port.
+        set.push("0.0.0.0:54".parse().unwrap());
+        fx.writer.set_listen(&set).unwrap();
+        fx.answered(&to("203.0.113.200", 54));
+        fx.pass(&to("203.0.113.200", 53), Counter::NotListenAddress);
+    }
+}
+
+// ------------------------------------------------ flat IPv4 route arrays
+
+/// `flat.edge.lagran.net` (id 9): blocks of every kind the flat arrays hold —
+/// /8 and /15 (whole /16s), exactly /16, /17 and /24 (inside a split /16),
+/// longer than /24 (their /24 asks the trie), and an odd range that decomposes
+/// into blocks of many lengths — each with its own answer where neighbours meet.
+fn flat_name(ranges: &[(&str, &str, u32)]) -> ScheduledName {
+    ScheduledName {
+        ecs: true,
+        name: "flat.edge.lagran.net".into(),
+        id: 9,
+        answers: vec![
+            answer(30, &["192.0.2.1"]),
+            answer(30, &["192.0.2.2"]),
+            answer(30, &["192.0.2.3", "192.0.2.33"]),
+            answer(30, &["192.0.2.4"]),
+        ],
+        v4: PrefixMapV4::from_ranges(ranges.iter().map(|&(s, e, v)| (v4(s), v4(e), v)), 0),
+        v6: PrefixMapV6::uniform(0),
+    }
+}
+
+const FLAT_RANGES: [(&str, &str, u32); 10] = [
+    ("20.0.0.0", "20.0.255.255", 1),
+    ("20.1.0.0", "20.1.127.255", 2),
+    ("20.1.128.0", "20.1.128.255", 3),
+    ("20.1.129.0", "20.1.129.127", 1),
+    ("20.1.129.128", "20.1.129.131", 2),
+    ("20.1.129.132", "20.1.129.132", 3),
+    ("20.1.129.133", "20.1.129.200", 1),
+    ("20.2.0.0", "20.3.255.255", 2),
+    ("21.0.0.0", "21.255.255.255", 3),
+    ("22.5.3.7", "22.9.1.2", 1),
+];
+
+fn flat_table(version: u64, ranges: &[(&str, &str, u32)]) -> RouteTable {
+    let zone = ZoneRoutes { zone: Zone::new("edge.lagran.net"), names: vec![flat_name(ranges)] };
+    RouteTable::new(version, now_ms(), vec![zone])
+}
+
+/// Client addresses at and beside every block edge of the name's IPv4 map.
+fn edges(name: &ScheduledName) -> Vec<u32> {
+    let mut out = Vec::new();
+    for p in name.v4.iter() {
+        let size = if p.len == 0 { 1u64 << 32 } else { 1u64 << (32 - p.len) };
+        let (first, last) = (u64::from(p.addr), u64::from(p.addr) + size - 1);
+        for a in [first.wrapping_sub(1), first, first + 1, (first + last) / 2, last.saturating_sub(1), last, last + 1] {
+            if a <= u64::from(u32::MAX) {
+                out.push(a as u32);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Every edge client, as the sender and as ECS /32, /24 and /16, answered exactly
+/// like userspace (addresses, TTL and the ECS scope, byte for byte).
+fn check_edges(fx: &Fixture) -> usize {
+    let name = fx.table.scheduled("flat.edge.lagran.net").expect("flat name").clone();
+    let mut n = 0;
+    for a in edges(&name) {
+        let addr = Ipv4Addr::from(a);
+        if lagran::geo::reserved::is_special_v4(addr) || a == 0 {
+            continue;
+        }
+        let src = addr.to_string();
+        fx.answered(&Frame::new().from(&src).build(&Dns::a("flat.edge.lagran.net").bytes()));
+        for len in [32, 24, 16] {
+            let dns = Dns::a("flat.edge.lagran.net").opt(1232, 0, false, &ecs4(&format!("{src}/{len}"))).bytes();
+            let m = fx.answered(&Frame::new().build(&dns));
+            let scope = read_resp(&m, wire("flat.edge.lagran.net").len()).opt.unwrap().2.unwrap().2;
+            let (_, want) = name.answer_for(IpAddr::V4(Ipv4Addr::from(a & (u32::MAX << (32 - len)))));
+            assert_eq!(scope, want, "ECS {src}/{len}: the scope is the route's exact length");
+        }
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn flat_route_arrays_keep_every_block_edge_and_scope() {
+    let obj = lagran::xdp::object_bytes().expect("the BPF object");
+    let prog = LoadedXdp::load(&obj).expect("load");
+    let fx = Fixture::with(prog, flat_table(1, &FLAT_RANGES));
+    assert!(
+        fx.writer.maps().flat_groups().is_some_and(|g| g >= 2),
+        "the split /16s (20.1, 22.5–22.9) use l2 groups: {:?}",
+        fx.writer.maps().flat_groups()
+    );
+    let checked = check_edges(&fx);
+    assert!(checked > 100, "{checked} edge clients");
+}
+
+#[test]
+fn flat_route_arrays_follow_resyncs_and_removals() {
+    let obj = lagran::xdp::object_bytes().expect("the BPF object");
+    let prog = LoadedXdp::load(&obj).expect("load");
+    let mut fx = Fixture::with(prog, flat_table(1, &FLAT_RANGES));
+    check_edges(&fx);
+    // The split /16 20.1 changes inside, 20.0 becomes split, 21/8 is split at /24
+    // and past /24, 22.x becomes one /16 block.
+    let changed: [(&str, &str, u32); 7] = [
+        ("20.0.0.0", "20.0.0.255", 3),
+        ("20.1.0.0", "20.1.63.255", 1),
+        ("20.1.128.0", "20.1.129.255", 2),
+        ("21.0.0.0", "21.0.0.127", 1),
+        ("21.0.1.0", "21.0.1.255", 2),
+        ("21.0.2.0", "21.255.255.255", 3),
+        ("22.5.0.0", "22.5.255.255", 2),
+    ];
+    let t = flat_table(2, &changed);
+    fx.writer.sync(&t, &settings()).expect("resync");
+    fx.table = t;
+    check_edges(&fx);
+    // Back again: groups given up in the last sync are reused now.
+    let t = flat_table(3, &FLAT_RANGES);
+    fx.writer.sync(&t, &settings()).expect("resync");
+    fx.table = t;
+    check_edges(&fx);
+    // The name gone: passed as unknown; its block cleared.
+    let t = RouteTable::new(4, now_ms(), vec![]);
+    fx.writer.sync(&t, &settings()).expect("resync");
+    fx.table = t;
+    fx.pass(&Frame::new().from("20.1.129.132").build(&Dns::a("flat.edge.lagran.net").bytes()), Counter::NameUnknown);
+    assert_eq!(fx.writer.maps().flat_groups(), Some(0));
 }

@@ -29,6 +29,7 @@ mod napi;
 mod query;
 mod rawxdp;
 mod tables;
+mod xdpcost;
 
 use clap::Parser;
 
@@ -53,6 +54,8 @@ enum Cmd {
     FleetAdd(fleet::AddArgs),
     /// Heartbeats at a target rate while DNS latency is probed, with and without them.
     Heartbeats(fleet::HeartbeatArgs),
+    /// The XDP program's per-packet cost, objects compared back to back.
+    XdpCost(xdpcost::Args),
 }
 
 /// One machine-readable result line.
@@ -71,5 +74,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Queries(a) => gun::queries(a),
         Cmd::FleetAdd(a) => fleet::add(a),
         Cmd::Heartbeats(a) => fleet::heartbeats(a),
+        Cmd::XdpCost(a) => xdpcost::run(a),
     }
 }

@@ -29,13 +29,14 @@ use lagran_common::{
     config::{self, Config},
     cookie::{self, CookieConfig},
     counters::{self, Counter},
-    listen::{self, ListenKey, ListenValue},
+    listen::{self, ListenKey, ListenV4, ListenValue},
     names::{self, NAME_MAX, NameValue, hash_wire},
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
     route_v6::{self, RouteV6Data},
 };
 
 use super::XdpError;
+use super::route4_flat::{FlatRoute, FlatV4};
 use crate::config::DnsSettings;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName};
@@ -96,6 +97,10 @@ pub struct Maps {
     routes6: LpmTrie<MapData, RouteV6Data, RouteValue>,
     answers6: Array<MapData, AnswerV6>,
     cookie: Array<MapData, CookieConfig>,
+    /// The flat IPv4 route arrays (`None`: an object without them, or pinned maps).
+    flat: Option<FlatV4>,
+    /// The scanned IPv4 listen set (`None`: an object without it, or pinned maps).
+    listen4: Option<Array<MapData, ListenV4>>,
 }
 
 impl Maps {
@@ -111,7 +116,18 @@ impl Maps {
         let routes6 = take(route_v6::MAP_NAME)?;
         let answers6 = take(answers::MAP_NAME_V6)?;
         let cookie = take(cookie::MAP_NAME)?;
-        Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6, cookie])
+        let flat = FlatV4::new(
+            ebpf.take_map(lagran_common::route_v4_flat::MAP_NAME_L1),
+            ebpf.take_map(lagran_common::route_v4_flat::MAP_NAME_L2),
+        )?;
+        let listen4 = match ebpf.take_map(listen::MAP_NAME_V4) {
+            Some(m) => Some(Array::try_from(m).map_err(map_err(listen::MAP_NAME_V4))?),
+            None => None,
+        };
+        let mut maps = Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6, cookie])?;
+        maps.flat = flat;
+        maps.listen4 = listen4;
+        Ok(maps)
     }
 
     /// Opens the maps pinned under `dir` by a running `lagran serve --xdp`
@@ -149,6 +165,8 @@ impl Maps {
             routes6: LpmTrie::try_from(routes6).map_err(map_err(route_v6::MAP_NAME))?,
             answers6: Array::try_from(answers6).map_err(map_err(answers::MAP_NAME_V6))?,
             cookie: Array::try_from(cookie).map_err(map_err(cookie::MAP_NAME))?,
+            flat: None,
+            listen4: None,
         })
     }
 
@@ -160,6 +178,11 @@ impl Maps {
     /// The cookie entry.
     pub fn cookie(&self) -> Result<CookieConfig, XdpError> {
         self.cookie.get(&cookie::INDEX, 0).map_err(map_err(cookie::MAP_NAME))
+    }
+
+    /// `lagran_route4_l2` groups in use (`None`: no flat arrays).
+    pub fn flat_groups(&self) -> Option<usize> {
+        self.flat.as_ref().map(FlatV4::groups_used)
     }
 
     /// The counters, summed over the CPUs.
@@ -193,10 +216,36 @@ impl Maps {
             self.listen.insert(k, ListenValue { on: 1 }, 0).map_err(map_err(listen::MAP_NAME))?;
         }
         let have: Vec<ListenKey> = self.listen.keys().collect::<Result<_, _>>().map_err(map_err(listen::MAP_NAME))?;
+        self.set_listen4(addrs)?;
         for k in have.iter().filter(|k| !want.contains(k)) {
             remove_ok_if_missing(self.listen.remove(k), listen::MAP_NAME)?;
         }
         Ok(())
+    }
+
+    /// Writes the IPv4 part of the listen set into `lagran_listen4` for the
+    /// program's scan, or marks it "ask `lagran_listen`" when it does not fit.
+    fn set_listen4(&mut self, addrs: &[SocketAddr]) -> Result<(), XdpError> {
+        let Some(map) = self.listen4.as_mut() else { return Ok(()) };
+        let mut v4: Vec<u64> = addrs
+            .iter()
+            .filter_map(|a| {
+                // The same IPv4 addresses `listen_key` writes (IPv4-mapped ones included).
+                let ip = match a.ip() {
+                    IpAddr::V4(ip) => ip,
+                    IpAddr::V6(ip) => ip.to_ipv4_mapped()?,
+                };
+                Some(ListenV4::entry(ip.octets(), a.port().to_be_bytes()))
+            })
+            .collect();
+        v4.sort_unstable();
+        v4.dedup();
+        let mut set = ListenV4::default();
+        if v4.len() <= set.entries.len() {
+            set.exact = 1;
+            set.entries[..v4.len()].copy_from_slice(&v4);
+        }
+        map.set(0, set, 0).map_err(map_err(listen::MAP_NAME_V4))
     }
 
     /// The listen set (for dumps and tests).
@@ -448,8 +497,8 @@ pub struct MapWriter {
     /// switched off by the operator). Answering also needs a synced table.
     allowed: bool,
     synced: bool,
-    /// Written names: wire key -> name id.
-    names: StdHashMap<Vec<u8>, u32>,
+    /// Written names: wire key -> (name id, its flat IPv4 block + 1).
+    names: StdHashMap<Vec<u8>, (u32, u32)>,
     /// Written trie entries per name id, sorted by (addr, len).
     routes: StdHashMap<u32, Vec<Route>>,
     /// Written IPv6 trie entries per name id, sorted by (addr, len).
@@ -678,6 +727,11 @@ impl MapWriter {
             for r in &del {
                 remove_route(&mut self.maps.routes, id, r)?;
             }
+            // The flat arrays after the trie: their "ask the trie" slots find it written.
+            if let Some(flat) = self.maps.flat.as_mut() {
+                let routes: Vec<FlatRoute> = want.iter().map(|r| (r.addr, r.len, r.value.answer_id)).collect();
+                flat.write(id, &routes);
+            }
             stats.routes_upserted += up.len();
             stats.routes_deleted += del.len();
             stats.routes_total += want.len();
@@ -704,11 +758,19 @@ impl MapWriter {
         }
 
         // 3. Names.
-        for (key, &id) in &want_names {
-            if self.names.get(key) != Some(&id) {
+        let want_names: StdHashMap<Vec<u8>, (u32, u32)> = want_names
+            .into_iter()
+            .map(|(key, id)| {
+                let route4 = self.maps.flat.as_ref().map_or(0, |f| f.route4(id));
+                (key, (id, route4))
+            })
+            .collect();
+        for (key, &(id, route4)) in &want_names {
+            if self.names.get(key) != Some(&(id, route4)) {
+                let value = NameValue { route4, ..NameValue::new(id, key) };
                 self.maps
                     .names
-                    .insert(hash_wire(key), NameValue::new(id, key), 0)
+                    .insert(hash_wire(key), value, 0)
                     .map_err(|e| full_or(names::MAP_NAME, names::MAX_ENTRIES, e, "names"))?;
                 stats.names_upserted += 1;
             }
@@ -728,6 +790,9 @@ impl MapWriter {
                     remove_route(&mut self.maps.routes, id, r)?;
                 }
                 stats.routes_deleted += have.len();
+                if let Some(flat) = self.maps.flat.as_mut() {
+                    flat.remove(id);
+                }
             }
         }
         for (&id, have) in &self.routes6 {
@@ -753,6 +818,9 @@ impl MapWriter {
         // Lowest ids first, so the array stays dense.
         self.free_ids.sort_unstable_by(|a, b| b.cmp(a));
 
+        if let Some(flat) = self.maps.flat.as_mut() {
+            flat.end_sync();
+        }
         self.names = want_names;
         self.routes = want_routes;
         self.routes6 = want_routes6;
@@ -866,6 +934,9 @@ impl MapWriter {
             if a != AnswerV6::default() {
                 self.maps.answers6.set(id, AnswerV6::default(), 0).map_err(map_err(answers::MAP_NAME_V6))?;
             }
+        }
+        if let Some(flat) = self.maps.flat.as_mut() {
+            flat.reset();
         }
         self.names.clear();
         self.routes.clear();

@@ -18,6 +18,7 @@ pub mod loader;
 pub mod maps;
 #[cfg(any(test, feature = "testkit"))]
 pub mod netns;
+pub mod route4_flat;
 pub mod sync;
 
 use std::path::PathBuf;
@@ -47,6 +48,8 @@ pub enum XdpError {
     NoProgram(&'static str),
     #[error("the XDP object has no map `{0}`: was it built from this tree?")]
     NoMap(&'static str),
+    #[error("cannot map `{map}` into memory: {reason}")]
+    FlatMap { map: &'static str, reason: String },
     #[error("map `{map}`: {source}")]
     Map { map: &'static str, source: Box<aya::maps::MapError> },
     #[error("pinning map `{map}` at {path}: {source}")]

@@ -1,0 +1,305 @@
+//! `xdp-cost`: where the XDP program's time goes, on a busy machine.
+//!
+//! Several objects (e.g. before and after a change) are loaded side by side and
+//! measured back to back, round after round, so that load from other processes
+//! falls on every variant alike; medians are reported. Each object is measured
+//! with the real route table (the real xdb, the demo's nodes, one name) and with
+//! a one-entry table, with and without ECS, with the listen set holding the
+//! destination itself (one lookup) and only the wildcard (two lookups):
+//!
+//! - `answered`: one `BPF_PROG_TEST_RUN` per query (a repeated run would see the
+//!   response), the kernel's duration (includes the test-run overhead);
+//! - `stats`: the same runs as `bpf_stats` accounts them (`run_time_ns / run_cnt`,
+//!   the program alone), when `kernel.bpf_stats_enabled` could be turned on;
+//! - `lookup`: the answers emptied, so every run parses and looks up, then passes
+//!   the query unchanged: `repeat` runs per query, warm caches.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use aya::programs::{TestRun as _, TestRunOptions, Xdp};
+use lagran::config::{DnsSettings, ScheduleSettings};
+use lagran::geo::{GeoDb, Xdb};
+use lagran::partition::PartitionTable;
+use lagran::prefix_map::PrefixMapV4;
+use lagran::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
+use lagran::scheduler::{BuildState, Inputs, build_route_table};
+use lagran::xdp::{MapWriter, Maps};
+use lagran_common::names::NameValue;
+
+use crate::frames::{self, Addrs};
+
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const SERVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The real ip2region file.
+    #[arg(long)]
+    xdb: PathBuf,
+    /// BPF objects to compare (default: the one `LAGRAN_EBPF_OBJECT` names).
+    #[arg(long = "object")]
+    objects: Vec<PathBuf>,
+    /// Distinct client /24s (real ones) per measurement.
+    #[arg(long, default_value_t = 200)]
+    packets: usize,
+    /// Rounds over every variant (medians over all rounds).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Runs per query for the lookup-only measurement.
+    #[arg(long, default_value_t = 200)]
+    repeat: u32,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Also measure each object with the names' IPv4 routes in the trie only.
+    #[arg(long)]
+    trie: bool,
+}
+
+/// One loaded object with its maps synced to one table.
+struct Instance {
+    ebpf: aya::Ebpf,
+    writer: MapWriter,
+}
+
+impl Instance {
+    /// `trie`: the names' IPv4 routes looked up in the trie only (`route4` 0).
+    fn load(obj: &[u8], table: &RouteTable, trie: bool) -> anyhow::Result<Instance> {
+        let mut ebpf = aya::EbpfLoader::new().load(obj).context("loading the BPF object (root needed)")?;
+        let prog: &mut Xdp = ebpf.program_mut(lagran::xdp::loader::PROGRAM).context("no program")?.try_into()?;
+        prog.load().context("the verifier rejected the program")?;
+        let maps = Maps::from_ebpf(&mut ebpf)?;
+        let mut writer = MapWriter::new(maps, 53, 1232)?;
+        let st = writer.sync(table, &DnsSettings::default())?;
+        eprintln!("  synced: {} trie entries, {:?} flat groups", st.routes_total, writer.maps().flat_groups());
+        if trie {
+            for name in table.scheduled_names() {
+                let key = lagran::xdp::maps::wire_key(&name.name).context("name")?;
+                let hash = lagran_common::names::hash_wire(&key);
+                writer.maps_mut().put_name_raw(hash, NameValue::new(name.id, &key))?;
+            }
+        }
+        Ok(Instance { ebpf, writer })
+    }
+
+    fn prog(&self) -> anyhow::Result<&Xdp> {
+        Ok(self.ebpf.program(lagran::xdp::loader::PROGRAM).context("no program")?.try_into()?)
+    }
+
+    fn verified_insns(&self) -> Option<u32> {
+        self.prog().ok()?.info().ok()?.verified_instruction_count()
+    }
+
+    /// (run time ns, runs) as `bpf_stats` accounts them.
+    fn stats(&self) -> anyhow::Result<(u64, u64)> {
+        let info = self.prog()?.info()?;
+        Ok((info.run_time().as_nanos() as u64, info.run_count()))
+    }
+
+    fn run(&self, frame: &[u8], repeat: u32) -> anyhow::Result<(u32, f64)> {
+        let mut out = vec![0u8; 2048];
+        let opts =
+            TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), repeat, ..TestRunOptions::default() };
+        let r = self.prog()?.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+        Ok((r.return_value, r.duration.as_nanos() as f64))
+    }
+
+    fn listen(&mut self, wildcard: bool) -> anyhow::Result<()> {
+        let a = if wildcard { Ipv4Addr::UNSPECIFIED } else { SERVER };
+        self.writer.set_listen(&[SocketAddr::from((a, 53))])?;
+        Ok(())
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn table_of(name: ScheduledName) -> RouteTable {
+    RouteTable::new(
+        1,
+        now_ms(),
+        vec![ZoneRoutes { zone: lagran::model::Zone::new(lagran::demo::DEMO_ZONE), names: vec![name] }],
+    )
+}
+
+fn emptied(name: &ScheduledName) -> ScheduledName {
+    let mut n = name.clone();
+    for a in &mut n.answers {
+        a.ipv4.clear();
+        a.canary = None;
+    }
+    n
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Turns `kernel.bpf_stats_enabled` on for its lifetime (restoring the old value).
+struct BpfStats(Option<String>);
+
+impl BpfStats {
+    const PATH: &str = "/proc/sys/kernel/bpf_stats_enabled";
+    fn on() -> BpfStats {
+        let old = std::fs::read_to_string(Self::PATH).ok();
+        if std::fs::write(Self::PATH, "1").is_err() {
+            return BpfStats(None);
+        }
+        BpfStats(old)
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        if let Some(old) = &self.0 {
+            let _ = std::fs::write(Self::PATH, old.trim());
+        }
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let objects: Vec<PathBuf> = if a.objects.is_empty() { vec![lagran::xdp::object_path()] } else { a.objects.clone() };
+    let xdb = Xdb::open(&a.xdb).with_context(|| format!("opening {}", a.xdb.display()))?;
+    let geo = GeoDb::from_xdbs(Some(xdb), None);
+    let partitions = PartitionTable::build(&geo, &[]);
+    let inputs = Inputs {
+        nodes: lagran::demo::demo_nodes(),
+        zones: vec![lagran::demo::demo_zone()],
+        now_ms: now_ms(),
+        ..Inputs::default()
+    };
+    let settings = ScheduleSettings::default();
+    let real = build_route_table(1, &inputs, &partitions, &settings, &settings.policy(), &mut BuildState::default());
+    let edge = real.scheduled(lagran::demo::DEMO_ZONE).context("the demo zone apex is not scheduled")?.clone();
+    let tiny = ScheduledName {
+        ecs: true,
+        answers: vec![Answer { ttl: 30, ipv4: vec![Ipv4Addr::new(203, 0, 113, 22)], ..Answer::default() }],
+        v4: PrefixMapV4::uniform(0),
+        ..edge.clone()
+    };
+    let tables: Vec<(&str, ScheduledName)> = vec![("full", edge), ("tiny", tiny)];
+
+    let subnets = crate::gun::real_subnets(geo.v4().context("no v4 xdb")?, a.packets, a.seed);
+    let frame = |i: usize, s: Ipv4Addr, ecs: bool| {
+        let addrs = Addrs {
+            src_mac: [0x02, 0, 0, 0, 0, 2],
+            dst_mac: [0x02, 0, 0, 0, 0, 1],
+            // Without ECS the client is the sender: one address in the subnet.
+            src_ip: if ecs { Ipv4Addr::new(198, 18, 0, 2) } else { Ipv4Addr::from(u32::from(s) | 7) },
+            dst_ip: SERVER,
+            src_port: 10_000 + i as u16,
+            dst_port: 53,
+        };
+        let q = frames::dns_query("edge.lagran.net", i as u16, ecs.then_some((s, 24)));
+        frames::udp_frame(&addrs, &q)
+    };
+    let with_ecs: Vec<Vec<u8>> = subnets.iter().enumerate().map(|(i, s)| frame(i, *s, true)).collect();
+    let without: Vec<Vec<u8>> = subnets.iter().enumerate().map(|(i, s)| frame(i, *s, false)).collect();
+
+    // (objects × {flat, trie}) × tables × (answered, emptied)
+    let mut inst: Vec<Vec<(Instance, Instance)>> = Vec::new();
+    let variants: Vec<(&PathBuf, bool)> =
+        objects.iter().flat_map(|p| [(p, false), (p, true)]).filter(|(_, t)| a.trie || !t).collect();
+    for (oi, (path, trie)) in variants.iter().enumerate() {
+        eprintln!("o{oi}: {}{}", path.display(), if *trie { ", trie only" } else { "" });
+        let obj = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut per = Vec::new();
+        for (label, name) in &tables {
+            let ans = Instance::load(&obj, &table_of(name.clone()), *trie)?;
+            let emp = Instance::load(&obj, &table_of(emptied(name)), *trie)?;
+            if *label == "full" {
+                eprintln!("object {oi} ({}): verified_insns {:?}", path.display(), ans.verified_insns());
+                crate::result(&format!("o{oi}_verified_insns"), ans.verified_insns().map_or(-1, i64::from));
+            }
+            per.push((ans, emp));
+        }
+        inst.push(per);
+    }
+
+    // Parity first: every query answered (or passed when emptied) as expected.
+    for per in &inst {
+        for (ans, emp) in per {
+            for f in with_ecs.iter().chain(&without).take(8) {
+                let (act, _) = ans.run(f, 1)?;
+                if act != XDP_TX {
+                    let c = ans.writer.counters()?;
+                    let why: Vec<String> =
+                        c.iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{}={v}", k.name())).collect();
+                    bail!("a query was not answered (action {act}): {}", why.join(" "));
+                }
+                let (act, _) = emp.run(f, 1)?;
+                if act != XDP_PASS {
+                    bail!("an emptied query was not passed (action {act})");
+                }
+            }
+        }
+    }
+
+    let stats_on = BpfStats::on();
+    let have_stats = stats_on.0.is_some();
+    // key: (object, table, ecs, wildcard) → (answered, stats, lookup) samples
+    type Cell = (Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut cells: std::collections::BTreeMap<(usize, usize, bool, bool), Cell> = Default::default();
+    for round in 0..a.rounds {
+        for wildcard in [false, true] {
+            for ecs in [true, false] {
+                let frames = if ecs { &with_ecs } else { &without };
+                for ti in 0..tables.len() {
+                    for (oi, per) in inst.iter_mut().enumerate() {
+                        let (ans, emp) = &mut per[ti];
+                        ans.listen(wildcard)?;
+                        emp.listen(wildcard)?;
+                        let cell = cells.entry((oi, ti, ecs, wildcard)).or_default();
+                        let (t0, n0) = ans.stats()?;
+                        let mut one = Vec::with_capacity(frames.len());
+                        for f in frames {
+                            let (act, ns) = ans.run(f, 1)?;
+                            if act != XDP_TX {
+                                bail!("not answered (action {act})");
+                            }
+                            one.push(ns);
+                        }
+                        let (t1, n1) = ans.stats()?;
+                        cell.0.push(median(one));
+                        if have_stats && n1 > n0 {
+                            cell.1.push((t1 - t0) as f64 / (n1 - n0) as f64);
+                        }
+                        let mut look = Vec::with_capacity(frames.len());
+                        for f in frames {
+                            let (act, ns) = emp.run(f, a.repeat)?;
+                            if act != XDP_PASS {
+                                bail!("emptied query not passed (action {act})");
+                            }
+                            look.push(ns);
+                        }
+                        cell.2.push(median(look));
+                    }
+                }
+            }
+        }
+        eprintln!("round {} of {} done", round + 1, a.rounds);
+    }
+    drop(stats_on);
+    println!(
+        "{:<8} {:<5} {:<4} {:<9} {:>9} {:>9} {:>9}",
+        "object", "table", "ecs", "listen", "answered", "stats", "lookup"
+    );
+    for ((oi, ti, ecs, wildcard), (ans, st, look)) in cells {
+        let (ans, st, look) = (median(ans), median(st), median(look));
+        let listen = if wildcard { "wildcard" } else { "exact" };
+        let ecs_s = if ecs { "ecs" } else { "-" };
+        println!("o{oi:<7} {:<5} {ecs_s:<4} {listen:<9} {ans:>9.1} {st:>9.1} {look:>9.1}", tables[ti].0);
+        let key = format!("o{oi}_{}_{}_{listen}", tables[ti].0, if ecs { "ecs" } else { "noecs" });
+        crate::result(&format!("{key}_answered_ns"), format!("{ans:.1}"));
+        crate::result(&format!("{key}_stats_ns"), format!("{st:.1}"));
+        crate::result(&format!("{key}_lookup_ns"), format!("{look:.1}"));
+    }
+    Ok(())
+}
