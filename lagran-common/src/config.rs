@@ -24,8 +24,11 @@ pub struct Config {
     pub rrl_slip: u32,
     /// The lowest credit: `-window_secs × rate × 1000`.
     pub rrl_floor: i64,
+    /// Random, chosen by the loader: keys the account slot (`rrl::slot`), so a
+    /// spoofer cannot pick prefixes that take over a victim's slot.
+    pub rrl_seed: u64,
 }
 
-const _: () = assert!(size_of::<Config>() == 24);
+const _: () = assert!(size_of::<Config>() == 32);
 
 crate::impl_pod!(Config);

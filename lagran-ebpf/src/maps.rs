@@ -5,7 +5,7 @@
 
 use crate::dns::Query;
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LpmTrie, LruPerCpuHashMap, PerCpuArray, lpm_trie::Key},
+    btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, lpm_trie::Key},
     macros::btf_map,
 };
 use lagran_common::{
@@ -34,7 +34,7 @@ pub static COOKIE: Array<CookieConfig, 1> = Array::new();
 
 /// Response rate limiting accounts, per CPU (see `rrl`). Only this program touches them.
 #[btf_map(name = "lagran_rrl")]
-pub static RRL: LruPerCpuHashMap<u64, Account, { rrl::MAX_ENTRIES as usize }> = LruPerCpuHashMap::new();
+pub static RRL: PerCpuArray<Account, { rrl::SLOTS as usize }> = PerCpuArray::new();
 
 /// (Address, UDP port) pairs we serve; the unspecified address of a family is a
 /// wildcard. Written by the userspace loader at attach time.
@@ -195,24 +195,10 @@ pub fn config() -> Option<Config> {
     CONFIG.get(config::INDEX).copied()
 }
 
-/// This CPU's account `key`, if it has one.
+/// This CPU's account slot `i` (see `rrl::slot`).
 #[inline(always)]
-#[expect(
-    clippy::needless_borrows_for_generic_args,
-    reason = "a key passed by value goes through a zeroed temporary: a memset call in the XDP section"
-)]
-pub fn rrl_account(key: u64) -> Option<*mut Account> {
-    RRL.get_ptr_mut(&key)
-}
-
-/// Creates this CPU's account `key` (the LRU evicts the least recently used when full).
-#[inline(always)]
-#[expect(
-    clippy::needless_borrows_for_generic_args,
-    reason = "a key passed by value goes through a zeroed temporary: a memset call in the XDP section"
-)]
-pub fn rrl_insert(key: u64, a: &Account) {
-    let _ = RRL.insert(&key, a, 0);
+pub fn rrl_slot(i: u32) -> Option<*mut Account> {
+    RRL.get_ptr_mut(i)
 }
 
 #[inline(always)]

@@ -8,7 +8,7 @@
 use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
 use lagran_common::{
     config::Config,
-    rrl::{Account, COST, MAX_ELAPSED_MS},
+    rrl::{self, Account, COST, MAX_ELAPSED_MS},
 };
 
 use crate::{Client, maps};
@@ -44,14 +44,15 @@ pub fn decide(source: &Client, cfg: &Config) -> Decision {
     let full = rate * COST;
     // SAFETY: a helper without arguments.
     let now_ms = unsafe { bpf_ktime_get_ns() } / 1_000_000;
-    let Some(p) = maps::rrl_account(k) else {
-        // A new account starts full and pays for this answer (rate ≥ 1: credit stays ≥ 0).
-        let fresh = Account { credit: full - COST, at_ms: now_ms, limited: 0, _pad: 0 };
-        maps::rrl_insert(k, &fresh);
-        return Decision::Send;
-    };
+    let Some(p) = maps::rrl_slot(rrl::slot(k, cfg.rrl_seed)) else { return Decision::Send };
     // SAFETY: this CPU's value of a per-CPU map; XDP programs do not nest on a CPU.
     let a = unsafe { &mut *p };
+    if a.key != k || a.at_ms == 0 {
+        // A new account (or one taking over the slot) starts full and pays for
+        // this answer (rate ≥ 1: credit stays ≥ 0).
+        *a = Account { key: k, credit: full - COST, at_ms: now_ms, limited: 0, _pad: 0 };
+        return Decision::Send;
+    }
     let mut credit = a.credit;
     if now_ms > a.at_ms {
         let mut elapsed = now_ms - a.at_ms;

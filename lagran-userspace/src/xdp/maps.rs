@@ -518,7 +518,9 @@ impl MapWriter {
     /// the listen set `0.0.0.0:dns_port` — every IPv4 address, as where no
     /// interface is known; the loader narrows it with [`Maps::set_listen`].
     pub fn new(mut maps: Maps, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
-        let config = Config { dns_port, udp_payload, enabled: 0, rrl_rate: 0, rrl_slip: 0, rrl_floor: 0 };
+        // The RRL slot key: random per attach (std's RandomState draws it from the OS).
+        let rrl_seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u64);
+        let config = Config { dns_port, udp_payload, enabled: 0, rrl_rate: 0, rrl_slip: 0, rrl_floor: 0, rrl_seed };
         maps.set_config(&config)?;
         maps.set_listen(&[
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, dns_port)),
