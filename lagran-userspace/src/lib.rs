@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod api_client;
+pub mod background;
 pub mod cli;
 pub mod clock;
 pub mod cluster;

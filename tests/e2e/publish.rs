@@ -87,7 +87,7 @@ fn a_thousand_identical_heartbeats_publish_no_version() {
     let before = settled_version(&d, Duration::from_secs(2), Duration::from_secs(60));
     let recomputes_before = metric(&d, "lagran_recomputes_total");
 
-    // The same heartbeats again: every one triggers a recompute, none publishes.
+    // The same heartbeats again: they trigger recomputes (folded together), none publishes.
     heartbeat_all(&d, NODES);
     let after = settled_version(&d, Duration::from_secs(2), Duration::from_secs(60));
     let recomputes_after = metric(&d, "lagran_recomputes_total");

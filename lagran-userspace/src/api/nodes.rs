@@ -176,7 +176,7 @@ pub async fn heartbeat(
     let hb: Heartbeat = parse_json(&body)?;
     let node = store.record_heartbeat(&name, &hb, now_ms()).await?;
     tracing::debug!(node = %name, cpu = hb.cpu_usage, memory = hb.memory_usage, "heartbeat");
-    state.scheduler.notify(Change::Node(name));
+    state.scheduler.notify_load(name);
     Ok(Json(node))
 }
 

@@ -9,7 +9,8 @@
 //!   through the shared handle (a recompute that changes nothing publishes
 //!   nothing), confirms the current table while it runs
 //!   ([`Scheduler::confirmation`]), and keeps the previous table for rollback.
-//!   The build itself runs on a blocking thread, off the async runtime.
+//!   The build itself runs on its own thread, off the async runtime and below
+//!   the responder's priority ([`crate::background`]).
 //! - [`decide`]: the decide/explain query ([`Scheduler::decide`]).
 //! - [`changes`]: the change log, computed from the partition diff after each
 //!   publish (on a blocking thread).
@@ -32,6 +33,7 @@ pub use build::{BuildState, Change, Inputs, NameIds, build_route_table, build_ro
 pub use changes::{ChangeEvent, ChangeLog};
 pub use decide::{ClientQuery, Decision, ServedAnswer};
 
+use crate::background::Background;
 use crate::clock::now_ms;
 use crate::config::ScheduleSettings;
 use crate::confirmation::Confirmation;
@@ -42,6 +44,10 @@ use crate::partition::{Override, PartitionTable};
 use crate::route_table::{RouteTable, SharedRouteTable};
 use crate::store::{Store, StoreError};
 use crate::table_stream::TableHistory;
+
+/// How long heartbeats' load reports are folded together after a recompute
+/// before the next one (status, weight and every other change go at once).
+pub const LOAD_SETTLE: Duration = Duration::from_millis(500);
 
 /// A scheduling failure.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +95,10 @@ pub struct Scheduler {
     versions: tokio::sync::watch::Sender<u64>,
     /// What changed since the last recompute, as [`Scheduler::notify`] was told.
     pending: std::sync::Mutex<Option<Change>>,
+    /// Whether everything pending is load reports ([`Scheduler::notify_load`]).
+    pending_loads_only: std::sync::atomic::AtomicBool,
+    /// When the last recompute started (for folding load reports together).
+    last_build: std::sync::Mutex<Option<Instant>>,
     /// The partitions changed: the next build starts over.
     partitions_changed: std::sync::atomic::AtomicBool,
     /// The last answer changes, for the console's timeline.
@@ -100,6 +110,10 @@ pub struct Scheduler {
     clustered: std::sync::atomic::AtomicBool,
     /// Whether this process builds and publishes (always, outside a cluster).
     leading: std::sync::atomic::AtomicBool,
+    /// Where builds run.
+    builder: Background,
+    /// Where the change log's diffs run (beside builds, not ahead of the next one).
+    change_logger: Background,
     /// The leadership term stamped on every table published (0 outside a cluster).
     epoch: AtomicU64,
     /// The next recompute publishes even when nothing changed (a new leader's first table).
@@ -141,6 +155,8 @@ impl Scheduler {
             healthy: std::sync::atomic::AtomicBool::new(true),
             versions: tokio::sync::watch::Sender::new(0),
             pending: std::sync::Mutex::new(None),
+            pending_loads_only: std::sync::atomic::AtomicBool::new(false),
+            last_build: std::sync::Mutex::new(None),
             partitions_changed: std::sync::atomic::AtomicBool::new(true),
             change_log: Arc::new(ChangeLog::default()),
             history: TableHistory::default(),
@@ -148,6 +164,8 @@ impl Scheduler {
             leading: std::sync::atomic::AtomicBool::new(true),
             epoch: AtomicU64::new(0),
             force_publish: std::sync::atomic::AtomicBool::new(false),
+            builder: Background::start("lagran-build").expect("starting the route-table build thread"),
+            change_logger: Background::start("lagran-changes").expect("starting the change-log thread"),
             fenced: std::sync::atomic::AtomicBool::new(false),
             leader_hint: std::sync::Mutex::new(String::new()),
         }
@@ -251,13 +269,37 @@ impl Scheduler {
     /// changes still pending): node and liveness changes recompute only what
     /// they touch.
     pub fn notify(&self, change: Change) {
+        self.queue(change, false);
+    }
+
+    /// [`Scheduler::notify`] for a node's load report (a heartbeat): reports
+    /// are folded together for up to [`LOAD_SETTLE`] after the last recompute
+    /// started, so a fleet's heartbeats cost a few builds a second, not one
+    /// each. Any other change ends the wait.
+    pub fn notify_load(&self, node: String) {
+        self.queue(Change::Node(node), true);
+    }
+
+    fn queue(&self, change: Change, load: bool) {
         let mut pending = self.pending.lock().expect("pending-change lock poisoned");
+        let loads_only = load && (pending.is_none() || self.pending_loads_only.load(Ordering::SeqCst));
         *pending = Some(match pending.take() {
             Some(p) => p.merge(change),
             None => change,
         });
+        self.pending_loads_only.store(loads_only, Ordering::SeqCst);
         drop(pending);
         self.wake.notify_one();
+    }
+
+    /// How long the pending change may still wait: only load reports wait,
+    /// until [`LOAD_SETTLE`] after the last recompute started.
+    fn load_wait(&self) -> Option<Duration> {
+        if !self.pending_loads_only.load(Ordering::SeqCst) {
+            return None;
+        }
+        let last = (*self.last_build.lock().expect("last-build lock poisoned"))?;
+        LOAD_SETTLE.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
     }
 
     /// Wakes on every published table (its version).
@@ -293,10 +335,10 @@ impl Scheduler {
         if old.version != 0 {
             *self.previous.lock().expect("previous-table lock poisoned") = Some(old.clone());
         }
-        if old.version != 0 && tokio::runtime::Handle::try_current().is_ok() {
+        if old.version != 0 {
             let (partitions, old, new) = (self.partitions.load_full(), old.clone(), table.clone());
             let log = self.change_log.clone();
-            drop(tokio::task::spawn_blocking(move || log.record(changes::log_changes(&partitions, &old, &new))));
+            self.change_logger.spawn(move || log.record(changes::log_changes(&partitions, &old, &new)));
         }
         old
     }
@@ -380,11 +422,12 @@ impl Scheduler {
         }
         let inputs = self.inputs_at(now).await?;
         let started = Instant::now();
+        *self.last_build.lock().expect("last-build lock poisoned") = Some(started);
         let version = self.next_version();
         let change = if self.partitions_changed.swap(false, Ordering::SeqCst) { Change::Everything } else { change };
         let current = self.table.load_full();
-        // The build and the comparison run on a blocking thread, so DNS and API
-        // tasks keep their runtime threads while a large table compiles.
+        // The build and the comparison run on the build thread, so DNS and API
+        // tasks keep their runtime threads (and the CPU) while a large table compiles.
         let job = BuildJob {
             version,
             inputs,
@@ -396,7 +439,7 @@ impl Scheduler {
             change,
         };
         let (table, next_state, same) =
-            tokio::task::spawn_blocking(move || job.run()).await.map_err(|e| SchedulerError::Build(e.to_string()))?;
+            self.builder.run(move || job.run()).await.map_err(|e| SchedulerError::Build(e.to_string()))?;
         *state = next_state;
         let took = started.elapsed();
         self.last_duration_us.store(took.as_micros() as u64, Ordering::Relaxed);
@@ -559,8 +602,22 @@ impl Scheduler {
                     continue;
                 }
             }
-            let change = self.pending.lock().expect("pending-change lock poisoned").take();
-            if let Err(e) = self.recompute_after(change.unwrap_or(Change::Everything)).await {
+            // Load reports settle first; a change of another kind wakes this wait.
+            while let Some(wait) = self.load_wait() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => break,
+                    _ = self.wake.notified() => {}
+                }
+            }
+            let change = {
+                let mut pending = self.pending.lock().expect("pending-change lock poisoned");
+                self.pending_loads_only.store(false, Ordering::SeqCst);
+                pending.take()
+            };
+            // A wake-up whose change an earlier pass already took: nothing to do.
+            let Some(change) = change else { continue };
+            if let Err(e) = self.recompute_after(change).await {
                 tracing::error!(error = %e, "recompute failed; the NS hosts keep the last table");
             }
         }

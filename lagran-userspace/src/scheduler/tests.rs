@@ -197,3 +197,21 @@ async fn a_recompute_purges_expired_rules_from_the_store() {
     let left: Vec<i64> = s.store.list_rules().await.unwrap().iter().map(|r| r.id).collect();
     assert_eq!(left, vec![lasting.id], "the expired rule is deleted, the lasting one stays");
 }
+
+#[tokio::test]
+async fn load_reports_wait_for_the_settle_time_and_other_changes_do_not() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    assert_eq!(s.load_wait(), None, "nothing pending");
+    s.recompute().await.unwrap();
+    s.notify_load("gz-01".into());
+    s.notify_load("hk-01".into());
+    let wait = s.load_wait().expect("heartbeats right after a recompute wait");
+    assert!(wait <= LOAD_SETTLE, "{wait:?}");
+    assert_eq!(s.pending.lock().unwrap().clone(), Some(Change::Liveness), "two nodes' loads, folded together");
+    // A status change goes at once, and takes the folded loads with it.
+    s.notify(Change::Node("kr-01".into()));
+    assert_eq!(s.load_wait(), None);
+    // A load report after it does not make the status change wait.
+    s.notify_load("gz-01".into());
+    assert_eq!(s.load_wait(), None);
+}

@@ -38,6 +38,8 @@ pub enum XdpError {
          or point LAGRAN_EBPF_OBJECT at a built object"
     )]
     ObjectMissing { path: PathBuf },
+    #[error("the XDP map writer's thread: {0}")]
+    Thread(#[from] crate::background::BackgroundError),
     #[error("cannot read the XDP object {path}: {source}")]
     ObjectRead { path: PathBuf, source: std::io::Error },
     #[error("loading the XDP object failed (is this kernel ≥ 5.8, and do we have CAP_BPF/CAP_SYS_ADMIN?): {0}")]

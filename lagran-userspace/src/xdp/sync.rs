@@ -1,5 +1,6 @@
 //! Keeps the XDP fast path in step with the route table: attaches the program
-//! (`--xdp IFACE`), syncs the maps on every published table (diffed writes),
+//! (`--xdp IFACE`), syncs the maps on every published table (diffed writes, on a
+//! background thread: [`crate::background`]),
 //! tracks staleness, exports the per-CPU counters, and detaches on shutdown.
 
 use std::sync::{Arc, Mutex};
@@ -82,6 +83,7 @@ pub fn start(
             })
             .collect()
     }));
+    let writer = crate::background::Background::start("lagran-xdp-sync")?;
     Ok(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -91,7 +93,13 @@ pub fn start(
                     if r.is_err() {
                         break;
                     }
-                    sync(&handle, &table, &settings);
+                    // Off the async runtime and below the responder's priority: a large
+                    // name's maps take milliseconds to write, and the responder may share
+                    // this runtime's one thread and core.
+                    let (h, t, s) = (handle.clone(), table.clone(), settings.clone());
+                    if let Err(e) = writer.run(move || sync(&h, &t, &s)).await {
+                        tracing::error!(error = %e, "the XDP map sync ended abnormally; the next table resyncs");
+                    }
                 }
                 _ = tick.tick() => {
                     let mut h = handle.lock().expect("xdp handle lock poisoned");
