@@ -269,6 +269,12 @@ impl<A: PrefixAddr> PrefixMap<A> {
         (0..self.starts.len()).map(|i| Prefix { addr: self.starts[i], len: self.lens[i], value: self.values[i] })
     }
 
+    /// The blocks from the one holding `addr` on, in order.
+    pub fn iter_from(&self, addr: A) -> impl Iterator<Item = Prefix<A>> + '_ {
+        let first = self.starts.partition_point(|s| *s <= addr).saturating_sub(1);
+        (first..self.starts.len()).map(|i| Prefix { addr: self.starts[i], len: self.lens[i], value: self.values[i] })
+    }
+
     /// The covered ranges with their values, adjacent equal values merged.
     pub fn ranges(&self) -> Vec<(A, A, u32)> {
         let mut out: Vec<(A, A, u32)> = Vec::new();

@@ -36,7 +36,7 @@ use lagran_common::{
 };
 
 use super::XdpError;
-use super::route4_flat::{FlatRoute, FlatV4};
+use super::route4_flat::{self, FlatRoute, FlatV4};
 use crate::config::DnsSettings;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName};
@@ -488,6 +488,8 @@ struct Written {
     v4: PrefixMapV4,
     v6: PrefixMapV6,
     ids: Vec<Option<u32>>,
+    /// IPv4 trie entries made from them.
+    routes4: usize,
 }
 
 pub struct MapWriter {
@@ -499,8 +501,6 @@ pub struct MapWriter {
     synced: bool,
     /// Written names: wire key -> (name id, its flat IPv4 block + 1).
     names: StdHashMap<Vec<u8>, (u32, u32)>,
-    /// Written trie entries per name id, sorted by (addr, len).
-    routes: StdHashMap<u32, Vec<Route>>,
     /// Written IPv6 trie entries per name id, sorted by (addr, len).
     routes6: StdHashMap<u32, Vec<Route<u128>>>,
     /// What each name's written entries were made from.
@@ -532,7 +532,6 @@ impl MapWriter {
             allowed: true,
             synced: false,
             names: StdHashMap::new(),
-            routes: StdHashMap::new(),
             routes6: StdHashMap::new(),
             written: StdHashMap::new(),
             answers: StdHashMap::new(),
@@ -646,7 +645,6 @@ impl MapWriter {
         //    and trie entries.
         let mut want_names: StdHashMap<Vec<u8>, u32> = StdHashMap::new();
         let mut owner: StdHashMap<u32, &str> = StdHashMap::new();
-        let mut want_routes: StdHashMap<u32, Vec<Route>> = StdHashMap::new();
         let mut want_routes6: StdHashMap<u32, Vec<Route<u128>>> = StdHashMap::new();
         let mut used: StdHashMap<AnswerPair, u32> = StdHashMap::new();
         // Name hash -> wire name: two names with one hash cannot share the key.
@@ -688,38 +686,29 @@ impl MapWriter {
                 .is_some_and(|w| w.v4.shares(&name.v4) && w.v6.shares(&name.v6) && w.ids == ids)
             {
                 // The very maps written last time, with the same answers: the entries stand.
-                want_routes.insert(name.id, self.routes.remove(&name.id).unwrap_or_default());
                 want_routes6.insert(name.id, self.routes6.remove(&name.id).unwrap_or_default());
                 kept.insert(name.id);
-                written.insert(name.id, Written { v4: name.v4.clone(), v6: name.v6.clone(), ids });
+                let routes4 = self.written.get(&name.id).map_or(0, |w| w.routes4);
+                written.insert(name.id, Written { v4: name.v4.clone(), v6: name.v6.clone(), ids, routes4 });
                 continue;
             }
-            let mut routes = Vec::with_capacity(name.v4.len());
-            for p in name.v4.iter() {
-                // Blocks without a valid answer get no entry: the program passes them.
-                if let Some(Some(id)) = ids.get(p.value as usize) {
-                    routes.push(Route {
-                        addr: p.addr,
-                        len: p.len,
-                        value: RouteValue { answer_id: *id, scope: p.len as u32 },
-                    });
-                }
-            }
-            want_routes.insert(name.id, routes);
             want_routes6.insert(name.id, routes_of(&name.v6, &ids));
-            written.insert(name.id, Written { v4: name.v4.clone(), v6: name.v6.clone(), ids });
+            written.insert(name.id, Written { v4: name.v4.clone(), v6: name.v6.clone(), ids, routes4: 0 });
         }
 
-        // 2. Trie inserts, updates and deletes for every name still served.
-        let empty = Vec::new();
+        // 2. Trie inserts, updates and deletes for every name still served: the
+        //    prefix maps written last time against this table's, block by block
+        //    (blocks without a valid answer get no entry: the program passes them).
         let empty6 = Vec::new();
-        for (&id, want) in &want_routes {
+        for (&id, want) in written.iter_mut() {
             if kept.contains(&id) {
-                stats.routes_total += want.len();
+                stats.routes_total += want.routes4;
                 continue;
             }
-            let have = self.routes.get(&id).unwrap_or(&empty);
-            let (up, del) = diff_routes(have, want);
+            let old = self.written.get(&id);
+            let have = old.into_iter().flat_map(|o| routes_in(&o.v4, &o.ids));
+            let (up, del, count) = diff_routes(have, routes_in(&want.v4, &want.ids));
+            want.routes4 = count;
             for r in &up {
                 self.maps
                     .routes
@@ -730,13 +719,21 @@ impl MapWriter {
                 remove_route(&mut self.maps.routes, id, r)?;
             }
             // The flat arrays after the trie: their "ask the trie" slots find it written.
+            // Only the /16s a changed route covers are laid out again.
             if let Some(flat) = self.maps.flat.as_mut() {
-                let routes: Vec<FlatRoute> = want.iter().map(|r| (r.addr, r.len, r.value.answer_id)).collect();
-                flat.write(id, &routes);
+                let touched: std::collections::BTreeSet<u16> =
+                    up.iter().chain(&del).flat_map(|r| route4_flat::sixteens(r.addr, r.len)).collect();
+                let routes16 = |hi: u16| -> Vec<FlatRoute> {
+                    let (lo, top) = (u32::from(hi) << 16, u32::from(hi) << 16 | 0xffff);
+                    let blocks = want.v4.iter_from(lo).take_while(|p| p.addr <= top);
+                    blocks.filter_map(|p| answer_of(&want.ids, p.value).map(|a| (p.addr, p.len, a))).collect()
+                };
+                let all = || routes_in(&want.v4, &want.ids).map(|r| (r.addr, r.len, r.value.answer_id)).collect();
+                flat.update(id, &touched, routes16, all, old.is_none());
             }
             stats.routes_upserted += up.len();
             stats.routes_deleted += del.len();
-            stats.routes_total += want.len();
+            stats.routes_total += count;
         }
         for (&id, want) in &want_routes6 {
             if kept.contains(&id) {
@@ -744,7 +741,7 @@ impl MapWriter {
                 continue;
             }
             let have = self.routes6.get(&id).unwrap_or(&empty6);
-            let (up, del) = diff_routes(have, want);
+            let (up, del, _) = diff_routes(have.iter().copied(), want.iter().copied());
             for r in &up {
                 self.maps
                     .routes6
@@ -786,12 +783,12 @@ impl MapWriter {
         }
 
         // 4. Trie entries of names no longer served.
-        for (&id, have) in &self.routes {
-            if !want_routes.contains_key(&id) {
-                for r in have {
-                    remove_route(&mut self.maps.routes, id, r)?;
+        for (&id, have) in &self.written {
+            if !written.contains_key(&id) {
+                for r in routes_in(&have.v4, &have.ids) {
+                    remove_route(&mut self.maps.routes, id, &r)?;
                 }
-                stats.routes_deleted += have.len();
+                stats.routes_deleted += have.routes4;
                 if let Some(flat) = self.maps.flat.as_mut() {
                     flat.remove(id);
                 }
@@ -824,7 +821,6 @@ impl MapWriter {
             flat.end_sync();
         }
         self.names = want_names;
-        self.routes = want_routes;
         self.routes6 = want_routes6;
         self.written = written;
         Ok(stats)
@@ -941,7 +937,6 @@ impl MapWriter {
             flat.reset();
         }
         self.names.clear();
-        self.routes.clear();
         self.written.clear();
         self.routes6.clear();
         self.answers.clear();
@@ -996,51 +991,61 @@ fn plain_answer(a: &Answer, settings: &DnsSettings) -> AnswerPair {
 /// program passes the others). Blocks inside `::ffff:0:0/96` are written too;
 /// the program never looks an IPv4-mapped client up there (it uses the IPv4
 /// trie, as the responder does).
+/// The answer id of a block's answer index (`None`: no valid answer, no entry).
+fn answer_of(ids: &[Option<u32>], value: u32) -> Option<u32> {
+    ids.get(value as usize).copied().flatten()
+}
+
+/// The trie entries a name's prefix map makes, in order.
+fn routes_in<'a, A: crate::prefix_map::PrefixAddr>(
+    map: &'a crate::prefix_map::PrefixMap<A>,
+    ids: &'a [Option<u32>],
+) -> impl Iterator<Item = Route<A>> + 'a {
+    map.iter().filter_map(|p| {
+        let answer_id = answer_of(ids, p.value)?;
+        Some(Route { addr: p.addr, len: p.len, value: RouteValue { answer_id, scope: p.len as u32 } })
+    })
+}
+
 fn routes_of(v6: &crate::prefix_map::PrefixMapV6, ids: &[Option<u32>]) -> Vec<Route<u128>> {
-    v6.iter()
-        .filter_map(|p| match ids.get(p.value as usize) {
-            Some(Some(id)) => {
-                Some(Route { addr: p.addr, len: p.len, value: RouteValue { answer_id: *id, scope: p.len as u32 } })
-            }
-            _ => None,
-        })
-        .collect()
+    routes_in(v6, ids).collect()
 }
 
 /// Trie entries to insert or update, and to delete, to go from `have` to `want`
-/// (both sorted by address, then length).
-fn diff_routes<A: Copy + Ord>(have: &[Route<A>], want: &[Route<A>]) -> (Vec<Route<A>>, Vec<Route<A>>) {
-    let (mut up, mut del) = (Vec::new(), Vec::new());
-    let (mut i, mut j) = (0, 0);
-    while i < have.len() || j < want.len() {
-        match (have.get(i), want.get(j)) {
+/// (both sorted by address, then length), and how many `want` holds.
+fn diff_routes<A: Copy + Ord>(
+    have: impl IntoIterator<Item = Route<A>>,
+    want: impl IntoIterator<Item = Route<A>>,
+) -> (Vec<Route<A>>, Vec<Route<A>>, usize) {
+    let (mut up, mut del, mut count) = (Vec::new(), Vec::new(), 0);
+    let (mut have, mut want) = (have.into_iter().peekable(), want.into_iter().peekable());
+    loop {
+        match (have.peek().copied(), want.peek().copied()) {
             (Some(h), Some(w)) if (h.addr, h.len) == (w.addr, w.len) => {
                 if h.value != w.value {
-                    up.push(*w);
+                    up.push(w);
                 }
-                i += 1;
-                j += 1;
+                have.next();
+                want.next();
+                count += 1;
             }
             (Some(h), Some(w)) if (h.addr, h.len) < (w.addr, w.len) => {
-                del.push(*h);
-                i += 1;
+                del.push(h);
+                have.next();
             }
-            (Some(_), Some(w)) => {
-                up.push(*w);
-                j += 1;
+            (Some(_), Some(w)) | (None, Some(w)) => {
+                up.push(w);
+                want.next();
+                count += 1;
             }
             (Some(h), None) => {
-                del.push(*h);
-                i += 1;
-            }
-            (None, Some(w)) => {
-                up.push(*w);
-                j += 1;
+                del.push(h);
+                have.next();
             }
             (None, None) => break,
         }
     }
-    (up, del)
+    (up, del, count)
 }
 
 fn route_key(name_id: u32, addr: u32, len: u8) -> Key<RouteV4Data> {
@@ -1135,10 +1140,11 @@ mod tests {
     fn diff_touches_only_changes() {
         let have = [r(0, 1, 1), r(0x8000_0000, 2, 2), r(0xc000_0000, 2, 3)];
         let want = [r(0, 1, 1), r(0x8000_0000, 2, 9), r(0xc000_0000, 3, 3), r(0xe000_0000, 3, 3)];
-        let (up, del) = diff_routes(&have, &want);
+        let (up, del, n) = diff_routes(have, want);
         assert_eq!(up, vec![r(0x8000_0000, 2, 9), r(0xc000_0000, 3, 3), r(0xe000_0000, 3, 3)]);
         assert_eq!(del, vec![r(0xc000_0000, 2, 3)]);
-        let (up, del) = diff_routes(&want, &want);
+        assert_eq!(n, want.len());
+        let (up, del, _) = diff_routes(want, want);
         assert!(up.is_empty() && del.is_empty(), "no change, no writes");
     }
 

@@ -59,6 +59,52 @@ pub fn layout(routes: &[FlatRoute]) -> Layout {
     Layout { l1, groups }
 }
 
+/// One /16 of a name's layout, from its full sorted routes: the `l1` slot
+/// (`LEAF` of a route of /16 or shorter, else `NONE`) and, when routes split
+/// the /16, its `l2` slots. The same as [`layout`] gives for that /16.
+pub fn layout16(routes: &[FlatRoute], hi: u16) -> (u32, Option<Vec<u32>>) {
+    let lo = u32::from(hi) << 16;
+    let top = lo | 0xffff;
+    // Blocks do not overlap, so their last addresses are sorted as their starts.
+    let last = |&(addr, len, _): &FlatRoute| addr | (u32::MAX.checked_shr(u32::from(len)).unwrap_or(0));
+    let first = routes.partition_point(|r| last(r) < lo);
+    let mut group: Option<Vec<u32>> = None;
+    for &(addr, len, answer) in routes[first..].iter().take_while(|r| r.0 <= top) {
+        let len32 = u32::from(len);
+        let v = flat::leaf(answer, len32);
+        if len <= 16 {
+            return (v, None);
+        }
+        let g = group.get_or_insert_with(|| vec![flat::NONE; L2_SLOTS as usize]);
+        let j = ((addr >> 8) & 0xff) as usize;
+        if len <= 24 {
+            g[j..j + (1usize << (24 - len32))].fill(v);
+        } else {
+            g[j] = flat::TRIE;
+        }
+    }
+    (flat::NONE, group)
+}
+
+/// How many /16s routes longer than /16 split (each takes an `l2` group).
+fn split_sixteens(routes: &[FlatRoute]) -> usize {
+    let mut last = None;
+    let mut n = 0;
+    for &(addr, len, _) in routes {
+        if len > 16 && last != Some(addr >> 16) {
+            last = Some(addr >> 16);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The /16s a block of `len` bits at `addr` covers.
+pub fn sixteens(addr: u32, len: u8) -> std::ops::RangeInclusive<u16> {
+    let last = addr | u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+    ((addr >> 16) as u16)..=((last >> 16) as u16)
+}
+
 /// Bytes per slot in the mapping (two `u32` slots per `u64` element).
 const STRIDE: usize = 4;
 
@@ -135,6 +181,8 @@ pub struct FlatV4 {
     retired_blocks: Vec<u32>,
     retired_groups: Vec<u32>,
     next_group: u32,
+    /// Names that did not fit at their last write (warned once).
+    unfit: std::collections::HashSet<u32>,
 }
 
 impl FlatV4 {
@@ -151,6 +199,7 @@ impl FlatV4 {
             retired_blocks: Vec::new(),
             retired_groups: Vec::new(),
             next_group: 0,
+            unfit: std::collections::HashSet::new(),
         };
         Ok(Some(f))
     }
@@ -165,6 +214,7 @@ impl FlatV4 {
         self.retired_blocks.clear();
         self.retired_groups.clear();
         self.next_group = 0;
+        self.unfit.clear();
     }
 
     /// The `NameValue::route4` of name `id` (0: none).
@@ -184,6 +234,16 @@ impl FlatV4 {
     /// Writes name `id`'s routes; returns its `route4` (0 when the arrays have no
     /// room: the name's routes are then looked up in the trie).
     pub fn write(&mut self, id: u32, routes: &[FlatRoute]) -> u32 {
+        // Counted before anything is laid out: a name that cannot fit costs a
+        // pass over its routes, not a layout, at every sync.
+        let reusable = self.blocks.get(&id).map_or(0, |b| b.groups.len());
+        if split_sixteens(routes) > self.groups_free() + reusable {
+            if let Some(block) = self.blocks.remove(&id) {
+                self.retire(block);
+            }
+            self.full(id);
+            return 0;
+        }
         let lay = layout(routes);
         let mut block = match self.blocks.remove(&id) {
             Some(b) => b,
@@ -194,10 +254,11 @@ impl FlatV4 {
         };
         let new_groups = lay.groups.iter().filter(|(hi, g)| block.groups.get(hi).is_none_or(|(_, have)| have != *g));
         if new_groups.count() > self.groups_free() {
-            tracing::warn!(name_id = id, "the flat IPv4 route arrays are full: this name's routes use the trie");
             self.retire(block);
+            self.full(id);
             return 0;
         }
+        self.unfit.remove(&id);
         let base = block.index as usize * L1_SLOTS as usize;
         // 1. New groups, written in full.
         let mut groups: HashMap<u16, (u32, Vec<u32>)> = HashMap::with_capacity(lay.groups.len());
@@ -239,8 +300,99 @@ impl FlatV4 {
         route4
     }
 
+    /// Rewrites only the /16s in `touched` of name `id`'s block (a sync that
+    /// diffed the name's routes against the last ones: every other /16 stands
+    /// as written); `routes16(hi)` gives the sorted routes that cover /16 `hi`.
+    /// A name without a block is written whole from `all()`, except one that
+    /// did not fit before: it stays on the trie until `retry_unfit` (a name
+    /// written afresh, as after a reset). Returns its `route4`, as [`FlatV4::write`].
+    pub fn update(
+        &mut self,
+        id: u32,
+        touched: &std::collections::BTreeSet<u16>,
+        routes16: impl Fn(u16) -> Vec<FlatRoute>,
+        all: impl FnOnce() -> Vec<FlatRoute>,
+        retry_unfit: bool,
+    ) -> u32 {
+        let Some(mut block) = self.blocks.remove(&id) else {
+            if self.unfit.contains(&id) && !retry_unfit {
+                return 0;
+            }
+            return self.write(id, &all());
+        };
+        let wanted: Vec<(u16, u32, Option<Vec<u32>>)> = touched
+            .iter()
+            .map(|&hi| {
+                let (l1, g) = layout16(&routes16(hi), hi);
+                (hi, l1, g)
+            })
+            .collect();
+        let new_groups = wanted
+            .iter()
+            .filter(|(hi, _, g)| g.as_ref().is_some_and(|g| block.groups.get(hi).is_none_or(|(_, have)| have != g)))
+            .count();
+        if new_groups > self.groups_free() {
+            self.retire(block);
+            self.full(id);
+            return 0;
+        }
+        let base = block.index as usize * L1_SLOTS as usize;
+        // 1. New groups, written in full before anything points at them.
+        let mut l1_now: Vec<(u16, u32)> = Vec::with_capacity(wanted.len());
+        let mut given_up: Vec<u32> = Vec::new();
+        for (hi, leaf, group) in wanted {
+            let old = block.groups.remove(&hi);
+            let Some(slots) = group else {
+                given_up.extend(old.map(|(g, _)| g));
+                l1_now.push((hi, leaf));
+                continue;
+            };
+            let g = match old {
+                Some((g, have)) if have == slots => {
+                    block.groups.insert(hi, (g, have));
+                    g
+                }
+                old => {
+                    given_up.extend(old.map(|(g, _)| g));
+                    let g = self.take_group();
+                    let gb = g as usize * L2_SLOTS as usize;
+                    for (j, &v) in slots.iter().enumerate() {
+                        self.l2.set(gb + j, v);
+                    }
+                    block.groups.insert(hi, (g, slots));
+                    g
+                }
+            };
+            l1_now.push((hi, flat::group(g)));
+        }
+        fence(Ordering::Release);
+        // 2. The l1 slots, then the groups nothing points at any more.
+        for (hi, want) in l1_now {
+            if block.l1[hi as usize] != want {
+                self.l1.set(base + hi as usize, want);
+                block.l1[hi as usize] = want;
+            }
+        }
+        self.retired_groups.extend(given_up);
+        let route4 = block.index + 1;
+        self.blocks.insert(id, block);
+        route4
+    }
+
+    /// Name `id` did not fit: it uses the trie (said once, until it fits again).
+    fn full(&mut self, id: u32) {
+        if self.unfit.insert(id) {
+            tracing::warn!(
+                name_id = id,
+                groups = L2_GROUPS,
+                "the flat IPv4 route arrays are full: this name's routes use the trie"
+            );
+        }
+    }
+
     /// Clears name `id`'s block (after its name entry is gone).
     pub fn remove(&mut self, id: u32) {
+        self.unfit.remove(&id);
         if let Some(b) = self.blocks.remove(&id) {
             self.retire(b);
         }
@@ -307,6 +459,27 @@ mod tests {
         assert_eq!(g[130], flat::NONE);
         assert_eq!(flat::leaf_answer(g[128]), 2);
         assert_eq!(flat::leaf_len(g[0]), 17);
+    }
+
+    #[test]
+    fn one_sixteen_lays_out_as_the_whole_layout_does() {
+        let routes = [
+            (ip(1, 0, 0, 0), 15, 9),
+            (ip(1, 2, 0, 0), 17, 1),
+            (ip(1, 2, 128, 0), 24, 2),
+            (ip(1, 2, 129, 128), 25, 5),
+            (ip(1, 3, 0, 0), 16, 6),
+            (ip(200, 0, 0, 0), 5, 7),
+        ];
+        let lay = layout(&routes);
+        for hi in (0..=u16::MAX).step_by(1) {
+            let (l1, group) = layout16(&routes, hi);
+            assert_eq!(l1, lay.l1[hi as usize], "/16 {hi}");
+            assert_eq!(group.as_ref(), lay.groups.get(&hi), "/16 {hi}");
+        }
+        assert_eq!(sixteens(ip(1, 0, 0, 0), 15), 0x100..=0x101);
+        assert_eq!(sixteens(ip(1, 2, 129, 128), 25), 0x102..=0x102);
+        assert_eq!(sixteens(0, 0), 0..=u16::MAX);
     }
 
     #[test]
