@@ -5,6 +5,12 @@
 pub const MAP_NAME: &str = "lagran_config";
 /// The single index of the config array.
 pub const INDEX: u32 = 0;
+/// The program's global (`u32`, in `.rodata`, set by the loader before the
+/// verifier runs) choosing its clock: 1 = `bpf_ktime_get_coarse_ns` (Linux 5.11
+/// and later), 0 = `bpf_ktime_get_ns`.
+pub const COARSE_CLOCK_GLOBAL: &str = "LAGRAN_COARSE_CLOCK";
+/// The first kernel with `bpf_ktime_get_coarse_ns`.
+pub const COARSE_CLOCK_SINCE: (u8, u8) = (5, 11);
 
 /// The fast path's settings.
 #[repr(C)]
@@ -22,7 +28,7 @@ pub struct Config {
     pub rrl_rate: u32,
     /// Every `rrl_slip`-th limited response is sent truncated (or BADCOOKIE); 0 = drop all.
     pub rrl_slip: u32,
-    /// The lowest credit: `-window_secs × rate × 1000`.
+    /// The lowest credit, in `rrl::COST` units: `-window_secs × rate × rrl::COST`.
     pub rrl_floor: i64,
     /// Random, chosen by the loader: keys the account slot (`rrl::slot`), so a
     /// spoofer cannot pick prefixes that take over a victim's slot.

@@ -19,10 +19,17 @@ const SLOT_BITS: u32 = 14;
 pub fn slot(key: u64, seed: u64) -> u32 {
     ((key ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(seed) >> (64 - SLOT_BITS)) as u32
 }
-/// One response, in credit units (thousandths), as in userspace.
-pub const COST: i64 = 1000;
-/// Longest gap credited at once, in milliseconds (userspace caps the same).
-pub const MAX_ELAPSED_MS: u64 = 3600 * 2000;
+/// One response in the program's credit units: userspace's thousandths of a
+/// response times 10⁶, so that a rate of `r` responses per second refills `r`
+/// units per nanosecond of `bpf_ktime_get_ns` and the program divides nothing
+/// per packet (a 64-bit division is tens of cycles).
+pub const COST: i64 = 1_000_000_000;
+/// The program's credit units per userspace credit unit (a thousandth of a response).
+pub const UNITS_PER_THOUSANDTH: i64 = 1_000_000;
+/// Longest gap credited at once, in nanoseconds (userspace caps the same gap
+/// in milliseconds). With a rate of at most 10⁶ per second, `elapsed × rate`
+/// stays below 7.2·10¹⁸, inside an `i64`.
+pub const MAX_ELAPSED_NS: u64 = 3600 * 2000 * 1_000_000;
 
 /// One account.
 #[repr(C)]
@@ -30,10 +37,10 @@ pub const MAX_ELAPSED_MS: u64 = 3600 * 2000;
 pub struct Account {
     /// The account key this slot holds.
     pub key: u64,
-    /// Credit in thousandths of a response.
+    /// Credit in [`COST`] units per response.
     pub credit: i64,
-    /// When the credit was last brought up to date (milliseconds of `bpf_ktime_get_ns`).
-    pub at_ms: u64,
+    /// When the credit was last brought up to date (`bpf_ktime_get_ns`).
+    pub at_ns: u64,
     /// Limited responses so far (for `slip`).
     pub limited: u32,
     pub _pad: u32,

@@ -8,7 +8,6 @@
 //! - any other server cookie: a fresh one, unless a previous secret is still in
 //!   its grace (userspace then checks it: passed).
 
-use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
 use lagran_common::{
     cookie::{hash_v4, hash_v6},
     counters::Counter,
@@ -54,8 +53,7 @@ pub fn respond(q: &Query, source: &Client) -> Result<ServerCookie, Counter> {
     let now = if c.fixed_now != 0 {
         c.fixed_now
     } else {
-        // SAFETY: a helper without arguments.
-        let mono = unsafe { bpf_ktime_get_ns() } as i64;
+        let mono = crate::clock::now_ns() as i64;
         (mono.wrapping_add(c.unix_offset_ns) as u64 / 1_000_000_000) as u32
     };
     let fresh_head = 1u64 | ((now.swap_bytes() as u64) << 32);

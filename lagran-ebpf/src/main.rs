@@ -26,6 +26,7 @@
 
 #[cfg(feature = "test-broken-verifier")]
 mod broken;
+mod clock;
 mod cookie;
 mod csum;
 mod dns;

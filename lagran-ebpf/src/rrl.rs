@@ -3,12 +3,15 @@
 //! or /56 and response class — here always "answer", the only class the
 //! program sends — a credit of one second's responses, refilled at the rate,
 //! floored at `-window × rate`; every `slip`-th limited response goes out
-//! truncated. Accounts are per CPU (`lagran_rrl`), the clock `bpf_ktime_get_ns`.
+//! truncated. Accounts are per CPU (`lagran_rrl`). Time is `clock::now_ns`
+//! (the last scheduler tick where the kernel has the coarse helper), and credit
+//! is kept in units that make the refill a multiplication (`rrl::COST`): the
+//! same bucket as userspace's, refilled per tick instead of per millisecond,
+//! with no division per packet.
 
-use aya_ebpf::helpers::generated::bpf_ktime_get_ns;
 use lagran_common::{
     config::Config,
-    rrl::{self, Account, COST, MAX_ELAPSED_MS},
+    rrl::{self, Account, COST, MAX_ELAPSED_NS},
 };
 
 use crate::{Client, maps};
@@ -42,28 +45,28 @@ pub fn decide(source: &Client, cfg: &Config) -> Decision {
     let k = key(source);
     let rate = cfg.rrl_rate as i64;
     let full = rate * COST;
-    // SAFETY: a helper without arguments.
-    let now_ms = unsafe { bpf_ktime_get_ns() } / 1_000_000;
+    let now = crate::clock::now_ns();
     let Some(p) = maps::rrl_slot(rrl::slot(k, cfg.rrl_seed)) else { return Decision::Send };
     // SAFETY: this CPU's value of a per-CPU map; XDP programs do not nest on a CPU.
     let a = unsafe { &mut *p };
-    if a.key != k || a.at_ms == 0 {
+    if a.key != k || a.at_ns == 0 {
         // A new account (or one taking over the slot) starts full and pays for
         // this answer (rate ≥ 1: credit stays ≥ 0).
-        *a = Account { key: k, credit: full - COST, at_ms: now_ms, limited: 0, _pad: 0 };
+        *a = Account { key: k, credit: full - COST, at_ns: now, limited: 0, _pad: 0 };
         return Decision::Send;
     }
     let mut credit = a.credit;
-    if now_ms > a.at_ms {
-        let mut elapsed = now_ms - a.at_ms;
-        if elapsed > MAX_ELAPSED_MS {
-            elapsed = MAX_ELAPSED_MS;
+    if now > a.at_ns {
+        // `rate` responses per second: `rate` units per nanosecond.
+        let mut elapsed = now - a.at_ns;
+        if elapsed > MAX_ELAPSED_NS {
+            elapsed = MAX_ELAPSED_NS;
         }
         credit += elapsed as i64 * rate;
         if credit > full {
             credit = full;
         }
-        a.at_ms = now_ms;
+        a.at_ns = now;
     }
     credit -= COST;
     if credit < cfg.rrl_floor {

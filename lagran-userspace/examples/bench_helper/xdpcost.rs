@@ -67,7 +67,7 @@ struct Instance {
 impl Instance {
     /// `trie`: the names' IPv4 routes looked up in the trie only (`route4` 0).
     fn load(obj: &[u8], table: &RouteTable, trie: bool) -> anyhow::Result<Instance> {
-        let mut ebpf = aya::EbpfLoader::new().load(obj).context("loading the BPF object (root needed)")?;
+        let mut ebpf = lagran::xdp::loader::ebpf_loader().load(obj).context("loading the BPF object (root needed)")?;
         let prog: &mut Xdp = ebpf.program_mut(lagran::xdp::loader::PROGRAM).context("no program")?.try_into()?;
         prog.load().context("the verifier rejected the program")?;
         let maps = Maps::from_ebpf(&mut ebpf)?;

@@ -196,7 +196,8 @@ impl RateLimiter {
     }
 }
 
-/// The account arithmetic (the XDP program's `rrl::step` does the same).
+/// The account arithmetic. The XDP program (`lagran-ebpf` `rrl::decide`) keeps
+/// the same bucket at nanosecond grain, in units of `lagran_common::rrl::COST`.
 fn step(s: &mut Slot, key: u64, now_ms: u64, rate: i64, floor: i64, slip: u32) -> Decision {
     let full = rate * COST;
     if !s.used || s.key != key {
@@ -236,7 +237,10 @@ impl XdpCounts {
 /// The `lagran_config` fields of RRL for the XDP program.
 pub fn kernel_knobs(settings: &RrlSettings) -> (u32, u32, i64) {
     let rate = settings.responses_per_second.min(MAX_RATE);
-    let floor = -i64::from(settings.window_secs.clamp(1, MAX_WINDOW_SECS)) * i64::from(rate) * COST;
+    let floor = -i64::from(settings.window_secs.clamp(1, MAX_WINDOW_SECS))
+        * i64::from(rate)
+        * COST
+        * lagran_common::rrl::UNITS_PER_THOUSANDTH;
     (rate, settings.slip, floor)
 }
 
