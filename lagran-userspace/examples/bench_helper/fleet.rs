@@ -205,6 +205,23 @@ fn probe(a: &HeartbeatArgs, secs: u64) -> anyhow::Result<Vec<u64>> {
     Ok(rtts)
 }
 
+/// Each fleet node's (cpu, memory) load as the API has it now.
+fn current_loads(api: SocketAddr, nodes: usize) -> anyhow::Result<Vec<(f64, f64)>> {
+    let (code, body) = Http::connect(api)?.request("GET", "/api/v1/nodes", &admin_header(), "")?;
+    if code != 200 {
+        bail!("GET /api/v1/nodes answered HTTP {code}: {body}");
+    }
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&body).context("GET /api/v1/nodes")?;
+    let mut loads = vec![(30.0, 40.0); nodes];
+    for n in &listed {
+        let index = n["name"].as_str().and_then(|s| s.strip_prefix("fleet-")).and_then(|d| d.parse::<usize>().ok());
+        if let Some(i) = index.filter(|&i| i < nodes) {
+            loads[i] = (n["cpu_usage"].as_f64().unwrap_or(30.0), n["memory_usage"].as_f64().unwrap_or(40.0));
+        }
+    }
+    Ok(loads)
+}
+
 fn p99(v: &[u64]) -> u64 {
     v.get((v.len() * 99 / 100).min(v.len().saturating_sub(1))).copied().unwrap_or(0)
 }
@@ -212,6 +229,7 @@ fn p99(v: &[u64]) -> u64 {
 /// Heartbeats at `--rate` across `--connections` while the prober runs; DNS
 /// p99 alone first, then under the heartbeats.
 pub fn heartbeats(a: HeartbeatArgs) -> anyhow::Result<()> {
+    let loads = Arc::new(current_loads(a.api, a.nodes.max(1))?);
     let idle = probe(&a, a.seconds)?;
     let stop = Arc::new(AtomicBool::new(false));
     let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -220,6 +238,7 @@ pub fn heartbeats(a: HeartbeatArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     for c in 0..a.connections.max(1) {
         let (stop, ok, failed, api, nodes) = (stop.clone(), ok.clone(), failed.clone(), a.api, a.nodes.max(1));
+        let loads = loads.clone();
         let limit = Duration::from_secs(a.seconds + 5);
         workers.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let mut http = Http::connect(api)?;
@@ -230,11 +249,14 @@ pub fn heartbeats(a: HeartbeatArgs) -> anyhow::Result<()> {
             while !stop.load(Ordering::Relaxed) && started.elapsed() < limit {
                 let n = i % nodes;
                 i += a.connections.max(1);
-                // Loads as agents report them: a few percent of jitter around a level.
+                // Loads as agents report them in a steady state: up to one point of
+                // jitter around the node's own level.
+                let (cpu, mem) = loads[n];
+                let jitter = |level: f64, rng: &mut StdRng| (level + rng.gen_range(-1.0..1.0)).clamp(0.0, 100.0);
                 let body = format!(
                     "{{\"cpu_usage\":{:.1},\"memory_usage\":{:.1}}}",
-                    30.0 + rng.gen_range(-1.0..1.0),
-                    40.0 + rng.gen_range(-1.0..1.0)
+                    jitter(cpu, &mut rng),
+                    jitter(mem, &mut rng)
                 );
                 let headers = format!("x-lagran-agent-token: {}\r\n", token(n));
                 match http.request("POST", &format!("/api/v1/nodes/{}/heartbeat", node_name(n)), &headers, &body) {
