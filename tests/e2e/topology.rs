@@ -191,12 +191,15 @@ impl Topology {
             .unwrap_or_else(|e| panic!("{method} {path}: {e}\n{}", control.log()))
     }
 
-    /// Waits (bounded) until `control` leads (it may serve the stored table a moment before).
-    fn wait_leading(&self, control: &Daemon, within: Duration) -> Value {
+    /// Waits (bounded) until `control` leads and has published its term's first
+    /// table: `leading` turns true when the term starts, before that table is
+    /// built, so until then `epoch` is still the adopted table's (at most `older`).
+    fn wait_leading(&self, control: &Daemon, older: u64, within: Duration) -> Value {
         let deadline = Instant::now() + within;
         loop {
             let v = self.call(control, "GET", "/api/v1/nshosts", None);
-            if v["leading"] == true || Instant::now() >= deadline {
+            let published = v["epoch"].as_u64().is_some_and(|e| e > older);
+            if (v["leading"] == true && published) || Instant::now() >= deadline {
                 return v;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -314,7 +317,7 @@ fn run_topology(with_tls: bool) {
 
     // A control process back on a known address: writes flow again.
     let c = topo.control(Some(controls[0]));
-    let back = topo.wait_leading(&c, Duration::from_secs(20));
+    let back = topo.wait_leading(&c, after["epoch"].as_u64().unwrap(), Duration::from_secs(20));
     assert_eq!(back["leading"], true, "the control process back leads: {back}\n{}", cluster_lines(&c));
     assert!(back["epoch"].as_u64() > after["epoch"].as_u64(), "under a newer epoch: {back}");
     topo.call(&c, "PATCH", "/api/v1/nodes/gz-01", Some(json!({"status": "online"})));
