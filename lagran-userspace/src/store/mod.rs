@@ -32,6 +32,7 @@ use sqlx::{Any, AnyPool, Decode, Row, Transaction, Type};
 pub mod certificates;
 pub mod cluster;
 pub mod freeze;
+mod heartbeats;
 pub mod lines;
 pub mod nodes;
 pub mod overrides;
@@ -215,6 +216,8 @@ impl<T> DbContext<T> for Result<T, sqlx::Error> {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// The heartbeat writer's queue ([`heartbeats`]).
+    heartbeats: std::sync::Arc<heartbeats::HeartbeatQueue>,
 }
 
 impl fmt::Debug for Store {
@@ -259,7 +262,7 @@ impl Store {
         let migrate = async { Migrator::new(migrations).await?.run(&pool).await };
         migrate.await.map_err(|source| StoreError::Migrate { backend, source })?;
         tracing::debug!(%backend, url = %shown, "store connected and migrated");
-        Ok(Store { pool, backend })
+        Ok(Store { pool, backend, heartbeats: heartbeats::HeartbeatQueue::new() })
     }
 
     /// The engine behind this store.

@@ -257,7 +257,7 @@ fn bind_val<'q>(q: Query<'q, Any, AnyArguments<'q>>, v: Val) -> Query<'q, Any, A
     }
 }
 
-fn node_from_row(row: &AnyRow) -> Result<Node, StoreError> {
+pub(super) fn node_from_row(row: &AnyRow) -> Result<Node, StoreError> {
     let c = Cols::keyed(row, "node", "name")?;
     let status: String = c.get("status")?;
     let status = NodeStatus::parse(&status).ok_or_else(|| c.corrupt("status", format!("unknown status {status:?}")))?;
@@ -452,26 +452,39 @@ impl Store {
         }
     }
 
-    /// Records an agent's report: load figures and `last_heartbeat_ms = now_ms`.
-    /// Does not touch `status` (health decides that) nor `updated_at_ms`.
-    pub async fn record_heartbeat(&self, name: &str, hb: &Heartbeat, now_ms: i64) -> Result<Node, StoreError> {
-        hb.validate()?;
-        let row = sqlx::query(&format!(
+    /// Records one heartbeat in a statement of its own (see
+    /// [`Store::record_heartbeat`], which writes them together).
+    pub(super) async fn record_heartbeat_alone(
+        &self,
+        name: &str,
+        hb: &Heartbeat,
+        now_ms: i64,
+    ) -> Result<Node, StoreError> {
+        let row = heartbeat_update(name, hb, now_ms)
+            .fetch_optional(self.pool())
+            .await
+            .ctx(|| format!("recording a heartbeat of node {name:?}"))?;
+        match row {
+            Some(row) => node_from_row(&row),
+            None => Err(StoreError::not_found("node", name)),
+        }
+    }
+}
+
+/// The `UPDATE` of one heartbeat, returning the node.
+pub(super) fn heartbeat_update<'q>(name: &'q str, hb: &Heartbeat, now_ms: i64) -> Query<'q, Any, AnyArguments<'q>> {
+    // The statement text is the same every time, so the connection's statement cache reuses it.
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
             "UPDATE nodes SET cpu_usage = $1, memory_usage = $2, bandwidth_mbps = $3, \
              conns = $4, last_heartbeat_ms = $5 WHERE name = $6 RETURNING {NODE_COLUMNS}"
-        ))
+        )
+    });
+    sqlx::query(SQL.as_str())
         .bind(hb.cpu_usage)
         .bind(hb.memory_usage)
         .bind(hb.bandwidth_mbps)
         .bind(hb.conns)
         .bind(now_ms)
         .bind(name)
-        .fetch_optional(self.pool())
-        .await
-        .ctx(|| format!("recording a heartbeat of node {name:?}"))?;
-        match row {
-            Some(row) => node_from_row(&row),
-            None => Err(StoreError::not_found("node", name)),
-        }
-    }
 }

@@ -45,6 +45,7 @@ on_both_backends!(
     node_patch_clears_and_keeps,
     node_tokens_are_hashed,
     heartbeats,
+    heartbeats_arriving_together_share_commits,
     zones_replace_ns_hosts,
     zone_upsert_is_atomic,
     domains_need_their_zone,
@@ -274,6 +275,42 @@ async fn heartbeats(store: Store) {
         Err(StoreError::NotFound { what: "node", .. }) => {}
         other => panic!("a heartbeat of a missing node should be NotFound, got {other:?}"),
     }
+}
+
+async fn heartbeats_arriving_together_share_commits(store: Store) {
+    const NODES: usize = 40;
+    for i in 0..NODES {
+        store.create_node(&Node::new(format!("n-{i:02}")), None).await.unwrap();
+    }
+    // Every node reports once with its own load, and a few reports name nodes
+    // that do not exist, all at the same moment.
+    let mut tasks = Vec::new();
+    for i in 0..NODES + 5 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let name = if i < NODES { format!("n-{i:02}") } else { format!("missing-{i}") };
+            let hb = Heartbeat { cpu_usage: i as f64, memory_usage: 1.0, bandwidth_mbps: 0.0, conns: i as i64 };
+            (i, store.record_heartbeat(&name, &hb, 1_800_000_000_000 + i as i64).await)
+        }));
+    }
+    for t in tasks {
+        let (i, result) = t.await.unwrap();
+        match result {
+            Ok(node) if i < NODES => {
+                assert_eq!(node.name, format!("n-{i:02}"), "each caller gets its own node");
+                assert_eq!((node.cpu_usage, node.conns), (i as f64, i as i64));
+                assert_eq!(node.last_heartbeat_ms, Some(1_800_000_000_000 + i as i64));
+            }
+            Err(StoreError::NotFound { what: "node", .. }) if i >= NODES => {}
+            other => panic!("heartbeat {i}: {other:?}"),
+        }
+    }
+    for i in 0..NODES {
+        let node = store.get_node(&format!("n-{i:02}")).await.unwrap().unwrap();
+        assert_eq!(node.cpu_usage, i as f64, "stored, not only answered");
+    }
+    let commits = store.heartbeat_commits();
+    assert!(commits >= 1 && commits < (NODES / 2) as u64, "{} heartbeats in {commits} commits", NODES + 5);
 }
 
 async fn zones_replace_ns_hosts(store: Store) {
