@@ -1,7 +1,11 @@
 //! UDP and TCP listeners on the same port, both answering with [`answer()`].
 //!
-//! - UDP: [`UDP_WORKERS`] tasks share the socket (`recv_from` → answer →
-//!   `send_to`); datagrams larger than [`UDP_BUFFER`] are ignored.
+//! - UDP: [`UDP_WORKERS`] threads of their own (`lagran-dns-udp`) share the
+//!   socket, blocking in `recv_from` → answer → `send_to`; datagrams larger
+//!   than [`UDP_BUFFER`] are ignored. They are not tokio tasks, so API
+//!   requests, heartbeats and store calls on the runtime never queue a
+//!   query: the kernel wakes a responder thread as soon as a datagram lands.
+//!   (Answering is synchronous and allocation-light, so a thread loses nothing.)
 //! - TCP (RFC 7766): one task per connection, 2-octet length framing, several
 //!   queries per connection answered in order, messages above
 //!   [`TCP_MAX_MESSAGE`] close the connection. Limits from [`DnsSettings`], so
@@ -40,8 +44,11 @@ use crate::route_table::SharedRouteTable;
 
 /// Largest UDP query accepted (bigger datagrams are ignored).
 pub const UDP_BUFFER: usize = 4096;
-/// Tasks sharing the UDP socket.
+/// Threads sharing the UDP socket.
 pub const UDP_WORKERS: usize = 4;
+/// How often a UDP responder thread blocked in `recv_from` looks at the
+/// shutdown token.
+const UDP_SHUTDOWN_POLL: Duration = Duration::from_millis(200);
 /// Largest TCP query accepted; a longer one closes the connection.
 pub const TCP_MAX_MESSAGE: usize = 16 * 1024;
 /// Pause after an accept/receive error, so a persistent error cannot spin a core.
@@ -146,38 +153,56 @@ impl DnsServer {
 
     /// Serves UDP and TCP until `shutdown` is cancelled.
     pub async fn run(self: Arc<Self>, udp: UdpSocket, tcp: TcpListener, shutdown: CancellationToken) -> io::Result<()> {
-        let udp = Arc::new(udp);
         if let (Ok(u), Ok(t)) = (udp.local_addr(), tcp.local_addr()) {
             tracing::info!(udp = %u, tcp = %t, "dns responder listening");
         }
-        let mut tasks = JoinSet::new();
+        // Off the runtime's reactor: blocking, with a timeout to see the shutdown.
+        let udp = udp.into_std()?;
+        udp.set_nonblocking(false)?;
+        udp.set_read_timeout(Some(UDP_SHUTDOWN_POLL))?;
+        let udp = Arc::new(udp);
+        let mut threads = Vec::with_capacity(UDP_WORKERS);
         for _ in 0..UDP_WORKERS {
-            tasks.spawn(self.clone().udp_worker(udp.clone(), shutdown.clone()));
+            let (server, sock, shutdown) = (self.clone(), udp.clone(), shutdown.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("lagran-dns-udp".into())
+                    .spawn(move || server.udp_worker(&sock, &shutdown))?,
+            );
         }
+        let mut tasks = JoinSet::new();
         tasks.spawn(self.clone().tcp_accept(tcp, shutdown.clone()));
         while let Some(res) = tasks.join_next().await {
             if let Err(e) = res {
                 tracing::error!(error = %e, "dns listener task ended abnormally");
             }
         }
+        // The TCP task ends only on shutdown; the threads see it within a poll.
+        shutdown.cancelled().await;
+        // Every thread is joined, whether or not one panicked.
+        let panicked =
+            tokio::task::spawn_blocking(move || threads.into_iter().map(|t| t.join()).filter(Result::is_err).count())
+                .await
+                .unwrap_or(UDP_WORKERS);
+        if panicked > 0 {
+            tracing::error!(threads = panicked, "dns udp responder threads panicked");
+        }
         Ok(())
     }
 
-    async fn udp_worker(self: Arc<Self>, sock: Arc<UdpSocket>, shutdown: CancellationToken) {
+    fn udp_worker(&self, sock: &std::net::UdpSocket, shutdown: &CancellationToken) {
         // One octet more than accepted, to tell an oversized datagram from a full one.
         let mut buf = vec![0u8; UDP_BUFFER + 1];
-        loop {
-            let received = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = sock.recv_from(&mut buf) => r,
-            };
-            let (n, peer) = match received {
+        while !shutdown.is_cancelled() {
+            let (n, peer) = match sock.recv_from(&mut buf) {
                 Ok(v) => v,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // e.g. ECONNREFUSED from an ICMP port unreachable of an earlier send.
                     self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(error = %e, "dns udp receive error");
-                    tokio::time::sleep(ERROR_BACKOFF).await;
+                    std::thread::sleep(ERROR_BACKOFF);
                     continue;
                 }
             };
@@ -187,7 +212,7 @@ impl DnsServer {
             }
             let reply = self.handle(&buf[..n], peer.ip(), Transport::Udp);
             if let Some(bytes) = reply.bytes
-                && let Err(e) = sock.send_to(&bytes, peer).await
+                && let Err(e) = sock.send_to(&bytes, peer)
             {
                 self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, peer = %peer, "dns udp send error");
