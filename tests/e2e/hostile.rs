@@ -12,7 +12,7 @@ use hickory_proto::op::{Message, MessageType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::support::{Daemon, Options};
+use crate::support::{Daemon, Options, XdpNamespaces, metric_value};
 
 const ZONE: &str = "edge.lagran.net";
 
@@ -312,44 +312,13 @@ fn flood(
 /// shows the server cookie as good from both paths.
 #[test]
 fn rate_limiting_and_server_cookies_with_xdp_in_namespaces() {
-    use lagran::xdp::netns::VethPair;
-    use lagran::xdp::{XdpHandle, XdpOptions, object_bytes};
-    for tool in ["dig", "ip"] {
-        if !crate::support::have_tool(tool, "rrl_xdp") {
-            return;
-        }
-    }
-    let obj =
-        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
-    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
-    // XDP_TX on a veth reaches the peer only when the peer runs XDP too.
-    let _client_prog = pair
-        .client
-        .enter(|| {
-            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
-        })
-        .expect("entering the client namespace")
-        .expect("a pass-through program on the client veth");
-    let pins = format!("/sys/fs/bpf/lagran-e2e-rrl-{}", std::process::id());
-    let d = Daemon::start(Options {
-        netns: Some(pair.server.name().to_string()),
-        args: vec!["--xdp".into(), pair.server_if.into()],
-        env: vec![("LAGRAN_PIN_DIR".into(), pins), ("RRL_RPS".into(), "100".into()), ("RRL_SLIP".into(), "0".into())],
-        dns_listen: Some(format!("{}:53", pair.server_addr)),
-        ..Options::default()
-    });
-    let metrics = || -> String {
-        let (_, v): (u16, serde_json::Value) =
-            pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
-        v.as_str().unwrap_or_default().to_string()
-    };
-    let value = |text: &str, name: &str| -> u64 {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .map_or(0, |v| v as u64)
-    };
+    let Some(ns) = XdpNamespaces::create("rrl_xdp") else { return };
+    let pair = &ns.pair;
+    let mut options = ns.daemon_options(&format!("/sys/fs/bpf/lagran-e2e-rrl-{}", std::process::id()));
+    options.env.extend([("RRL_RPS".into(), "100".into()), ("RRL_SLIP".into(), "0".into())]);
+    let d = Daemon::start(options);
+    let metrics = || ns.metrics(&d);
+    let value = metric_value;
     let dig = |args: &[&str]| -> String {
         let server = format!("@{}", pair.server_addr);
         let mut all = vec![server.as_str(), "+tries=2", "+time=2"];
@@ -451,42 +420,11 @@ fn rate_limiting_and_server_cookies_with_xdp_in_namespaces() {
 /// normally afterwards, in the kernel and in userspace.
 #[test]
 fn hundred_thousand_mutated_queries_through_xdp() {
-    use lagran::xdp::netns::VethPair;
-    use lagran::xdp::{XdpHandle, XdpOptions, object_bytes};
-    for tool in ["dig", "ip"] {
-        if !crate::support::have_tool(tool, "mutated_xdp") {
-            return;
-        }
-    }
-    let obj =
-        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
-    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
-    let _client_prog = pair
-        .client
-        .enter(|| {
-            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
-        })
-        .expect("entering the client namespace")
-        .expect("a pass-through program on the client veth");
-    let d = Daemon::start(Options {
-        netns: Some(pair.server.name().to_string()),
-        args: vec!["--xdp".into(), pair.server_if.into()],
-        env: vec![("LAGRAN_PIN_DIR".into(), format!("/sys/fs/bpf/lagran-e2e-mut-{}", std::process::id()))],
-        dns_listen: Some(format!("{}:53", pair.server_addr)),
-        ..Options::default()
-    });
-    let metrics = || -> String {
-        let (_, v): (u16, serde_json::Value) =
-            pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
-        v.as_str().unwrap_or_default().to_string()
-    };
-    let value = |text: &str, name: &str| -> u64 {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .map_or(0, |v| v as u64)
-    };
+    let Some(ns) = XdpNamespaces::create("mutated_xdp") else { return };
+    let pair = &ns.pair;
+    let d = Daemon::start(ns.daemon_options(&format!("/sys/fs/bpf/lagran-e2e-mut-{}", std::process::id())));
+    let metrics = || ns.metrics(&d);
+    let value = metric_value;
     let to = std::net::SocketAddr::from((pair.server_addr, 53));
     let total = 100_000u32;
     let replies = pair

@@ -539,3 +539,65 @@ pub fn lagran_cli(d: &Daemon, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Two fresh network namespaces joined by a veth pair, for the XDP tests: the
+/// daemon runs in the server namespace with `--xdp` on its end; the client
+/// end runs a pass-through program, because XDP_TX on a veth reaches the peer
+/// only when the peer runs XDP too. Dropping it detaches the program, then
+/// removes the namespaces (fields drop in declaration order).
+pub struct XdpNamespaces {
+    _client_prog: lagran::xdp::XdpHandle,
+    pub pair: lagran::xdp::netns::VethPair,
+}
+
+impl XdpNamespaces {
+    /// The namespaces, or `None` (the test skips, and says so) when `dig` or
+    /// `ip` is missing. Panics without the BPF object or without root.
+    pub fn create(test: &str) -> Option<XdpNamespaces> {
+        use lagran::xdp::{XdpHandle, XdpOptions, object_bytes};
+        if !["dig", "ip"].into_iter().all(|tool| have_tool(tool, test)) {
+            return None;
+        }
+        let obj = object_bytes()
+            .unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
+        let pair =
+            lagran::xdp::netns::VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
+        let client_prog = pair
+            .client
+            .enter(|| {
+                XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
+            })
+            .expect("entering the client namespace")
+            .expect("a pass-through program on the client veth");
+        Some(XdpNamespaces { _client_prog: client_prog, pair })
+    }
+
+    /// A daemon in the server namespace with `--xdp` on the server end,
+    /// listening on the server address, its maps pinned under `pins`. Add to
+    /// `args` and `env` for more.
+    pub fn daemon_options(&self, pins: &str) -> Options {
+        Options {
+            netns: Some(self.pair.server.name().to_string()),
+            args: vec!["--xdp".into(), self.pair.server_if.into()],
+            env: vec![("LAGRAN_PIN_DIR".into(), pins.to_string())],
+            dns_listen: Some(format!("{}:53", self.pair.server_addr)),
+            ..Options::default()
+        }
+    }
+
+    /// `d`'s `/metrics` text, read inside the server namespace.
+    pub fn metrics(&self, d: &Daemon) -> String {
+        let (_, v): (u16, Value) = self.pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
+        v.as_str().unwrap_or_default().to_string()
+    }
+}
+
+/// The value of the first line of a `/metrics` text that starts with `name`
+/// (0 when there is none).
+pub fn metric_value(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}

@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use lagran::xdp::netns::VethPair;
-use lagran::xdp::{XdpHandle, XdpOptions, object_bytes};
 
-use crate::support::{Daemon, Dig, Options, have_tool};
+use crate::support::{Daemon, Dig, XdpNamespaces, metric_value as metric};
 
 fn dig(pair: &VethPair, args: &[&str]) -> Dig {
     let server = format!("@{}", pair.server_addr);
@@ -18,64 +17,33 @@ fn dig(pair: &VethPair, args: &[&str]) -> Dig {
     Dig::parse(&String::from_utf8_lossy(&out.stdout))
 }
 
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 #[test]
 fn the_daemon_answers_through_xdp_and_userspace_agrees() {
-    for tool in ["dig", "ip"] {
-        if !have_tool(tool, "xdp_daemon") {
-            return;
-        }
-    }
-    let obj =
-        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
-    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
-    // XDP_TX on a veth reaches the peer only when the peer runs XDP too.
-    let _client_prog = pair
-        .client
-        .enter(|| {
-            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
-        })
-        .expect("entering the client namespace")
-        .expect("a pass-through program on the client veth");
+    let Some(ns) = XdpNamespaces::create("xdp_daemon") else { return };
+    let pair = &ns.pair;
 
     let pins = format!("/sys/fs/bpf/lagran-e2e-{}", std::process::id());
-    let d = Daemon::start(Options {
-        netns: Some(pair.server.name().to_string()),
-        args: vec!["--xdp".into(), pair.server_if.into()],
-        env: vec![("LAGRAN_PIN_DIR".into(), pins.clone())],
-        dns_listen: Some(format!("{}:53", pair.server_addr)),
-        ..Options::default()
-    });
-    let metrics = || -> String {
-        let (_, v): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
-        v.as_str().unwrap_or_default().to_string()
-    };
+    let d = Daemon::start(ns.daemon_options(&pins));
+    let metrics = || ns.metrics(&d);
     // Default dig: its client cookie gets a server cookie back, 32 octets more
     // than the query, often more tailroom than a veth frame has: the program
     // grows the frame at its front then (`response::grow_at_head`).
     let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
 
     // Default dig sends a COOKIE, as BIND resolvers do: the fast path answers it.
-    let fast = dig(&pair, &shenzhen);
+    let fast = dig(pair, &shenzhen);
     assert_eq!(fast.answers("A"), vec!["203.0.113.21"], "{}\n{}", fast.text, d.log());
     let m = metrics();
     assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 1, "XDP answered the cookie query:\n{m}");
     assert_eq!(metric(&m, "lagran_dns_queries_total{transport=\"udp\"}"), 0, "userspace saw nothing:\n{m}");
     // And without a cookie too.
-    let plain = dig(&pair, &[&shenzhen[..], &["+nocookie"]].concat());
+    let plain = dig(pair, &[&shenzhen[..], &["+nocookie"]].concat());
     assert_eq!(plain.answer, fast.answer);
     let m = metrics();
     assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 2, "XDP answered both:\n{m}");
 
     // The same question over TCP is userspace's: same meaning.
-    let slow = dig(&pair, &[&shenzhen[..], &["+tcp"]].concat());
+    let slow = dig(pair, &[&shenzhen[..], &["+tcp"]].concat());
     let m = metrics();
     assert_eq!(metric(&m, "lagran_dns_queries_total{transport=\"tcp\"}"), 1, "userspace answered it:\n{m}");
     assert_eq!(slow.status, fast.status);
@@ -84,11 +52,9 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
     assert_eq!(slow.ecs, fast.ecs, "same ECS scope");
 
     // What XDP must not answer is passed and answered by userspace.
-    assert_eq!(dig(&pair, &["edge.lagran.net", "AAAA", "+nocookie"]).status, "NOERROR");
-    assert!(
-        dig(&pair, &["whoami.edge.lagran.net", "TXT", "+nocookie"]).answers("TXT").join(" ").contains("198.18.0.2")
-    );
-    assert_eq!(dig(&pair, &["nope.edge.lagran.net", "A", "+nocookie"]).status, "NXDOMAIN");
+    assert_eq!(dig(pair, &["edge.lagran.net", "AAAA", "+nocookie"]).status, "NOERROR");
+    assert!(dig(pair, &["whoami.edge.lagran.net", "TXT", "+nocookie"]).answers("TXT").join(" ").contains("198.18.0.2"));
+    assert_eq!(dig(pair, &["nope.edge.lagran.net", "A", "+nocookie"]).status, "NXDOMAIN");
     let m = metrics();
     assert_eq!(metric(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 2, "still only the two:\n{m}");
 
@@ -116,7 +82,7 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
     assert_eq!(s, 200);
     let mut moved = Dig::default();
     for _ in 0..50 {
-        moved = dig(&pair, &[&shenzhen[..], &["+nocookie"]].concat());
+        moved = dig(pair, &[&shenzhen[..], &["+nocookie"]].concat());
         if moved.answers("A") == vec!["203.0.113.22"] {
             break;
         }
@@ -132,52 +98,28 @@ fn the_daemon_answers_through_xdp_and_userspace_agrees() {
 
 #[test]
 fn a_daemon_killed_hard_is_taken_over_by_the_next_one() {
-    for tool in ["dig", "ip"] {
-        if !have_tool(tool, "xdp_restart") {
-            return;
-        }
-    }
-    let obj =
-        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
-    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
-    let _client_prog = pair
-        .client
-        .enter(|| {
-            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
-        })
-        .expect("entering the client namespace")
-        .expect("a pass-through program on the client veth");
+    let Some(ns) = XdpNamespaces::create("xdp_restart") else { return };
+    let pair = &ns.pair;
     // `ip netns exec` gives the daemon a private /sys, whose bpffs dies with it; a bpffs
     // mounted here first is shared with the namespace, as /sys/fs/bpf is in production.
     let bpffs = BpfFs::mount();
     let pins = format!("{}/pins", bpffs.dir.path().display());
-    let start = || {
-        Daemon::start(Options {
-            netns: Some(pair.server.name().to_string()),
-            args: vec!["--xdp".into(), pair.server_if.into()],
-            env: vec![("LAGRAN_PIN_DIR".into(), pins.clone())],
-            dns_listen: Some(format!("{}:53", pair.server_addr)),
-            ..Options::default()
-        })
-    };
-    let answered = |d: &Daemon| -> u64 {
-        let (_, v): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
-        metric(v.as_str().unwrap_or_default(), "lagran_xdp_packets_total{result=\"answered\"}")
-    };
+    let start = || Daemon::start(ns.daemon_options(&pins));
+    let answered = |d: &Daemon| metric(&ns.metrics(d), "lagran_xdp_packets_total{result=\"answered\"}");
     // Default dig: its client cookie gets a server cookie back, 32 octets more
     // than the query, often more tailroom than a veth frame has: the program
     // grows the frame at its front then (`response::grow_at_head`).
     let shenzhen = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
 
     let mut first = start();
-    assert_eq!(dig(&pair, &shenzhen).answers("A"), vec!["203.0.113.21"], "{}", first.log());
+    assert_eq!(dig(pair, &shenzhen).answers("A"), vec!["203.0.113.21"], "{}", first.log());
     assert_eq!(answered(&first), 1, "the first daemon answers through XDP");
     first.kill_hard();
     // Nobody detached: the pinned link keeps the program answering from the pinned maps.
     let link = format!("{pins}/link_{}", pair.server_if);
     assert!(std::path::Path::new(&link).exists(), "the link stays pinned after SIGKILL");
     assert_eq!(
-        dig(&pair, &shenzhen).answers("A"),
+        dig(pair, &shenzhen).answers("A"),
         vec!["203.0.113.21"],
         "with the daemon dead, the kernel still answers from the last maps"
     );
@@ -186,7 +128,7 @@ fn a_daemon_killed_hard_is_taken_over_by_the_next_one() {
     let second = start();
     let log = second.log();
     assert!(log.contains("took over the XDP link"), "the restart says it took over:\n{log}");
-    assert_eq!(dig(&pair, &shenzhen).answers("A"), vec!["203.0.113.21"], "{}", second.log());
+    assert_eq!(dig(pair, &shenzhen).answers("A"), vec!["203.0.113.21"], "{}", second.log());
     assert!(answered(&second) >= 1, "the new daemon's program answers through XDP:\n{}", second.log());
 
     drop(second);
@@ -224,33 +166,13 @@ impl Drop for BpfFs {
 /// userspace answers (over TCP) mean: flags, records with TTLs, ECS scope.
 #[test]
 fn ipv6_transport_ecs_and_aaaa_are_answered_by_xdp_like_userspace() {
-    for tool in ["dig", "ip"] {
-        if !have_tool(tool, "xdp_ipv6") {
-            return;
-        }
-    }
-    let obj =
-        object_bytes().unwrap_or_else(|e| panic!("this test needs the BPF object: {e} (cargo xtask test builds it)"));
-    let pair = VethPair::create().expect("creating two namespaces and a veth pair (root needed)");
-    let _client_prog = pair
-        .client
-        .enter(|| {
-            XdpHandle::attach_with(pair.client_if, 53, &obj, &XdpOptions { pin_dir: None, ..XdpOptions::default() })
-        })
-        .expect("entering the client namespace")
-        .expect("a pass-through program on the client veth");
+    let Some(ns) = XdpNamespaces::create("xdp_ipv6") else { return };
+    let pair = &ns.pair;
     let pins = format!("/sys/fs/bpf/lagran-e2e6-{}", std::process::id());
-    let d = Daemon::start(Options {
-        netns: Some(pair.server.name().to_string()),
-        args: vec!["--dns-listen".into(), format!("[{}]:53", pair.server_addr6), "--xdp".into(), pair.server_if.into()],
-        env: vec![("LAGRAN_PIN_DIR".into(), pins.clone())],
-        dns_listen: Some(format!("{}:53", pair.server_addr)),
-        ..Options::default()
-    });
-    let answered = || -> u64 {
-        let (_, v): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
-        metric(v.as_str().unwrap_or_default(), "lagran_xdp_packets_total{result=\"answered\"}")
-    };
+    let mut options = ns.daemon_options(&pins);
+    options.args.extend(["--dns-listen".into(), format!("[{}]:53", pair.server_addr6)]);
+    let d = Daemon::start(options);
+    let answered = || metric(&ns.metrics(&d), "lagran_xdp_packets_total{result=\"answered\"}");
 
     // The demo nodes get IPv6 addresses, so scheduled names have AAAA answers.
     let (s, nodes) = pair.server.enter(|| d.get("/api/v1/nodes")).expect("entering the server namespace");
@@ -277,7 +199,7 @@ fn ipv6_transport_ecs_and_aaaa_are_answered_by_xdp_like_userspace() {
     // Wait for the table with the IPv6 addresses (over TCP: userspace).
     let mut aaaa = Dig::default();
     for _ in 0..100 {
-        aaaa = dig(&pair, &["edge.lagran.net", "AAAA", "+tcp"]);
+        aaaa = dig(pair, &["edge.lagran.net", "AAAA", "+tcp"]);
         if !aaaa.answers("AAAA").is_empty() {
             break;
         }
@@ -300,17 +222,17 @@ fn ipv6_transport_ecs_and_aaaa_are_answered_by_xdp_like_userspace() {
     ];
     for (what, over6, args) in &cases {
         let before = answered();
-        let fast = if *over6 { dig6(args) } else { dig(&pair, args) };
+        let fast = if *over6 { dig6(args) } else { dig(pair, args) };
         let after = answered();
         if after <= before {
-            let (_, m): (u16, Value) = pair.server.enter(|| d.get("/metrics")).expect("entering the server namespace");
-            let m = m.as_str().unwrap_or_default().lines().filter(|l| l.contains("xdp")).collect::<Vec<_>>().join("\n");
+            let m = ns.metrics(&d);
+            let m = m.lines().filter(|l| l.contains("xdp")).collect::<Vec<_>>().join("\n");
             panic!("{what}: answered by XDP ({before} -> {after}):\n{}\n{m}\n{}", fast.text, d.log());
         }
         assert_eq!(fast.status, "NOERROR", "{what}:\n{}", fast.text);
         assert!(!fast.answer.is_empty(), "{what}: records:\n{}", fast.text);
         let tcp: Vec<&str> = args.iter().copied().chain(["+tcp"]).collect();
-        let slow = if *over6 { dig6(&tcp) } else { dig(&pair, &tcp) };
+        let slow = if *over6 { dig6(&tcp) } else { dig(pair, &tcp) };
         assert_eq!(answered(), after, "{what}: TCP is userspace's");
         assert_eq!(slow.flags, fast.flags, "{what}: same flags");
         assert_eq!(slow.answer, fast.answer, "{what}: same records and TTL\n{}\n{}", fast.text, slow.text);
