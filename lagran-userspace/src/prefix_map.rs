@@ -265,6 +265,12 @@ impl<A: PrefixAddr> PrefixMap<A> {
         self.starts.is_empty()
     }
 
+    /// The blocks as columns: starts, prefix lengths and values, block `i` at
+    /// index `i` of each (for walks that want no iterator per block).
+    pub fn columns(&self) -> (&[A], &[u8], &[u32]) {
+        (&self.starts, &self.lens, &self.values)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = Prefix<A>> + '_ {
         (0..self.starts.len()).map(|i| Prefix { addr: self.starts[i], len: self.lens[i], value: self.values[i] })
     }

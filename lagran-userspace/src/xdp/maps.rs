@@ -459,6 +459,10 @@ pub struct SyncStats {
     /// Scheduled names left to userspace (name not representable, too many addresses…).
     pub names_skipped: usize,
     pub elapsed: Duration,
+    /// Of `elapsed`: diffing the names' routes against those written last time.
+    pub diff: Duration,
+    /// Of `elapsed`: laying out and writing the flat IPv4 arrays.
+    pub flat: Duration,
 }
 
 impl SyncStats {
@@ -716,8 +720,9 @@ impl MapWriter {
                 continue;
             }
             let old = self.written.get(&id);
-            let have = old.into_iter().flat_map(|o| routes_in(&o.v4, &o.ids));
-            let (up, del, count) = diff_routes(have, routes_in(&want.v4, &want.ids));
+            let diffing = Instant::now();
+            let (up, del, count) = diff_maps(old.map(|o| (&o.v4, o.ids.as_slice())), (&want.v4, &want.ids));
+            stats.diff += diffing.elapsed();
             want.routes4 = count;
             for r in &up {
                 self.maps
@@ -731,6 +736,7 @@ impl MapWriter {
             // The flat arrays after the trie: their "ask the trie" slots find it written.
             // Only the /16s a changed route covers are laid out again.
             if let Some(flat) = self.maps.flat.as_mut() {
+                let laying = Instant::now();
                 let touched: std::collections::BTreeSet<u16> =
                     up.iter().chain(&del).flat_map(|r| route4_flat::sixteens(r.addr, r.len)).collect();
                 let routes16 = |hi: u16| -> Vec<FlatRoute> {
@@ -740,6 +746,7 @@ impl MapWriter {
                 };
                 let all = || routes_in(&want.v4, &want.ids).map(|r| (r.addr, r.len, r.value.answer_id)).collect();
                 flat.update(id, &touched, routes16, all, old.is_none());
+                stats.flat += laying.elapsed();
             }
             stats.routes_upserted += up.len();
             stats.routes_deleted += del.len();
@@ -1021,6 +1028,75 @@ fn routes_of(v6: &crate::prefix_map::PrefixMapV6, ids: &[Option<u32>]) -> Vec<Ro
     routes_in(v6, ids).collect()
 }
 
+/// [`diff_routes`] of the trie entries two prefix maps make (`have`: none
+/// when `None`), each block's value turned into an answer id through its
+/// map's `ids` (a block without one makes no entry), walked over the maps'
+/// columns: the real data's names have hundreds of thousands of blocks, and
+/// one node's change touches a few hundred of them.
+fn diff_maps<A: crate::prefix_map::PrefixAddr>(
+    have: Option<(&crate::prefix_map::PrefixMap<A>, &[Option<u32>])>,
+    want: (&crate::prefix_map::PrefixMap<A>, &[Option<u32>]),
+) -> (Vec<Route<A>>, Vec<Route<A>>, usize) {
+    let (hs, hl, hv, hids) = match have {
+        Some((m, ids)) => {
+            let (s, l, v) = m.columns();
+            (s, l, v, ids)
+        }
+        None => (&[][..], &[][..], &[][..], &[][..]),
+    };
+    let ((ws, wl, wv), wids) = (want.0.columns(), want.1);
+    let route =
+        |addr: A, len: u8, answer_id: u32| Route { addr, len, value: RouteValue { answer_id, scope: len as u32 } };
+    // Values that make the same entry in both maps (a value neither id list
+    // holds makes none in either).
+    let same: Vec<bool> =
+        (0..hids.len().max(wids.len())).map(|v| answer_of(hids, v as u32) == answer_of(wids, v as u32)).collect();
+    let unchanged = |v: u32| same.get(v as usize).copied().unwrap_or(true);
+    let count = wv.iter().filter(|&&v| answer_of(wids, v).is_some()).count();
+    let (mut up, mut del) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < hs.len() && j < ws.len() {
+        // The long stretches one node's change leaves alone: same block, same value.
+        if hs[i] == ws[j] && hl[i] == wl[j] && hv[i] == wv[j] && unchanged(hv[i]) {
+            i += 1;
+            j += 1;
+            continue;
+        }
+        let (h, w) = ((hs[i], hl[i]), (ws[j], wl[j]));
+        if h == w {
+            match (answer_of(hids, hv[i]), answer_of(wids, wv[j])) {
+                (Some(a), Some(b)) if a != b => up.push(route(w.0, w.1, b)),
+                (None, Some(b)) => up.push(route(w.0, w.1, b)),
+                (Some(a), None) => del.push(route(h.0, h.1, a)),
+                _ => {}
+            }
+            i += 1;
+            j += 1;
+        } else if h < w {
+            if let Some(a) = answer_of(hids, hv[i]) {
+                del.push(route(h.0, h.1, a));
+            }
+            i += 1;
+        } else {
+            if let Some(b) = answer_of(wids, wv[j]) {
+                up.push(route(w.0, w.1, b));
+            }
+            j += 1;
+        }
+    }
+    for i in i..hs.len() {
+        if let Some(a) = answer_of(hids, hv[i]) {
+            del.push(route(hs[i], hl[i], a));
+        }
+    }
+    for j in j..ws.len() {
+        if let Some(b) = answer_of(wids, wv[j]) {
+            up.push(route(ws[j], wl[j], b));
+        }
+    }
+    (up, del, count)
+}
+
 /// Trie entries to insert or update, and to delete, to go from `have` to `want`
 /// (both sorted by address, then length), and how many `want` holds.
 fn diff_routes<A: Copy + Ord>(
@@ -1156,6 +1232,40 @@ mod tests {
         assert_eq!(n, want.len());
         let (up, del, _) = diff_routes(want, want);
         assert!(up.is_empty() && del.is_empty(), "no change, no writes");
+    }
+
+    #[test]
+    fn the_column_diff_writes_what_the_route_diff_writes() {
+        use crate::prefix_map::PrefixMapV4;
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        // Random maps over a few answers; ids with gaps (answers the kernel cannot serve).
+        let map = |rng: &mut rand::rngs::StdRng| {
+            let mut cuts: Vec<u32> = (0..rng.gen_range(0..40)).map(|_| rng.r#gen::<u32>() & 0xffff_ff00).collect();
+            cuts.sort_unstable();
+            cuts.dedup();
+            let mut ranges = Vec::new();
+            let mut start = 0u32;
+            for c in cuts.into_iter().filter(|&c| c > 0) {
+                ranges.push((start, c - 1, rng.gen_range(0..5)));
+                start = c;
+            }
+            ranges.push((start, u32::MAX, rng.gen_range(0..5)));
+            PrefixMapV4::from_ranges(ranges, 0)
+        };
+        let ids = |rng: &mut rand::rngs::StdRng| -> Vec<Option<u32>> {
+            (0..5).map(|_| if rng.gen_bool(0.2) { None } else { Some(rng.gen_range(1..4)) }).collect()
+        };
+        for round in 0..500 {
+            let (a, b) = (map(&mut rng), map(&mut rng));
+            let (ia, ib) = (ids(&mut rng), ids(&mut rng));
+            // Also a change of a few blocks only, as one node's change makes.
+            let b = if round % 2 == 0 { a.splice(&[(0x0a00_0000, 0x0a0f_ffff, 4)], None) } else { b };
+            let want = diff_routes(routes_in(&a, &ia), routes_in(&b, &ib));
+            assert_eq!(diff_maps(Some((&a, &ia)), (&b, &ib)), want, "round {round}");
+            let fresh = diff_routes(std::iter::empty(), routes_in(&b, &ib));
+            assert_eq!(diff_maps(None, (&b, &ib)), fresh, "round {round}: nothing written before");
+        }
     }
 
     #[test]

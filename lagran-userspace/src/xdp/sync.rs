@@ -143,6 +143,8 @@ fn sync(handle: &Mutex<XdpHandle>, table: &SharedRouteTable, settings: &DnsSetti
             version = t.version,
             writes = stats.writes(),
             took_us = stats.elapsed.as_micros() as u64,
+            diff_us = stats.diff.as_micros() as u64,
+            flat_us = stats.flat.as_micros() as u64,
             "XDP maps synced"
         ),
         Err(e) => {
