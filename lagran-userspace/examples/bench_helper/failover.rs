@@ -14,6 +14,7 @@ use lagran_common::{
     answers::AnswerV4,
     names::{NameValue, hash_wire},
     route_v4::{FULL_PREFIX, RouteV4Data, RouteValue},
+    route_v4_flat as flat,
 };
 
 use crate::result;
@@ -45,6 +46,10 @@ pub struct Args {
 struct Pinned {
     routes: LpmTrie<MapData, RouteV4Data, RouteValue>,
     answers: Array<MapData, AnswerV4>,
+    /// `lagran_route4_l1` and `_l2`, when pinned (a daemon that has them pins them).
+    flat: Option<(Array<MapData, u64>, Array<MapData, u64>)>,
+    names: HashMap<MapData, u64, NameValue>,
+    name_hash: u64,
     name_id: u32,
     client: u32,
 }
@@ -59,19 +64,67 @@ impl Pinned {
         let names: HashMap<MapData, u64, NameValue> = HashMap::try_from(open(lagran_common::names::MAP_NAME)?)?;
         let wire = lagran::xdp::maps::wire_key(&a.name).context("name is not a valid key")?;
         let name_id = names.get(&hash_wire(&wire), 0).with_context(|| format!("{} is not in lagran_names", a.name))?.id;
+        let flat = match (open(flat::MAP_NAME_L1), open(flat::MAP_NAME_L2)) {
+            (Ok(l1), Ok(l2)) => Some((Array::try_from(l1)?, Array::try_from(l2)?)),
+            _ => {
+                eprintln!("failover: the flat IPv4 arrays are not pinned: polling the trie only");
+                None
+            }
+        };
         Ok(Pinned {
             routes: LpmTrie::try_from(open(lagran_common::route_v4::MAP_NAME)?)?,
             answers: Array::try_from(open(lagran_common::answers::MAP_NAME)?)?,
+            flat,
+            names,
+            name_hash: hash_wire(&wire),
             name_id,
             client: u32::from(a.client),
         })
     }
 
-    /// The first address the fast path answers for the client right now.
+    /// The first address the fast path answers for the client right now, read
+    /// as the program reads it (`lagran-ebpf/src/route4.rs`): the name's flat
+    /// arrays when it has a block there, the trie where they say so. The map
+    /// writer writes the trie before the arrays, so polling the trie alone
+    /// would see a change before the packets do.
     fn answer(&self) -> Option<Ipv4Addr> {
-        let v = self.routes.get(&Key::new(FULL_PREFIX, RouteV4Data::new(self.name_id, self.client)), 0).ok()?;
-        let a = self.answers.get(&v.answer_id, 0).ok()?;
+        let answer_id = match self.flat_route()? {
+            Some(id) => id,
+            None => {
+                self.routes.get(&Key::new(FULL_PREFIX, RouteV4Data::new(self.name_id, self.client)), 0).ok()?.answer_id
+            }
+        };
+        let a = self.answers.get(&answer_id, 0).ok()?;
         (a.count > 0).then(|| Ipv4Addr::from(a.addrs[0]))
+    }
+
+    /// `Some(Some(answer id))` from the flat arrays, `Some(None)` "ask the
+    /// trie", `None` no route.
+    fn flat_route(&self) -> Option<Option<u32>> {
+        let Some((l1, l2)) = &self.flat else { return Some(None) };
+        let block = self.names.get(&self.name_hash, 0).ok()?.route4;
+        if block == 0 || block > flat::FLAT_NAMES {
+            return Some(None);
+        }
+        let slot = |a: &Array<MapData, u64>, i: u32| -> Option<u32> {
+            let w = a.get(&(i / flat::SLOTS_PER_ELEMENT), 0).ok()?;
+            Some((w >> ((i % flat::SLOTS_PER_ELEMENT) * 32)) as u32)
+        };
+        let s = slot(l1, (block - 1) * flat::L1_SLOTS + (self.client >> 16))?;
+        let leaf = match s & flat::KIND_MASK {
+            flat::LEAF => s,
+            flat::GROUP => {
+                let t = slot(l2, flat::group_index(s) * flat::L2_SLOTS + ((self.client >> 8) & 0xff))?;
+                match t & flat::KIND_MASK {
+                    flat::LEAF => t,
+                    flat::TRIE => return Some(None),
+                    _ => return None,
+                }
+            }
+            flat::TRIE => return Some(None),
+            _ => return None,
+        };
+        Some(Some(flat::leaf_answer(leaf)))
     }
 }
 

@@ -17,7 +17,7 @@ use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 
 use super::XdpError;
-use super::maps::{MAP_NAMES, MapWriter, Maps};
+use super::maps::{MAP_NAMES, MapWriter, Maps, OPTIONAL_MAP_NAMES};
 
 /// The program's name in the object (the `#[xdp]` function).
 pub const PROGRAM: &str = "lagran";
@@ -241,13 +241,17 @@ impl LoadedXdp {
         ensure_bpffs(dir)?;
         std::fs::create_dir_all(dir).map_err(|source| XdpError::Bpffs { path: dir.to_path_buf(), source })?;
         self.pin_dir = Some(dir.to_path_buf());
-        for name in MAP_NAMES {
+        for name in MAP_NAMES.iter().chain(&OPTIONAL_MAP_NAMES) {
             let path = dir.join(name);
             if path.exists() {
                 tracing::warn!(path = %path.display(), "replacing a stale pinned map");
                 std::fs::remove_file(&path).map_err(|source| XdpError::Bpffs { path: path.clone(), source })?;
             }
-            let map = self.ebpf.map(name).ok_or(XdpError::NoMap(name))?;
+            let map = match self.ebpf.map(name) {
+                Some(map) => map,
+                None if OPTIONAL_MAP_NAMES.contains(name) => continue,
+                None => return Err(XdpError::NoMap(name)),
+            };
             map.pin(&path).map_err(|source| XdpError::Pin {
                 map: name,
                 path: path.clone(),

@@ -54,6 +54,12 @@ pub const MAP_NAMES: [&str; 9] = [
     cookie::MAP_NAME,
 ];
 
+/// Maps pinned beside [`MAP_NAMES`] when the object has them: the flat IPv4
+/// route arrays (what the program reads for a name's IPv4 routes, so an SRE
+/// and the bench see the answers the packets get) and the IPv4 listen scan.
+pub const OPTIONAL_MAP_NAMES: [&str; 3] =
+    [lagran_common::route_v4_flat::MAP_NAME_L1, lagran_common::route_v4_flat::MAP_NAME_L2, listen::MAP_NAME_V4];
+
 /// The `lagran_cookie` entry for `secrets`: the current secret as SipHash's
 /// two key words, whether a previous one is still accepted at `now` (Unix
 /// seconds), and the offset from the kernel's monotonic clock to Unix time.
