@@ -20,6 +20,7 @@ mod build;
 mod changes;
 mod decide;
 pub mod geo_reload;
+mod node_cache;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -122,6 +123,8 @@ pub struct Scheduler {
     fenced: std::sync::atomic::AtomicBool,
     /// The leader's API URL, for a standby's refusals.
     leader_hint: std::sync::Mutex<String>,
+    /// The nodes the last recompute read, and which were written since.
+    node_cache: std::sync::Mutex<node_cache::NodeCache>,
 }
 
 impl Scheduler {
@@ -168,6 +171,7 @@ impl Scheduler {
             change_logger: Background::start("lagran-changes").expect("starting the change-log thread"),
             fenced: std::sync::atomic::AtomicBool::new(false),
             leader_hint: std::sync::Mutex::new(String::new()),
+            node_cache: std::sync::Mutex::new(node_cache::NodeCache::default()),
         }
     }
 
@@ -281,6 +285,7 @@ impl Scheduler {
     }
 
     fn queue(&self, change: Change, load: bool) {
+        self.note_nodes_written(&change);
         let mut pending = self.pending.lock().expect("pending-change lock poisoned");
         let loads_only = load && (pending.is_none() || self.pending_loads_only.load(Ordering::SeqCst));
         *pending = Some(match pending.take() {
@@ -290,6 +295,48 @@ impl Scheduler {
         self.pending_loads_only.store(loads_only, Ordering::SeqCst);
         drop(pending);
         self.wake.notify_one();
+    }
+
+    /// Tells the node cache what `change` wrote: one node by name; the nodes
+    /// as a whole for anything but a rule or liveness change (a merged node
+    /// change is [`Change::Liveness`], its names told as each was queued).
+    fn note_nodes_written(&self, change: &Change) {
+        let mut cache = self.node_cache.lock().expect("node cache lock poisoned");
+        match change {
+            Change::Node(name) => cache.written(name),
+            Change::Liveness | Change::Rules => {}
+            Change::Everything => cache.invalidate(),
+        }
+    }
+
+    /// The nodes to build from: those written since the last recompute read
+    /// again one by one, or every node (see [`node_cache`]).
+    async fn read_nodes(&self) -> Result<Vec<crate::model::Node>, SchedulerError> {
+        let plan = self.node_cache.lock().expect("node cache lock poisoned").plan();
+        let names = match plan {
+            node_cache::NodeRead::Some(names) => names,
+            node_cache::NodeRead::All => {
+                let nodes = self.store.list_nodes().await.inspect_err(|_| self.forget_nodes())?;
+                self.node_cache.lock().expect("node cache lock poisoned").put_all(&nodes);
+                return Ok(nodes);
+            }
+        };
+        let mut read = Vec::with_capacity(names.len());
+        for name in names {
+            let node = self.store.get_node(&name).await.inspect_err(|_| self.forget_nodes())?;
+            read.push((name, node));
+        }
+        let mut cache = self.node_cache.lock().expect("node cache lock poisoned");
+        for (name, node) in read {
+            cache.put(&name, node);
+        }
+        Ok(cache.nodes())
+    }
+
+    /// The next recompute reads every node (a read failed half-way, or this
+    /// process may have missed writes).
+    fn forget_nodes(&self) {
+        self.node_cache.lock().expect("node cache lock poisoned").invalidate();
     }
 
     /// How long the pending change may still wait: only load reports wait,
@@ -415,12 +462,23 @@ impl Scheduler {
         // Expired rules never apply (`Rule::is_active`); they are also purged, so the
         // store and `GET /api/v1/rules` do not keep them forever.
         let now = now_ms();
+        let reading = Instant::now();
         match self.store.purge_expired_rules(now).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(rules = n, "expired rules purged"),
             Err(e) => tracing::warn!(error = %e, "purging expired rules failed; they are ignored meanwhile"),
         }
-        let inputs = self.inputs_at(now).await?;
+        self.note_nodes_written(&change);
+        let inputs = Inputs {
+            nodes: self.read_nodes().await?,
+            zones: self.store.list_zones().await?,
+            domains: self.store.list_domains().await?,
+            rules: self.store.list_rules().await?,
+            lines: self.store.list_lines().await?,
+            liveness: self.health.liveness(),
+            now_ms: now,
+        };
+        let read = reading.elapsed();
         let started = Instant::now();
         *self.last_build.lock().expect("last-build lock poisoned") = Some(started);
         let version = self.next_version();
@@ -448,6 +506,7 @@ impl Scheduler {
         if same && !forced {
             tracing::debug!(
                 version = current.version,
+                read_ms = read.as_secs_f64() * 1e3,
                 took_ms = took.as_secs_f64() * 1e3,
                 "recompute changed nothing; nothing published"
             );
@@ -457,7 +516,12 @@ impl Scheduler {
         self.store_clustered(&table).await?;
         self.force_publish.store(false, Ordering::SeqCst);
         self.publish(table.clone());
-        tracing::debug!(version, took_ms = took.as_secs_f64() * 1e3, "route table recomputed and published");
+        tracing::debug!(
+            version,
+            read_ms = read.as_secs_f64() * 1e3,
+            took_ms = took.as_secs_f64() * 1e3,
+            "route table recomputed and published"
+        );
         Ok(table)
     }
 
@@ -538,6 +602,8 @@ impl Scheduler {
         self.fenced.store(false, Ordering::SeqCst);
         self.force_publish.store(true, Ordering::SeqCst);
         self.frozen.store(false, Ordering::SeqCst);
+        // As a standby this process built nothing: the leader's writes went by.
+        self.forget_nodes();
         self.leading.store(true, Ordering::SeqCst);
     }
 

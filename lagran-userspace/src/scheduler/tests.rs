@@ -215,3 +215,31 @@ async fn load_reports_wait_for_the_settle_time_and_other_changes_do_not() {
     s.notify_load("gz-01".into());
     assert_eq!(s.load_wait(), None);
 }
+
+#[tokio::test]
+async fn a_node_change_reads_that_node_again_and_a_full_recompute_reads_them_all() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let first = s.recompute().await.unwrap();
+    let before = primary(&first);
+    // A write the scheduler is told of by name moves the answer (the cache reads that node again).
+    let node = disable_primary(&s).await;
+    let t = s.recompute_after(Change::Node(node.clone())).await.unwrap();
+    let moved = primary(&t);
+    assert_ne!(moved, before, "{node} was disabled and told by name: the answer must move");
+    // Told of a node change through the loop's queue, merged with another (Liveness),
+    // the written names are read again too.
+    let patch = NodePatch { status: Some(NodeStatus::Online), ..Default::default() };
+    s.store.update_node(&node, &patch).await.unwrap();
+    s.queue(Change::Node(node.clone()), false);
+    s.queue(Change::Node("kr-01".into()), false);
+    let merged = s.pending.lock().unwrap().take().unwrap();
+    assert_eq!(merged, Change::Liveness);
+    let t = s.recompute_after(merged).await.unwrap();
+    assert_eq!(primary(&t), before, "{node} is back online: the answer returns");
+    // A write told to nobody is read by the next full recompute (the periodic safety net).
+    let node = disable_primary(&s).await;
+    let t = s.recompute_after(Change::Liveness).await.unwrap();
+    assert_eq!(primary(&t), before, "a write the scheduler was not told of is not read by a liveness recompute");
+    let t = s.recompute().await.unwrap();
+    assert_ne!(primary(&t), before, "a full recompute reads {node} again");
+}
