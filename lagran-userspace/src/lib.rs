@@ -42,6 +42,7 @@ pub mod table_stream;
 /// `testkit` feature, so production binaries do not carry them.
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
+pub mod wakeup_slice;
 pub mod xdp;
 
 #[cfg(test)]

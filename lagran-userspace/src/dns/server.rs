@@ -6,6 +6,8 @@
 //!   requests, heartbeats and store calls on the runtime never queue a
 //!   query: the kernel wakes a responder thread as soon as a datagram lands.
 //!   (Answering is synchronous and allocation-light, so a thread loses nothing.)
+//!   Each asks for the shortest scheduler slice ([`crate::wakeup_slice`]), so
+//!   a woken responder preempts the thread holding the core at once.
 //! - TCP (RFC 7766): one task per connection, 2-octet length framing, several
 //!   queries per connection answered in order, messages above
 //!   [`TCP_MAX_MESSAGE`] close the connection. Limits from [`DnsSettings`], so
@@ -191,6 +193,8 @@ impl DnsServer {
     }
 
     fn udp_worker(&self, sock: &std::net::UdpSocket, shutdown: &CancellationToken) {
+        // Woken by a datagram, run at once rather than after another thread's turn.
+        crate::wakeup_slice::prefer_wakeups();
         // One octet more than accepted, to tell an oversized datagram from a full one.
         let mut buf = vec![0u8; UDP_BUFFER + 1];
         while !shutdown.is_cancelled() {
