@@ -481,6 +481,16 @@ impl Bench {
         t.exec(ns, &refs)
     }
 
+    /// `bench_helper` in the daemon `pid`'s namespaces (`ns`: nsenter's `-n`,
+    /// `-m`), on the generator's CPU: the daemon keeps its core to itself, as
+    /// "on one core" says, and a poller or a heartbeat sender does not take
+    /// turns with the daemon it measures.
+    fn helper_beside(&self, pid: &str, ns: &[&str]) -> Command {
+        let mut c = Command::new("nsenter");
+        c.args(["-t", pid]).args(ns).args(["taskset", "-c", &self.opts.gen_cpu.to_string()]).arg(&self.helper);
+        c
+    }
+
     fn tables(&self) -> anyhow::Result<Results> {
         let xdb = self.xdb.display().to_string();
         let mut args = vec!["tables", "--xdb", &xdb, "--no-recompute"];
@@ -535,32 +545,17 @@ impl Bench {
         let pid = daemon.pid().to_string();
         let xdb = self.xdb.display().to_string();
         let nodes = self.opts.fleet_nodes.to_string();
-        let mut add = Command::new("nsenter");
-        add.args(["-t", &pid, "-n"]).arg(&self.helper).args(["fleet-add", "--xdb", &xdb, "--nodes", &nodes]);
+        let on_gen_cpu = |ns: &[&str]| self.helper_beside(&pid, ns);
+        let mut add = on_gen_cpu(&["-n"]);
+        add.args(["fleet-add", "--xdb", &xdb, "--nodes", &nodes]);
         let mut r = parse_results(&util::output(&mut add).context("adding the fleet over the API")?);
-        let mut failover = Command::new("nsenter");
-        failover.args(["-t", &pid, "-m", "-n"]).arg(&self.helper).args([
-            "failover",
-            "--pin-dir",
-            PIN_DIR,
-            "--node",
-            "auto",
-            "--client",
-            "58.60.1.1",
-        ]);
+        let mut failover = on_gen_cpu(&["-m", "-n"]);
+        failover.args(["failover", "--pin-dir", PIN_DIR, "--node", "auto", "--client", "58.60.1.1"]);
         let f = parse_results(&util::output(&mut failover).context("PATCH → map entry with the fleet")?);
         r.extend(f.into_iter().map(|(k, v)| (format!("fleet_{k}"), v)));
         let (dns, rate) = (format!("{SRV_IP}:53"), self.opts.heartbeat_rate.to_string());
-        let mut hb = Command::new("nsenter");
-        hb.args(["-t", &pid, "-n"]).arg(&self.helper).args([
-            "heartbeats",
-            "--dns",
-            &dns,
-            "--nodes",
-            &nodes,
-            "--rate",
-            &rate,
-        ]);
+        let mut hb = on_gen_cpu(&["-n"]);
+        hb.args(["heartbeats", "--dns", &dns, "--nodes", &nodes, "--rate", &rate]);
         r.extend(parse_results(&util::output(&mut hb).context("heartbeats per second")?));
         Ok(r)
     }
@@ -1105,8 +1100,8 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             return Ok(());
         }
         eprintln!("==> failover: PATCH gz-01 offline/online, polling the pinned maps");
-        let mut cmd = Command::new("nsenter");
-        cmd.args(["-t", &daemon.pid().to_string(), "-m", "-n"]).arg(&b.helper).args([
+        let mut cmd = b.helper_beside(&daemon.pid().to_string(), &["-m", "-n"]);
+        cmd.args([
             "failover",
             "--pin-dir",
             PIN_DIR,
@@ -1312,16 +1307,29 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     ] {
         if t.contains_key(&format!("{label}_answered_mean_ns")) {
             rows.push(row(
-                format!("XDP per packet, {what} (answered median / lookup-only)"),
+                format!("XDP per packet, {what} (answered: test-run median / program alone; lookup-only)"),
                 format!(
-                    "{} / {}",
+                    "{} / {}; {}",
                     fmt_ns(t, &format!("{label}_answered_median_ns")),
+                    fmt_ns(t, &format!("{label}_answered_prog_ns")),
                     fmt_ns(t, &format!("{label}_lookup_mean_ns"))
                 ),
                 "-",
                 None,
             ));
         }
+    }
+    // SPEC §10: ≤ 150 ns per answered packet at full real-table size. The
+    // program's own time as the kernel accounts it (bpf_stats, what
+    // `/metrics` exports live); the test-run median adds the harness's clock
+    // reads around every single run.
+    if let Some(prog) = num(t, "full_answered_prog_ns") {
+        rows.push(row(
+            "XDP per answered packet, full real table, program alone (bpf_stats run_time_ns / run_cnt)",
+            format!("{prog:.1} ns (test-run median {})", fmt_ns(t, "full_answered_median_ns")),
+            "≤ 150 ns",
+            Some(prog <= 150.0),
+        ));
     }
     if let (Some(full), Some(small)) = (num(t, "full_answered_median_ns"), num(t, "small_answered_median_ns")) {
         rows.push(row(
@@ -1334,11 +1342,20 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     if let (Some(cost), Some(on), Some(off)) =
         (num(t, "rrl_cost_median_ns"), num(t, "rrl_on_answered_median_ns"), num(t, "rrl_off_answered_median_ns"))
     {
+        // The program-alone difference when bpf_stats could be turned on (the
+        // test run's timing has 1 ns steps and its clock reads in every sample).
+        let prog = num(t, "rrl_cost_prog_ns");
+        let shown = match (prog, num(t, "rrl_on_prog_ns"), num(t, "rrl_off_prog_ns")) {
+            (Some(p), Some(pon), Some(poff)) => format!(
+                "{p:.1} ns program alone ({pon:.0} vs {poff:.0} ns); test run {cost:.1} ns (medians {on:.0} vs {off:.0} ns)"
+            ),
+            _ => format!("{cost:.1} ns (medians {on:.0} vs {off:.0} ns)"),
+        };
         rows.push(row(
-            "XDP per packet, full real table, RRL on − off (answered; median of per-packet differences, rounds alternating)",
-            format!("{cost:.1} ns (medians {on:.0} vs {off:.0} ns)"),
+            "XDP per packet, full real table, RRL on − off (answered; rounds alternating, median of differences)",
+            shown,
             "< 20 ns",
-            Some(cost < 20.0),
+            Some(prog.unwrap_or(cost) < 20.0),
         ));
     }
     let mism: f64 =

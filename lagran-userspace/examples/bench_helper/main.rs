@@ -20,6 +20,7 @@
 //!
 //! Build with `--release`; xtask runs it as `target/release/examples/bench_helper`.
 
+mod bpfstats;
 mod cost;
 mod failover;
 mod fleet;

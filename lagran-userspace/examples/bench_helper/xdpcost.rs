@@ -94,8 +94,7 @@ impl Instance {
 
     /// (run time ns, runs) as `bpf_stats` accounts them.
     fn stats(&self) -> anyhow::Result<(u64, u64)> {
-        let info = self.prog()?.info()?;
-        Ok((info.run_time().as_nanos() as u64, info.run_count()))
+        crate::bpfstats::read(self.prog()?)
     }
 
     fn run(&self, frame: &[u8], repeat: u32) -> anyhow::Result<(u32, f64)> {
@@ -140,28 +139,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
-}
-
-/// Turns `kernel.bpf_stats_enabled` on for its lifetime (restoring the old value).
-struct BpfStats(Option<String>);
-
-impl BpfStats {
-    const PATH: &str = "/proc/sys/kernel/bpf_stats_enabled";
-    fn on() -> BpfStats {
-        let old = std::fs::read_to_string(Self::PATH).ok();
-        if std::fs::write(Self::PATH, "1").is_err() {
-            return BpfStats(None);
-        }
-        BpfStats(old)
-    }
-}
-
-impl Drop for BpfStats {
-    fn drop(&mut self) {
-        if let Some(old) = &self.0 {
-            let _ = std::fs::write(Self::PATH, old.trim());
-        }
-    }
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -242,8 +219,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
 
-    let stats_on = BpfStats::on();
-    let have_stats = stats_on.0.is_some();
+    let stats_on = crate::bpfstats::BpfStats::on();
+    let have_stats = stats_on.counting();
     // key: (object, table, ecs, wildcard) → (answered, stats, lookup) samples
     type Cell = (Vec<f64>, Vec<f64>, Vec<f64>);
     let mut cells: std::collections::BTreeMap<(usize, usize, bool, bool), Cell> = Default::default();
@@ -257,7 +234,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                         ans.listen(wildcard)?;
                         emp.listen(wildcard)?;
                         let cell = cells.entry((oi, ti, ecs, wildcard)).or_default();
-                        let (t0, n0) = ans.stats()?;
+                        let before = ans.stats()?;
                         let mut one = Vec::with_capacity(frames.len());
                         for f in frames {
                             let (act, ns) = ans.run(f, 1)?;
@@ -266,10 +243,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                             }
                             one.push(ns);
                         }
-                        let (t1, n1) = ans.stats()?;
+                        let after = ans.stats()?;
                         cell.0.push(median(one));
-                        if have_stats && n1 > n0 {
-                            cell.1.push((t1 - t0) as f64 / (n1 - n0) as f64);
+                        if have_stats && let Some(ns) = crate::bpfstats::per_run(before, after) {
+                            cell.1.push(ns);
                         }
                         let mut look = Vec::with_capacity(frames.len());
                         for f in frames {
