@@ -1307,7 +1307,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     ] {
         if t.contains_key(&format!("{label}_answered_mean_ns")) {
             rows.push(row(
-                format!("XDP per packet, {what} (answered: test-run median / program alone; lookup-only)"),
+                format!("XDP per packet, {what} (answered: test-run median / bpf_stats mean; lookup-only)"),
                 format!(
                     "{} / {}; {}",
                     fmt_ns(t, &format!("{label}_answered_median_ns")),
@@ -1319,16 +1319,15 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             ));
         }
     }
-    // SPEC §10: ≤ 150 ns per answered packet at full real-table size. The
-    // program's own time as the kernel accounts it (bpf_stats, what
-    // `/metrics` exports live); the test-run median adds the harness's clock
-    // reads around every single run.
-    if let Some(prog) = num(t, "full_answered_prog_ns") {
+    // SPEC §10: ≤ 150 ns per answered packet at full real-table size, judged
+    // on the test-run median; beside it the kernel's own accounting (bpf_stats,
+    // what `/metrics` exports live), a mean, so every outlier run is in it.
+    if let Some(median) = num(t, "full_answered_median_ns") {
         rows.push(row(
-            "XDP per answered packet, full real table, program alone (bpf_stats run_time_ns / run_cnt)",
-            format!("{prog:.1} ns (test-run median {})", fmt_ns(t, "full_answered_median_ns")),
+            "XDP per answered packet, full real table (test-run median; bpf_stats run_time_ns / run_cnt)",
+            format!("{median:.1} ns; {}", fmt_ns(t, "full_answered_prog_ns")),
             "≤ 150 ns",
-            Some(prog <= 150.0),
+            Some(median <= 150.0),
         ));
     }
     if let (Some(full), Some(small)) = (num(t, "full_answered_median_ns"), num(t, "small_answered_median_ns")) {
@@ -1342,20 +1341,19 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     if let (Some(cost), Some(on), Some(off)) =
         (num(t, "rrl_cost_median_ns"), num(t, "rrl_on_answered_median_ns"), num(t, "rrl_off_answered_median_ns"))
     {
-        // The program-alone difference when bpf_stats could be turned on (the
-        // test run's timing has 1 ns steps and its clock reads in every sample).
-        let prog = num(t, "rrl_cost_prog_ns");
-        let shown = match (prog, num(t, "rrl_on_prog_ns"), num(t, "rrl_off_prog_ns")) {
-            (Some(p), Some(pon), Some(poff)) => format!(
-                "{p:.1} ns program alone ({pon:.0} vs {poff:.0} ns); test run {cost:.1} ns (medians {on:.0} vs {off:.0} ns)"
-            ),
+        // Beside it, the difference of the kernel's own accounting (bpf_stats
+        // means over alternating rounds, outliers included).
+        let shown = match (num(t, "rrl_cost_prog_ns"), num(t, "rrl_on_prog_ns"), num(t, "rrl_off_prog_ns")) {
+            (Some(p), Some(pon), Some(poff)) => {
+                format!("{cost:.1} ns (medians {on:.0} vs {off:.0} ns); bpf_stats {p:.1} ns ({pon:.0} vs {poff:.0} ns)")
+            }
             _ => format!("{cost:.1} ns (medians {on:.0} vs {off:.0} ns)"),
         };
         rows.push(row(
-            "XDP per packet, full real table, RRL on − off (answered; rounds alternating, median of differences)",
+            "XDP per packet, full real table, RRL on − off (answered; median of per-packet differences, rounds alternating)",
             shown,
             "< 20 ns",
-            Some(prog.unwrap_or(cost) < 20.0),
+            Some(cost < 20.0),
         ));
     }
     let mism: f64 =

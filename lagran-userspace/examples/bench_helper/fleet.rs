@@ -173,6 +173,12 @@ pub struct HeartbeatArgs {
 /// DNS round trips (µs) at a fixed rate for `secs`, closed loop; lost queries
 /// (no answer within 1 s) count as 1 s.
 fn probe(a: &HeartbeatArgs, secs: u64) -> anyhow::Result<Vec<u64>> {
+    // The heartbeat senders share this CPU: the prober, like the responder it
+    // measures, asks to run as soon as its reply lands, so that the p99 is the
+    // server's and not the senders' turns on the client's core.
+    if let Err(e) = lagran::wakeup_slice::set_own_slice(lagran::wakeup_slice::RESPONDER_SLICE_NS) {
+        eprintln!("heartbeats: the prober keeps the default scheduler slice ({e})");
+    }
     let sock = UdpSocket::bind("0.0.0.0:0")?;
     sock.set_read_timeout(Some(Duration::from_millis(1000)))?;
     let gap = Duration::from_secs_f64(1.0 / a.probe_qps.max(1) as f64);
