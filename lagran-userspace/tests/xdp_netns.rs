@@ -111,6 +111,10 @@ fn dig_in_a_namespace_is_answered_by_xdp() {
         .expect("bpftool");
     let cfg = String::from_utf8_lossy(&cfg.stdout);
     assert!(cfg.contains("\"dns_port\": 53") && cfg.contains("\"enabled\": 1"), "bpftool shows named fields:\n{cfg}");
+    // The flat arrays the IPv4 routes are answered from, and the listen scan, are pinned too.
+    for name in lagran::xdp::maps::OPTIONAL_MAP_NAMES {
+        assert!(pin_dir.join(name).exists(), "{name} is pinned beside the other maps");
+    }
     let dump = Maps::open_pinned(&pin_dir).expect("opening the pinned maps").dump(100).unwrap();
     assert!(dump.contains("edge.lagran.net") && dump.contains("10.0.0.0/8"), "{dump}");
     assert!(dump.contains("answered           2"), "{dump}");

@@ -235,8 +235,13 @@ impl Scheduler {
     /// What a recompute at `now` builds from: the store's records and the
     /// health monitor's verdicts.
     pub async fn inputs_at(&self, now: i64) -> Result<Inputs, SchedulerError> {
+        self.inputs_with(self.store.list_nodes().await?, now).await
+    }
+
+    /// [`Scheduler::inputs_at`] with `nodes` as read (see [`node_cache`]).
+    async fn inputs_with(&self, nodes: Vec<crate::model::Node>, now: i64) -> Result<Inputs, SchedulerError> {
         Ok(Inputs {
-            nodes: self.store.list_nodes().await?,
+            nodes,
             zones: self.store.list_zones().await?,
             domains: self.store.list_domains().await?,
             rules: self.store.list_rules().await?,
@@ -469,15 +474,7 @@ impl Scheduler {
             Err(e) => tracing::warn!(error = %e, "purging expired rules failed; they are ignored meanwhile"),
         }
         self.note_nodes_written(&change);
-        let inputs = Inputs {
-            nodes: self.read_nodes().await?,
-            zones: self.store.list_zones().await?,
-            domains: self.store.list_domains().await?,
-            rules: self.store.list_rules().await?,
-            lines: self.store.list_lines().await?,
-            liveness: self.health.liveness(),
-            now_ms: now,
-        };
+        let inputs = self.inputs_with(self.read_nodes().await?, now).await?;
         let read = reading.elapsed();
         let started = Instant::now();
         *self.last_build.lock().expect("last-build lock poisoned") = Some(started);
