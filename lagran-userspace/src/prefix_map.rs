@@ -9,7 +9,7 @@
 
 use std::fmt::Debug;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// An unsigned integer holding an address of one family.
 pub trait PrefixAddr: Copy + Ord + Debug + Send + Sync + 'static {
@@ -52,13 +52,57 @@ pub struct Prefix<A> {
 /// Immutable once built: the columns are shared, so a clone (the build's
 /// record, names with the same answers, the published table) costs a
 /// reference count, and equal clones compare by pointer. They serialize as
-/// plain sequences, as before the sharing.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// plain sequences, as before the sharing. A map made by
+/// [`PrefixMap::splice`] also knows which of its blocks it copied from the
+/// map it was spliced from ([`PrefixMap::copied_from`]); that lineage is not
+/// part of its value (not compared, not serialized).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(bound(serialize = "A: serde::Serialize", deserialize = "A: serde::de::DeserializeOwned"))]
 pub struct PrefixMap<A: PrefixAddr> {
     starts: Arc<[A]>,
     lens: Arc<[u8]>,
     values: Arc<[u32]>,
+    #[serde(skip)]
+    lineage: Option<Arc<Lineage<A>>>,
+}
+
+impl<A: PrefixAddr> PartialEq for PrefixMap<A> {
+    fn eq(&self, other: &Self) -> bool {
+        self.starts == other.starts && self.lens == other.lens && self.values == other.values
+    }
+}
+
+impl<A: PrefixAddr> Eq for PrefixMap<A> {}
+
+/// Where a spliced map's blocks came from: the map it was spliced from, held
+/// weakly (its columns' allocations stay while this map lives, so no other
+/// map can be given their addresses; one generation back, never a chain: the
+/// parent's own lineage goes with it), and the runs of its blocks copied with
+/// the same start and length, their values through `remap`.
+#[derive(Debug)]
+struct Lineage<A> {
+    parent: Parent<A>,
+    copied: Vec<CopiedRun>,
+    remap: Option<Arc<[u32]>>,
+}
+
+/// The parent's columns (starts, lengths, values), weakly.
+type Parent<A> = (Weak<[A]>, Weak<[u8]>, Weak<[u32]>);
+
+/// Blocks `from..from + len` of the parent are blocks `to..to + len` of the
+/// spliced map: the same starts and lengths, each value `v` now `remap[v]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopiedRun {
+    pub from: usize,
+    pub to: usize,
+    pub len: usize,
+}
+
+/// [`PrefixMap::copied_from`]: the copied runs, in order, and the value map
+/// (`None`: values copied as they were).
+pub struct Copied<'a> {
+    pub runs: &'a [CopiedRun],
+    pub remap: Option<&'a [u32]>,
 }
 
 /// A [`PrefixMap`] being built.
@@ -74,7 +118,12 @@ pub type PrefixMapV6 = PrefixMap<u128>;
 impl<A: PrefixAddr> PrefixMap<A> {
     /// One block, `/0`, holding `value`.
     pub fn uniform(value: u32) -> Self {
-        PrefixMap { starts: Arc::from([A::from_u128(0)]), lens: Arc::from([0]), values: Arc::from([value]) }
+        PrefixMap {
+            starts: Arc::from([A::from_u128(0)]),
+            lens: Arc::from([0]),
+            values: Arc::from([value]),
+            lineage: None,
+        }
     }
 
     /// Builds the map from inclusive ranges sorted by start, which must not overlap.
@@ -120,7 +169,7 @@ impl<A: PrefixAddr> PrefixMap<A> {
         for (s, e, v) in merged {
             map.push_range(s, e, v);
         }
-        PrefixMap { starts: map.starts.into(), lens: map.lens.into(), values: map.values.into() }
+        PrefixMap { starts: map.starts.into(), lens: map.lens.into(), values: map.values.into(), lineage: None }
     }
 
     /// This map with `changes` laid over it (inclusive ranges with their new
@@ -168,7 +217,11 @@ impl<A: PrefixAddr> PrefixMap<A> {
                 *pos = e + 1;
             }
         };
-        let copy = |out: &mut Columns<A>, k: &mut usize, until: usize| {
+        let mut copied: Vec<CopiedRun> = Vec::with_capacity(changes.len() + 1);
+        let mut copy = |out: &mut Columns<A>, k: &mut usize, until: usize| {
+            if until > *k {
+                copied.push(CopiedRun { from: *k, to: out.starts.len(), len: until - *k });
+            }
             out.starts.extend_from_slice(&self.starts[*k..until]);
             out.lens.extend_from_slice(&self.lens[*k..until]);
             match remap {
@@ -234,7 +287,31 @@ impl<A: PrefixAddr> PrefixMap<A> {
         if !done {
             copy(&mut out, &mut k, n);
         }
-        PrefixMap { starts: out.starts.into(), lens: out.lens.into(), values: out.values.into() }
+        let lineage = Lineage {
+            parent: (Arc::downgrade(&self.starts), Arc::downgrade(&self.lens), Arc::downgrade(&self.values)),
+            copied,
+            remap: remap.map(Arc::from),
+        };
+        PrefixMap {
+            starts: out.starts.into(),
+            lens: out.lens.into(),
+            values: out.values.into(),
+            lineage: Some(Arc::new(lineage)),
+        }
+    }
+
+    /// When this map was spliced from `parent` itself (that very map, not an
+    /// equal one): the runs of blocks it copied from it. Every block outside
+    /// the runs was split again; both maps' blocks between two runs cover the
+    /// same addresses, so a diff of the two maps needs only those.
+    pub fn copied_from(&self, parent: &PrefixMap<A>) -> Option<Copied<'_>> {
+        let l = self.lineage.as_deref()?;
+        // `parent` is alive, and a weak pointer keeps its allocation from being
+        // reused, so equal pointers are the same columns.
+        let same = std::ptr::addr_eq(l.parent.0.as_ptr(), Arc::as_ptr(&parent.starts))
+            && std::ptr::addr_eq(l.parent.1.as_ptr(), Arc::as_ptr(&parent.lens))
+            && std::ptr::addr_eq(l.parent.2.as_ptr(), Arc::as_ptr(&parent.values));
+        same.then(|| Copied { runs: &l.copied, remap: l.remap.as_deref() })
     }
 
     /// The block holding `addr`: its value and prefix length.
@@ -429,7 +506,32 @@ mod tests {
             let rebuilt = PrefixMapV4::from_ranges(want, 0);
             let spliced = old.splice(&changes, use_remap.then_some(remap.as_slice()));
             assert_eq!(spliced, rebuilt, "seed {seed}: changes {changes:?} over {ranges:?}");
+            check_copied_runs(&old, &spliced, use_remap.then_some(remap.as_slice()), seed);
+            assert!(spliced.copied_from(&rebuilt).is_none(), "an equal map is not the parent");
+            assert!(rebuilt.copied_from(&old).is_none(), "a built map has no lineage");
         }
+    }
+
+    /// What `copied_from` promises: each run is the parent's blocks with their
+    /// values remapped, and the runs leave gaps over the same addresses.
+    fn check_copied_runs(old: &PrefixMapV4, new: &PrefixMapV4, remap: Option<&[u32]>, seed: u64) {
+        let c = new.copied_from(old).expect("a spliced map knows its parent");
+        assert_eq!(c.remap, remap, "seed {seed}");
+        let (os, ol, ov) = old.columns();
+        let (ns, nl, nv) = new.columns();
+        let (mut oi, mut ni) = (0, 0);
+        for r in c.runs {
+            assert!(r.from >= oi && r.to >= ni && r.len > 0, "seed {seed}: runs in order");
+            // The gap before the run covers the same addresses in both maps.
+            assert_eq!(os[r.from], ns[r.to], "seed {seed}: gap ends align");
+            for i in 0..r.len {
+                let (o, n) = (r.from + i, r.to + i);
+                assert_eq!((os[o], ol[o]), (ns[n], nl[n]), "seed {seed}: copied block");
+                assert_eq!(remap.map_or(ov[o], |m| m[ov[o] as usize]), nv[n], "seed {seed}: copied value");
+            }
+            (oi, ni) = (r.from + r.len, r.to + r.len);
+        }
+        assert_eq!(oi == os.len(), ni == ns.len(), "seed {seed}: both maps end in a run or a gap");
     }
 
     #[test]
