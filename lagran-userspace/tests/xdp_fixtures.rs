@@ -1439,6 +1439,41 @@ fn large_tables_sync_by_difference() {
     fx.answered(&frame);
 }
 
+/// A table whose map the build spliced from the one written last (answers
+/// renumbered, as a build does) is diffed over the re-split blocks only, and
+/// packets inside and outside the change get the table's answers.
+#[test]
+fn a_spliced_map_syncs_over_its_changed_blocks_only() {
+    let mut fx = Fixture::new();
+    let answers: Vec<Answer> = (0..8u8).map(|i| answer(30, &[&format!("192.0.2.{i}")])).collect();
+    let ranges = (0..20_000u32).map(|i| (i << 16, (i << 16) + 0xffff, i % 7));
+    let v4 = PrefixMapV4::from_ranges(ranges, 0);
+    let table = |version, answers: Vec<Answer>, v4: PrefixMapV4| {
+        let v6 = PrefixMapV6::uniform(0);
+        let name = ScheduledName { ecs: true, name: "big.edge.lagran.net".into(), id: 9, answers, v4, v6 };
+        RouteTable::new(version, now_ms(), vec![ZoneRoutes { zone: Zone::new("edge.lagran.net"), names: vec![name] }])
+    };
+    let t = table(10, answers.clone(), v4.clone());
+    fx.writer.sync(&t, &settings()).unwrap();
+    // The build renumbers the answers (v -> 7 - v) and 10.0.0.0/9 (plus a /25
+    // of 10.200.0.0) moves to answer 7, the one nothing had.
+    let remap: Vec<u32> = (0..8).map(|v| 7 - v).collect();
+    let renumbered: Vec<Answer> = (0..8).map(|v| answers[7 - v].clone()).collect();
+    let changes = [(0x0a00_0000, 0x0a7f_ffff, 0), (0x0ac8_0000, 0x0ac8_007f, 0)];
+    let spliced = v4.splice(&changes, Some(&remap));
+    let t = table(11, renumbered, spliced);
+    let s = fx.writer.sync(&t, &settings()).unwrap();
+    eprintln!("spliced: {s:?}");
+    assert_eq!(s.names_spliced, 1, "{s:?}");
+    // 10.0.0.0/9 was 128 /16 blocks and is now one; the /25 splits its /16.
+    assert!(s.routes_upserted + s.routes_deleted < 200, "only the changed blocks are written: {s:?}");
+    assert!(s.visible <= s.elapsed);
+    fx.table = t;
+    for client in ["10.1.2.3", "10.127.255.1", "10.128.0.1", "10.200.0.5", "10.200.0.200", "11.0.0.1", "0.0.0.1"] {
+        fx.answered(&Frame::new().from(client).build(&Dns::a("big.edge.lagran.net").bytes()));
+    }
+}
+
 /// Per-packet cost as the kernel measures it (`BPF_PROG_TEST_RUN`); prints, never
 /// fails on time (a shared machine is no benchmark). `cargo test … per_packet_cost
 /// -- --nocapture` shows the numbers; the same method ran on the object before

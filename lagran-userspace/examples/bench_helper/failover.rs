@@ -85,8 +85,8 @@ impl Pinned {
     /// The first address the fast path answers for the client right now, read
     /// as the program reads it (`lagran-ebpf/src/route4.rs`): the name's flat
     /// arrays when it has a block there, the trie where they say so. The map
-    /// writer writes the trie before the arrays, so polling the trie alone
-    /// would see a change before the packets do.
+    /// writer writes the arrays before the trie's routes of /24 and shorter,
+    /// so polling the trie alone would see a change after the packets do.
     fn answer(&self) -> Option<Ipv4Addr> {
         let answer_id = match self.flat_route()? {
             Some(id) => id,

@@ -34,6 +34,7 @@ use lagran_common::{
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
     route_v6::{self, RouteV6Data},
 };
+use rustc_hash::FxHashMap;
 
 use super::XdpError;
 use super::route4_flat::{self, FlatRoute, FlatV4};
@@ -469,6 +470,13 @@ pub struct SyncStats {
     pub diff: Duration,
     /// Of `elapsed`: laying out and writing the flat IPv4 arrays.
     pub flat: Duration,
+    /// Of `elapsed`: until the last changed name's IPv4 routes were where
+    /// packets read them (its flat arrays, or the trie for a name without
+    /// them); the trie's routes behind the arrays are written after.
+    pub visible: Duration,
+    /// Names whose routes were diffed over the blocks their build spliced
+    /// only (their map was spliced from the one written last).
+    pub names_spliced: usize,
 }
 
 impl SyncStats {
@@ -522,7 +530,9 @@ pub struct MapWriter {
     /// What each name's written entries were made from.
     written: StdHashMap<u32, Written>,
     /// Written answers: content -> id.
-    answers: StdHashMap<AnswerPair, u32>,
+    /// Keyed by the answers' whole records (~200 bytes each, thousands per
+    /// fleet-sized table): hashed with FxHash, not SipHash (our own data).
+    answers: FxHashMap<AnswerPair, u32>,
     free_ids: Vec<u32>,
     next_id: u32,
     /// A write failed: clear and rewrite everything on the next sync.
@@ -551,7 +561,7 @@ impl MapWriter {
             names: StdHashMap::new(),
             routes6: StdHashMap::new(),
             written: StdHashMap::new(),
-            answers: StdHashMap::new(),
+            answers: FxHashMap::default(),
             free_ids: Vec::new(),
             next_id: 0,
             // Maps a load just created are empty. Others (opened from pins) may
@@ -659,6 +669,7 @@ impl MapWriter {
     }
 
     fn sync_inner(&mut self, table: &RouteTable, settings: &DnsSettings) -> Result<SyncStats, XdpError> {
+        let started = Instant::now();
         let mut stats = SyncStats::default();
 
         // 1. Desired names, answers (written now, before anything points at them)
@@ -666,7 +677,7 @@ impl MapWriter {
         let mut want_names: StdHashMap<Vec<u8>, u32> = StdHashMap::new();
         let mut owner: StdHashMap<u32, &str> = StdHashMap::new();
         let mut want_routes6: StdHashMap<u32, Vec<Route<u128>>> = StdHashMap::new();
-        let mut used: StdHashMap<AnswerPair, u32> = StdHashMap::new();
+        let mut used: FxHashMap<AnswerPair, u32> = FxHashMap::default();
         // Name hash -> wire name: two names with one hash cannot share the key.
         let mut hashes: StdHashMap<u64, Vec<u8>> = StdHashMap::new();
         // Names whose entries stand as written, and what every name's are made from.
@@ -727,19 +738,34 @@ impl MapWriter {
             }
             let old = self.written.get(&id);
             let diffing = Instant::now();
-            let (up, del, count) = diff_maps(old.map(|o| (&o.v4, o.ids.as_slice())), (&want.v4, &want.ids));
+            // The usual incremental build splices the name's map from the one
+            // written last: then only the blocks it split again are compared.
+            let spliced = old.and_then(|o| diff_spliced((&o.v4, &o.ids, o.routes4), (&want.v4, &want.ids)));
+            stats.names_spliced += usize::from(spliced.is_some());
+            let (up, del, count) = match spliced {
+                Some(d) => d,
+                None => diff_maps(old.map(|o| (&o.v4, o.ids.as_slice())), (&want.v4, &want.ids)),
+            };
             stats.diff += diffing.elapsed();
             want.routes4 = count;
-            for r in &up {
-                self.maps
-                    .routes
+            // Packets read the flat arrays first and the trie only where a slot says
+            // "ask the trie" (a /24 split into longer routes). So the trie's routes
+            // in a /24 that becomes split go in before the arrays say so, and
+            // every other write after the arrays: the change reaches packets
+            // without waiting for those. (A /24 split before and after is read
+            // from the trie all along: old routes until the new ones are in.
+            // Without the arrays, or for a name that did not fit them, packets
+            // read the trie alone and get the change when the sync is done.)
+            let insert = |routes: &mut LpmTrie<MapData, RouteV4Data, RouteValue>, r: &Route| {
+                routes
                     .insert(&route_key(id, r.addr, r.len), r.value, 0)
-                    .map_err(|e| full_or(route_v4::MAP_NAME, route_v4::MAX_ENTRIES, e, "trie entries"))?;
+                    .map_err(|e| full_or(route_v4::MAP_NAME, route_v4::MAX_ENTRIES, e, "trie entries"))
+            };
+            let split_before = |r: &Route| old.is_some_and(|o| o.v4.lookup_prefix(r.addr & !0xff).len > 24);
+            let newly_split = |r: &&Route| r.len > 24 && !split_before(r);
+            for r in up.iter().filter(newly_split) {
+                insert(&mut self.maps.routes, r)?;
             }
-            for r in &del {
-                remove_route(&mut self.maps.routes, id, r)?;
-            }
-            // The flat arrays after the trie: their "ask the trie" slots find it written.
             // Only the /16s a changed route covers are laid out again.
             if let Some(flat) = self.maps.flat.as_mut() {
                 let laying = Instant::now();
@@ -751,8 +777,20 @@ impl MapWriter {
                     blocks.filter_map(|p| answer_of(&want.ids, p.value).map(|a| (p.addr, p.len, a))).collect()
                 };
                 let all = || routes_in(&want.v4, &want.ids).map(|r| (r.addr, r.len, r.value.answer_id)).collect();
-                flat.update(id, &touched, routes16, all, old.is_none());
+                let route4 = flat.update(id, &touched, routes16, all, old.is_none());
                 stats.flat += laying.elapsed();
+                if route4 != 0 {
+                    stats.visible = started.elapsed();
+                }
+            }
+            for r in up.iter().filter(|r| !newly_split(r)) {
+                insert(&mut self.maps.routes, r)?;
+            }
+            for r in &del {
+                remove_route(&mut self.maps.routes, id, r)?;
+            }
+            if self.maps.flat.as_ref().is_none_or(|f| f.route4(id) == 0) {
+                stats.visible = started.elapsed();
             }
             stats.routes_upserted += up.len();
             stats.routes_deleted += del.len();
@@ -855,7 +893,7 @@ impl MapWriter {
         &mut self,
         name: &ScheduledName,
         settings: &DnsSettings,
-        used: &mut StdHashMap<AnswerPair, u32>,
+        used: &mut FxHashMap<AnswerPair, u32>,
         stats: &mut SyncStats,
     ) -> Result<Vec<Option<u32>>, XdpError> {
         // Plain answers first: a canary answer refers to its target's id.
@@ -889,7 +927,7 @@ impl MapWriter {
     fn ensure_answer(
         &mut self,
         content: AnswerPair,
-        used: &mut StdHashMap<AnswerPair, u32>,
+        used: &mut FxHashMap<AnswerPair, u32>,
         stats: &mut SyncStats,
     ) -> Result<u32, XdpError> {
         if let Some(&id) = used.get(&content) {
@@ -1037,12 +1075,13 @@ fn routes_of(v6: &crate::prefix_map::PrefixMapV6, ids: &[Option<u32>]) -> Vec<Ro
 /// [`diff_routes`] of the trie entries two prefix maps make (`have`: none
 /// when `None`), each block's value turned into an answer id through its
 /// map's `ids` (a block without one makes no entry), walked over the maps'
-/// columns: the real data's names have hundreds of thousands of blocks, and
-/// one node's change touches a few hundred of them.
+/// columns: the real data's names have hundreds of thousands of blocks.
+/// [`diff_spliced`] does the same for a map and one spliced from it, over
+/// the blocks the splice split again only.
 fn diff_maps<A: crate::prefix_map::PrefixAddr>(
     have: Option<(&crate::prefix_map::PrefixMap<A>, &[Option<u32>])>,
     want: (&crate::prefix_map::PrefixMap<A>, &[Option<u32>]),
-) -> (Vec<Route<A>>, Vec<Route<A>>, usize) {
+) -> RouteDiff<A> {
     let (hs, hl, hv, hids) = match have {
         Some((m, ids)) => {
             let (s, l, v) = m.columns();
@@ -1051,15 +1090,84 @@ fn diff_maps<A: crate::prefix_map::PrefixAddr>(
         None => (&[][..], &[][..], &[][..], &[][..]),
     };
     let ((ws, wl, wv), wids) = (want.0.columns(), want.1);
+    let count = entries(wv, wids);
+    let (mut up, mut del) = (Vec::new(), Vec::new());
+    let same = same_values(hids, wids);
+    diff_columns((hs, hl, hv, hids), (ws, wl, wv, wids), &same, &mut up, &mut del);
+    (up, del, count)
+}
+
+/// Per value, whether it makes the same entry in both maps (a value neither
+/// id list holds makes none in either).
+fn same_values(hids: &[Option<u32>], wids: &[Option<u32>]) -> Vec<bool> {
+    (0..hids.len().max(wids.len())).map(|v| answer_of(hids, v as u32) == answer_of(wids, v as u32)).collect()
+}
+
+/// Trie entries to insert or update, entries to delete, and how many the
+/// wanted routes make in all.
+type RouteDiff<A> = (Vec<Route<A>>, Vec<Route<A>>, usize);
+
+/// How many trie entries blocks with these values make.
+fn entries(values: &[u32], ids: &[Option<u32>]) -> usize {
+    values.iter().filter(|&&v| answer_of(ids, v).is_some()).count()
+}
+
+/// [`diff_maps`] of a map (with the number of entries it made) and one
+/// spliced from it: `None` when `want` was not spliced from that very map, or
+/// when a copied block's answer id changed (the answers' kernel ids moved:
+/// every block is compared then).
+fn diff_spliced<A: crate::prefix_map::PrefixAddr>(
+    have: (&crate::prefix_map::PrefixMap<A>, &[Option<u32>], usize),
+    want: (&crate::prefix_map::PrefixMap<A>, &[Option<u32>]),
+) -> Option<RouteDiff<A>> {
+    let (hm, hids, mut count) = have;
+    let (wm, wids) = want;
+    let copied = wm.copied_from(hm)?;
+    let ((hs, hl, hv), (ws, wl, wv)) = (hm.columns(), wm.columns());
+    // A copied block makes the same entry in both maps when its old value and
+    // the value it became have the same answer id (or neither has one).
+    let to = |v: u32| copied.remap.map_or(Some(v), |m| m.get(v as usize).copied());
+    let keeps = |v: u32| to(v).is_some_and(|n| answer_of(hids, v) == answer_of(wids, n));
+    let kept: Vec<bool> = (0..hids.len() as u32).map(keeps).collect();
+    for r in copied.runs {
+        let values = &hv[r.from..r.from + r.len];
+        if !values.iter().all(|&v| kept.get(v as usize).copied().unwrap_or_else(|| keeps(v))) {
+            return None;
+        }
+    }
+    // Between runs (and before the first, after the last), both maps' blocks
+    // cover the same addresses: those are diffed block by block.
+    let (mut up, mut del) = (Vec::new(), Vec::new());
+    let same = same_values(hids, wids);
+    let (mut hi, mut wi) = (0, 0);
+    let ends = copied.runs.iter().map(|r| (r.from, r.to, r.len)).chain(std::iter::once((hs.len(), ws.len(), 0)));
+    for (hend, wend, len) in ends {
+        let h = (&hs[hi..hend], &hl[hi..hend], &hv[hi..hend], hids);
+        let w = (&ws[wi..wend], &wl[wi..wend], &wv[wi..wend], wids);
+        count = count - entries(h.2, hids) + entries(w.2, wids);
+        diff_columns(h, w, &same, &mut up, &mut del);
+        (hi, wi) = (hend + len, wend + len);
+    }
+    Some((up, del, count))
+}
+
+/// One map's blocks as columns (starts, lengths, values) and its answer ids.
+type Blocks<'a, A> = (&'a [A], &'a [u8], &'a [u32], &'a [Option<u32>]);
+
+/// The merge of two maps' blocks over the same addresses: entries to write
+/// into `up`, entries to remove into `del`. `same`: [`same_values`] of the
+/// two maps' ids.
+fn diff_columns<A: crate::prefix_map::PrefixAddr>(
+    have: Blocks<'_, A>,
+    want: Blocks<'_, A>,
+    same: &[bool],
+    up: &mut Vec<Route<A>>,
+    del: &mut Vec<Route<A>>,
+) {
+    let ((hs, hl, hv, hids), (ws, wl, wv, wids)) = (have, want);
     let route =
         |addr: A, len: u8, answer_id: u32| Route { addr, len, value: RouteValue { answer_id, scope: len as u32 } };
-    // Values that make the same entry in both maps (a value neither id list
-    // holds makes none in either).
-    let same: Vec<bool> =
-        (0..hids.len().max(wids.len())).map(|v| answer_of(hids, v as u32) == answer_of(wids, v as u32)).collect();
     let unchanged = |v: u32| same.get(v as usize).copied().unwrap_or(true);
-    let count = wv.iter().filter(|&&v| answer_of(wids, v).is_some()).count();
-    let (mut up, mut del) = (Vec::new(), Vec::new());
     let (mut i, mut j) = (0, 0);
     while i < hs.len() && j < ws.len() {
         // The long stretches one node's change leaves alone: same block, same value.
@@ -1100,7 +1208,6 @@ fn diff_maps<A: crate::prefix_map::PrefixAddr>(
             up.push(route(ws[j], wl[j], b));
         }
     }
-    (up, del, count)
 }
 
 /// Trie entries to insert or update, and to delete, to go from `have` to `want`
@@ -1108,7 +1215,7 @@ fn diff_maps<A: crate::prefix_map::PrefixAddr>(
 fn diff_routes<A: Copy + Ord>(
     have: impl IntoIterator<Item = Route<A>>,
     want: impl IntoIterator<Item = Route<A>>,
-) -> (Vec<Route<A>>, Vec<Route<A>>, usize) {
+) -> RouteDiff<A> {
     let (mut up, mut del, mut count) = (Vec::new(), Vec::new(), 0);
     let (mut have, mut want) = (have.into_iter().peekable(), want.into_iter().peekable());
     loop {
@@ -1262,16 +1369,54 @@ mod tests {
         let ids = |rng: &mut rand::rngs::StdRng| -> Vec<Option<u32>> {
             (0..5).map(|_| if rng.gen_bool(0.2) { None } else { Some(rng.gen_range(1..4)) }).collect()
         };
-        for round in 0..500 {
+        let mut refused = 0;
+        for round in 0..1000 {
             let (a, b) = (map(&mut rng), map(&mut rng));
-            let (ia, ib) = (ids(&mut rng), ids(&mut rng));
-            // Also a change of a few blocks only, as one node's change makes.
-            let b = if round % 2 == 0 { a.splice(&[(0x0a00_0000, 0x0a0f_ffff, 4)], None) } else { b };
+            let ia = ids(&mut rng);
+            let (b, ib) = match round % 4 {
+                // Unrelated maps.
+                0 => (b, ids(&mut rng)),
+                // Spliced, and every answer's kernel id moved.
+                1 => (a.splice(&[(0x0a00_0000, 0x0a0f_ffff, 4)], None), ids(&mut rng)),
+                // Spliced with a few random changes and a build's renumbering of
+                // the answers (each answer's id follows it); in round 3, one
+                // answer's id changed as well.
+                _ => {
+                    let mut perm: Vec<u32> = (0..5).collect();
+                    for i in (1..5).rev() {
+                        perm.swap(i, rng.gen_range(0..=i));
+                    }
+                    let mut cuts: Vec<u32> = (0..rng.gen_range(0..4) * 2).map(|_| rng.r#gen::<u32>()).collect();
+                    cuts.sort_unstable();
+                    cuts.dedup();
+                    let changes: Vec<(u32, u32, u32)> =
+                        cuts.chunks_exact(2).map(|c| (c[0], c[1], rng.gen_range(0..5))).collect();
+                    let b = a.splice(&changes, Some(&perm));
+                    let mut ib = vec![None; 5];
+                    for (v, &to) in perm.iter().enumerate() {
+                        ib[to as usize] = ia[v];
+                    }
+                    if round % 4 == 3 {
+                        ib[rng.gen_range(0..5)] = Some(rng.gen_range(1..4));
+                    }
+                    (b, ib)
+                }
+            };
             let want = diff_routes(routes_in(&a, &ia), routes_in(&b, &ib));
+            let count = routes_in(&a, &ia).count();
             assert_eq!(diff_maps(Some((&a, &ia)), (&b, &ib)), want, "round {round}");
+            let spliced = diff_spliced((&a, &ia, count), (&b, &ib));
+            // (In rounds 1 and 3 it may or may not apply: the moved ids need not be in copied blocks.)
+            assert!(spliced.is_some() || round % 4 != 2, "round {round}: the splice alone compared");
+            if let Some(d) = spliced {
+                assert_eq!(d, want, "round {round}: spliced");
+            } else if round % 2 == 1 {
+                refused += 1;
+            }
             let fresh = diff_routes(std::iter::empty(), routes_in(&b, &ib));
             assert_eq!(diff_maps(None, (&b, &ib)), fresh, "round {round}: nothing written before");
         }
+        assert!(refused > 100, "copied blocks whose ids moved send the diff over every block ({refused} times)");
     }
 
     #[test]

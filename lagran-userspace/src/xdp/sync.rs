@@ -145,6 +145,9 @@ fn sync(handle: &Mutex<XdpHandle>, table: &SharedRouteTable, settings: &DnsSetti
             took_us = stats.elapsed.as_micros() as u64,
             diff_us = stats.diff.as_micros() as u64,
             flat_us = stats.flat.as_micros() as u64,
+            visible_us = stats.visible.as_micros() as u64,
+            spliced = stats.names_spliced,
+            flat_groups = h.writer().maps().flat_groups().unwrap_or(0),
             "XDP maps synced"
         ),
         Err(e) => {
