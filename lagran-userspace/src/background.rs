@@ -16,6 +16,11 @@ use std::sync::mpsc;
 /// threads keep the process's own value).
 pub const BACKGROUND_NICE: libc::c_int = 10;
 
+/// How much nicer a thread is whose work nothing waits for (the change log,
+/// read by people): it takes its turns after builds and map writes, which a
+/// node going down waits for, as well as after the responder.
+pub const REPORT_NICE: libc::c_int = 19;
+
 type Job = Box<dyn FnOnce() + Send>;
 
 /// One background thread's job queue; the thread ends when this is dropped.
@@ -33,13 +38,18 @@ pub enum BackgroundError {
 }
 
 impl Background {
-    /// Starts the thread, named `name`.
+    /// Starts the thread, named `name`, [`BACKGROUND_NICE`] nicer than the process.
     pub fn start(name: &str) -> Result<Background, BackgroundError> {
+        Background::start_nicer(name, BACKGROUND_NICE)
+    }
+
+    /// Starts the thread, named `name`, `nicer` nicer than the process (at most 19).
+    pub fn start_nicer(name: &str, nicer: libc::c_int) -> Result<Background, BackgroundError> {
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                lower_priority();
+                lower_priority(nicer);
                 while let Ok(job) = queue.recv() {
                     // A panicking job loses its own result only: the thread
                     // stays for the next one.
@@ -70,21 +80,21 @@ impl Background {
     }
 }
 
-/// Makes the calling thread [`BACKGROUND_NICE`] nicer than it is (at most 19).
+/// Makes the calling thread `nicer` nicer than it is (at most 19).
 /// Linux applies `setpriority(PRIO_PROCESS, tid)` to that one thread.
-fn lower_priority() {
+fn lower_priority(nicer: libc::c_int) {
     // SAFETY: gettid(2), getpriority(2) and setpriority(2) on this thread; no
     // memory is passed.
     let rc = unsafe {
         let tid = libc::gettid() as libc::id_t;
         let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        libc::setpriority(libc::PRIO_PROCESS, tid, (now + BACKGROUND_NICE).min(19))
+        libc::setpriority(libc::PRIO_PROCESS, tid, (now + nicer).min(19))
     };
     if rc != 0 {
         tracing::warn!(
             error = %std::io::Error::last_os_error(),
-            nice = BACKGROUND_NICE,
-            "could not lower the build thread's priority; builds share the CPU with DNS equally"
+            nice = nicer,
+            "could not lower a background thread's priority; its work shares the CPU with DNS equally"
         );
     }
 }
@@ -108,5 +118,9 @@ mod tests {
         assert_eq!(nice, (ours + BACKGROUND_NICE).min(19));
         assert!(matches!(t.run(|| -> u32 { panic!("a bug") }).await, Err(BackgroundError::Panicked)));
         assert_eq!(t.run(|| 7).await.unwrap(), 7);
+        let report = Background::start_nicer("lagran-test-report", REPORT_NICE).unwrap();
+        // SAFETY: getpriority(2) on the background thread.
+        let nice = report.run(|| unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) });
+        assert_eq!(nice.await.unwrap(), (ours + REPORT_NICE).min(19));
     }
 }

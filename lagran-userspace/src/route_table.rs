@@ -421,19 +421,33 @@ impl RouteTable {
             }
         }
         fn same_name(x: &ScheduledName, y: &ScheduledName) -> bool {
-            x.name == y.name
-                && x.id == y.id
-                && x.ecs == y.ecs
-                && x.v4.len() == y.v4.len()
-                && x.v6.len() == y.v6.len()
-                && x.v4
-                    .iter()
-                    .zip(y.v4.iter())
-                    .all(|(p, q)| p.addr == q.addr && p.len == q.len && same_answer(x, p.value, y, q.value))
-                && x.v6
-                    .iter()
-                    .zip(y.v6.iter())
-                    .all(|(p, q)| p.addr == q.addr && p.len == q.len && same_answer(x, p.value, y, q.value))
+            if x.name != y.name
+                || x.id != y.id
+                || x.ecs != y.ecs
+                || x.v4.len() != y.v4.len()
+                || x.v6.len() != y.v6.len()
+            {
+                return false;
+            }
+            // A build renumbers answers, so equal blocks may hold different
+            // values: each pair of values is compared once (`same_as[v]`: the
+            // value of `y` found to serve what `x`'s value `v` serves), not
+            // once per block (the real data's maps have 10⁵ blocks and more).
+            let mut same_as = vec![u32::MAX; x.answers.len()];
+            let mut same_values = |a: u32, b: u32| match same_as.get_mut(a as usize) {
+                Some(known) if *known == b => true,
+                Some(known) if same_answer(x, a, y, b) => {
+                    *known = b;
+                    true
+                }
+                _ => false,
+            };
+            let ((xs, xl, xv), (ys, yl, yv)) = (x.v4.columns(), y.v4.columns());
+            if xs != ys || xl != yl || !xv.iter().zip(yv).all(|(&a, &b)| same_values(a, b)) {
+                return false;
+            }
+            let ((xs, xl, xv), (ys, yl, yv)) = (x.v6.columns(), y.v6.columns());
+            xs == ys && xl == yl && xv.iter().zip(yv).all(|(&a, &b)| same_values(a, b))
         }
         self.hosts == other.hosts
             && self.zones.len() == other.zones.len()
@@ -484,5 +498,48 @@ mod tests {
         assert_eq!(hosts.len(), 1, "a hostname outside the served zones is not ours: {hosts:?}");
         assert_eq!(hosts[0].name, "gz-01.edge.lagran.net");
         assert_eq!(hosts[0].ipv4, Some(Ipv4Addr::new(203, 0, 113, 21)), "offline, and still its address");
+    }
+
+    /// Answers renumbered by a build serve the same; a block whose answer
+    /// moved does not, also when its value pair was seen before with another.
+    #[test]
+    fn renumbered_answers_serve_the_same_and_a_moved_block_does_not() {
+        use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
+        let answer = |n: &str, last: u8| Answer {
+            node: Some(n.into()),
+            ipv4: vec![Ipv4Addr::new(192, 0, 2, last)],
+            ..Answer::default()
+        };
+        let (a, b, c) = (answer("a", 1), answer("b", 2), answer("c", 3));
+        // IPv6 clients all get `a`.
+        let table = |answers: Vec<Answer>, ranges: Vec<(u32, u32, u32)>| {
+            let v6 = answers.iter().position(|x| x.node.as_deref() == Some("a")).unwrap() as u32;
+            let name = ScheduledName {
+                name: "edge.lagran.net".into(),
+                id: 1,
+                answers,
+                v4: PrefixMapV4::from_ranges(ranges, 0),
+                v6: PrefixMapV6::uniform(v6),
+                ecs: true,
+            };
+            RouteTable::new(1, 0, vec![ZoneRoutes { zone: Zone::new("lagran.net"), names: vec![name] }])
+        };
+        let q = |i: u32| i << 30;
+        let before = table(
+            vec![a.clone(), b.clone(), c.clone()],
+            vec![(0, q(1) - 1, 0), (q(1), q(2) - 1, 1), (q(2), u32::MAX, 2)],
+        );
+        // The same content, answers in another order.
+        let renumbered = table(
+            vec![c.clone(), a.clone(), b.clone()],
+            vec![(0, q(1) - 1, 1), (q(1), q(2) - 1, 2), (q(2), u32::MAX, 0)],
+        );
+        assert!(renumbered.serves_same_as(&before) && before.serves_same_as(&renumbered));
+        // The last quarter moves from c to a (value 0 already seen paired with 0).
+        let mut v = vec![(0, q(1) - 1, 0), (q(1), q(2) - 1, 1), (q(2), q(3) - 1, 2), (q(3), u32::MAX, 0)];
+        let moved = table(vec![a.clone(), b.clone(), c.clone()], v.clone());
+        assert!(!moved.serves_same_as(&before));
+        v[3].2 = 2;
+        assert!(table(vec![a, b, c], v).serves_same_as(&before), "the same blocks after a split and merge back");
     }
 }

@@ -132,31 +132,73 @@ pub(super) struct Move<'a> {
 }
 
 /// The inclusive address spans whose value differs between two maps of one
-/// family, with the old and the new value: a merge walk over both maps' blocks.
-fn changed_spans(old: &PrefixMapV4, new: &PrefixMapV4) -> Vec<(u32, u32, u32, u32)> {
+/// family, with the old and the new value. When `new` was spliced from `old`
+/// itself and no copied block's answer moved (`moved_value(old, new)`), only
+/// the blocks the splice split again are walked; else every block of both.
+fn changed_spans(
+    old: &PrefixMapV4,
+    new: &PrefixMapV4,
+    moved_value: impl Fn(u32, u32) -> bool,
+) -> Vec<(u32, u32, u32, u32)> {
+    let mut out: Vec<(u32, u32, u32, u32)> = Vec::new();
+    let (o, n) = (old.columns(), new.columns());
+    if let Some(copied) = new.copied_from(old) {
+        let to = |v: u32| copied.remap.map_or(v, |m| m[v as usize]);
+        // Each value is looked at once (0: not yet, 1: stays, 2: moved), not once per block.
+        let mut seen: Vec<u8> = Vec::new();
+        let mut stays = |v: u32| {
+            let i = v as usize;
+            if i >= seen.len() {
+                seen.resize(i + 1, 0);
+            }
+            if seen[i] == 0 {
+                seen[i] = if moved_value(v, to(v)) { 2 } else { 1 };
+            }
+            seen[i] == 1
+        };
+        let still = copied.runs.iter().all(|r| o.2[r.from..r.from + r.len].iter().all(|&v| stays(v)));
+        if still {
+            let (mut oi, mut ni) = (0, 0);
+            let ends =
+                copied.runs.iter().map(|r| (r.from, r.to, r.len)).chain(std::iter::once((o.0.len(), n.0.len(), 0)));
+            for (oend, nend, len) in ends {
+                let old_gap = (&o.0[oi..oend], &o.1[oi..oend], &o.2[oi..oend]);
+                let new_gap = (&n.0[ni..nend], &n.1[ni..nend], &n.2[ni..nend]);
+                merge_spans(old_gap, new_gap, &mut out);
+                (oi, ni) = (oend + len, nend + len);
+            }
+            return out;
+        }
+    }
+    merge_spans(o, n, &mut out);
+    out
+}
+
+/// The merge walk of [`changed_spans`] over two runs of blocks (columns:
+/// starts, lengths, values) that cover the same addresses.
+fn merge_spans(old: (&[u32], &[u8], &[u32]), new: (&[u32], &[u8], &[u32]), out: &mut Vec<(u32, u32, u32, u32)>) {
     fn end(addr: u32, len: u8) -> u32 {
         let host = 32 - len as u32;
         (addr as u64 + ((1u64 << host) - 1)) as u32
     }
-    let mut out: Vec<(u32, u32, u32, u32)> = Vec::new();
-    let (mut a, mut b) = (old.iter().peekable(), new.iter().peekable());
-    while let (Some(x), Some(y)) = (a.peek().copied(), b.peek().copied()) {
-        let (xe, ye) = (end(x.addr, x.len), end(y.addr, y.len));
-        let (s, e) = (x.addr.max(y.addr), xe.min(ye));
-        if x.value != y.value {
+    let (mut i, mut j) = (0, 0);
+    while i < old.0.len() && j < new.0.len() {
+        let (xa, xv, ya, yv) = (old.0[i], old.2[i], new.0[j], new.2[j]);
+        let (xe, ye) = (end(xa, old.1[i]), end(ya, new.1[j]));
+        let (s, e) = (xa.max(ya), xe.min(ye));
+        if xv != yv {
             match out.last_mut() {
-                Some(last) if (last.2, last.3) == (x.value, y.value) && last.1.checked_add(1) == Some(s) => last.1 = e,
-                _ => out.push((s, e, x.value, y.value)),
+                Some(last) if (last.2, last.3) == (xv, yv) && last.1.checked_add(1) == Some(s) => last.1 = e,
+                _ => out.push((s, e, xv, yv)),
             }
         }
         if xe == e {
-            a.next();
+            i += 1;
         }
         if ye == e {
-            b.next();
+            j += 1;
         }
     }
-    out
 }
 
 /// Per (from node, to node), the partition ranges whose answer moved
@@ -173,13 +215,15 @@ pub(super) fn moves<'a>(
     // The last partition range counted per move: one range spans several blocks.
     let mut counted: HashMap<(Option<&'a str>, Option<&'a str>), usize> = HashMap::new();
     let ranges = partitions.v4_ranges();
-    for (s, e, ov, nv) in changed_spans(old_map, new_map) {
-        let (Some(a_old), Some(a_new)) = (old_answers.get(ov as usize), new_answers.get(nv as usize)) else {
-            continue;
-        };
-        if !moved(a_old, a_new) {
+    let moved_value = |ov: u32, nv: u32| match (old_answers.get(ov as usize), new_answers.get(nv as usize)) {
+        (Some(a), Some(b)) => moved(a, b),
+        _ => false,
+    };
+    for (s, e, ov, nv) in changed_spans(old_map, new_map, moved_value) {
+        if !moved_value(ov, nv) {
             continue;
         }
+        let (a_old, a_new) = (&old_answers[ov as usize], &new_answers[nv as usize]);
         let key = (a_old.node.as_deref(), a_new.node.as_deref());
         let m = out.entry(key).or_insert(Move { ranges: 0, sample: Vec::new(), answer: a_new });
         let first = ranges.partition_point(|r| r.1 < s);
@@ -312,5 +356,43 @@ mod tests {
         // Unchanged maps: nothing to walk.
         let m = moves(&p, &c.v4, &c.v4, &c.answers, &c.answers, |x, y| x.node != y.node);
         assert!(m.is_empty());
+    }
+
+    /// A map spliced from the old one (the incremental build's) is walked
+    /// between its copied runs only; the moves found are those of the same
+    /// map built whole, also when a copied block's answer moved (every block
+    /// is walked then).
+    #[test]
+    fn a_spliced_map_gives_the_moves_of_the_same_map_built_whole() {
+        use crate::prefix_map::PrefixMapV4;
+        let p = partitions();
+        let answer = |n: &str| Answer { node: Some(n.into()), ..Answer::default() };
+        let old = PrefixMapV4::from_ranges(p.v4_ranges().iter().map(|&(s, e, pid)| (s, e, pid % 3)), 0);
+        let old_answers: Vec<Answer> = ["a", "b", "c"].iter().map(|n| answer(n)).collect();
+        // The build renumbers the answers (0 -> 2, 1 -> 0, 2 -> 1) and the
+        // Shenzhen range moves to a new answer, 3.
+        let remap = [2, 0, 1];
+        let sz = p.v4_ranges()[1];
+        let spliced = old.splice(&[(sz.0, sz.1, 3)], Some(&remap));
+        let whole = PrefixMapV4::from_ranges(spliced.ranges(), 0);
+        assert_eq!(spliced, whole);
+        assert!(spliced.copied_from(&old).is_some() && whole.copied_from(&old).is_none());
+        let mut new_answers = vec![answer("b"), answer("c"), answer("a"), answer("d")];
+        let summary = |m: HashMap<(Option<&str>, Option<&str>), Move>| {
+            let mut v: Vec<_> = m.into_iter().map(|(k, m)| (k, m.ranges, m.sample, m.answer.node.clone())).collect();
+            v.sort();
+            format!("{v:?}")
+        };
+        for copied_moved in [false, true] {
+            if copied_moved {
+                new_answers[0] = answer("e"); // old answer 1 ("b") is now "e" where it was copied
+            }
+            let by = |x: &Answer, y: &Answer| x.node != y.node;
+            let got = summary(moves(&p, &old, &spliced, &old_answers, &new_answers, by));
+            let want = summary(moves(&p, &old, &whole, &old_answers, &new_answers, by));
+            assert_eq!(got, want, "copied answer moved: {copied_moved}");
+            assert!(got.contains("Some(\"d\")"), "{got}");
+            assert_eq!(got.contains("Some(\"e\")"), copied_moved, "{got}");
+        }
     }
 }

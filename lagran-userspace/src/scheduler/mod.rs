@@ -168,7 +168,8 @@ impl Scheduler {
             epoch: AtomicU64::new(0),
             force_publish: std::sync::atomic::AtomicBool::new(false),
             builder: Background::start("lagran-build").expect("starting the route-table build thread"),
-            change_logger: Background::start("lagran-changes").expect("starting the change-log thread"),
+            change_logger: Background::start_nicer("lagran-changes", crate::background::REPORT_NICE)
+                .expect("starting the change-log thread"),
             fenced: std::sync::atomic::AtomicBool::new(false),
             leader_hint: std::sync::Mutex::new(String::new()),
             node_cache: std::sync::Mutex::new(node_cache::NodeCache::default()),
