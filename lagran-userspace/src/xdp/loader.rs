@@ -43,15 +43,52 @@ pub fn coarse_clock() -> bool {
 /// The loader every user of the object goes through (the daemon, tests,
 /// benchmarks), so all of them run the program as production does: it sets
 /// the program's clock global (`lagran_common::config::COARSE_CLOCK_GLOBAL`)
-/// before the verifier sees the object.
+/// before the verifier sees the object, and lifts the locked-memory limit
+/// older kernels charge the maps to ([`raise_memlock_limit`]).
 pub fn ebpf_loader() -> EbpfLoader<'static> {
     static COARSE: u32 = 1;
+    raise_memlock_limit();
     let mut loader = EbpfLoader::new();
     if coarse_clock() {
         // `must_exist`: an object without the global is older than this loader.
         loader.override_global(lagran_common::config::COARSE_CLOCK_GLOBAL, &COARSE, true);
     }
     loader
+}
+
+/// Kernels before 5.11 charge BPF maps to the loading process's locked-memory
+/// limit (`RLIMIT_MEMLOCK`: 64 KiB or 8 MiB by default), and the maps here
+/// reserve hundreds of MiB (the trie's entries, 64 MiB of flat arrays), so
+/// creating them fails with EPERM; newer kernels charge the memory cgroup and
+/// ignore the limit. As libbpf does, the limit is raised to unlimited, once
+/// per process; where that is refused (no `CAP_SYS_RESOURCE`, as in some
+/// containers) the soft limit goes up to the hard one and, on such a kernel,
+/// a warning says so (`ulimit -l unlimited` is the operator's fix).
+fn raise_memlock_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: setrlimit(2) reads the struct passed and nothing else.
+        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } == 0 {
+            return;
+        }
+        let refused = std::io::Error::last_os_error();
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit(2) writes the struct passed and nothing else.
+        if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            // SAFETY: as above (a soft limit up to the hard one needs no privilege).
+            unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+        }
+        let charged = aya::util::KernelVersion::current().is_ok_and(|v| v < aya::util::KernelVersion::new(5, 11, 0));
+        if charged {
+            tracing::warn!(
+                error = %refused,
+                limit_bytes = lim.rlim_max,
+                "could not lift RLIMIT_MEMLOCK: this kernel charges the XDP maps to it, creating them may fail (ulimit -l unlimited)"
+            );
+        }
+    });
 }
 
 /// The BPF object to load: `$LAGRAN_EBPF_OBJECT`, else the one built in this
@@ -588,6 +625,24 @@ impl Drop for XdpHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loader_lifts_the_locked_memory_limit_when_it_may() {
+        let _ = ebpf_loader();
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit(2) writes the struct passed; geteuid(2) takes nothing.
+        let (rc, root) = unsafe { (libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim), libc::geteuid() == 0) };
+        assert_eq!(rc, 0);
+        // Unlimited where the process may raise its hard limit (root with
+        // CAP_SYS_RESOURCE, as in CI's guests), else at least up to it.
+        assert_eq!(lim.rlim_cur, lim.rlim_max, "the soft limit is raised to the hard one");
+        let raise = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: setrlimit(2) reads the struct passed.
+        let may = root && unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raise) } == 0;
+        if may {
+            assert_eq!(lim.rlim_max, libc::RLIM_INFINITY, "raising was allowed, so the loader had raised it");
+        }
+    }
 
     #[test]
     fn run_stats_render_as_counters() {
