@@ -105,6 +105,24 @@ pub struct Copied<'a> {
     pub remap: Option<&'a [u32]>,
 }
 
+impl Copied<'_> {
+    /// The blocks between the runs (and before the first, after the last), as
+    /// index ranges into the parent (`parent_len` blocks) and into the
+    /// spliced map (`len` blocks): each pair covers the same addresses.
+    pub fn gaps(
+        &self,
+        parent_len: usize,
+        len: usize,
+    ) -> impl Iterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> + '_ {
+        let ends = self.runs.iter().map(|r| (r.from, r.to, r.len)).chain(std::iter::once((parent_len, len, 0)));
+        ends.scan((0, 0), |at, (from, to, n)| {
+            let gap = (at.0..from, at.1..to);
+            *at = (from + n, to + n);
+            Some(gap)
+        })
+    }
+}
+
 /// A [`PrefixMap`] being built.
 struct Columns<A> {
     starts: Vec<A>,

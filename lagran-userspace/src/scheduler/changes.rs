@@ -158,14 +158,10 @@ fn changed_spans(
         };
         let still = copied.runs.iter().all(|r| o.2[r.from..r.from + r.len].iter().all(|&v| stays(v)));
         if still {
-            let (mut oi, mut ni) = (0, 0);
-            let ends =
-                copied.runs.iter().map(|r| (r.from, r.to, r.len)).chain(std::iter::once((o.0.len(), n.0.len(), 0)));
-            for (oend, nend, len) in ends {
-                let old_gap = (&o.0[oi..oend], &o.1[oi..oend], &o.2[oi..oend]);
-                let new_gap = (&n.0[ni..nend], &n.1[ni..nend], &n.2[ni..nend]);
+            for (og, ng) in copied.gaps(o.0.len(), n.0.len()) {
+                let old_gap = (&o.0[og.clone()], &o.1[og.clone()], &o.2[og]);
+                let new_gap = (&n.0[ng.clone()], &n.1[ng.clone()], &n.2[ng]);
                 merge_spans(old_gap, new_gap, &mut out);
-                (oi, ni) = (oend + len, nend + len);
             }
             return out;
         }

@@ -1139,14 +1139,11 @@ fn diff_spliced<A: crate::prefix_map::PrefixAddr>(
     // cover the same addresses: those are diffed block by block.
     let (mut up, mut del) = (Vec::new(), Vec::new());
     let same = same_values(hids, wids);
-    let (mut hi, mut wi) = (0, 0);
-    let ends = copied.runs.iter().map(|r| (r.from, r.to, r.len)).chain(std::iter::once((hs.len(), ws.len(), 0)));
-    for (hend, wend, len) in ends {
-        let h = (&hs[hi..hend], &hl[hi..hend], &hv[hi..hend], hids);
-        let w = (&ws[wi..wend], &wl[wi..wend], &wv[wi..wend], wids);
+    for (hg, wg) in copied.gaps(hs.len(), ws.len()) {
+        let h = (&hs[hg.clone()], &hl[hg.clone()], &hv[hg], hids);
+        let w = (&ws[wg.clone()], &wl[wg.clone()], &wv[wg], wids);
         count = count - entries(h.2, hids) + entries(w.2, wids);
         diff_columns(h, w, &same, &mut up, &mut del);
-        (hi, wi) = (hend + len, wend + len);
     }
     Some((up, del, count))
 }
