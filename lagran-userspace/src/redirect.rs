@@ -333,7 +333,7 @@ mod tests {
         let r = redirector(DnsSettings::default());
         let mut t = table();
         // gz-01's answer in CNAME mode, as the builder makes it for a node with a hostname.
-        t.zones[0].names[0].answers[1].hostname = Some("gz-01.edge.lagran.net".into());
+        Arc::make_mut(&mut t.zones[0].names[0].answers)[1].hostname = Some("gz-01.edge.lagran.net".into());
         r.table.store(Arc::new(t));
         let now = crate::clock::now_ms();
         assert_eq!(

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -77,7 +78,7 @@ pub struct ScheduledName {
     /// Stable small integer naming this name in the data plane maps.
     pub id: u32,
     /// The distinct answers; the prefix maps index into this.
-    pub answers: Vec<Answer>,
+    pub answers: Arc<Vec<Answer>>,
     /// IPv4 client prefix -> index into `answers`.
     pub v4: PrefixMapV4,
     /// IPv6 client prefix -> index into `answers`.
@@ -517,7 +518,7 @@ mod tests {
             let name = ScheduledName {
                 name: "edge.lagran.net".into(),
                 id: 1,
-                answers,
+                answers: Arc::new(answers),
                 v4: PrefixMapV4::from_ranges(ranges, 0),
                 v6: PrefixMapV6::uniform(v6),
                 ecs: true,

@@ -70,7 +70,11 @@ fn table() -> RouteTable {
         ecs: true,
         name: "edge.lagran.net".into(),
         id: 1,
-        answers: vec![answer(300, &["192.0.2.10"]), answer(10, &["192.0.2.20", "192.0.2.21"]), answer(30, &[])],
+        answers: std::sync::Arc::new(vec![
+            answer(300, &["192.0.2.10"]),
+            answer(10, &["192.0.2.20", "192.0.2.21"]),
+            answer(30, &[]),
+        ]),
         v4: PrefixMapV4::from_ranges(
             [(v4("10.0.0.0"), v4("10.255.255.255"), 1), (v4("58.60.0.0"), v4("58.60.255.255"), 2)],
             0,
@@ -81,7 +85,10 @@ fn table() -> RouteTable {
         ecs: true,
         name: "pool-a.edge.lagran.net".into(),
         id: 2,
-        answers: vec![answer(20, &["198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4"])],
+        answers: std::sync::Arc::new(vec![answer(
+            20,
+            &["198.51.100.1", "198.51.100.2", "198.51.100.3", "198.51.100.4"],
+        )]),
         v4: PrefixMapV4::uniform(0),
         v6: PrefixMapV6::uniform(0),
     };
@@ -91,7 +98,7 @@ fn table() -> RouteTable {
         ecs: true,
         name: "canary.edge.lagran.net".into(),
         id: 3,
-        answers: vec![primary, answer(30, &["192.0.2.200"])],
+        answers: std::sync::Arc::new(vec![primary, answer(30, &["192.0.2.200"])]),
         v4: PrefixMapV4::from_ranges([(v4("100.0.0.0"), v4("100.255.255.255"), 0)], 0),
         v6: PrefixMapV6::uniform(0),
     };
@@ -102,12 +109,12 @@ fn table() -> RouteTable {
         ecs: true,
         name: "dual.edge.lagran.net".into(),
         id: 4,
-        answers: vec![
+        answers: std::sync::Arc::new(vec![
             answer46(300, &["192.0.2.10"], &["2001:db8:53::10"]),
             answer46(10, &["192.0.2.20", "192.0.2.21"], &["2001:db8:53::20", "2001:db8:53::21"]),
             answer46(30, &["192.0.2.30"], &[]),
             answer46(20, &["192.0.2.40"], &["2001:db8:53::1", "2001:db8:53::2", "2001:db8:53::3", "2001:db8:53::4"]),
-        ],
+        ]),
         v4: PrefixMapV4::from_ranges([(v4("10.0.0.0"), v4("10.255.255.255"), 1)], 0),
         v6: PrefixMapV6::from_ranges(
             [
@@ -125,7 +132,7 @@ fn table() -> RouteTable {
         ecs: true,
         name: "canary6.edge.lagran.net".into(),
         id: 5,
-        answers: vec![primary6, answer46(30, &["192.0.2.200"], &["2001:db8:53::200"])],
+        answers: std::sync::Arc::new(vec![primary6, answer46(30, &["192.0.2.200"], &["2001:db8:53::200"])]),
         v4: PrefixMapV4::uniform(0),
         v6: PrefixMapV6::from_ranges([(v6("2001:db8:100::"), v6("2001:db8:1ff:ffff:ffff:ffff:ffff:ffff"), 0)], 0),
     };
@@ -921,7 +928,7 @@ fn names_of_every_word_alignment_and_case() {
             ecs: true,
             name: n.clone(),
             id: 100 + i as u32,
-            answers: vec![answer(30, &[&format!("198.51.100.{}", i + 1)])],
+            answers: std::sync::Arc::new(vec![answer(30, &[&format!("198.51.100.{}", i + 1)])]),
             v4: PrefixMapV4::uniform(0),
             v6: PrefixMapV6::uniform(0),
         });
@@ -930,7 +937,7 @@ fn names_of_every_word_alignment_and_case() {
         ecs: true,
         name: "x.y".into(),
         id: 99,
-        answers: vec![answer(30, &["198.51.100.99"])],
+        answers: std::sync::Arc::new(vec![answer(30, &["198.51.100.99"])]),
         v4: PrefixMapV4::uniform(0),
         v6: PrefixMapV6::uniform(0),
     };
@@ -969,7 +976,7 @@ fn shared_maps_write_nothing_and_changed_names_are_patched() {
     // edge: a new map, 10/8 now gets answer 0 like the rest.
     names[0].v4 = PrefixMapV4::from_ranges([(v4("58.60.0.0"), v4("58.60.255.255"), 2)], 0);
     // pool-a: the very same map, other addresses.
-    names[1].answers = vec![answer(20, &["198.51.100.9"])];
+    names[1].answers = vec![answer(20, &["198.51.100.9"])].into();
     let t = RouteTable::new(8, now_ms(), zones.clone());
     let stats = fx.writer.sync(&t, &settings()).unwrap();
     assert!(stats.routes_upserted + stats.routes_deleted > 0, "{stats:?}");
@@ -1285,7 +1292,7 @@ fn resync_changes_answers_without_touching_unchanged_entries() {
     assert_eq!(stats.writes(), 0, "an unchanged table writes nothing: {stats:?}");
     // One answer's addresses change: one answer written, no trie entry touched.
     let mut t = table();
-    t.zones[0].names[0].answers[1].ipv4 = vec![ip("192.0.2.99")];
+    std::sync::Arc::make_mut(&mut t.zones[0].names[0].answers)[1].ipv4 = vec![ip("192.0.2.99")];
     let t = RouteTable::new(8, now_ms(), t.zones);
     let stats = fx.writer.sync(&t, &settings()).unwrap();
     assert_eq!((stats.answers_written, stats.routes_upserted, stats.routes_deleted), (1, 1, 0), "{stats:?}");
@@ -1408,7 +1415,7 @@ fn large_tables_sync_by_difference() {
             ecs: true,
             name: "big.edge.lagran.net".into(),
             id: 9,
-            answers,
+            answers: answers.into(),
             v4: PrefixMapV4::from_ranges(ranges(shift), 0),
             v6: PrefixMapV6::uniform(0),
         };
@@ -1450,7 +1457,8 @@ fn a_spliced_map_syncs_over_its_changed_blocks_only() {
     let v4 = PrefixMapV4::from_ranges(ranges, 0);
     let table = |version, answers: Vec<Answer>, v4: PrefixMapV4| {
         let v6 = PrefixMapV6::uniform(0);
-        let name = ScheduledName { ecs: true, name: "big.edge.lagran.net".into(), id: 9, answers, v4, v6 };
+        let name =
+            ScheduledName { ecs: true, name: "big.edge.lagran.net".into(), id: 9, answers: answers.into(), v4, v6 };
         RouteTable::new(version, now_ms(), vec![ZoneRoutes { zone: Zone::new("edge.lagran.net"), names: vec![name] }])
     };
     let t = table(10, answers.clone(), v4.clone());
@@ -1514,7 +1522,7 @@ fn per_packet_cost() {
     let mut t = table();
     for z in &mut t.zones {
         for n in &mut z.names {
-            for a in &mut n.answers {
+            for a in std::sync::Arc::make_mut(&mut n.answers) {
                 a.ipv4.clear();
                 a.canary = None;
             }
@@ -1643,7 +1651,11 @@ fn ipv6_aaaa_names_of_every_word_alignment() {
             ecs: true,
             name: n.clone(),
             id: 200 + i as u32,
-            answers: vec![answer46(30, &["198.51.100.1"], &[&format!("2001:db8:aa::{:x}", i + 1)])],
+            answers: std::sync::Arc::new(vec![answer46(
+                30,
+                &["198.51.100.1"],
+                &[&format!("2001:db8:aa::{:x}", i + 1)],
+            )]),
             v4: PrefixMapV4::uniform(0),
             v6: PrefixMapV6::uniform(0),
         });
@@ -1711,7 +1723,7 @@ fn cname_and_unlocated_blocks_are_passed_to_userspace() {
         ecs: true,
         name: "edge.lagran.net".into(),
         id: 1,
-        answers: vec![plain, unlocated],
+        answers: std::sync::Arc::new(vec![plain, unlocated]),
         v4: PrefixMapV4::from_ranges([(v4("58.60.0.0"), v4("58.60.255.255"), 0)], 1),
         v6: PrefixMapV6::uniform(0),
     };
@@ -1719,7 +1731,10 @@ fn cname_and_unlocated_blocks_are_passed_to_userspace() {
         ecs: true,
         name: "pool-a.edge.lagran.net".into(),
         id: 2,
-        answers: vec![Answer { hostname: Some("gz-01.edge.lagran.net".into()), ..answer(30, &["192.0.2.21"]) }],
+        answers: std::sync::Arc::new(vec![Answer {
+            hostname: Some("gz-01.edge.lagran.net".into()),
+            ..answer(30, &["192.0.2.21"])
+        }]),
         v4: PrefixMapV4::uniform(0),
         v6: PrefixMapV6::uniform(0),
     };
@@ -1778,12 +1793,12 @@ fn flat_name(ranges: &[(&str, &str, u32)]) -> ScheduledName {
         ecs: true,
         name: "flat.edge.lagran.net".into(),
         id: 9,
-        answers: vec![
+        answers: std::sync::Arc::new(vec![
             answer(30, &["192.0.2.1"]),
             answer(30, &["192.0.2.2"]),
             answer(30, &["192.0.2.3", "192.0.2.33"]),
             answer(30, &["192.0.2.4"]),
-        ],
+        ]),
         v4: PrefixMapV4::from_ranges(ranges.iter().map(|&(s, e, v)| (v4(s), v4(e), v)), 0),
         v6: PrefixMapV6::uniform(0),
     }

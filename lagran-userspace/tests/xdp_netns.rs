@@ -31,7 +31,7 @@ fn table() -> RouteTable {
         ecs: true,
         name: "edge.lagran.net".into(),
         id: 1,
-        answers: vec![ans(60, &["192.0.2.10"]), ans(20, &["192.0.2.20", "192.0.2.21"])],
+        answers: std::sync::Arc::new(vec![ans(60, &["192.0.2.10"]), ans(20, &["192.0.2.20", "192.0.2.21"])]),
         v4: PrefixMapV4::from_ranges(
             [(u32::from(Ipv4Addr::new(10, 0, 0, 0)), u32::from(Ipv4Addr::new(10, 255, 255, 255)), 1)],
             0,

@@ -126,7 +126,7 @@ fn table_of(name: ScheduledName) -> RouteTable {
 
 fn emptied(name: &ScheduledName) -> ScheduledName {
     let mut n = name.clone();
-    for a in &mut n.answers {
+    for a in std::sync::Arc::make_mut(&mut n.answers) {
         a.ipv4.clear();
         a.canary = None;
     }
@@ -157,7 +157,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let edge = real.scheduled(lagran::demo::DEMO_ZONE).context("the demo zone apex is not scheduled")?.clone();
     let tiny = ScheduledName {
         ecs: true,
-        answers: vec![Answer { ttl: 30, ipv4: vec![Ipv4Addr::new(203, 0, 113, 22)], ..Answer::default() }],
+        answers: std::sync::Arc::new(vec![Answer {
+            ttl: 30,
+            ipv4: vec![Ipv4Addr::new(203, 0, 113, 22)],
+            ..Answer::default()
+        }]),
         v4: PrefixMapV4::uniform(0),
         ..edge.clone()
     };

@@ -431,7 +431,7 @@ mod tests {
         ScheduledName {
             name: "edge.example".into(),
             id: 1,
-            answers,
+            answers: std::sync::Arc::new(answers),
             v4: PrefixMapV4::from_ranges(ranges, 0),
             v6: crate::prefix_map::PrefixMapV6::uniform(0),
             ecs: true,
@@ -533,7 +533,7 @@ mod tests {
             ]
         );
         // A 10 % canary to kr-01 on Beijing Unicom: mixed, the base node shown.
-        let mut answers = n.answers.clone();
+        let mut answers = (*n.answers).clone();
         answers.push(Answer { canary: Some(Canary { percent: 10, answer: 2 }), ..answers[1].clone() });
         let n = name(
             answers,

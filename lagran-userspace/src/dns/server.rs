@@ -443,7 +443,7 @@ pub(crate) mod tests_support {
             ecs: true,
             name: "edge.lagran.net".into(),
             id: 1,
-            answers: vec![answer(10, "default-01"), answer(1, "gz-01")],
+            answers: std::sync::Arc::new(vec![answer(10, "default-01"), answer(1, "gz-01")]),
             // 10.1.0.0/16 -> gz-01, everything else (127.0.0.1 included) -> default-01
             v4: PrefixMapV4::from_ranges([(0x0a01_0000, 0x0a01_ffff, 1)], 0),
             v6: PrefixMapV6::uniform(0),

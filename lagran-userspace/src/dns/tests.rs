@@ -67,13 +67,13 @@ fn apex() -> ScheduledName {
         ecs: true,
         name: ZONE.into(),
         id: 1,
-        answers: vec![
+        answers: std::sync::Arc::new(vec![
             ans(30, &["203.0.113.10"], &["2001:db8:a::10"], Some("default-01")),
             ans(20, &["203.0.113.1", "203.0.113.2", "203.0.113.3"], &["2001:db8:a::1"], Some("gz-01")),
             ans(3600, &["203.0.113.4"], &[], Some("long-01")),
             ans(1, &["203.0.113.5"], &[], Some("short-01")),
             ans(10, &[], &[], None),
-        ],
+        ]),
         v4: PrefixMapV4::from_ranges(
             [
                 r4("1.2.3.0", "1.2.3.255", 1),
@@ -95,7 +95,7 @@ fn pool() -> ScheduledName {
         ecs: true,
         name: format!("pool-a.{ZONE}"),
         id: 2,
-        answers: vec![ans(30, &["203.0.113.77"], &[], Some("pool-01"))],
+        answers: std::sync::Arc::new(vec![ans(30, &["203.0.113.77"], &[], Some("pool-01"))]),
         v4: PrefixMapV4::uniform(0),
         v6: PrefixMapV6::uniform(0),
     }
@@ -427,7 +427,8 @@ fn ttl_is_capped_and_floored() {
 #[test]
 fn answers_are_capped_at_four() {
     let mut t = table();
-    t.zones[0].names[1].answers[0].ipv4 = (1..=6).map(|i| Ipv4Addr::new(203, 0, 113, i)).collect();
+    std::sync::Arc::make_mut(&mut t.zones[0].names[1].answers)[0].ipv4 =
+        (1..=6).map(|i| Ipv4Addr::new(203, 0, 113, i)).collect();
     let (_, m) = ask_with(&msg("pool-a.edge.lagran.net.", RecordType::A), "8.8.8.8", &t, &settings());
     assert_eq!(a_addrs(&m).len(), MAX_ANSWERS);
     assert_eq!(a_addrs(&m)[0], v4("203.0.113.1"));
@@ -460,7 +461,7 @@ fn canary_split_is_per_subnet() {
     use crate::route_table::Canary;
     let mut t = table();
     // Everyone in the default partition takes the canary (answer 2).
-    t.zones[0].names[0].answers[0].canary = Some(Canary { percent: 100, answer: 2 });
+    std::sync::Arc::make_mut(&mut t.zones[0].names[0].answers)[0].canary = Some(Canary { percent: 100, answer: 2 });
     let (r, m) = ask_with(&ecs(msg("edge.lagran.net.", RecordType::A), "5.6.7.0", 24), "9.9.9.9", &t, &settings());
     assert_eq!(r.outcome, Outcome::Answered);
     assert_eq!(a_addrs(&m), vec![v4("203.0.113.4")]);
@@ -474,12 +475,13 @@ fn inconsistent_tables_do_not_panic() {
     let q = msg("edge.lagran.net.", RecordType::A);
     // A canary pointing past the answers.
     let mut t = table();
-    t.zones[0].names[0].answers[0].canary = Some(crate::route_table::Canary { percent: 50, answer: 99 });
+    std::sync::Arc::make_mut(&mut t.zones[0].names[0].answers)[0].canary =
+        Some(crate::route_table::Canary { percent: 50, answer: 99 });
     let (r, _) = ask_with(&q, "8.8.8.8", &t, &settings());
     assert_eq!(r.outcome, Outcome::ServFail);
     // No answers at all (the prefix maps point at index 0).
     let mut t = table();
-    t.zones[0].names[0].answers.clear();
+    std::sync::Arc::make_mut(&mut t.zones[0].names[0].answers).clear();
     let (r, m) = ask_with(&q, "8.8.8.8", &t, &with_fallback());
     assert_eq!(r.outcome, Outcome::Fallback);
     assert_eq!(a_addrs(&m), vec![v4("198.51.100.1")]);

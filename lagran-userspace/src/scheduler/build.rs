@@ -4,11 +4,13 @@
 //! stored as the coarsest client prefixes that share an answer.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use hashbrown::HashTable;
 use incremental::RangesByPartition;
 use ipnet::IpNet;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::config::ScheduleSettings;
 use crate::engine::planner::{Eligible, Plan, RegionFilter, Top};
@@ -120,23 +122,41 @@ struct NameSpec<'a> {
     domain: Option<&'a Domain>,
 }
 
-/// Interns answers of one name.
+/// Interns answers of one name: each distinct answer once, in `list`, found
+/// again by hash without a second copy of it as a key.
 #[derive(Clone, Debug, Default)]
 struct Answers {
     list: Vec<Answer>,
-    ids: FxHashMap<Answer, u32>,
+    /// Indices into `list`, hashed by the answer they name.
+    ids: HashTable<u32>,
     /// While a decision is recorded: the ids it interned, in order.
     log: Option<Vec<u32>>,
 }
 
 impl Answers {
+    /// An interner holding `list` (distinct answers) as it is.
+    fn of_list(list: Vec<Answer>) -> Answers {
+        let mut ids = HashTable::with_capacity(list.len());
+        for (i, a) in list.iter().enumerate() {
+            ids.insert_unique(FxBuildHasher.hash_one(a), i as u32, |&j| FxBuildHasher.hash_one(&list[j as usize]));
+        }
+        Answers { list, ids, log: None }
+    }
+
+    /// The id of `a`, if interned.
+    fn get(&self, a: &Answer) -> Option<u32> {
+        self.ids.find(FxBuildHasher.hash_one(a), |&i| self.list[i as usize] == *a).copied()
+    }
+
     fn id(&mut self, a: Answer) -> u32 {
-        let id = match self.ids.get(&a) {
+        let hash = FxBuildHasher.hash_one(&a);
+        let list = &mut self.list;
+        let id = match self.ids.find(hash, |&i| list[i as usize] == a) {
             Some(&id) => id,
             None => {
-                let id = self.list.len() as u32;
-                self.ids.insert(a.clone(), id);
-                self.list.push(a);
+                let id = list.len() as u32;
+                list.push(a);
+                self.ids.insert_unique(hash, id, |&j| FxBuildHasher.hash_one(&list[j as usize]));
                 id
             }
         };
@@ -354,7 +374,9 @@ struct Twin {
     ttl: u32,
     /// The region rules that apply to it (indices).
     rules: Vec<usize>,
-    answers: Answers,
+    /// Its answers; the first `answers_len` are those of its decisions.
+    answers: Arc<Vec<Answer>>,
+    answers_len: usize,
     by_partition: Vec<u32>,
     chosen: Vec<u32>,
     /// For a name without prefix overrides (no line, no prefix rule applies):
@@ -622,13 +644,13 @@ pub fn build_route_table_after(
                     ..Default::default()
                 };
                 names.insert(spec.name.clone(), rec);
-                let answers = (*done.answers).clone();
+                let answers = done.answers.clone();
                 scheduled.push(scheduled_name(spec, &mut state.name_ids, answers, &hostnames, (&done.v4, &done.v6)));
                 continue;
             }
             let mut pushed = false;
             let (by_partition, chosen) = if let Some(t) = twin {
-                nb.answers = t.answers.clone();
+                nb.answers = Answers::of_list(t.answers[..t.answers_len].to_vec());
                 (t.by_partition.clone(), t.chosen.clone())
             } else {
                 // Each class's automatic primary: the first of its IPv4 top (its ranking's first).
@@ -697,7 +719,10 @@ pub fn build_route_table_after(
                     pool: spec.pool.clone(),
                     ttl: steady_ttl,
                     rules: applying,
-                    answers: nb.answers.clone(),
+                    // The decisions' answers: the first `answers_len` of the
+                    // name's final list (interning only appends), set below.
+                    answers: Arc::default(),
+                    answers_len: nb.answers.list.len(),
                     by_partition: by_partition.clone(),
                     chosen: chosen.clone(),
                     done: None,
@@ -777,11 +802,15 @@ pub fn build_route_table_after(
                 && old.over4 == over4
                 && old.over6 == over6
                 && (!dirty[class0 as usize] || !(pins(&over4) || pins(&over6)));
-            rec.pre_answers = Arc::new(nb.answers.list.clone());
+            // Without prefix overrides the answers are the same before and after
+            // them: one list serves both (taken below, once complete).
+            let pre_answers = (!own).then(|| Arc::new(nb.answers.list.clone()));
             let key = [by_partition.as_slice(), &[unlocated]].concat();
             let shared_maps = own.then(|| shared.iter().find(|s| s.0 == key)).flatten();
+            // The answers of an unchanged name: last build's list, shared.
+            let mut kept = None;
             let (v4, v6) = if let (true, Some(v4), Some(v6)) = (unchanged, &old.v4, &old.v6) {
-                nb.answers.list = (*old.answers).clone();
+                kept = Some(old.answers.clone());
                 (v4.clone(), v6.clone())
             } else if let Some((_, v4, v6)) = shared_maps {
                 (v4.clone(), v6.clone())
@@ -866,8 +895,12 @@ pub fn build_route_table_after(
             };
             rec.by_partition = by_partition;
             rec.unlocated = unlocated;
-            // Without prefix overrides the answers are the same before and after them.
-            rec.answers = if own { rec.pre_answers.clone() } else { Arc::new(nb.answers.list.clone()) };
+            let answers = kept.unwrap_or_else(|| Arc::new(std::mem::take(&mut nb.answers.list)));
+            rec.pre_answers = pre_answers.unwrap_or_else(|| answers.clone());
+            rec.answers = answers.clone();
+            if pushed && let Some(t) = twins.last_mut() {
+                t.answers = answers.clone();
+            }
             rec.over4 = over4;
             rec.over6 = over6;
             rec.v4 = Some(v4.clone());
@@ -876,7 +909,6 @@ pub fn build_route_table_after(
                 t.done = Some(Done { answers: rec.answers.clone(), unlocated, v4: v4.clone(), v6: v6.clone() });
             }
             names.insert(spec.name.clone(), rec);
-            let answers = nb.answers.list;
             scheduled.push(scheduled_name(spec, &mut state.name_ids, answers, &hostnames, (&v4, &v6)));
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
@@ -895,14 +927,14 @@ pub fn build_route_table_after(
 fn scheduled_name(
     spec: NameSpec,
     ids: &mut NameIds,
-    mut answers: Vec<Answer>,
+    mut answers: Arc<Vec<Answer>>,
     hostnames: &HashMap<&str, &str>,
     (v4, v6): (&PrefixMapV4, &PrefixMapV6),
 ) -> ScheduledName {
     if spec.domain.is_some_and(|d| d.answer_mode == AnswerMode::Cname) {
         // Seed 004 §4.3: CNAME mode answers the chosen node's hostname. Set
         // after interning, so answers stay as distinct as their addresses.
-        for a in &mut answers {
+        for a in Arc::make_mut(&mut answers) {
             a.hostname = a.node.as_deref().and_then(|n| hostnames.get(n)).map(|h| h.to_ascii_lowercase());
         }
     }

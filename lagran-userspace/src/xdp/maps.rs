@@ -898,7 +898,7 @@ impl MapWriter {
     ) -> Result<Vec<Option<u32>>, XdpError> {
         // Plain answers first: a canary answer refers to its target's id.
         let mut ids: Vec<Option<u32>> = Vec::with_capacity(name.answers.len());
-        for a in &name.answers {
+        for a in name.answers.iter() {
             if !kernel_answers(a) {
                 ids.push(None);
                 continue;

@@ -19,11 +19,11 @@ fn cname_table() -> RouteTable {
         ecs: true,
         name: CDN.into(),
         id: 3,
-        answers: vec![
+        answers: std::sync::Arc::new(vec![
             with_host(ans(20, &["203.0.113.21"], &[], Some("gz-01")), Some(GZ_HOST)),
             with_host(ans(20, &["203.0.113.22"], &[], Some("hk-01")), Some("hk-01.nodes.example.org")),
             ans(20, &["203.0.113.23"], &[], Some("kr-01")),
-        ],
+        ]),
         v4: PrefixMapV4::from_ranges([r4("1.2.3.0", "1.2.3.255", 1), r4("58.60.0.0", "58.61.255.255", 0)], 2),
         v6: PrefixMapV6::uniform(2),
     };

@@ -14,12 +14,12 @@ fn unlocated_table(ecs_on: bool) -> RouteTable {
         ecs: ecs_on,
         name: ZONE.into(),
         id: 1,
-        answers: vec![
+        answers: std::sync::Arc::new(vec![
             ans(30, &["203.0.113.30"], &[], Some("us-01")),
             unknown,
             flagged,
             ans(30, &["203.0.113.21"], &[], Some("gz-01")),
-        ],
+        ]),
         v4: PrefixMapV4::from_ranges(
             [
                 r4("10.0.0.0", "10.255.255.255", 1),

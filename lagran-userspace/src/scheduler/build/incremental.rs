@@ -237,7 +237,7 @@ pub(super) fn spliced_maps(
         return None;
     }
     // Old answer ids to new ones (the same answer), `UNMAPPED` for answers gone.
-    let to_new: Vec<u32> = old.answers.iter().map(|a| now.ids.get(a).copied().unwrap_or(UNMAPPED)).collect();
+    let to_new: Vec<u32> = old.answers.iter().map(|a| now.get(a).unwrap_or(UNMAPPED)).collect();
     let moved = |p: usize| to_new.get(old.by_partition[p] as usize) != Some(&by_partition[p]);
     if moved(crate::partition::UNKNOWN as usize) || to_new.get(old.unlocated as usize) != Some(&unlocated) {
         return None;

@@ -290,7 +290,7 @@ pub(super) fn build_route_table(
                 ecs: true,
                 id: state.name_ids.id(&spec.name),
                 name: spec.name,
-                answers: answers.list,
+                answers: Arc::new(answers.list),
                 v4,
                 v6,
             });
