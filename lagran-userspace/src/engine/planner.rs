@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use super::{Family, NodeView, Policy, exclusion};
 use crate::location::Location;
@@ -101,12 +102,17 @@ pub struct Plan {
     rep: Vec<u32>,
 }
 
+/// Most nodes a [`Top`] holds: `k` is at most `answers_per_query` (4) plus one.
+pub const TOP_MAX: usize = 5;
+
 /// The top of one class's ranking for one eligibility set, best first, after
 /// ISP-must-match and spill.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Top {
-    /// (node index, score), at most `k`.
-    pub nodes: Vec<(u32, i64)>,
+    /// (node index, score), at most `k`; inline, so that the incremental
+    /// build's scan of every class's top reads one array, not one allocation
+    /// per class.
+    pub nodes: SmallVec<[(u32, i64); TOP_MAX]>,
     /// ISP-must-match dropped the nodes of other ISPs.
     pub isp_filtered: bool,
     /// The first node was overloaded and gave way to `nodes[0]`.
@@ -385,7 +391,7 @@ impl Plan {
         }
         list.truncate(k);
         let max_dead = self.max_dead(set, class);
-        Top { nodes: list, isp_filtered, spilled_from, max_dead }
+        Top { nodes: SmallVec::from_slice(&list), isp_filtered, spilled_from, max_dead }
     }
 
     /// [`Top::max_dead`] of `class` among `set`.
