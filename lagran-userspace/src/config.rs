@@ -127,6 +127,10 @@ pub struct ScheduleSettings {
     pub recompute_secs: u64,
     /// Keep the current answer unless the new best beats it by this share (0 = off).
     pub hysteresis: f64,
+    /// ... and by more than this many score points (seed 002 §5.3's absolute
+    /// threshold), so that a point or two of load jitter cannot flip the
+    /// answer of a partition whose scores are small. Applies when `hysteresis` > 0.
+    pub hysteresis_points: i64,
     /// Only nodes of the client's ISP, when at least one is eligible.
     pub isp_must_match: bool,
     /// `[schedule.caps]`: bandwidth / connection caps as penalties.
@@ -146,6 +150,7 @@ impl Default for ScheduleSettings {
             answers_per_query: 1,
             recompute_secs: 30,
             hysteresis: 0.15,
+            hysteresis_points: 20,
             isp_must_match: false,
             caps: None,
             distance: None,
@@ -517,6 +522,12 @@ impl Config {
         }
         if !(0.0..=10.0).contains(&self.schedule.hysteresis) {
             return Err(ConfigError::Invalid { key: "schedule.hysteresis", reason: "must be within 0..=10".into() });
+        }
+        if !(0..=1000).contains(&self.schedule.hysteresis_points) {
+            return Err(ConfigError::Invalid {
+                key: "schedule.hysteresis_points",
+                reason: "must be within 0..=1000".into(),
+            });
         }
         if self.health.fall == 0 || self.health.rise == 0 || self.health.interval_secs == 0 {
             return Err(ConfigError::Invalid {

@@ -464,8 +464,12 @@ fn spill_overload(ranking: &mut Ranking, nodes: &[NodeView], client: &Location, 
 }
 
 /// Hysteresis (seed 002 §5.3): keep `previous` first unless the new best beats
-/// its score by more than `margin` (0.15 = 15 %). Returns whether it held.
-pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f64) -> bool {
+/// its score by more than `margin` (0.15 = 15 %; seed 002 §4.1: "if the top two
+/// differ by no more than 15 %, keep the current result") and by more than
+/// `points` (§5.3's absolute threshold, "only switch when the new result is
+/// markedly better"): a relative margin alone is a point or two where scores
+/// are small, which load jitter crosses. Returns whether it held.
+pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f64, points: i64) -> bool {
     let Some(prev) = previous else { return false };
     let Some(best) = ranking.candidates.first() else { return false };
     if best.name == prev {
@@ -473,8 +477,8 @@ pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f
     }
     let (best_name, best_score) = (best.name.clone(), best.score);
     let Some(i) = ranking.candidates.iter().position(|c| c.name == prev) else { return false };
-    let prev_score = ranking.candidates[i].score.max(1) as f64;
-    if (best_score as f64) > prev_score * (1.0 + margin) {
+    let prev_score = ranking.candidates[i].score;
+    if (best_score as f64) > prev_score.max(1) as f64 * (1.0 + margin) && best_score - prev_score > points {
         return false;
     }
     let mut c = ranking.candidates.remove(i);

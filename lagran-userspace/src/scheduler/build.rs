@@ -454,7 +454,7 @@ impl NameBuild<'_> {
         let r4: &Ranking = match (self.settings.hysteresis > 0.0, prev, base4.primary()) {
             (true, Some(prev), Some(best)) if best.name != prev => {
                 let mut r = ctx.with_node(base4, pr, 0, class, prev);
-                engine::apply_hysteresis(&mut r, Some(prev), self.settings.hysteresis);
+                engine::apply_hysteresis(&mut r, Some(prev), self.settings.hysteresis, self.settings.hysteresis_points);
                 held = r;
                 &held
             }
@@ -1282,6 +1282,32 @@ mod tests {
         inputs.nodes[1].weight = 130;
         let t = build_route_table(3, &inputs, &partitions(), &settings, &policy, &mut state);
         assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("b"), "a 30 % swing moves");
+    }
+
+    #[test]
+    fn hysteresis_holds_a_swing_of_a_few_points_where_scores_are_small() {
+        let mut inputs = seed_inputs();
+        inputs.nodes = vec![
+            node("a", "", "", "", "", 10, 0.0, 0.0, [192, 0, 2, 1]),
+            node("b", "", "", "", "", 8, 0.0, 0.0, [192, 0, 2, 2]),
+        ];
+        for (points, moves) in [(20, false), (0, true)] {
+            let settings = ScheduleSettings { hysteresis_points: points, ..Default::default() };
+            let policy = settings.policy();
+            let mut state = BuildState::default();
+            inputs.nodes[1].weight = 8;
+            let t = build_route_table(1, &inputs, &partitions(), &settings, &policy, &mut state);
+            assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("a"));
+            // b is now 40 % better, by 4 points: load jitter on small scores.
+            inputs.nodes[1].weight = 14;
+            let t = build_route_table(2, &inputs, &partitions(), &settings, &policy, &mut state);
+            let expect = if moves { "b" } else { "a" };
+            assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some(expect), "4 points, floor {points}");
+            // By more than 20 points (and 15 %), b takes over under either floor.
+            inputs.nodes[1].weight = 31;
+            let t = build_route_table(3, &inputs, &partitions(), &settings, &policy, &mut state);
+            assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("b"), "21 points, floor {points}");
+        }
     }
 
     #[test]

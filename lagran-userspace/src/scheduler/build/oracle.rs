@@ -113,7 +113,7 @@ pub(super) fn build_route_table(
                 let r4: &Ranking = match (settings.hysteresis > 0.0, previous, r4.primary()) {
                     (true, Some(prev), Some(best)) if best.name != prev => {
                         let mut r = r4.clone();
-                        engine::apply_hysteresis(&mut r, Some(prev), settings.hysteresis);
+                        engine::apply_hysteresis(&mut r, Some(prev), settings.hysteresis, settings.hysteresis_points);
                         held = r;
                         &held
                     }
@@ -469,6 +469,7 @@ mod equivalence {
         let settings = ScheduleSettings {
             answers_per_query: rng.gen_range(1..4),
             hysteresis: if rng.gen_bool(0.6) { 0.15 } else { 0.0 },
+            hysteresis_points: rng.gen_range(0..=30),
             isp_must_match: rng.gen_bool(0.3),
             caps: rng.gen_bool(0.3).then(Default::default),
             distance: rng.gen_bool(0.3).then(Default::default),
