@@ -887,6 +887,44 @@ impl Bench {
         Ok(ResolverShare { answered, upstream: in_kernel + in_userspace, in_kernel, passed: moved })
     }
 
+    /// The XDP program's own accounting from the daemon's /metrics:
+    /// (`lagran_xdp_run_time_ns_total`, `lagran_xdp_runs_total`).
+    fn xdp_run_stats(&self, t: &Topology) -> Option<(u64, u64)> {
+        let out =
+            util::output(&mut t.exec(&t.srv, &["curl", "-s", "-m", "2", "http://127.0.0.1:8080/metrics"])).ok()?;
+        let get = |name: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map(|v| v as u64)
+        };
+        Some((get("lagran_xdp_run_time_ns_total")?, get("lagran_xdp_runs_total")?))
+    }
+
+    /// The program's nanoseconds per run under real traffic: one more run of
+    /// `generator` at `rate` (the best rate found) with `kernel.bpf_stats_enabled`
+    /// on for it alone (off for the QPS search, whose rates stay comparable),
+    /// from the daemon's /metrics, as an SRE reads it live. `None` where the
+    /// sysctl cannot be set or the daemon exports no accounting.
+    fn live_cost(&self, t: &Topology, generator: &str, rate: u64) -> anyhow::Result<Option<(f64, u64)>> {
+        const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+        let Ok(was) = std::fs::read_to_string(SYSCTL) else { return Ok(None) };
+        if std::fs::write(SYSCTL, "1").is_err() {
+            return Ok(None);
+        }
+        let before = self.xdp_run_stats(t);
+        let run = self.load_run(t, Server::LagranXdp, generator, rate);
+        let after = self.xdp_run_stats(t);
+        let _ = std::fs::write(SYSCTL, was.trim());
+        run?;
+        Ok(match (before, after) {
+            (Some((ns0, n0)), Some((ns1, n1))) if n1 > n0 => {
+                Some((ns1.saturating_sub(ns0) as f64 / (n1 - n0) as f64, n1 - n0))
+            }
+            _ => None,
+        })
+    }
+
     /// Every generator against one running server.
     fn qps(
         &self,
@@ -1074,6 +1112,8 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let mut startup = BTreeMap::new();
     let mut notes: Vec<String> = Vec::new();
     let mut resolver = None;
+    // Per generator: the XDP program's ns per run and runs, under load.
+    let mut live: BTreeMap<String, (f64, u64)> = BTreeMap::new();
     let gens = generators(&opts, &mut notes);
     if !opts.no_load && !opts.only_recompute {
         let t = Topology::create(&opts, &b.helper).context("creating the namespaces and the veth pair")?;
@@ -1121,6 +1161,19 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             resolver = Some(b.resolver_share(&t, RESOLVER_QUERIES)?);
         }
         b.qps(&t, Server::LagranXdp, &gens, &mut qps)?;
+        for g in &gens {
+            if let Some(best) = qps.get(&(Server::LagranXdp, g.clone()))
+                && best.qps > 0.0
+            {
+                eprintln!("==> lagran XDP / {g}: the program's own cost per packet at {:.0} qps (bpf_stats)", best.qps);
+                match b.live_cost(&t, g, best.qps as u64)? {
+                    Some(c) => {
+                        live.insert(g.clone(), c);
+                    }
+                    None => notes.push(format!("XDP per packet under load [{g}]: no bpf_stats accounting")),
+                }
+            }
+        }
         daemon.check_alive()?;
         if !opts.no_fleet {
             eprintln!(
@@ -1328,6 +1381,17 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             format!("{median:.1} ns; {}", fmt_ns(t, "full_answered_prog_ns")),
             "≤ 150 ns",
             Some(median <= 150.0),
+        ));
+    }
+    // The same accounting under real traffic (the daemon's full real table,
+    // one run at the best rate per generator): what `/metrics` shows an SRE.
+    // Shown, not judged: the goal's row above is the one earlier runs judged.
+    for (g, (ns, runs)) in &live {
+        rows.push(row(
+            format!("XDP per packet under load [{g}] (bpf_stats over {runs} runs at the best rate, warm caches)"),
+            format!("{ns:.1} ns"),
+            "-",
+            None,
         ));
     }
     if let (Some(full), Some(small)) = (num(t, "full_answered_median_ns"), num(t, "small_answered_median_ns")) {
