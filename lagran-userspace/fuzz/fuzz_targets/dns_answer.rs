@@ -49,7 +49,8 @@ fn table() -> &'static RouteTable {
                     &[],
                 ),
                 answer(10, &[], &[]),
-            ],
+            ]
+            .into(),
             v4: PrefixMapV4::from_ranges([(0x0102_0300, 0x0102_03ff, 1), (0x0400_0000, 0x04ff_ffff, 2)], 0),
             v6: PrefixMapV6::from_ranges([(0x2400_cb00 << 96, (0x2400_cb01 << 96) - 1, 1)], 0),
         };
