@@ -463,12 +463,12 @@ fn spill_overload(ranking: &mut Ranking, nodes: &[NodeView], client: &Location, 
     }
 }
 
-/// Hysteresis (seed 002 §5.3): keep `previous` first unless the new best beats
-/// its score by more than `margin` (0.15 = 15 %; seed 002 §4.1: "if the top two
-/// differ by no more than 15 %, keep the current result") and by more than
-/// `points` (§5.3's absolute threshold, "only switch when the new result is
-/// markedly better"): a relative margin alone is a point or two where scores
-/// are small, which load jitter crosses. Returns whether it held.
+/// Hysteresis (seed 002): keep `previous` first unless the new best beats its
+/// score by more than `margin` (0.15 = 15 %; §4.1 keeps the current result
+/// while the top two differ by no more than 15 %) and by more than `points`
+/// (§5.3's absolute threshold of 20 in its `shouldSwitch`: switch only when
+/// the new result is markedly better). A relative margin alone is a point or
+/// two where scores are small, which load jitter crosses. Returns whether it held.
 pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f64, points: i64) -> bool {
     let Some(prev) = previous else { return false };
     let Some(best) = ranking.candidates.first() else { return false };
