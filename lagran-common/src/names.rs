@@ -1,34 +1,58 @@
-//! `lagran_names`: hash map from a query name's 64-bit hash to the name's id and
-//! its exact wire form. Written by userspace (the map writer) on every
-//! route-table sync.
+//! `lagran_names`: the query names the fast path answers, in an array of slots
+//! placed by userspace (open addressing), so that finding a name is array
+//! reads the verifier inlines, never a call into the kernel's hash table.
 //!
 //! The program hashes the lowercased wire name in 8-byte words while it reads
-//! it ([`hash_words`]), looks the hash up (an 8-byte key: the kernel hashes and
-//! compares 8 bytes, not 256), then compares the name with the stored one word
-//! by word. Two names with the same hash cannot both be stored (the writer
-//! leaves the second to userspace), and a query whose name hashes like a stored
-//! one but differs fails the comparison and is passed: a collision can cost an
-//! answer in the kernel, never a wrong answer.
+//! it ([`hash_words`]), reads the slots of the hash's probe window
+//! ([`slot`], at most [`PROBES`]) until one holds that hash or one was never
+//! used, then compares the name with the stored one word by word. Two names
+//! with the same hash cannot both be stored (the writer leaves the second to
+//! userspace), and a query whose name hashes like a stored one but differs
+//! fails the comparison and is passed: a collision can cost an answer in the
+//! kernel, never a wrong answer.
+//!
+//! The array is `BPF_F_MMAPABLE`: the map writer writes slots through a shared
+//! mapping, in an order that lets a packet racing it see a whole old entry, a
+//! whole new one, or none (and be passed):
+//! - a new entry's name, length, id and block are written while its `hash` says
+//!   [`EMPTY`] or [`TOMBSTONE`], then `hash` last (after a release fence);
+//! - a name that stays but gets another id or block gets both in one 8-byte
+//!   store (`id` and `route4` share an aligned word, read by the program in one load);
+//! - a name given up gets `hash` = [`TOMBSTONE`] and nothing else, and its slot
+//!   is reused only from the next sync on, when no packet can still be reading it.
 
 /// Map name as `bpftool` shows it.
 pub const MAP_NAME: &str = "lagran_names";
+/// Most names the fast path serves.
 pub const MAX_ENTRIES: u32 = 4096;
+/// Slots of the array: twice the names, so probe windows stay short.
+pub const SLOTS: u32 = 2 * MAX_ENTRIES;
+/// Slots a name may sit in: its hash's home slot and the next ones, wrapping.
+/// A name whose window is full is left to userspace.
+pub const PROBES: u32 = 8;
+/// `hash` of a slot never used since the map was created or emptied: a probe stops there.
+pub const EMPTY: u64 = 0;
+/// `hash` of a slot whose name was given up: a probe goes on past it.
+pub const TOMBSTONE: u64 = 1;
 /// Longest wire-format name (RFC 1035 §2.3.4: 255 octets, length bytes included).
 pub const NAME_MAX: usize = 255;
 /// 8-byte words a name of `NAME_MAX` octets occupies.
 pub const WORDS: usize = NAME_MAX.div_ceil(8);
 
-/// What the fast path knows about a name (the key is [`hash_words`] of it).
+/// One slot: what the fast path knows about a name.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NameValue {
+    /// [`hash_words`] of the name; [`EMPTY`] or [`TOMBSTONE`] in a slot without one.
+    pub hash: u64,
     /// The name's id: the leading 32 bits of its `lagran_route_v4` keys (host order here).
+    /// With `route4`, one aligned 8-byte word ([`NameValue::target_word`]).
     pub id: u32,
-    /// Length of the wire name in octets, root label included (1–255).
-    pub len: u32,
     /// The name's block of `lagran_route4_l1` plus one (`route_v4_flat`); 0: none,
     /// its IPv4 routes are looked up in the trie.
     pub route4: u32,
+    /// Length of the wire name in octets, root label included (1–255).
+    pub len: u32,
     pub _pad: u32,
     /// The wire name (`04 e d g e 06 l a g r a n 03 n e t 00`), ASCII letters
     /// lowercased, as little-endian 8-byte words (octet `i` is byte `i % 8` of
@@ -39,8 +63,20 @@ pub struct NameValue {
 impl NameValue {
     /// The value for `wire` (lowercased wire format, at most `NAME_MAX` octets).
     pub fn new(id: u32, wire: &[u8]) -> NameValue {
-        NameValue { id, len: wire.len() as u32, route4: 0, _pad: 0, name: words(wire) }
+        NameValue { hash: hash_wire(wire), id, route4: 0, len: wire.len() as u32, _pad: 0, name: words(wire) }
     }
+
+    /// `id` and `route4` as the one word they share (id in the low half).
+    #[inline(always)]
+    pub const fn target_word(id: u32, route4: u32) -> u64 {
+        id as u64 | (route4 as u64) << 32
+    }
+
+    /// Byte offsets of the fields the map writer stores one by one.
+    pub const HASH_OFFSET: usize = 0;
+    pub const TARGET_OFFSET: usize = 8;
+    pub const LEN_OFFSET: usize = 16;
+    pub const NAME_OFFSET: usize = 24;
 
     /// The wire name's octets.
     pub fn wire(&self) -> impl Iterator<Item = u8> + '_ {
@@ -95,6 +131,12 @@ pub fn hash_words(len: usize, words: &[u64; WORDS]) -> u64 {
     hash_finish(h)
 }
 
+/// Slot `i` (0-based, below [`PROBES`]) of the probe window of `hash`.
+#[inline(always)]
+pub const fn slot(hash: u64, i: u32) -> u32 {
+    (hash as u32).wrapping_add(i) & (SLOTS - 1)
+}
+
 /// The key of a lowercased wire name.
 pub fn hash_wire(wire: &[u8]) -> u64 {
     hash_words(wire.len(), &words(wire))
@@ -114,7 +156,12 @@ pub const fn lowercase_word(w: u64) -> u64 {
     w | (upper >> 2)
 }
 
-const _: () = assert!(size_of::<NameValue>() == 16 + 8 * WORDS);
+const _: () = assert!(size_of::<NameValue>() == 24 + 8 * WORDS);
+const _: () = assert!(core::mem::offset_of!(NameValue, id) == NameValue::TARGET_OFFSET);
+const _: () = assert!(core::mem::offset_of!(NameValue, route4) == NameValue::TARGET_OFFSET + 4);
+const _: () = assert!(core::mem::offset_of!(NameValue, len) == NameValue::LEN_OFFSET);
+const _: () = assert!(core::mem::offset_of!(NameValue, name) == NameValue::NAME_OFFSET);
+const _: () = assert!(SLOTS.is_power_of_two() && PROBES <= SLOTS);
 const _: () = assert!(WORDS == 32);
 
 crate::impl_pod!(NameValue);

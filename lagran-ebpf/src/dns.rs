@@ -181,7 +181,7 @@ const MAX_LABELS: usize = 128;
 pub struct Name {
     /// Wire length, root label included, 1–255.
     pub len: usize,
-    /// `lagran_names` key: `names::hash_words` of the lowercased name.
+    /// `names::hash_words` of the lowercased name: where `lagran_names` holds it.
     pub hash: u64,
     /// One's-complement partial sum of the name octets as received, as a
     /// big-endian 16-bit value (the name starts at an even offset of the message).

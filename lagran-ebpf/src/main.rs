@@ -109,24 +109,23 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
     // SAFETY: plain per-CPU map memory, written by `dns::parse` for this packet.
     let q = unsafe { &(*scratch).query };
 
-    // SAFETY: a read-only view of a map value, used before this program returns.
-    #[expect(
-        clippy::needless_borrows_for_generic_args,
-        reason = "a key passed by value goes through a zeroed temporary: a memset call in the XDP section"
-    )]
-    let name = unsafe { maps::NAMES.get(&q.qhash) }.ok_or(Counter::NameUnknown)?;
+    let name = maps::name(q.qhash).ok_or(Counter::NameUnknown)?;
     // The hash only finds the candidate; the exact name decides.
     if !dns::name_matches(scratch, opaque(&q.qlen) & 0xff, name) {
         return Err(Counter::NameUnknown);
     }
-    let name_id = name.id;
+    // Id and block in one load: the map writer changes them in one store.
+    // SAFETY: `id` starts an 8-aligned word of the map value shared with `route4`
+    // (`NameValue::TARGET_OFFSET`).
+    let target = unsafe { core::ptr::read_volatile(&raw const name.id as *const u64) };
+    let (name_id, route4) = (target as u32, (target >> 32) as u32);
     // RFC 7871 §7.1.1: the ECS address when SOURCE PREFIX-LENGTH > 0, else the sender.
     let client = if opaque(&q.has_ecs) != 0 && opaque(&q.ecs_source) > 0 {
         if opaque(&q.ecs_v6) != 0 { Client { v6: 1, addr: q.ecs_addr6 } } else { Client::v4(q.ecs_addr) }
     } else {
         source
     };
-    let (answer_id, scope) = route(name_id, name.route4, &client)?;
+    let (answer_id, scope) = route(name_id, route4, &client)?;
     // The packet's source (not the ECS address) is what a server cookie binds.
     let cookie = if opaque(&q.cookie) != 0 {
         cookie::respond(q, &source)?

@@ -16,6 +16,7 @@ use lagran_common::{
     listen::{self, ListenKey, ListenValue},
     names::{self, NameValue, WORDS},
     route_v4::{self, RouteV4Data, RouteValue},
+    route_v4_flat,
     route_v6::{self, RouteV6Data},
     rrl::{self, Account},
 };
@@ -41,11 +42,13 @@ pub static RRL: PerCpuArray<Account, { rrl::SLOTS as usize }> = PerCpuArray::new
 #[btf_map(name = "lagran_listen")]
 pub static LISTEN: HashMap<ListenKey, ListenValue, { listen::MAX_ENTRIES as usize }> = HashMap::new();
 
-/// Hash of the lowercased wire-format query name -> name id and the exact name
-/// (compared before answering: a colliding name is passed, never answered).
-/// Written by the userspace map writer on every route-table sync.
+/// Slots of query names (`lagran_common::names`): placed by the hash of the
+/// lowercased wire name, holding the name id, its flat IPv4 block and the exact
+/// name (compared before answering: a colliding name is passed, never answered).
+/// Written by the userspace map writer on every route-table sync, through a
+/// shared mapping.
 #[btf_map(name = "lagran_names")]
-pub static NAMES: HashMap<u64, NameValue, { names::MAX_ENTRIES as usize }> = HashMap::new();
+pub static NAMES: Array<NameValue, { names::SLOTS as usize }, { route_v4_flat::MAP_FLAGS as usize }> = Array::new();
 
 /// `[name id | IPv4 prefix]` -> (answer id, ECS scope); prefixes of one name never nest.
 /// Written by the userspace map writer with diffed inserts/deletes, never rebuilt.
@@ -188,6 +191,25 @@ unsafe fn fill_listen_key_v6(k: *mut ListenKey, addr: [u64; 2], port: [u8; 2]) {
         core::ptr::write_volatile(p.add(12) as *mut u32, (addr[1] >> 32) as u32);
         core::ptr::write_volatile(p.add(16) as *mut u32, u32::from_ne_bytes([port[0], port[1], 0, 0]));
     }
+}
+
+/// The `NAMES` slot holding `hash` in its probe window, if any: the slots from
+/// its home on, until one holds the hash or was never used (`names::EMPTY`).
+/// Array reads the verifier inlines; the caller compares the exact name.
+#[inline(always)]
+pub fn name(hash: u64) -> Option<&'static NameValue> {
+    let mut i = 0;
+    while i < names::PROBES {
+        let v = NAMES.get(names::slot(hash, i))?;
+        if v.hash == hash {
+            return Some(v);
+        }
+        if v.hash == names::EMPTY {
+            return None;
+        }
+        i += 1;
+    }
+    None
 }
 
 #[inline(always)]

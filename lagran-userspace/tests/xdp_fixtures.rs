@@ -1019,6 +1019,76 @@ fn hash_collisions_pass_never_answer() {
     fx.answered(&Frame::new().from("10.1.2.3").build(&Dns::a("edge.lagran.net").bytes()));
 }
 
+/// Names whose hashes share a probe window of `lagran_names` are all found,
+/// also past a name given up (a tombstone); a window with no free slot leaves
+/// the last name in table order to userspace, and a given-up slot takes a name
+/// again only from the next sync on.
+#[test]
+fn names_sharing_a_probe_window() {
+    use lagran_common::names::{PROBES, hash_wire, slot};
+    // PROBES + 1 names with one home slot.
+    let mut by_home: std::collections::HashMap<u32, Vec<String>> = std::collections::HashMap::new();
+    let crowd = (0..)
+        .find_map(|i| {
+            let n = format!("n{i}.edge.lagran.net");
+            let v = by_home.entry(slot(hash_wire(&wire(&n)), 0)).or_default();
+            v.push(n);
+            (v.len() == PROBES as usize + 1).then(|| v.clone())
+        })
+        .unwrap();
+    let named = |i: usize, n: &str| ScheduledName {
+        ecs: true,
+        name: n.into(),
+        id: 100 + i as u32,
+        answers: std::sync::Arc::new(vec![answer(30, &[&format!("192.0.2.{}", 100 + i)])]),
+        v4: PrefixMapV4::uniform(0),
+        v6: PrefixMapV6::uniform(0),
+    };
+    let mut fx = Fixture::new();
+    let with = |names: &[usize], version: u64| {
+        let zone = ZoneRoutes {
+            zone: Zone::new("edge.lagran.net"),
+            names: names.iter().map(|&i| named(i, &crowd[i])).collect(),
+        };
+        RouteTable::new(version, now_ms(), vec![zone])
+    };
+    let query = |n: &str| Frame::new().from("10.1.2.3").build(&Dns::a(n).bytes());
+    let check = |fx: &Fixture, served: &[usize], left: &[usize]| {
+        for &i in served {
+            let m = fx.answered(&query(&crowd[i]));
+            let want = vec![(30, format!("192.0.2.{}", 100 + i).parse().unwrap())];
+            assert_eq!(read_resp(&m, wire(&crowd[i]).len()).answers, want, "{}", crowd[i]);
+        }
+        for &i in left {
+            fx.pass(&query(&crowd[i]), Counter::NameUnknown);
+        }
+    };
+    let all: Vec<usize> = (0..=PROBES as usize).collect();
+    let last = PROBES as usize;
+    let t = with(&all, 10);
+    let stats = fx.writer.sync(&t, &settings()).unwrap();
+    assert_eq!(stats.names_skipped, 1, "{stats:?}");
+    fx.table = t;
+    check(&fx, &all[..last], &[last]);
+
+    // The first name (in the home slot) goes: the others are found past its tombstone,
+    // and its slot is not reused in the same sync.
+    let rest: Vec<usize> = (1..=last).collect();
+    let t = with(&rest, 11);
+    let stats = fx.writer.sync(&t, &settings()).unwrap();
+    assert_eq!((stats.names_deleted, stats.names_skipped), (1, 1), "{stats:?}");
+    fx.table = t;
+    check(&fx, &rest[..last - 1], &[0, last]);
+
+    // One sync later the slot takes the name left out.
+    let t = with(&rest, 12);
+    let stats = fx.writer.sync(&t, &settings()).unwrap();
+    assert_eq!((stats.names_upserted, stats.names_skipped), (1, 0), "{stats:?}");
+    fx.table = t;
+    check(&fx, &rest, &[0]);
+    assert_eq!(fx.writer.maps().name(&wire(&crowd[last])).map(|v| v.id), Some(100 + last as u32));
+}
+
 /// Only packets to a listen address and port are answered; the set is exact,
 /// and the unspecified address of a family matches every address of it.
 #[test]

@@ -9,13 +9,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, lpm_trie::Key};
+use aya::maps::{Array, LpmTrie, Map, MapData, lpm_trie::Key};
 use lagran_common::{
     answers::AnswerV4,
-    names::{NameValue, hash_wire},
     route_v4::{FULL_PREFIX, RouteV4Data, RouteValue},
     route_v4_flat as flat,
 };
+
+use lagran::xdp::name_slots::NameSlots;
 
 use crate::result;
 
@@ -48,8 +49,8 @@ struct Pinned {
     answers: Array<MapData, AnswerV4>,
     /// `lagran_route4_l1` and `_l2`, when pinned (a daemon that has them pins them).
     flat: Option<(Array<MapData, u64>, Array<MapData, u64>)>,
-    names: HashMap<MapData, u64, NameValue>,
-    name_hash: u64,
+    names: NameSlots,
+    wire: Vec<u8>,
     name_id: u32,
     client: u32,
 }
@@ -61,9 +62,9 @@ impl Pinned {
             let data = MapData::from_pin(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
             Ok(Map::from_map_data(data)?)
         };
-        let names: HashMap<MapData, u64, NameValue> = HashMap::try_from(open(lagran_common::names::MAP_NAME)?)?;
+        let names = NameSlots::new(open(lagran_common::names::MAP_NAME)?, false)?;
         let wire = lagran::xdp::maps::wire_key(&a.name).context("name is not a valid key")?;
-        let name_id = names.get(&hash_wire(&wire), 0).with_context(|| format!("{} is not in lagran_names", a.name))?.id;
+        let name_id = names.find(&wire).with_context(|| format!("{} is not in lagran_names", a.name))?.id;
         let flat = match (open(flat::MAP_NAME_L1), open(flat::MAP_NAME_L2)) {
             (Ok(l1), Ok(l2)) => Some((Array::try_from(l1)?, Array::try_from(l2)?)),
             _ => {
@@ -76,7 +77,7 @@ impl Pinned {
             answers: Array::try_from(open(lagran_common::answers::MAP_NAME)?)?,
             flat,
             names,
-            name_hash: hash_wire(&wire),
+            wire,
             name_id,
             client: u32::from(a.client),
         })
@@ -102,7 +103,7 @@ impl Pinned {
     /// trie", `None` no route.
     fn flat_route(&self) -> Option<Option<u32>> {
         let Some((l1, l2)) = &self.flat else { return Some(None) };
-        let block = self.names.get(&self.name_hash, 0).ok()?.route4;
+        let block = self.names.find(&self.wire)?.route4;
         if block == 0 || block > flat::FLAT_NAMES {
             return Some(None);
         }

@@ -37,6 +37,7 @@ use lagran_common::{
 use rustc_hash::FxHashMap;
 
 use super::XdpError;
+use super::name_slots::{NameSlots, Put};
 use super::route4_flat::{self, FlatRoute, FlatV4};
 use crate::config::DnsSettings;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
@@ -97,7 +98,7 @@ fn map_err(map: &'static str) -> impl FnOnce(MapError) -> XdpError {
 pub struct Maps {
     config: Array<MapData, Config>,
     listen: HashMap<MapData, ListenKey, ListenValue>,
-    names: HashMap<MapData, u64, NameValue>,
+    names: NameSlots,
     routes: LpmTrie<MapData, RouteV4Data, RouteValue>,
     answers: Array<MapData, AnswerV4>,
     counters: PerCpuArray<MapData, u64>,
@@ -135,7 +136,8 @@ impl Maps {
             Some(m) => Some(Array::try_from(m).map_err(map_err(listen::MAP_NAME_V4))?),
             None => None,
         };
-        let mut maps = Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6, cookie])?;
+        let mut maps =
+            Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6, cookie], true)?;
         maps.flat = flat;
         maps.listen4 = listen4;
         maps.fresh = true;
@@ -151,26 +153,29 @@ impl Maps {
                 .map_err(|source| XdpError::OpenPinned { path: path.clone(), source: Box::new(source) })?;
             Map::from_map_data(data).map_err(|source| XdpError::OpenPinned { path, source: Box::new(source) })
         };
-        Maps::from_maps([
-            open(config::MAP_NAME)?,
-            open(listen::MAP_NAME)?,
-            open(names::MAP_NAME)?,
-            open(route_v4::MAP_NAME)?,
-            open(answers::MAP_NAME)?,
-            open(counters::MAP_NAME)?,
-            open(route_v6::MAP_NAME)?,
-            open(answers::MAP_NAME_V6)?,
-            open(cookie::MAP_NAME)?,
-        ])
+        Maps::from_maps(
+            [
+                open(config::MAP_NAME)?,
+                open(listen::MAP_NAME)?,
+                open(names::MAP_NAME)?,
+                open(route_v4::MAP_NAME)?,
+                open(answers::MAP_NAME)?,
+                open(counters::MAP_NAME)?,
+                open(route_v6::MAP_NAME)?,
+                open(answers::MAP_NAME_V6)?,
+                open(cookie::MAP_NAME)?,
+            ],
+            false,
+        )
     }
 
-    /// The maps in [`MAP_NAMES`] order.
-    fn from_maps(maps: [Map; 9]) -> Result<Maps, XdpError> {
+    /// The maps in [`MAP_NAMES`] order; `writable`: the names' mapping too.
+    fn from_maps(maps: [Map; 9], writable: bool) -> Result<Maps, XdpError> {
         let [config, listen, names, routes, answers, counters, routes6, answers6, cookie] = maps;
         Ok(Maps {
             config: Array::try_from(config).map_err(map_err(config::MAP_NAME))?,
             listen: HashMap::try_from(listen).map_err(map_err(listen::MAP_NAME))?,
-            names: HashMap::try_from(names).map_err(map_err(names::MAP_NAME))?,
+            names: NameSlots::new(names, writable)?,
             routes: LpmTrie::try_from(routes).map_err(map_err(route_v4::MAP_NAME))?,
             answers: Array::try_from(answers).map_err(map_err(answers::MAP_NAME))?,
             counters: PerCpuArray::try_from(counters).map_err(map_err(counters::MAP_NAME))?,
@@ -273,7 +278,12 @@ impl Maps {
     /// that plant a colliding hash. The map writer owns the map otherwise.
     #[doc(hidden)]
     pub fn put_name_raw(&mut self, hash: u64, value: NameValue) -> Result<(), XdpError> {
-        self.names.insert(hash, value, 0).map_err(map_err(names::MAP_NAME))
+        self.names.put_raw(hash, value)
+    }
+
+    /// The `lagran_names` entry the program finds for a lowercased wire name.
+    pub fn name(&self, wire: &[u8]) -> Option<NameValue> {
+        self.names.find(wire)
     }
 
     fn set_config(&mut self, c: &Config) -> Result<(), XdpError> {
@@ -311,8 +321,7 @@ impl Maps {
         let listen: Vec<String> = self.listen()?.iter().map(ToString::to_string).collect();
         let _ = writeln!(out, "{}: {}", listen::MAP_NAME, listen.join(" "));
         let mut names: Vec<(String, u32)> = Vec::new();
-        for item in self.names.iter() {
-            let (_, v) = item.map_err(map_err(names::MAP_NAME))?;
+        for v in self.names.entries() {
             names.push((wire_to_text(&v.wire().collect::<Vec<u8>>()), v.id));
         }
         names.sort();
@@ -675,6 +684,8 @@ impl MapWriter {
         // 1. Desired names, answers (written now, before anything points at them)
         //    and trie entries.
         let mut want_names: StdHashMap<Vec<u8>, u32> = StdHashMap::new();
+        // The names in table order: the order they are placed in `lagran_names`.
+        let mut name_order: Vec<Vec<u8>> = Vec::new();
         let mut owner: StdHashMap<u32, &str> = StdHashMap::new();
         let mut want_routes6: StdHashMap<u32, Vec<Route<u128>>> = StdHashMap::new();
         let mut used: FxHashMap<AnswerPair, u32> = FxHashMap::default();
@@ -710,7 +721,9 @@ impl MapWriter {
                 return Err(XdpError::DuplicateNameId { id: name.id, a: other.to_string(), b: name.name.clone() });
             }
             let ids = self.answer_ids(name, settings, &mut used, &mut stats)?;
-            want_names.insert(key, name.id);
+            if want_names.insert(key.clone(), name.id).is_none() {
+                name_order.push(key);
+            }
             if self
                 .written
                 .get(&name.id)
@@ -825,22 +838,36 @@ impl MapWriter {
                 (key, (id, route4))
             })
             .collect();
-        for (key, &(id, route4)) in &want_names {
-            if self.names.get(key) != Some(&(id, route4)) {
-                let value = NameValue { route4, ..NameValue::new(id, key) };
-                self.maps
-                    .names
-                    .insert(hash_wire(key), value, 0)
-                    .map_err(|e| full_or(names::MAP_NAME, names::MAX_ENTRIES, e, "names"))?;
-                stats.names_upserted += 1;
-            }
+        if want_names.len() > names::MAX_ENTRIES as usize {
+            return Err(XdpError::Full {
+                map: names::MAP_NAME,
+                max: names::MAX_ENTRIES,
+                what: format!("{} names", want_names.len()),
+            });
         }
+        // Slots given up in the last sync are reusable now; those of names gone
+        // now, from the next sync on.
+        self.maps.names.begin_sync();
         for key in self.names.keys() {
-            // A name gone whose hash a new name took: the insert above replaced it.
-            if !want_names.contains_key(key) && !hashes.contains_key(&hash_wire(key)) {
-                remove_ok_if_missing(self.maps.names.remove(&hash_wire(key)), names::MAP_NAME)?;
+            if !want_names.contains_key(key) && self.maps.names.remove(key)? {
                 stats.names_deleted += 1;
             }
+        }
+        // In table order, so which names a full probe window leaves to
+        // userspace does not change from one sync to the next.
+        let mut placed = StdHashMap::with_capacity(want_names.len());
+        for key in name_order {
+            let Some(&(id, route4)) = want_names.get(&key) else { continue };
+            match self.maps.names.put(&key, id, route4)? {
+                Put::Written => stats.names_upserted += 1,
+                Put::Unchanged => {}
+                // No slot: userspace answers it (warned by `NameSlots`); tried again next sync.
+                Put::NoRoom => {
+                    stats.names_skipped += 1;
+                    continue;
+                }
+            }
+            placed.insert(key, (id, route4));
         }
 
         // 4. Trie entries of names no longer served.
@@ -881,7 +908,7 @@ impl MapWriter {
         if let Some(flat) = self.maps.flat.as_mut() {
             flat.end_sync();
         }
-        self.names = want_names;
+        self.names = placed;
         self.routes6 = want_routes6;
         self.written = written;
         Ok(stats)
@@ -970,10 +997,7 @@ impl MapWriter {
     /// Empties the maps (every key, including entries from an earlier process)
     /// and forgets what was written.
     fn reset(&mut self) -> Result<(), XdpError> {
-        let keys: Vec<u64> = self.maps.names.keys().collect::<Result<_, _>>().map_err(map_err(names::MAP_NAME))?;
-        for k in keys {
-            remove_ok_if_missing(self.maps.names.remove(&k), names::MAP_NAME)?;
-        }
+        self.maps.names.reset()?;
         let keys: Vec<Key<RouteV4Data>> =
             self.maps.routes.keys().collect::<Result<_, _>>().map_err(map_err(route_v4::MAP_NAME))?;
         for k in keys {
@@ -1294,7 +1318,7 @@ pub fn wire_key(name: &str) -> Option<Vec<u8>> {
 }
 
 /// `04 e d g e 03 n e t 00 …` back to `edge.net` (for dumps).
-fn wire_to_text(key: &[u8]) -> String {
+pub(super) fn wire_to_text(key: &[u8]) -> String {
     let mut labels = Vec::new();
     let mut i = 0;
     while i < key.len() && key[i] != 0 {

@@ -8,6 +8,8 @@
 //! - [`maps`]: the only module that touches aya map types. [`MapWriter::sync`]
 //!   turns a [`RouteTable`](crate::route_table::RouteTable) into map entries,
 //!   writing only what changed; [`Maps`] reads counters and dumps the maps.
+//! - [`name_slots`]: places the served names in `lagran_names`' slots;
+//!   [`mapping`]: the shared mapping it and [`route4_flat`] write through.
 //! - `netns`: network-namespace and veth helpers for tests (feature `testkit`).
 //!
 //! Minimum kernel version: 5.10, the oldest kernel the matrix
@@ -15,7 +17,9 @@
 //! growing frames with `bpf_xdp_adjust_tail`); the tests run `BPF_PROG_TEST_RUN`.
 
 pub mod loader;
+pub mod mapping;
 pub mod maps;
+pub mod name_slots;
 #[cfg(any(test, feature = "testkit"))]
 pub mod netns;
 pub mod route4_flat;
@@ -51,7 +55,7 @@ pub enum XdpError {
     #[error("the XDP object has no map `{0}`: was it built from this tree?")]
     NoMap(&'static str),
     #[error("cannot map `{map}` into memory: {reason}")]
-    FlatMap { map: &'static str, reason: String },
+    Mmap { map: &'static str, reason: String },
     #[error("map `{map}`: {source}")]
     Map { map: &'static str, source: Box<aya::maps::MapError> },
     #[error("pinning map `{map}` at {path}: {source}")]

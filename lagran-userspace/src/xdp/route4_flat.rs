@@ -15,14 +15,14 @@
 //!   packet can still be reading them.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, Ordering, fence};
+use std::sync::atomic::{Ordering, fence};
 
-use aya::maps::{Map, MapData};
+use aya::maps::Map;
 use lagran_common::route_v4_flat::{
     self as flat, FLAT_NAMES, L1_ENTRIES, L1_SLOTS, L2_ENTRIES, L2_GROUPS, L2_SLOTS, MAP_NAME_L1, MAP_NAME_L2,
 };
 
-use super::XdpError;
+use super::{XdpError, mapping::Mapping};
 
 /// One route: block start (host order), CIDR length, answer id.
 pub type FlatRoute = (u32, u8, u32);
@@ -108,55 +108,26 @@ pub fn sixteens(addr: u32, len: u8) -> std::ops::RangeInclusive<u16> {
 /// Bytes per slot in the mapping (two `u32` slots per `u64` element).
 const STRIDE: usize = 4;
 
-/// A shared, writable mapping of an mmapable array map, as `u32` slots.
+/// One array's shared mapping, as `u32` slots.
 struct Mapped {
-    ptr: *mut AtomicU32,
-    bytes: usize,
+    mapping: Mapping,
     entries: usize,
-    /// Keeps the map (and so the mapping's object) open.
-    _map: MapData,
 }
-
-// SAFETY: the mapping is plain shared memory owned by this value; every access
-// goes through atomics.
-unsafe impl Send for Mapped {}
 
 impl Mapped {
     fn new(map: Map, name: &'static str, entries: u32) -> Result<Mapped, XdpError> {
-        let Map::Array(data) = map else {
-            return Err(XdpError::FlatMap { map: name, reason: "not an array map".into() });
-        };
-        let page = 4096usize;
-        let bytes = (entries as usize * STRIDE).div_ceil(page) * page;
-        use std::os::fd::{AsFd as _, AsRawFd as _};
-        let fd = data.fd().as_fd().as_raw_fd();
-        // SAFETY: a fresh shared mapping of the map's memory, unmapped on drop.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(XdpError::FlatMap { map: name, reason: std::io::Error::last_os_error().to_string() });
-        }
-        Ok(Mapped { ptr: p.cast(), bytes, entries: entries as usize, _map: data })
+        Ok(Mapped { mapping: Mapping::new(map, name, entries as usize * STRIDE, true)?, entries: entries as usize })
     }
 
     fn set(&self, i: usize, v: u32) {
         assert!(i < self.entries);
-        // SAFETY: `i` is inside the mapping.
-        unsafe { (*self.ptr.add(i)).store(v, Ordering::Relaxed) }
+        self.mapping.u32(i * STRIDE).store(v, Ordering::Relaxed)
     }
 
     fn zero(&self) {
         for i in 0..self.entries {
             self.set(i, 0);
         }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`.
-        unsafe { libc::munmap(self.ptr.cast(), self.bytes) };
     }
 }
 
