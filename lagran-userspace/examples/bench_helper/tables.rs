@@ -356,6 +356,26 @@ fn kernel(a: &Args, geo: &GeoDb, real: &RouteTable, unmerged: ScheduledName, com
     arp.resize(60, 0);
     let (_, base, _) = k.run(&arp, a.repeat)?;
     result("testrun_baseline_ns", format!("{base:.1}"));
+    // What one run's figures carry besides the program (an answered packet is
+    // measured one run at a time): the same frame, one run at a time, timed by
+    // the harness and by bpf_stats. On a KVM guest the clock reads alone are
+    // tens of nanoseconds.
+    let mut single = Vec::with_capacity(3 * packets.len());
+    for _ in 0..3 * packets.len() {
+        single.push(k.run(&arp, 1)?.1);
+    }
+    result("testrun_single_baseline_ns", format!("{:.1}", stats(single).1));
+    let on = crate::bpfstats::BpfStats::on();
+    if on.counting() {
+        let before = k.stats()?;
+        for _ in 0..3 * packets.len() {
+            k.run(&arp, 1)?;
+        }
+        if let Some(ns) = crate::bpfstats::per_run(before, k.stats()?) {
+            result("single_baseline_prog_ns", format!("{ns:.1}"));
+        }
+    }
+    drop(on);
 
     let edge = real.scheduled(lagran::demo::DEMO_ZONE).context("no apex")?.clone();
     let tiny = ScheduledName {
