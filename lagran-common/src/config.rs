@@ -11,6 +11,11 @@ pub const INDEX: u32 = 0;
 pub const COARSE_CLOCK_GLOBAL: &str = "LAGRAN_COARSE_CLOCK";
 /// The first kernel with `bpf_ktime_get_coarse_ns`.
 pub const COARSE_CLOCK_SINCE: (u8, u8) = (5, 11);
+/// The program's global (`u64`, in `.rodata`, set by the loader before the
+/// verifier runs): the running kernel's tick length in nanoseconds
+/// (`TICK_NSEC`), with which RRL times its accounts by the tick counter
+/// (`bpf_jiffies64`); 0 = unknown, and RRL reads the clock above instead.
+pub const TICK_NS_GLOBAL: &str = "LAGRAN_TICK_NS";
 
 /// The fast path's settings.
 #[repr(C)]

@@ -21,7 +21,7 @@ pub fn slot(key: u64, seed: u64) -> u32 {
 }
 /// One response in the program's credit units: userspace's thousandths of a
 /// response times 10⁶, so that a rate of `r` responses per second refills `r`
-/// units per nanosecond of `bpf_ktime_get_ns` and the program divides nothing
+/// units per nanosecond of the program's interval clock and it divides nothing
 /// per packet (a 64-bit division is tens of cycles).
 pub const COST: i64 = 1_000_000_000;
 /// The program's credit units per userspace credit unit (a thousandth of a response).
@@ -39,7 +39,7 @@ pub struct Account {
     pub key: u64,
     /// Credit in [`COST`] units per response.
     pub credit: i64,
-    /// When the credit was last brought up to date (`bpf_ktime_get_ns`).
+    /// When the credit was last brought up to date (the program's interval clock, ns).
     pub at_ns: u64,
     /// Limited responses so far (for `slip`).
     pub limited: u32,

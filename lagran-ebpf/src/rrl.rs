@@ -3,8 +3,8 @@
 //! or /56 and response class — here always "answer", the only class the
 //! program sends — a credit of one second's responses, refilled at the rate,
 //! floored at `-window × rate`; every `slip`-th limited response goes out
-//! truncated. Accounts are per CPU (`lagran_rrl`). Time is `clock::now_ns`
-//! (the last scheduler tick where the kernel has the coarse helper), and credit
+//! truncated. Accounts are per CPU (`lagran_rrl`). Time is `clock::interval_ns`
+//! (the last scheduler tick: the tick counter, or a clock helper), and credit
 //! is kept in units that make the refill a multiplication (`rrl::COST`): the
 //! same bucket as userspace's, refilled per tick instead of per millisecond,
 //! with no division per packet.
@@ -45,7 +45,7 @@ pub fn decide(source: &Client, cfg: &Config) -> Decision {
     let k = key(source);
     let rate = cfg.rrl_rate as i64;
     let full = rate * COST;
-    let now = crate::clock::now_ns();
+    let now = crate::clock::interval_ns();
     let Some(p) = maps::rrl_slot(rrl::slot(k, cfg.rrl_seed)) else { return Decision::Send };
     // SAFETY: this CPU's value of a per-CPU map; XDP programs do not nest on a CPU.
     let a = unsafe { &mut *p };

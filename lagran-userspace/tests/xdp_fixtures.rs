@@ -912,6 +912,35 @@ fn rate_limiting_drops_and_slips_like_userspace() {
     fx.answered(&Frame::new().from("10.1.2.3").build(&a().bytes()));
 }
 
+/// RRL credit comes back at the configured rate by the program's interval
+/// clock (the tick counter times the tick length the loader found, or the
+/// clock helper): 5 answers per second, so 0.7 s after the account ran dry
+/// 3.5 answers' credit is back — two or three answers (the sleep may run
+/// long), not none, not dozens (a tick length wrong by a factor shows here).
+#[test]
+fn rate_limiting_credit_returns_at_the_rate() {
+    pin_to_one_cpu();
+    let mut fx = Fixture::new();
+    let rrl = lagran::config::RrlSettings { responses_per_second: 5, slip: 0, window_secs: 15 };
+    fx.writer.set_rrl(&rrl).unwrap();
+    let frame = Frame::new().from("10.1.6.3").build(&Dns::a("edge.lagran.net").bytes());
+    let actions =
+        |fx: &Fixture, n: usize| -> Vec<u32> { (0..n).map(|_| fx.prog.test_run(&frame).unwrap().action).collect() };
+    assert_eq!(actions(&fx, 6), [XDP_TX, XDP_TX, XDP_TX, XDP_TX, XDP_TX, 1], "a second's credit, then dropped");
+    let t = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let slept = t.elapsed();
+    let after = actions(&fx, 10);
+    let answered = after.iter().take_while(|&&a| a == XDP_TX).count();
+    assert!(after[answered..].iter().all(|&a| a == 1), "answers, then drops: {after:?}");
+    assert!(
+        (2..=3).contains(&answered),
+        "{answered} answers after {slept:?} at 5/s (tick {:?})",
+        lagran::xdp::tick::kernel_tick()
+    );
+    fx.writer.set_rrl(&lagran::config::RrlSettings::default()).unwrap();
+}
+
 /// Names of every length modulo 8 (the hash reads 8-octet words; the last one is
 /// read ending at the name's end), a name shorter than one word, and a name of
 /// the full 255 octets, each asked in mixed case.

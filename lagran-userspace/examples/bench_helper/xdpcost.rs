@@ -56,6 +56,12 @@ pub struct Args {
     /// Also measure each object with the names' IPv4 routes in the trie only.
     #[arg(long)]
     trie: bool,
+    /// Also measure each object's cost of response rate limiting (full table,
+    /// ECS, exact listen address): RRL on at its highest rate against off, the
+    /// answered runs as per-packet differences within a round, and the
+    /// lookup-only runs (`repeat` per packet, warm; they reach the account too).
+    #[arg(long)]
+    rrl: bool,
 }
 
 /// One loaded object with its maps synced to one table.
@@ -228,6 +234,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // key: (object, table, ecs, wildcard) → (answered, stats, lookup) samples
     type Cell = (Vec<f64>, Vec<f64>, Vec<f64>);
     let mut cells: std::collections::BTreeMap<(usize, usize, bool, bool), Cell> = Default::default();
+    // object → (answered on − off, lookup-only on − off) per round
+    let mut rrl_cells: std::collections::BTreeMap<usize, (Vec<f64>, Vec<f64>)> = Default::default();
     for round in 0..a.rounds {
         for wildcard in [false, true] {
             for ecs in [true, false] {
@@ -265,6 +273,36 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
             }
         }
+        if a.rrl {
+            for (oi, per) in inst.iter_mut().enumerate() {
+                let (ans, emp) = &mut per[0];
+                ans.listen(false)?;
+                emp.listen(false)?;
+                let cell = rrl_cells.entry(oi).or_default();
+                let mut times = [Vec::new(), Vec::new()];
+                let mut look = [Vec::new(), Vec::new()];
+                for (i, rps) in [0, lagran::dns::rrl::MAX_RATE].into_iter().enumerate() {
+                    let rrl = lagran::config::RrlSettings { responses_per_second: rps, slip: 2, window_secs: 15 };
+                    ans.writer.set_rrl(&rrl)?;
+                    emp.writer.set_rrl(&rrl)?;
+                    for f in &with_ecs {
+                        let (act, ns) = ans.run(f, 1)?;
+                        if act != XDP_TX {
+                            bail!("RRL at {rps}/s: not answered (action {act})");
+                        }
+                        times[i].push(ns);
+                    }
+                    for f in &with_ecs {
+                        look[i].push(emp.run(f, a.repeat)?.1);
+                    }
+                }
+                for w in [&mut *ans, &mut *emp] {
+                    w.writer.set_rrl(&lagran::config::RrlSettings::default())?;
+                }
+                cell.0.push(median(times[1].iter().zip(&times[0]).map(|(b, a)| b - a).collect()));
+                cell.1.push(median(look[1].iter().zip(&look[0]).map(|(b, a)| b - a).collect()));
+            }
+        }
         eprintln!("round {} of {} done", round + 1, a.rounds);
     }
     drop(stats_on);
@@ -281,6 +319,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         crate::result(&format!("{key}_answered_ns"), format!("{ans:.1}"));
         crate::result(&format!("{key}_stats_ns"), format!("{st:.1}"));
         crate::result(&format!("{key}_lookup_ns"), format!("{look:.1}"));
+    }
+    for (oi, (ans, look)) in rrl_cells {
+        let (ans, look) = (median(ans), median(look));
+        println!("o{oi:<7} RRL on − off: answered {ans:.1} ns, lookup-only {look:.1} ns");
+        crate::result(&format!("o{oi}_rrl_cost_answered_ns"), format!("{ans:.1}"));
+        crate::result(&format!("o{oi}_rrl_cost_lookup_ns"), format!("{look:.1}"));
     }
     Ok(())
 }

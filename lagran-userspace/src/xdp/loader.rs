@@ -42,16 +42,21 @@ pub fn coarse_clock() -> bool {
 
 /// The loader every user of the object goes through (the daemon, tests,
 /// benchmarks), so all of them run the program as production does: it sets
-/// the program's clock global (`lagran_common::config::COARSE_CLOCK_GLOBAL`)
+/// the program's clock globals (`lagran_common::config::COARSE_CLOCK_GLOBAL`,
+/// and `TICK_NS_GLOBAL` where the kernel's tick is known: [`super::tick`])
 /// before the verifier sees the object, and lifts the locked-memory limit
 /// older kernels charge the maps to ([`raise_memlock_limit`]).
 pub fn ebpf_loader() -> EbpfLoader<'static> {
     static COARSE: u32 = 1;
+    static TICK_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     raise_memlock_limit();
     let mut loader = EbpfLoader::new();
+    // `must_exist`: an object without the globals is older than this loader.
     if coarse_clock() {
-        // `must_exist`: an object without the global is older than this loader.
         loader.override_global(lagran_common::config::COARSE_CLOCK_GLOBAL, &COARSE, true);
+    }
+    if let Some(tick) = super::tick::kernel_tick() {
+        loader.override_global(lagran_common::config::TICK_NS_GLOBAL, TICK_NS.get_or_init(|| tick.ns()), true);
     }
     loader
 }

@@ -24,6 +24,7 @@ pub mod name_slots;
 pub mod netns;
 pub mod route4_flat;
 pub mod sync;
+pub mod tick;
 
 use std::path::PathBuf;
 
