@@ -32,7 +32,10 @@ struct Pending {
     name: String,
     hb: Heartbeat,
     now_ms: i64,
-    reply: oneshot::Sender<Result<Node, StoreError>>,
+    /// The agent's token hash the node must hold; `None`: verified by the caller.
+    token_hash: Option<String>,
+    /// The node written; `None`: no such node (with that token).
+    reply: oneshot::Sender<Result<Option<Node>, StoreError>>,
 }
 
 /// The writer's queue, shared by every clone of a [`Store`]. The writer task
@@ -54,9 +57,34 @@ impl HeartbeatQueue {
 impl Store {
     /// Records an agent's report: load figures and `last_heartbeat_ms = now_ms`;
     /// returns the updated node. Does not touch `status` (health decides that)
-    /// nor `updated_at_ms`. Heartbeats arriving together share one transaction
-    /// (see the module doc).
+    /// nor `updated_at_ms`. For an agent the caller has verified (the global
+    /// agent token); [`Store::record_heartbeat_of_token`] checks the node's own.
+    /// Heartbeats arriving together share one transaction (see the module doc).
     pub async fn record_heartbeat(&self, name: &str, hb: &Heartbeat, now_ms: i64) -> Result<Node, StoreError> {
+        self.queue_heartbeat(name, hb, now_ms, None).await?.ok_or_else(|| StoreError::not_found("node", name))
+    }
+
+    /// [`Store::record_heartbeat`] for an agent that presented `token`: the
+    /// node is written only if it holds that token, in the same statement.
+    /// `None`: no node of that name holds it (whether the node exists is not
+    /// told apart, so agents cannot probe for node names).
+    pub async fn record_heartbeat_of_token(
+        &self,
+        name: &str,
+        hb: &Heartbeat,
+        now_ms: i64,
+        token: &str,
+    ) -> Result<Option<Node>, StoreError> {
+        self.queue_heartbeat(name, hb, now_ms, Some(super::nodes::hash_token(token))).await
+    }
+
+    async fn queue_heartbeat(
+        &self,
+        name: &str,
+        hb: &Heartbeat,
+        now_ms: i64,
+        token_hash: Option<String>,
+    ) -> Result<Option<Node>, StoreError> {
         hb.validate()?;
         let tx = self.heartbeats.tx.get_or_init(|| {
             let (tx, rx) = mpsc::channel(QUEUE);
@@ -66,14 +94,14 @@ impl Store {
             tx
         });
         let (reply, answer) = oneshot::channel();
-        let pending = Pending { name: name.to_string(), hb: hb.clone(), now_ms, reply };
+        let pending = Pending { name: name.to_string(), hb: hb.clone(), now_ms, token_hash: token_hash.clone(), reply };
         if tx.send(pending).await.is_ok()
             && let Ok(result) = answer.await
         {
             return result;
         }
         // The writer is gone (its runtime shut down): write this one directly.
-        self.record_heartbeat_alone(name, hb, now_ms).await
+        self.record_heartbeat_alone(name, hb, now_ms, token_hash.as_deref()).await
     }
 
     /// Transactions the heartbeat writer has committed (each holds one or more heartbeats).
@@ -90,14 +118,14 @@ impl Store {
                 Ok(nodes) => {
                     commits.fetch_add(1, Ordering::Relaxed);
                     for (p, node) in batch.drain(..).zip(nodes) {
-                        let answer = node.ok_or_else(|| StoreError::not_found("node", &p.name));
-                        let _ = p.reply.send(answer);
+                        let _ = p.reply.send(Ok(node));
                     }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, heartbeats = batch.len(), "writing heartbeats together failed; writing them one at a time");
                     for p in batch.drain(..) {
-                        let answer = self.record_heartbeat_alone(&p.name, &p.hb, p.now_ms).await;
+                        let answer =
+                            self.record_heartbeat_alone(&p.name, &p.hb, p.now_ms, p.token_hash.as_deref()).await;
                         let _ = p.reply.send(answer);
                     }
                 }
@@ -106,12 +134,12 @@ impl Store {
     }
 
     /// Writes `batch` in one transaction; each heartbeat's node, `None` for
-    /// a node that does not exist.
+    /// a node that does not exist (or does not hold the heartbeat's token).
     async fn write_batch(&self, batch: &[Pending]) -> Result<Vec<Option<Node>>, StoreError> {
         let mut tx = self.begin().await?;
         let mut nodes = Vec::with_capacity(batch.len());
         for p in batch {
-            let row = heartbeat_update(&p.name, &p.hb, p.now_ms)
+            let row = heartbeat_update(&p.name, &p.hb, p.now_ms, p.token_hash.as_deref())
                 .fetch_optional(&mut *tx)
                 .await
                 .ctx(|| format!("recording a heartbeat of node {:?}", p.name))?;

@@ -1,7 +1,9 @@
 //! Edge nodes: CRUD, partial updates, agent tokens and heartbeats.
 //!
 //! A node's own agent token is never stored: only the lowercase hex SHA-256 of
-//! it ([`hash_token`]), compared in constant time by [`verify_token`].
+//! it ([`hash_token`]), compared in constant time by [`verify_token`], or in
+//! the database where a statement looks a node up by it (heartbeats, agents
+//! finding their node): a comparison of hashes times nothing about the token.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -453,31 +455,41 @@ impl Store {
     }
 
     /// Records one heartbeat in a statement of its own (see
-    /// [`Store::record_heartbeat`], which writes them together).
+    /// [`Store::record_heartbeat`], which writes them together); `None`: no
+    /// node of that name (and, with `token_hash`, that token).
     pub(super) async fn record_heartbeat_alone(
         &self,
         name: &str,
         hb: &Heartbeat,
         now_ms: i64,
-    ) -> Result<Node, StoreError> {
-        let row = heartbeat_update(name, hb, now_ms)
+        token_hash: Option<&str>,
+    ) -> Result<Option<Node>, StoreError> {
+        let row = heartbeat_update(name, hb, now_ms, token_hash)
             .fetch_optional(self.pool())
             .await
             .ctx(|| format!("recording a heartbeat of node {name:?}"))?;
-        match row {
-            Some(row) => node_from_row(&row),
-            None => Err(StoreError::not_found("node", name)),
-        }
+        row.as_ref().map(node_from_row).transpose()
     }
 }
 
-/// The `UPDATE` of one heartbeat, returning the node.
-pub(super) fn heartbeat_update<'q>(name: &'q str, hb: &Heartbeat, now_ms: i64) -> Query<'q, Any, AnyArguments<'q>> {
+/// The `UPDATE` of one heartbeat, returning the node. With `token_hash`
+/// (the SHA-256 of the agent's token, [`hash_token`]) only a node holding that
+/// token is written, so checking the token and recording the heartbeat take
+/// one statement; the comparison is of hashes, so its timing says nothing
+/// about the token (as in [`Store::node_of_token`]). `None`: the caller has
+/// verified the agent (the global agent token).
+pub(super) fn heartbeat_update<'q>(
+    name: &'q str,
+    hb: &Heartbeat,
+    now_ms: i64,
+    token_hash: Option<&'q str>,
+) -> Query<'q, Any, AnyArguments<'q>> {
     // The statement text is the same every time, so the connection's statement cache reuses it.
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "UPDATE nodes SET cpu_usage = $1, memory_usage = $2, bandwidth_mbps = $3, \
-             conns = $4, last_heartbeat_ms = $5 WHERE name = $6 RETURNING {NODE_COLUMNS}"
+             conns = $4, last_heartbeat_ms = $5 WHERE name = $6 AND ($7 = 0 OR auth_token_hash = $8) \
+             RETURNING {NODE_COLUMNS}"
         )
     });
     sqlx::query(SQL.as_str())
@@ -487,4 +499,6 @@ pub(super) fn heartbeat_update<'q>(name: &'q str, hb: &Heartbeat, now_ms: i64) -
         .bind(hb.conns)
         .bind(now_ms)
         .bind(name)
+        .bind(i32::from(token_hash.is_some()))
+        .bind(token_hash.unwrap_or(""))
 }

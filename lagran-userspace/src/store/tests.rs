@@ -275,6 +275,24 @@ async fn heartbeats(store: Store) {
         Err(StoreError::NotFound { what: "node", .. }) => {}
         other => panic!("a heartbeat of a missing node should be NotFound, got {other:?}"),
     }
+
+    // With the agent's token: written only to the node holding it, in the same
+    // statement; a wrong token, another node's token, a node without a token
+    // and a missing node all look alike (`None`) and write nothing.
+    let own = store.create_node(&full_node("gz-02"), Some("gz-02-token-0123")).await.unwrap();
+    let hb2 = Heartbeat { cpu_usage: 12.0, memory_usage: 3.0, bandwidth_mbps: 0.0, conns: 9 };
+    let t = 1_800_000_000_500;
+    for (name, token) in
+        [("gz-02", "wrong-token"), ("gz-02", ""), ("gz-01", "gz-02-token-0123"), ("nope", "gz-02-token-0123")]
+    {
+        let r = store.record_heartbeat_of_token(name, &hb2, t, token).await.unwrap();
+        assert!(r.is_none(), "{name} with {token:?}: {r:?}");
+    }
+    assert_eq!(store.get_node("gz-02").await.unwrap().unwrap(), own, "nothing written");
+    assert_eq!(store.get_node("gz-01").await.unwrap().unwrap(), node, "nothing written");
+    let n = store.record_heartbeat_of_token("gz-02", &hb2, t, "gz-02-token-0123").await.unwrap().unwrap();
+    assert_eq!((n.cpu_usage, n.conns, n.last_heartbeat_ms), (12.0, 9, Some(t)));
+    assert_invalid(store.record_heartbeat_of_token("gz-02", &bad, t, "gz-02-token-0123").await, "cpu_usage");
 }
 
 async fn heartbeats_arriving_together_share_commits(store: Store) {
