@@ -8,7 +8,6 @@
 //! it; the global lives in the object's frozen `.rodata`, so the verifier sees
 //! a constant and never walks (nor checks) the call the kernel lacks — the way
 //! libbpf programs guard newer helpers. On 5.10 the program keeps the precise clock.
-
 //!
 //! RRL needs intervals only, and reads the tick counter itself where the loader
 //! knows the tick's length ([`interval_ns`]): `bpf_jiffies64` is one of the few
