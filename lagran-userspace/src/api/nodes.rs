@@ -176,7 +176,7 @@ pub async fn heartbeat(
         store.record_heartbeat_of_token(&name, &hb, now_ms(), presented).await?.ok_or_else(unauthorized)?
     };
     tracing::debug!(node = %name, cpu = hb.cpu_usage, memory = hb.memory_usage, "heartbeat");
-    state.scheduler.notify_load(name);
+    state.scheduler.notify_load(&node);
     Ok(Json(node))
 }
 

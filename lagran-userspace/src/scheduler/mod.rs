@@ -286,12 +286,26 @@ impl Scheduler {
     /// are folded together for up to [`LOAD_SETTLE`] after the last recompute
     /// started, so a fleet's heartbeats cost a few builds a second, not one
     /// each. Any other change ends the wait.
-    pub fn notify_load(&self, node: String) {
-        self.queue(Change::Node(node), true);
+    /// `node` is the row the heartbeat's statement returned: its figures go
+    /// to the node cache, so the recompute does not read the node again.
+    pub fn notify_load(&self, node: &crate::model::Node) {
+        {
+            let mut cache = self.node_cache.lock().expect("node cache lock poisoned");
+            match node_cache::Load::of(node) {
+                Some(load) => cache.heard(&node.name, load),
+                None => cache.written(&node.name),
+            }
+        }
+        self.enqueue(Change::Node(node.name.clone()), true);
     }
 
     fn queue(&self, change: Change, load: bool) {
         self.note_nodes_written(&change);
+        self.enqueue(change, load);
+    }
+
+    /// Adds `change` to what the loop will recompute after.
+    fn enqueue(&self, change: Change, load: bool) {
         let mut pending = self.pending.lock().expect("pending-change lock poisoned");
         let loads_only = load && (pending.is_none() || self.pending_loads_only.load(Ordering::SeqCst));
         *pending = Some(match pending.take() {
@@ -323,8 +337,9 @@ impl Scheduler {
             node_cache::NodeRead::Some(names) => names,
             node_cache::NodeRead::All => {
                 let nodes = self.store.list_nodes().await.inspect_err(|_| self.forget_nodes())?;
-                self.node_cache.lock().expect("node cache lock poisoned").put_all(&nodes);
-                return Ok(nodes);
+                let mut cache = self.node_cache.lock().expect("node cache lock poisoned");
+                cache.put_all(nodes);
+                return Ok(cache.nodes());
             }
         };
         let mut read = Vec::with_capacity(names.len());

@@ -40,6 +40,16 @@ async fn disable_primary(s: &Scheduler) -> String {
     node
 }
 
+/// Records a heartbeat of `node` in the store, as the API does; the row its statement returned.
+async fn heartbeat_of(s: &Scheduler, node: &str, cpu_usage: f64, at_ms: i64) -> crate::model::Node {
+    let hb = Heartbeat { cpu_usage, memory_usage: 5.0, bandwidth_mbps: 1.0, conns: 3 };
+    s.store.record_heartbeat(node, &hb, at_ms).await.unwrap()
+}
+
+async fn heartbeat(s: &Scheduler, node: &str) -> crate::model::Node {
+    heartbeat_of(s, node, 10.0, now_ms()).await
+}
+
 #[tokio::test]
 async fn a_recompute_that_changes_nothing_publishes_nothing() {
     let s = scheduler(demo_store("sqlite::memory:").await);
@@ -203,8 +213,8 @@ async fn load_reports_wait_for_the_settle_time_and_other_changes_do_not() {
     let s = scheduler(demo_store("sqlite::memory:").await);
     assert_eq!(s.load_wait(), None, "nothing pending");
     s.recompute().await.unwrap();
-    s.notify_load("gz-01".into());
-    s.notify_load("hk-01".into());
+    s.notify_load(&heartbeat(&s, "gz-01").await);
+    s.notify_load(&heartbeat(&s, "hk-01").await);
     let wait = s.load_wait().expect("heartbeats right after a recompute wait");
     assert!(wait <= LOAD_SETTLE, "{wait:?}");
     assert_eq!(s.pending.lock().unwrap().clone(), Some(Change::Liveness), "two nodes' loads, folded together");
@@ -212,7 +222,7 @@ async fn load_reports_wait_for_the_settle_time_and_other_changes_do_not() {
     s.notify(Change::Node("kr-01".into()));
     assert_eq!(s.load_wait(), None);
     // A load report after it does not make the status change wait.
-    s.notify_load("gz-01".into());
+    s.notify_load(&heartbeat(&s, "gz-01").await);
     assert_eq!(s.load_wait(), None);
 }
 
@@ -242,4 +252,37 @@ async fn a_node_change_reads_that_node_again_and_a_full_recompute_reads_them_all
     assert_eq!(primary(&t), before, "a write the scheduler was not told of is not read by a liveness recompute");
     let t = s.recompute().await.unwrap();
     assert_ne!(primary(&t), before, "a full recompute reads {node} again");
+}
+
+#[tokio::test]
+async fn heartbeats_reach_the_build_from_their_own_statements_not_from_a_read() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    s.recompute().await.unwrap();
+    let t = now_ms();
+    s.notify_load(&heartbeat_of(&s, "gz-01", 77.0, t).await);
+    s.notify_load(&heartbeat_of(&s, "hk-01", 66.0, t).await);
+    // Written to the store but told to nobody: only a read of the node would see it.
+    heartbeat_of(&s, "gz-01", 11.0, t + 1).await;
+    let merged = s.pending.lock().unwrap().take().unwrap();
+    assert_eq!(merged, Change::Liveness, "two nodes' reports, folded together");
+    s.note_nodes_written(&merged);
+    let nodes = s.read_nodes().await.unwrap();
+    let cpu = |name: &str| nodes.iter().find(|n| n.name == name).unwrap().cpu_usage;
+    assert_eq!((cpu("gz-01"), cpu("hk-01")), (77.0, 66.0), "the reported figures, and no node read again");
+    // A status written after the heartbeat is read again and kept: the figures heard do not undo it.
+    let patch = NodePatch { status: Some(NodeStatus::Disabled), ..Default::default() };
+    s.store.update_node("hk-01", &patch).await.unwrap();
+    s.notify_load(&heartbeat_of(&s, "kr-01", 55.0, t).await);
+    s.queue(Change::Node("hk-01".into()), false);
+    let merged = s.pending.lock().unwrap().take().unwrap();
+    s.note_nodes_written(&merged);
+    let nodes = s.read_nodes().await.unwrap();
+    let hk = nodes.iter().find(|n| n.name == "hk-01").unwrap();
+    assert_eq!((hk.status, hk.cpu_usage), (NodeStatus::Disabled, 66.0));
+    assert_eq!(nodes.iter().find(|n| n.name == "kr-01").unwrap().cpu_usage, 55.0);
+    // A full recompute reads the store: the heartbeat nobody was told of is there.
+    s.recompute().await.unwrap();
+    s.note_nodes_written(&Change::Everything);
+    let nodes = s.read_nodes().await.unwrap();
+    assert_eq!(nodes.iter().find(|n| n.name == "gz-01").unwrap().cpu_usage, 11.0);
 }
