@@ -5,8 +5,10 @@
 //! - `heartbeats`: heartbeats at a target rate over keep-alive connections
 //!   (`POST /api/v1/nodes/{name}/heartbeat`, loads jittered as agents report
 //!   them) while a prober measures the userspace responder's DNS latency; the
-//!   same probe runs first without heartbeats, so p99 with and without load
-//!   come from one run.
+//!   same probe runs in windows without heartbeats between the windows with
+//!   them, so p99 with and without load come from one run and from the same
+//!   minutes (on a guest whose wake-up latency drifts, a phase before the
+//!   other compared the drift).
 //!
 //! Run inside the daemon's network namespace (`nsenter -t PID -n`), where its
 //! API listens on loopback. Every loop is bounded in count and time.
@@ -162,17 +164,20 @@ pub struct HeartbeatArgs {
     /// Connections sending heartbeats.
     #[arg(long, default_value_t = 8)]
     connections: usize,
-    /// Seconds per phase (probe alone, then probe with heartbeats).
+    /// Seconds per phase (probe alone, probe with heartbeats), each split into `--windows`.
     #[arg(long, default_value_t = 10)]
     seconds: u64,
+    /// Windows per phase, alternating: alone, with heartbeats, alone, …
+    #[arg(long, default_value_t = 5)]
+    windows: u32,
     /// DNS probes per second.
     #[arg(long, default_value_t = 500)]
     probe_qps: u64,
 }
 
-/// DNS round trips (µs) at a fixed rate for `secs`, closed loop; lost queries
-/// (no answer within 1 s) count as 1 s.
-fn probe(a: &HeartbeatArgs, secs: u64) -> anyhow::Result<Vec<u64>> {
+/// DNS round trips (µs) at a fixed rate for `window`, closed loop, appended
+/// to `rtts`; lost queries (no answer within 1 s) count as 1 s.
+fn probe(a: &HeartbeatArgs, window: Duration, rtts: &mut Vec<u64>) -> anyhow::Result<()> {
     // The heartbeat senders share this CPU: the prober, like the responder it
     // measures, asks to run as soon as its reply lands, so that the p99 is the
     // server's and not the senders' turns on the client's core.
@@ -183,13 +188,12 @@ fn probe(a: &HeartbeatArgs, secs: u64) -> anyhow::Result<Vec<u64>> {
     sock.set_read_timeout(Some(Duration::from_millis(1000)))?;
     let gap = Duration::from_secs_f64(1.0 / a.probe_qps.max(1) as f64);
     let start = Instant::now();
-    let mut rtts = Vec::new();
     let mut buf = [0u8; 1500];
     let mut id: u16 = 0;
     let subnets =
         [(Ipv4Addr::new(58, 60, 1, 0), 24u8), (Ipv4Addr::new(123, 112, 0, 0), 24), (Ipv4Addr::new(8, 8, 8, 0), 24)];
     let mut next = start;
-    while start.elapsed() < Duration::from_secs(secs) {
+    while start.elapsed() < window {
         id = id.wrapping_add(1);
         let q = frames::dns_query(&a.name, id, Some(subnets[id as usize % subnets.len()]));
         let t = Instant::now();
@@ -207,8 +211,7 @@ fn probe(a: &HeartbeatArgs, secs: u64) -> anyhow::Result<Vec<u64>> {
             std::thread::sleep(wait);
         }
     }
-    rtts.sort_unstable();
-    Ok(rtts)
+    Ok(())
 }
 
 /// Each fleet node's (cpu, memory) load as the API has it now.
@@ -232,27 +235,45 @@ fn p99(v: &[u64]) -> u64 {
     v.get((v.len() * 99 / 100).min(v.len().saturating_sub(1))).copied().unwrap_or(0)
 }
 
-/// Heartbeats at `--rate` across `--connections` while the prober runs; DNS
-/// p99 alone first, then under the heartbeats.
+/// Heartbeats at `--rate` across `--connections` in every other window while
+/// the prober runs; DNS p99 alone and under the heartbeats, each over all its
+/// windows. After a window of heartbeats the prober waits [`SETTLE`] (not
+/// counted), so builds a window's last heartbeats start are not taken for quiet.
 pub fn heartbeats(a: HeartbeatArgs) -> anyhow::Result<()> {
+    const SETTLE: Duration = Duration::from_secs(1);
     let loads = Arc::new(current_loads(a.api, a.nodes.max(1))?);
-    let idle = probe(&a, a.seconds)?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let windows = a.windows.max(1);
+    let window = Duration::from_secs(a.seconds) / windows;
+    // Senders run while `sending`; they stop for good at `stop`.
+    let (sending, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
     let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let per_conn = a.rate as f64 / a.connections.max(1) as f64;
-    let mut workers = Vec::new();
+    let limit = Duration::from_secs(2 * a.seconds) + SETTLE * windows + Duration::from_secs(30);
     let started = Instant::now();
+    let mut workers = Vec::new();
     for c in 0..a.connections.max(1) {
-        let (stop, ok, failed, api, nodes) = (stop.clone(), ok.clone(), failed.clone(), a.api, a.nodes.max(1));
-        let loads = loads.clone();
-        let limit = Duration::from_secs(a.seconds + 5);
+        let (sending, stop, ok, failed) = (sending.clone(), stop.clone(), ok.clone(), failed.clone());
+        let (api, nodes, loads) = (a.api, a.nodes.max(1), loads.clone());
         workers.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            // The senders share the prober's CPU: they take only what it leaves
+            // (SCHED_IDLE), so a probe's reply never waits for a sender's turn.
+            // SAFETY: plain syscall on the calling thread with a valid parameter.
+            let param = libc::sched_param { sched_priority: 0 };
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+                eprintln!("heartbeats: sender {c} keeps the normal policy ({})", std::io::Error::last_os_error());
+            }
             let mut http = Http::connect(api)?;
             let mut rng = StdRng::seed_from_u64(c as u64);
             let gap = Duration::from_secs_f64(1.0 / per_conn.max(0.001));
-            let mut next = Instant::now();
+            let mut next: Option<Instant> = None;
             let mut i = c;
             while !stop.load(Ordering::Relaxed) && started.elapsed() < limit {
+                if !sending.load(Ordering::Relaxed) {
+                    // A quiet window: no catching up on the heartbeats it skipped.
+                    next = None;
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
                 let n = i % nodes;
                 i += a.connections.max(1);
                 // Loads as agents report them in a steady state: up to one point of
@@ -274,25 +295,42 @@ pub fn heartbeats(a: HeartbeatArgs) -> anyhow::Result<()> {
                         0
                     }
                 };
-                next += gap;
-                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                let due = next.unwrap_or_else(Instant::now) + gap;
+                next = Some(due);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
                 }
             }
             Ok(())
         }));
     }
-    let loaded = probe(&a, a.seconds);
-    let elapsed = started.elapsed().as_secs_f64();
+    let (mut idle, mut loaded) = (Vec::new(), Vec::new());
+    let mut sending_for = Duration::ZERO;
+    let probed = (|| -> anyhow::Result<()> {
+        for _ in 0..windows {
+            probe(&a, window, &mut idle)?;
+            sending.store(true, Ordering::Relaxed);
+            let t = Instant::now();
+            let r = probe(&a, window, &mut loaded);
+            sending.store(false, Ordering::Relaxed);
+            sending_for += t.elapsed();
+            r?;
+            std::thread::sleep(SETTLE);
+        }
+        Ok(())
+    })();
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.join().map_err(|_| anyhow::anyhow!("a heartbeat thread panicked"))??;
     }
-    let loaded = loaded?;
+    probed?;
+    idle.sort_unstable();
+    loaded.sort_unstable();
     let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
-    let rate = ok as f64 / elapsed;
+    let rate = ok as f64 / sending_for.as_secs_f64().max(1e-3);
     eprintln!(
-        "heartbeats: {ok} accepted, {failed} failed in {elapsed:.1} s ({rate:.0}/s, target {}/s); DNS p99 {} µs alone, {} µs under heartbeats ({} / {} probes)",
+        "heartbeats: {ok} accepted, {failed} failed in {:.1} s of {windows} windows ({rate:.0}/s, target {}/s); DNS p99 {} µs alone, {} µs under heartbeats ({} / {} probes)",
+        sending_for.as_secs_f64(),
         a.rate,
         p99(&idle),
         p99(&loaded),
@@ -302,6 +340,7 @@ pub fn heartbeats(a: HeartbeatArgs) -> anyhow::Result<()> {
     result("heartbeats_target_per_s", a.rate);
     result("heartbeats_per_s", format!("{rate:.0}"));
     result("heartbeats_failed", failed);
+    result("heartbeat_windows", windows);
     result("dns_p99_idle_us", p99(&idle));
     result("dns_p99_heartbeats_us", p99(&loaded));
     result("dns_probes", idle.len() + loaded.len());
