@@ -22,7 +22,9 @@
 //! - **A standby** serves reads and the route-table stream, loading each new
 //!   table from the database (`LISTEN lagran_tables`, and every second), and
 //!   confirms it only while the leader's stamp moves. Writes go to the
-//!   database and wake the leader (`NOTIFY lagran_changes`).
+//!   database and wake the leader (`NOTIFY lagran_changes`); the figures of
+//!   the heartbeats it takes go with the notification
+//!   ([`crate::scheduler`]'s `forward`), so the leader does not read them back.
 //!
 //! On SQLite there is no cluster: a second control process on the same file
 //! is refused ([`lock_sqlite`]).
@@ -37,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 use crate::route_table::RouteTable;
-use crate::scheduler::{Change, Scheduler};
+use crate::scheduler::Scheduler;
 use crate::store::Store;
 
 /// The advisory lock's key ("lagran" in ASCII).
@@ -46,6 +48,9 @@ const LOCK_KEY: i64 = 0x6c61_6772_616e;
 const TICK: Duration = Duration::from_secs(1);
 /// A stamp or lock query slower than this ends the lead (or the attempt).
 const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a standby gathers heartbeats before passing them on in one
+/// notification (the leader folds load reports for `LOAD_SETTLE` anyway).
+const FORWARD_FOLD: Duration = Duration::from_millis(50);
 
 /// Starts the leader's own loops (scheduler, probes) under a term's token.
 pub type LeaderLoops = Box<dyn Fn(CancellationToken) -> Vec<JoinHandle<()>> + Send + Sync>;
@@ -130,10 +135,34 @@ impl Cluster {
             if tables.is_none() {
                 tables = listen(&self.database_url, "lagran_tables").await;
             }
-            tokio::select! {
-                _ = shutdown.cancelled() => return None,
-                _ = tick.tick() => {}
-                n = next_notification(&mut tables) => if n.is_err() { tables = None },
+            // Until the next look at the term and the tables, heartbeats taken here go to the leader.
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tick.tick() => break,
+                    n = next_notification(&mut tables) => {
+                        if n.is_err() {
+                            tables = None;
+                        }
+                        break;
+                    }
+                    _ = self.scheduler.heard_to_forward() => self.forward_heartbeats().await,
+                }
+            }
+        }
+    }
+
+    /// Passes the heartbeats this standby took on to the leader
+    /// (`NOTIFY lagran_changes`), after [`FORWARD_FOLD`] to gather a burst.
+    async fn forward_heartbeats(&self) {
+        tokio::time::sleep(FORWARD_FOLD).await;
+        for payload in self.scheduler.take_heard() {
+            if let Err(e) = self.store.notify_change(&payload).await {
+                tracing::warn!(
+                    error = %e,
+                    "cannot pass heartbeats on to the leader; its periodic full recompute reads them"
+                );
+                return;
             }
         }
     }
@@ -257,7 +286,7 @@ impl Cluster {
                         {
                             tracing::error!(error = %e, "reloading the geo overrides a standby wrote failed");
                         }
-                        self.scheduler.notify(Change::from_notification(&what));
+                        self.scheduler.notify_from_standby(&what);
                     }
                     Err(_) => changes = None,
                 },

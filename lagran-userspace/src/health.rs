@@ -138,6 +138,22 @@ impl Liveness {
         }
         None
     }
+
+    /// When the next of `nodes` alive by its heartbeats at `now_ms` times out
+    /// (the first millisecond its verdict is [`Dead::HeartbeatTimeout`]), if
+    /// any: the scheduler builds again then, so a silent node leaves the
+    /// answers when its timeout ends, not at the next periodic recompute.
+    pub fn next_timeout_ms<'a>(&self, nodes: impl IntoIterator<Item = &'a Node>, now_ms: i64) -> Option<i64> {
+        if self.heartbeat_timeout_ms <= 0 {
+            return None;
+        }
+        nodes
+            .into_iter()
+            .filter_map(|n| n.last_heartbeat_ms)
+            .map(|t| t.saturating_add(self.heartbeat_timeout_ms).saturating_add(1))
+            .filter(|&at| at > now_ms)
+            .min()
+    }
 }
 
 /// Whether a node has anything to probe.
@@ -358,6 +374,25 @@ mod tests {
         n.last_heartbeat_ms = Some(1_000_000);
         assert_eq!(l.verdict(&n, 1_059_000), None);
         assert_eq!(l.verdict(&n, 1_061_000), Some(Dead::HeartbeatTimeout));
+    }
+
+    #[test]
+    fn the_next_timeout_is_the_first_millisecond_a_reporting_node_is_dead() {
+        let l = Liveness { probes: HashMap::new(), heartbeat_timeout_ms: 60_000 };
+        let at = |name: &str, t: Option<i64>| {
+            let mut n = Node::new(name.to_string());
+            n.last_heartbeat_ms = t;
+            n
+        };
+        let nodes = [at("never", None), at("late", Some(50_000)), at("early", Some(10_000)), at("dead", Some(1_000))];
+        let next = l.next_timeout_ms(&nodes, 65_000).expect("two nodes alive by their heartbeats");
+        assert_eq!(next, 70_001, "the earlier of the two alive, one millisecond past its timeout");
+        assert_eq!(l.verdict(&nodes[2], next - 1), None, "alive until then");
+        assert_eq!(l.verdict(&nodes[2], next), Some(Dead::HeartbeatTimeout), "dead from then on");
+        assert_eq!(l.next_timeout_ms(&nodes, 200_000), None, "every reporting node already timed out");
+        assert_eq!(l.next_timeout_ms(&nodes[..1], 0), None, "a node that never reported never times out");
+        let off = Liveness { heartbeat_timeout_ms: 0, ..l };
+        assert_eq!(off.next_timeout_ms(&nodes, 65_000), None, "timeouts off");
     }
 
     #[test]

@@ -17,6 +17,8 @@ use lagran::control_tls::ClientTls;
 use lagran::testkit::TempPostgres;
 
 const SHENZHEN: [&str; 3] = ["edge.lagran.net", "A", "+subnet=58.60.0.0/24"];
+/// gz-01's own agent token, in `standby_heartbeats`.
+const GZ_TOKEN: &str = "gz-01-agent-secret-0123";
 
 /// A UDP client asking one NS host for `edge.lagran.net A` every 20 ms until
 /// stopped (at most 10 minutes), counting every outcome.
@@ -131,6 +133,8 @@ struct Topology {
     db: String,
     tls: Option<Tls>,
     rt: tokio::runtime::Runtime,
+    /// The control processes' TOML configuration, if any.
+    config: Option<String>,
 }
 
 impl Topology {
@@ -157,6 +161,7 @@ impl Topology {
             database_url: Some(self.db.clone()),
             api_listen: api_listen.map(|a| a.to_string()),
             args,
+            config: self.config.clone(),
             ..Options::default()
         })
     }
@@ -242,7 +247,7 @@ fn run_topology(with_tls: bool) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let db = rt.block_on(pg.fresh_database());
     let tls = with_tls.then(|| write_tls(dir.path()));
-    let topo = Topology { db, tls, rt };
+    let topo = Topology { db, tls, rt, config: None };
 
     // Two control processes on one database, both started the same way (--demo).
     let mut a = topo.control(None);
@@ -362,4 +367,71 @@ fn a_second_control_process_on_sqlite_is_refused() {
     assert!(stderr.contains("only one may") && stderr.contains("PostgreSQL"), "a clear message: {stderr}");
     let (s, _) = first.get("/healthz");
     assert_eq!(s, 200, "the first one is untouched");
+}
+
+/// Heartbeats an agent sends to a standby keep its node in the leader's
+/// table, and the node leaves when it falls silent for its timeout; neither
+/// can come from the leader's periodic recompute, 10 minutes away here.
+#[test]
+fn heartbeats_through_a_standby_reach_the_leader() {
+    let test = "standby_heartbeats";
+    let Some(pg) = TempPostgres::shared_or_skip(test) else { return };
+    if !have_tool("dig", test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let db = rt.block_on(pg.fresh_database());
+    let config = "[schedule]\nrecompute_secs = 600\n[health]\nheartbeat_timeout_secs = 2\n".to_string();
+    let topo = Topology { db, tls: None, rt, config: Some(config) };
+    let a = topo.control(None);
+    let first = topo.wait_table(&a, Duration::from_secs(20));
+    assert_eq!(first["leading"], true, "the first control process leads: {first}\n{}", a.log());
+    let b = topo.control(None);
+    let standby = topo.wait_table(&b, Duration::from_secs(20));
+    assert_eq!(standby["leading"], false, "the second one stands by: {standby}\n{}", b.log());
+    let ns = topo.ns("ns1", &[a.api, b.api], &dir.path().join("ns1.json"));
+    assert!(answers(&ns, "203.0.113.21", Duration::from_secs(10)), "gz-01 answers Shenzhen\n{}", ns.log());
+
+    let (s, v) = a.http("PATCH", "/api/v1/nodes/gz-01", Some(json!({"auth_token": GZ_TOKEN})), &[]);
+    assert_eq!(s, 200, "gz-01 gets its own agent token: {v}");
+    let beat = || {
+        let body = json!({"cpu_usage": 20.0, "memory_usage": 30.0, "bandwidth_mbps": 5.0, "conns": 9});
+        let (s, v) = b.http("POST", "/api/v1/nodes/gz-01/heartbeat", Some(body), &[("x-lagran-agent-token", GZ_TOKEN)]);
+        assert_eq!(s, 200, "the standby takes the heartbeat: {v}\n{}", b.log());
+    };
+    // gz-01's agent reports to the standby only, for 3 timeouts: the leader must hear
+    // of every report in time, or gz-01 times out there and Shenzhen moves.
+    let beating = Instant::now();
+    while beating.elapsed() < Duration::from_secs(6) {
+        beat();
+        std::thread::sleep(Duration::from_millis(300));
+        let r = ns.dig(&SHENZHEN);
+        assert_eq!(
+            r.answers("A"),
+            vec!["203.0.113.21"],
+            "gz-01 reports through the standby after {:?}: the leader must keep it\n{}\n{}",
+            beating.elapsed(),
+            cluster_lines(&a),
+            cluster_lines(&b)
+        );
+    }
+    // Silent: the leader heard its reports (a node that never reported never
+    // times out), so it leaves when the 2 s timeout ends.
+    let silent = Instant::now();
+    assert!(
+        answers(&ns, "203.0.113.22", Duration::from_secs(10)),
+        "gz-01 is silent: it leaves when its timeout ends, not at the 10-minute recompute\n{}\n{}",
+        a.log(),
+        ns.log()
+    );
+    let left = silent.elapsed();
+    assert!(left >= Duration::from_secs(1), "gz-01 left {left:?} after its last report: before its timeout");
+    // One report through the standby brings it back.
+    beat();
+    assert!(
+        answers(&ns, "203.0.113.21", Duration::from_secs(10)),
+        "gz-01 reports again through the standby: it is back\n{}",
+        a.log()
+    );
 }

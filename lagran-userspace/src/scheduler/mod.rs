@@ -19,6 +19,7 @@
 mod build;
 mod changes;
 mod decide;
+mod forward;
 pub mod geo_reload;
 mod node_cache;
 
@@ -125,6 +126,13 @@ pub struct Scheduler {
     leader_hint: std::sync::Mutex<String>,
     /// The nodes the last recompute read, and which were written since.
     node_cache: std::sync::Mutex<node_cache::NodeCache>,
+    /// A standby's heartbeats not yet passed on to the leader ([`forward`]).
+    outbox: std::sync::Mutex<forward::Outbox>,
+    /// Woken when `outbox` gains a heartbeat.
+    outbox_wake: Notify,
+    /// When the next node alive by its heartbeats times out (wall-clock ms;
+    /// `i64::MAX`: none): the run loop builds again then.
+    next_timeout_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Scheduler {
@@ -173,6 +181,9 @@ impl Scheduler {
             fenced: std::sync::atomic::AtomicBool::new(false),
             leader_hint: std::sync::Mutex::new(String::new()),
             node_cache: std::sync::Mutex::new(node_cache::NodeCache::default()),
+            outbox: std::sync::Mutex::new(forward::Outbox::default()),
+            outbox_wake: Notify::new(),
+            next_timeout_ms: std::sync::atomic::AtomicI64::new(i64::MAX),
         }
     }
 
@@ -288,15 +299,68 @@ impl Scheduler {
     /// each. Any other change ends the wait.
     /// `node` is the row the heartbeat's statement returned: its figures go
     /// to the node cache, so the recompute does not read the node again.
+    /// On a standby they go to the leader instead ([`forward`]).
     pub fn notify_load(&self, node: &crate::model::Node) {
-        {
+        let load = node_cache::Load::of(node);
+        if !self.leading() {
+            self.outbox.lock().expect("outbox lock poisoned").put(&node.name, load);
+            self.outbox_wake.notify_one();
+            return;
+        }
+        self.hear(std::iter::once((node.name.clone(), load)));
+    }
+
+    /// Loads heard (here or by a standby) into the node cache, then queued.
+    fn hear(&self, heard: impl IntoIterator<Item = forward::Heard>) {
+        let names: Vec<String> = {
             let mut cache = self.node_cache.lock().expect("node cache lock poisoned");
-            match node_cache::Load::of(node) {
-                Some(load) => cache.heard(&node.name, load),
-                None => cache.written(&node.name),
+            heard
+                .into_iter()
+                .map(|(name, load)| {
+                    match load {
+                        Some(load) => cache.heard(&name, load),
+                        None => cache.written(&name),
+                    }
+                    name
+                })
+                .collect()
+        };
+        for name in names {
+            self.enqueue(Change::Node(name), true);
+        }
+    }
+
+    /// Waits until this standby holds heartbeats to pass on to the leader.
+    pub async fn heard_to_forward(&self) {
+        self.outbox_wake.notified().await;
+    }
+
+    /// The heartbeats this standby took since the last call, as
+    /// `NOTIFY lagran_changes` payloads for the leader ([`forward::encode`]).
+    pub fn take_heard(&self) -> Vec<String> {
+        let heard = self.outbox.lock().expect("outbox lock poisoned").take();
+        forward::encode(&heard)
+    }
+
+    /// A standby's notification, on the leader: heartbeats it took are laid
+    /// over the cached nodes like this process's own; a change it made is
+    /// recomputed after. A standby's [`Change::Liveness`] names no node (it
+    /// merged several writes): every node is read again.
+    pub fn notify_from_standby(&self, payload: &str) {
+        match forward::decode(payload) {
+            Some(Ok(heard)) => self.hear(heard),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "a standby's heartbeats could not be read; recomputing in full");
+                self.notify(Change::Everything);
+            }
+            None => {
+                let change = Change::from_notification(payload);
+                if change == Change::Liveness {
+                    self.forget_nodes();
+                }
+                self.notify(change);
             }
         }
-        self.enqueue(Change::Node(node.name.clone()), true);
     }
 
     fn queue(&self, change: Change, load: bool) {
@@ -368,6 +432,15 @@ impl Scheduler {
         }
         let last = (*self.last_build.lock().expect("last-build lock poisoned"))?;
         LOAD_SETTLE.checked_sub(last.elapsed()).filter(|d| !d.is_zero())
+    }
+
+    /// Ends when the next node alive by its heartbeats times out (never, if none).
+    async fn heartbeat_timeout(&self) {
+        let at = self.next_timeout_ms.load(Ordering::SeqCst);
+        if at == i64::MAX {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()).max(0) as u64)).await;
     }
 
     /// Wakes on every published table (its version).
@@ -491,6 +564,8 @@ impl Scheduler {
         }
         self.note_nodes_written(&change);
         let inputs = self.inputs_with(self.read_nodes().await?, now).await?;
+        let next_timeout = inputs.liveness.next_timeout_ms(&inputs.nodes, now).unwrap_or(i64::MAX);
+        self.next_timeout_ms.store(next_timeout, Ordering::SeqCst);
         let read = reading.elapsed();
         let started = Instant::now();
         *self.last_build.lock().expect("last-build lock poisoned") = Some(started);
@@ -617,6 +692,7 @@ impl Scheduler {
         self.frozen.store(false, Ordering::SeqCst);
         // As a standby this process built nothing: the leader's writes went by.
         self.forget_nodes();
+        self.outbox.lock().expect("outbox lock poisoned").take();
         self.leading.store(true, Ordering::SeqCst);
     }
 
@@ -674,6 +750,11 @@ impl Scheduler {
                     continue;
                 }
                 _ = self.wake.notified() => {}
+                _ = self.heartbeat_timeout() => {
+                    // A node alive by its heartbeats went silent for the timeout: it leaves the answers now.
+                    self.next_timeout_ms.store(i64::MAX, Ordering::SeqCst);
+                    self.enqueue(Change::Liveness, false);
+                }
                 _ = confirm.tick() => {
                     if self.healthy.load(Ordering::SeqCst) {
                         self.confirmation.confirm(now_ms());

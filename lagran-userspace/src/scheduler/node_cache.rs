@@ -10,7 +10,8 @@
 //! (a node created or deleted, a full recompute, a new leadership term) reads
 //! every node again, and so does the periodic full recompute, the safety net.
 //!
-//! A heartbeat in this process does not make the node be read again: its
+//! A heartbeat, taken by this process or passed on by a standby
+//! ([`super::forward`]), does not make the node be read again: its
 //! statement returned the figures it wrote ([`Load`]), and those are laid
 //! over the cached row (a fleet's heartbeats, more than [`MAX_SINGLE_READS`]
 //! per build, made every build read every node: 9–17 ms twice a second).
@@ -38,13 +39,20 @@ pub enum NodeRead {
     Some(Vec<String>),
 }
 
-/// What a heartbeat wrote: the node's load figures and when.
-#[derive(Debug, Clone, PartialEq)]
+/// What a heartbeat wrote: the node's load figures and when. Serialized
+/// with short names: a standby passes these to the leader in notifications
+/// of bounded size (see [`super::forward`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Load {
+    #[serde(rename = "cpu")]
     cpu_usage: f64,
+    #[serde(rename = "mem")]
     memory_usage: f64,
+    #[serde(rename = "bw")]
     bandwidth_mbps: f64,
     conns: i64,
+    #[serde(rename = "at")]
     last_heartbeat_ms: i64,
 }
 
@@ -59,6 +67,11 @@ impl Load {
             conns: node.conns,
             last_heartbeat_ms: node.last_heartbeat_ms?,
         })
+    }
+
+    /// When the heartbeat was taken (the node's `last_heartbeat_ms`).
+    pub fn at_ms(&self) -> i64 {
+        self.last_heartbeat_ms
     }
 
     /// Lays the figures over `node` if they are newer than its own.

@@ -255,6 +255,70 @@ async fn a_node_change_reads_that_node_again_and_a_full_recompute_reads_them_all
 }
 
 #[tokio::test]
+async fn a_standby_passes_its_heartbeats_to_the_leader_which_reads_no_node() {
+    let store = demo_store("sqlite::memory:").await;
+    let leader = scheduler(store.clone());
+    let standby = scheduler(store);
+    standby.join_cluster();
+    leader.recompute().await.unwrap();
+    let t = now_ms();
+    standby.notify_load(&heartbeat_of(&standby, "gz-01", 77.0, t).await);
+    standby.notify_load(&heartbeat_of(&standby, "hk-01", 66.0, t).await);
+    assert!(standby.pending.lock().unwrap().is_none(), "a standby builds nothing: the reports are for the leader");
+    // Written to the store but told to nobody: only a read of the node would see it.
+    heartbeat_of(&standby, "gz-01", 11.0, t + 1).await;
+    tokio::time::timeout(Duration::from_secs(1), standby.heard_to_forward()).await.expect("the standby is woken");
+    let payloads = standby.take_heard();
+    assert_eq!(payloads.len(), 1, "{payloads:?}");
+    assert!(standby.take_heard().is_empty(), "passed on once");
+    for p in &payloads {
+        leader.notify_from_standby(p);
+    }
+    assert!(leader.load_wait().is_some(), "a standby's load reports fold like the leader's own");
+    let merged = leader.pending.lock().unwrap().take().unwrap();
+    leader.note_nodes_written(&merged);
+    let nodes = leader.read_nodes().await.unwrap();
+    let cpu = |nodes: &[crate::model::Node], name: &str| nodes.iter().find(|n| n.name == name).unwrap().cpu_usage;
+    assert_eq!((cpu(&nodes, "gz-01"), cpu(&nodes, "hk-01")), (77.0, 66.0), "the standby's figures, no node read");
+    // A standby's change that names no node (merged writes): every node is read again.
+    leader.notify_from_standby("liveness");
+    let merged = leader.pending.lock().unwrap().take().unwrap();
+    leader.note_nodes_written(&merged);
+    let nodes = leader.read_nodes().await.unwrap();
+    assert_eq!(cpu(&nodes, "gz-01"), 11.0, "the heartbeat nobody was told of, read");
+    // A payload that cannot be read: a full recompute, nothing guessed.
+    leader.notify_from_standby("loads:[[\"gz-01\"");
+    assert_eq!(leader.pending.lock().unwrap().take(), Some(Change::Everything));
+}
+
+#[tokio::test]
+async fn a_silent_node_leaves_the_answers_when_its_heartbeat_timeout_ends() {
+    let health = HealthMonitor::new(crate::health::HealthSettings { heartbeat_timeout_secs: 1, ..Default::default() });
+    let s = Arc::new(Scheduler::new(
+        demo_store("sqlite::memory:").await,
+        ScheduleSettings::default(),
+        health,
+        GeoDb::empty(),
+        empty_shared(),
+    ));
+    let first = s.recompute().await.unwrap();
+    let before = primary(&first);
+    s.notify_load(&heartbeat(&s, &before).await);
+    let token = CancellationToken::new();
+    let running = tokio::spawn(s.clone().run(token.clone()));
+    // Nothing else happens: no write, no probe, the periodic recompute 30 s away.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while primary(&s.table().load()) == before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let moved = Instant::now() + Duration::from_secs(10) - deadline;
+    token.cancel();
+    running.await.unwrap();
+    assert_ne!(primary(&s.table().load()), before, "{before} went silent for its 1 s timeout: it must leave");
+    assert!(moved < Duration::from_secs(10), "left after {moved:?}, at the timeout, not at the 30 s recompute");
+}
+
+#[tokio::test]
 async fn heartbeats_reach_the_build_from_their_own_statements_not_from_a_read() {
     let s = scheduler(demo_store("sqlite::memory:").await);
     s.recompute().await.unwrap();
