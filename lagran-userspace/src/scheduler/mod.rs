@@ -311,22 +311,23 @@ impl Scheduler {
     }
 
     /// Loads heard (here or by a standby) into the node cache, then queued.
+    /// Queued as [`Change::Liveness`], not by name: the figures are in the
+    /// cache already (or the node is marked to be read again), and a node
+    /// change by name would make the build read that node once more.
     fn hear(&self, heard: impl IntoIterator<Item = forward::Heard>) {
-        let names: Vec<String> = {
+        let mut any = false;
+        {
             let mut cache = self.node_cache.lock().expect("node cache lock poisoned");
-            heard
-                .into_iter()
-                .map(|(name, load)| {
-                    match load {
-                        Some(load) => cache.heard(&name, load),
-                        None => cache.written(&name),
-                    }
-                    name
-                })
-                .collect()
-        };
-        for name in names {
-            self.enqueue(Change::Node(name), true);
+            for (name, load) in heard {
+                match load {
+                    Some(load) => cache.heard(&name, load),
+                    None => cache.written(&name),
+                }
+                any = true;
+            }
+        }
+        if any {
+            self.enqueue(Change::Liveness, true);
         }
     }
 

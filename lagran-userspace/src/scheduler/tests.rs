@@ -323,16 +323,24 @@ async fn heartbeats_reach_the_build_from_their_own_statements_not_from_a_read() 
     let s = scheduler(demo_store("sqlite::memory:").await);
     s.recompute().await.unwrap();
     let t = now_ms();
+    // A lone report is queued without its node's name, so nothing reads that node.
+    s.notify_load(&heartbeat_of(&s, "kr-01", 44.0, t - 1).await);
+    assert_eq!(s.pending.lock().unwrap().clone(), Some(Change::Liveness), "a load report names no node");
     s.notify_load(&heartbeat_of(&s, "gz-01", 77.0, t).await);
     s.notify_load(&heartbeat_of(&s, "hk-01", 66.0, t).await);
     // Written to the store but told to nobody: only a read of the node would see it.
     heartbeat_of(&s, "gz-01", 11.0, t + 1).await;
+    heartbeat_of(&s, "kr-01", 12.0, t).await;
     let merged = s.pending.lock().unwrap().take().unwrap();
-    assert_eq!(merged, Change::Liveness, "two nodes' reports, folded together");
+    assert_eq!(merged, Change::Liveness, "three nodes' reports, folded together");
     s.note_nodes_written(&merged);
     let nodes = s.read_nodes().await.unwrap();
     let cpu = |name: &str| nodes.iter().find(|n| n.name == name).unwrap().cpu_usage;
-    assert_eq!((cpu("gz-01"), cpu("hk-01")), (77.0, 66.0), "the reported figures, and no node read again");
+    assert_eq!(
+        (cpu("gz-01"), cpu("hk-01"), cpu("kr-01")),
+        (77.0, 66.0, 44.0),
+        "the reported figures, and no node read again"
+    );
     // A status written after the heartbeat is read again and kept: the figures heard do not undo it.
     let patch = NodePatch { status: Some(NodeStatus::Disabled), ..Default::default() };
     s.store.update_node("hk-01", &patch).await.unwrap();

@@ -47,7 +47,8 @@ use crate::route_table::Answer;
 pub enum Change {
     /// A node's load, weight, status or addresses (PATCH, heartbeat).
     Node(String),
-    /// Probe verdicts or heartbeat timeouts (health transitions).
+    /// Probe verdicts or heartbeat timeouts (health transitions), or load
+    /// figures the node cache already holds (heartbeats): no node by name.
     Liveness,
     /// Rules were written or expired.
     Rules,
