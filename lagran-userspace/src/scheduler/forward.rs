@@ -15,7 +15,10 @@
 //! this node again". PostgreSQL refuses payloads of 8 000 bytes or more, so
 //! a batch is cut into several payloads of at most [`MAX_PAYLOAD`] bytes; a
 //! single pair too long for one (a name of thousands of characters) is sent
-//! as a full recompute instead.
+//! as a full recompute instead. A payload the leader cannot read (a figure
+//! JSON cannot carry, such as NaN, which heartbeats refuse anyway, comes out
+//! as `null`) costs a full recompute there too: never a report taken as
+//! something else.
 
 use std::collections::HashMap;
 
@@ -69,13 +72,16 @@ impl Outbox {
 pub fn encode(heard: &[Heard]) -> Vec<String> {
     let mut payloads = Vec::new();
     let mut current = String::new();
-    let mut too_long = false;
+    let mut unsent = false;
     for pair in heard {
-        let Ok(item) = serde_json::to_string(pair) else { continue };
-        if PREFIX.len() + 2 + item.len() > MAX_PAYLOAD {
-            too_long = true;
-            continue;
-        }
+        // A pair that cannot be sent costs the leader a full recompute, never a lost report.
+        let item = match serde_json::to_string(pair) {
+            Ok(item) if PREFIX.len() + 2 + item.len() <= MAX_PAYLOAD => item,
+            _ => {
+                unsent = true;
+                continue;
+            }
+        };
         if !current.is_empty() && current.len() + 1 + item.len() + 1 > MAX_PAYLOAD {
             current.push(']');
             payloads.push(std::mem::take(&mut current));
@@ -92,7 +98,7 @@ pub fn encode(heard: &[Heard]) -> Vec<String> {
         current.push(']');
         payloads.push(current);
     }
-    if too_long {
+    if unsent {
         payloads.push(Change::Everything.to_notification());
     }
     payloads
@@ -163,5 +169,8 @@ mod tests {
         assert_eq!(payloads.len(), 2, "{payloads:?}");
         assert_eq!(decode(&payloads[0]).unwrap().unwrap(), heard[..1].to_vec());
         assert_eq!(Change::from_notification(&payloads[1]), Change::Everything);
+        // NaN goes out as `null`: the leader cannot read the payload (and recomputes in full).
+        let nan = encode(&[("a".to_string(), Some(load(f64::NAN, 1)))]);
+        assert!(decode(&nan[0]).unwrap().is_err(), "{nan:?}");
     }
 }
