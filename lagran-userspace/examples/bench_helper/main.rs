@@ -31,6 +31,7 @@ mod query;
 mod rawxdp;
 mod tables;
 mod xdpcost;
+mod xdpinsns;
 
 use clap::Parser;
 
@@ -57,6 +58,8 @@ enum Cmd {
     Heartbeats(fleet::HeartbeatArgs),
     /// The XDP program's per-packet cost, objects compared back to back.
     XdpCost(xdpcost::Args),
+    /// BPF instructions the XDP program executes per answered query (interpreted).
+    XdpInsns(xdpinsns::Args),
 }
 
 /// One machine-readable result line.
@@ -76,5 +79,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::FleetAdd(a) => fleet::add(a),
         Cmd::Heartbeats(a) => fleet::heartbeats(a),
         Cmd::XdpCost(a) => xdpcost::run(a),
+        Cmd::XdpInsns(a) => xdpinsns::run(a),
     }
 }
