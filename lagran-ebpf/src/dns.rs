@@ -74,6 +74,9 @@ pub struct Query {
     pub ecs_v6: u32,
     /// COOKIE option: 0 none, 1 a client cookie alone, 2 with a 16-octet server cookie.
     pub cookie: u32,
+    /// IPv4 ECS: the 4 octets ending at the end of ADDRESS as loaded from the
+    /// query (a machine-order word), written back to end the echoed option.
+    pub ecs_window4: u32,
     /// IPv4 ECS ADDRESS, zero-extended to four bytes (bits beyond SOURCE are zero).
     pub ecs_addr: [u8; 4],
     /// Header flags as received (host order).
@@ -106,13 +109,18 @@ pub fn parse(
     len: usize,
     scratch: *mut Scratch,
 ) -> Result<(), Counter> {
-    let hdr = f.bytes::<HDR_LEN>(dns)?;
-    let id = [hdr[0], hdr[1]];
-    let flags = u16::from_be_bytes([hdr[2], hdr[3]]);
-    let qdcount = u16::from_be_bytes([hdr[4], hdr[5]]);
-    let ancount = u16::from_be_bytes([hdr[6], hdr[7]]);
-    let nscount = u16::from_be_bytes([hdr[8], hdr[9]]);
-    let arcount = u16::from_be_bytes([hdr[10], hdr[11]]);
+    // The header as one 8-octet and one 4-octet word (machine order): each
+    // field is a shift and a swap, not two byte loads.
+    let p = f.at::<HDR_LEN>(dns)?;
+    // SAFETY: `at` checked `[p, p + 12)` against the frame end.
+    let (w0, w1) =
+        unsafe { (core::ptr::read_unaligned(p as *const u64), core::ptr::read_unaligned((p + 8) as *const u32)) };
+    let id = (w0 as u16).to_ne_bytes();
+    let flags = u16::from_be((w0 >> 16) as u16);
+    let qdcount = u16::from_be((w0 >> 32) as u16);
+    let ancount = (w0 >> 48) as u16;
+    let nscount = w1 as u16;
+    let arcount = u16::from_be((w1 >> 16) as u16);
     if flags & FLAG_QR != 0 {
         return Err(Counter::IsResponse);
     }
@@ -441,28 +449,23 @@ fn parse_ecs(f: &Frame, o: usize, len: usize, q: &mut Query) -> Result<(), Count
     if len - 4 != n {
         return Err(Counter::EcsBad);
     }
-    let a = o + 4;
-    let mut addr = [0u8; 4];
+    // The address (0–4 octets) is read as the 4 octets *ending* at its end (FAMILY,
+    // SOURCE and SCOPE lie before it, inside the frame) and shifted into place:
+    // one load instead of four one-byte branches.
+    let mut v = 0u32;
+    let mut window = 0u32;
     if n > 0 {
-        addr[0] = f.u8(a)?;
+        window = f.load::<u32>(o + 4 + n - 4)?;
+        v = u32::from_be(window) << (8 * (4 - n) as u32);
     }
-    if n > 1 {
-        addr[1] = f.u8(a + 1)?;
-    }
-    if n > 2 {
-        addr[2] = f.u8(a + 2)?;
-    }
-    if n > 3 {
-        addr[3] = f.u8(a + 3)?;
-    }
-    let v = u32::from_be_bytes(addr);
     let mask = if source == 0 { 0 } else { u32::MAX << (32 - source as u32) };
     if v & !mask != 0 {
         return Err(Counter::EcsBad);
     }
     q.has_ecs = 1;
     q.ecs_source = source;
-    q.ecs_addr = addr;
+    q.ecs_addr = v.to_be_bytes();
+    q.ecs_window4 = window;
     Ok(())
 }
 

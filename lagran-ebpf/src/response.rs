@@ -224,6 +224,16 @@ pub fn build<R: Records>(
     if has_opt != 0 {
         // The OPT starts at an even distance from the tail start (4 + 16·count
         // or 4 + 28·count).
+        if has_ecs != 0 && ecs_v6 == 0 && n > 0 {
+            // The same for an IPv4 address: the 4 octets ending at its end, as in
+            // the query; the ECS header below overwrites the octets before it.
+            let at = off + OPT_FIXED_LEN + ECS_FIXED_LEN + n - 4;
+            f.store::<u32>(at, q.ecs_window4)?;
+            // The address, left-aligned and zero-padded, as big-endian words at
+            // an odd position of the tail (19 octets after the OPT start).
+            let w = u32::from_be_bytes(q.ecs_addr);
+            tail.add(fold((w >> 16) + (w & 0xffff)).swap_bytes() as u32);
+        }
         if has_ecs != 0 && ecs_v6 != 0 && n > 0 {
             // The 16 octets ending at the end of the address, as in the query:
             // written first, the OPT and ECS headers below overwrite the octets
@@ -262,27 +272,6 @@ pub fn build<R: Records>(
             while j < ECS_FIXED_LEN {
                 tail.byte_at(ecs[j], OPT_FIXED_LEN + j);
                 j += 1;
-            }
-            if ecs_v6 == 0 {
-                let at = off + OPT_FIXED_LEN + ECS_FIXED_LEN;
-                let ea = q.ecs_addr;
-                let base = OPT_FIXED_LEN + ECS_FIXED_LEN;
-                if n > 0 {
-                    f.write::<1>(at, [ea[0]])?;
-                    tail.byte_at(ea[0], base);
-                }
-                if n > 1 {
-                    f.write::<1>(at + 1, [ea[1]])?;
-                    tail.byte_at(ea[1], base + 1);
-                }
-                if n > 2 {
-                    f.write::<1>(at + 2, [ea[2]])?;
-                    tail.byte_at(ea[2], base + 2);
-                }
-                if n > 3 {
-                    f.write::<1>(at + 3, [ea[3]])?;
-                    tail.byte_at(ea[3], base + 3);
-                }
             }
         }
     }
