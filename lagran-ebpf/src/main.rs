@@ -42,7 +42,7 @@ mod rrl;
 mod udp;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-use lagran_common::{canary, counters::Counter};
+use lagran_common::{answers::AnswerV4, canary, counters::Counter};
 
 use crate::{dns::opaque, packet::Frame, response::Ip};
 
@@ -125,7 +125,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
     } else {
         source
     };
-    let (answer_id, scope) = route(name_id, route4, &client)?;
+    let (answer_id, scope, primary) = route(name_id, route4, &client)?;
     // The packet's source (not the ECS address) is what a server cookie binds.
     let cookie = if opaque(&q.cookie) != 0 {
         cookie::respond(q, &source)?
@@ -136,7 +136,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
     // proves its source (RFC 7873 §5.2.5), as in userspace.
     let mut slip = 0;
     if cfg.rrl_rate != 0 && cookie.valid == 0 {
-        match rrl::decide(&source, &cfg) {
+        match rrl::decide(&source, cfg) {
             rrl::Decision::Send => {}
             rrl::Decision::Drop => return Ok((xdp_action::XDP_DROP, Counter::RrlLimited)),
             rrl::Decision::Slip => slip = 1,
@@ -154,7 +154,11 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
         let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip };
         response::build(ctx, &eth, &ip, &udp, q, &reply, scratch).map(|action| (action, counter))
     } else {
-        let a = maps::answer(answer_id).ok_or(Counter::NoAnswer)?;
+        // The route's own answer unless the canary split chose another.
+        let a = match primary {
+            Some(a) => a,
+            None => maps::answer(answer_id).ok_or(Counter::NoAnswer)?,
+        };
         let count = a.count as usize;
         if count == 0 || count > lagran_common::answers::MAX_ADDRS {
             return Err(Counter::NoAnswer);
@@ -179,27 +183,29 @@ impl Client {
     }
 }
 
-/// The answer id and ECS scope for `client`, exactly as
+/// The answer id and ECS scope for `client` (and its `A` records when they are
+/// the route's own, not a canary's: no second lookup), exactly as
 /// `ScheduledName::answer_for`: IPv4 clients and IPv4-mapped IPv6 clients
 /// (`::ffff:a.b.c.d`, whose scope counts the 96 mapped bits) by the IPv4 trie,
 /// other IPv6 clients by the IPv6 trie; a canary split per /24 or /48.
 #[inline(always)]
-fn route(name_id: u32, route4: u32, client: &Client) -> Result<(u32, u8), Counter> {
+fn route(name_id: u32, route4: u32, client: &Client) -> Result<(u32, u8, Option<&'static AnswerV4>), Counter> {
     let a = client.addr;
     let mapped = client.v6 != 0 && a.hi == 0 && a.lo >> 32 == 0xffff;
-    let (route, max, split, bucket, extra) = if client.v6 == 0 || mapped {
+    let by_v4 = client.v6 == 0 || mapped;
+    let (route, max, split, extra) = if by_v4 {
         let v4 = a.lo as u32;
         let r = match route4::lookup(route4, v4) {
             route4::Flat::Route(r) => r,
             route4::Flat::None => return Err(Counter::NoAnswer),
             route4::Flat::Trie => maps::route_v4(name_id, v4.to_be_bytes()).ok_or(Counter::NoAnswer)?,
         };
-        (r, 32, canary::SPLIT_PREFIX_V4, canary::bucket_v4(v4), if mapped { 96 } else { 0 })
+        (r, 32, canary::SPLIT_PREFIX_V4, if mapped { 96 } else { 0 })
     } else {
         let r = maps::route_v6(name_id, a).ok_or(Counter::NoAnswer)?;
-        (r, 128, canary::SPLIT_PREFIX_V6, canary::bucket_v6(a.hi), 0)
+        (r, 128, canary::SPLIT_PREFIX_V6, 0)
     };
-    let mut id = route.answer_id;
+    let id = route.answer_id;
     let mut scope = if route.scope > max { max as u8 } else { route.scope as u8 };
     let primary = maps::answer(id).ok_or(Counter::NoAnswer)?;
     if primary.canary_percent != 0 {
@@ -207,11 +213,13 @@ fn route(name_id: u32, route4: u32, client: &Client) -> Result<(u32, u8), Counte
         if scope < split {
             scope = split;
         }
+        // Hashed only here: most answers have no canary.
+        let bucket = if by_v4 { canary::bucket_v4(a.lo as u32) } else { canary::bucket_v6(a.hi) };
         if bucket < primary.canary_percent {
-            id = primary.canary_id;
+            return Ok((primary.canary_id, scope + extra, None));
         }
     }
-    Ok((id, scope + extra))
+    Ok((id, scope + extra, Some(primary)))
 }
 
 #[cfg(not(test))]

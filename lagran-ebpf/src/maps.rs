@@ -213,8 +213,8 @@ pub fn name(hash: u64) -> Option<&'static NameValue> {
 }
 
 #[inline(always)]
-pub fn config() -> Option<Config> {
-    CONFIG.get(config::INDEX).copied()
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get(config::INDEX)
 }
 
 /// This CPU's account slot `i` (see `rrl::slot`).
