@@ -85,8 +85,65 @@ impl Default for ListenV4 {
     }
 }
 
+/// `lagran_listen6`: the IPv6 part of the listen set (addresses that are not
+/// IPv4-mapped), scanned like `lagran_listen4`. Written by userspace with
+/// `lagran_listen`, after it.
+pub const MAP_NAME_V6: &str = "lagran_listen6";
+/// IPv6 (address, port) pairs the scan holds; a larger set leaves `exact` 0 and
+/// the program uses `lagran_listen`.
+pub const V6_SLOTS: usize = 4;
+/// A port no packet's matches (bit 16 is never set in a port).
+pub const V6_EMPTY: u64 = 1 << 16;
+
+/// One IPv6 pair of [`ListenV6`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenV6Entry {
+    /// The address's two halves as they sit in the packet, read as
+    /// native-endian words (the wildcard `::` is `[0, 0]`).
+    pub addr: [u64; 2],
+    /// The port as it sits in the packet, read as a native-endian `u16`; [`V6_EMPTY`]
+    /// in an unused slot.
+    pub port: u64,
+}
+
+impl ListenV6Entry {
+    pub const EMPTY: ListenV6Entry = ListenV6Entry { addr: [0; 2], port: V6_EMPTY };
+
+    /// The entry of an address and a port in network order.
+    pub const fn new(addr: [u8; 16], port: [u8; 2]) -> ListenV6Entry {
+        let a = addr;
+        ListenV6Entry {
+            addr: [
+                u64::from_ne_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]),
+                u64::from_ne_bytes([a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]]),
+            ],
+            port: u16::from_ne_bytes(port) as u64,
+        }
+    }
+}
+
+/// The IPv6 listen set, scanned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListenV6 {
+    /// 1: `entries` is the whole IPv6 listen set; 0: ask `lagran_listen`
+    /// (not written yet, or more pairs than `V6_SLOTS`).
+    pub exact: u32,
+    pub _pad: u32,
+    /// The pairs, then [`ListenV6Entry::EMPTY`].
+    pub entries: [ListenV6Entry; V6_SLOTS],
+}
+
+impl Default for ListenV6 {
+    fn default() -> Self {
+        ListenV6 { exact: 0, _pad: 0, entries: [ListenV6Entry::EMPTY; V6_SLOTS] }
+    }
+}
+
 const _: () = assert!(size_of::<ListenV4>() == 8 + 8 * V4_SLOTS);
+const _: () = assert!(size_of::<ListenV6>() == 8 + 24 * V6_SLOTS);
 const _: () = assert!(size_of::<ListenKey>() == 20);
 const _: () = assert!(size_of::<ListenValue>() == 4);
 
-crate::impl_pod!(ListenKey, ListenValue, ListenV4);
+crate::impl_pod!(ListenKey, ListenValue, ListenV4, ListenV6);

@@ -34,6 +34,7 @@ mod eth;
 mod ipv4;
 mod ipv6;
 mod listen4;
+mod listen6;
 mod maps;
 mod packet;
 mod response;
@@ -85,7 +86,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
         if udp.check == [0, 0] {
             return Err(Counter::UdpZeroChecksum);
         }
-        if !maps::listening_v6(ip6.dst_raw, udp.dst) {
+        if !listen6::listening(ip6.dst_raw, udp.dst) {
             return Err(Counter::NotListenAddress);
         }
         (Ip::V6, l4, udp, Client { v6: 1, addr: ip6.src }, cfg)

@@ -1881,6 +1881,43 @@ fn listen_sets_larger_than_the_scan_and_mapped_addresses() {
     }
 }
 
+/// The IPv6 listen set likewise: scanned from `lagran_listen6` up to its size,
+/// looked up in `lagran_listen` beyond it; IPv4 pairs never match an IPv6 packet.
+#[test]
+fn ipv6_listen_sets_larger_than_the_scan() {
+    use std::net::SocketAddr;
+    let mut fx = Fixture::new();
+    let q = Dns::a("edge.lagran.net").bytes();
+    let to = |dst: &str, port: u16| {
+        let mut f = Frame::new().v6("2001:db8:1::5");
+        f.v6 = Some(("2001:db8:1::5".parse().unwrap(), dst.parse().unwrap()));
+        f.dport = port;
+        f.build(&q)
+    };
+    let slots = lagran_common::listen::V6_SLOTS;
+    for n in [slots - 1, slots, slots + 1, 3 * slots] {
+        let mut set: Vec<SocketAddr> = (1..=n).map(|i| format!("[2001:db8:5::{i}]:53").parse().unwrap()).collect();
+        set.push("[2001:db8:6::1]:5353".parse().unwrap());
+        set.push("192.0.2.1:53".parse().unwrap());
+        fx.writer.set_listen(&set).unwrap();
+        for i in 1..=n {
+            fx.answered(&to(&format!("2001:db8:5::{i}"), 53));
+        }
+        fx.pass(&to(&format!("2001:db8:5::{}", n + 1), 53), Counter::NotListenAddress);
+        // Same address, other port; same high half, other low half.
+        fx.pass(&to("2001:db8:5::1", 5353), Counter::NotListenAddress);
+        fx.pass(&to("2001:db8:6::2", 5353), Counter::NotListenAddress);
+        fx.pass(&to("2001:db8:7::1", 5353), Counter::NotListenAddress);
+        fx.answered(&to("2001:db8:6::1", 5353));
+        fx.pass(&to("::ffff:192.0.2.1", 53), Counter::NotListenAddress);
+        // The wildcard among many: every IPv6 address on its port.
+        set.push("[::]:54".parse().unwrap());
+        fx.writer.set_listen(&set).unwrap();
+        fx.answered(&to("2001:db8:ff::200", 54));
+        fx.pass(&to("2001:db8:ff::200", 53), Counter::NotListenAddress);
+    }
+}
+
 // ------------------------------------------------ flat IPv4 route arrays
 
 /// `flat.edge.lagran.net` (id 9): blocks of every kind the flat arrays hold —

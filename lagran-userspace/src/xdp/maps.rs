@@ -29,7 +29,7 @@ use lagran_common::{
     config::{self, Config},
     cookie::{self, CookieConfig},
     counters::{self, Counter},
-    listen::{self, ListenKey, ListenV4, ListenValue},
+    listen::{self, ListenKey, ListenV4, ListenV6, ListenV6Entry, ListenValue},
     names::{self, NAME_MAX, NameValue, hash_wire},
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
     route_v6::{self, RouteV6Data},
@@ -58,9 +58,13 @@ pub const MAP_NAMES: [&str; 9] = [
 
 /// Maps pinned beside [`MAP_NAMES`] when the object has them: the flat IPv4
 /// route arrays (what the program reads for a name's IPv4 routes, so an SRE
-/// and the bench see the answers the packets get) and the IPv4 listen scan.
-pub const OPTIONAL_MAP_NAMES: [&str; 3] =
-    [lagran_common::route_v4_flat::MAP_NAME_L1, lagran_common::route_v4_flat::MAP_NAME_L2, listen::MAP_NAME_V4];
+/// and the bench see the answers the packets get) and the listen scans.
+pub const OPTIONAL_MAP_NAMES: [&str; 4] = [
+    lagran_common::route_v4_flat::MAP_NAME_L1,
+    lagran_common::route_v4_flat::MAP_NAME_L2,
+    listen::MAP_NAME_V4,
+    listen::MAP_NAME_V6,
+];
 
 /// The `lagran_cookie` entry for `secrets`: the current secret as SipHash's
 /// two key words, whether a previous one is still accepted at `now` (Unix
@@ -109,6 +113,8 @@ pub struct Maps {
     flat: Option<FlatV4>,
     /// The scanned IPv4 listen set (`None`: an object without it, or pinned maps).
     listen4: Option<Array<MapData, ListenV4>>,
+    /// The scanned IPv6 listen set (`None`: an object without it, or pinned maps).
+    listen6: Option<Array<MapData, ListenV6>>,
     /// Created by the load these handles came from, so still as the kernel made
     /// them: every entry zero, every hash and trie empty. The loader never
     /// reuses a pinned map (it replaces stale pins), so that is every writer's case.
@@ -136,10 +142,15 @@ impl Maps {
             Some(m) => Some(Array::try_from(m).map_err(map_err(listen::MAP_NAME_V4))?),
             None => None,
         };
+        let listen6 = match ebpf.take_map(listen::MAP_NAME_V6) {
+            Some(m) => Some(Array::try_from(m).map_err(map_err(listen::MAP_NAME_V6))?),
+            None => None,
+        };
         let mut maps =
             Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6, cookie], true)?;
         maps.flat = flat;
         maps.listen4 = listen4;
+        maps.listen6 = listen6;
         maps.fresh = true;
         Ok(maps)
     }
@@ -184,6 +195,7 @@ impl Maps {
             cookie: Array::try_from(cookie).map_err(map_err(cookie::MAP_NAME))?,
             flat: None,
             listen4: None,
+            listen6: None,
             fresh: false,
         })
     }
@@ -235,6 +247,7 @@ impl Maps {
         }
         let have: Vec<ListenKey> = self.listen.keys().collect::<Result<_, _>>().map_err(map_err(listen::MAP_NAME))?;
         self.set_listen4(addrs)?;
+        self.set_listen6(addrs)?;
         for k in have.iter().filter(|k| !want.contains(k)) {
             remove_ok_if_missing(self.listen.remove(k), listen::MAP_NAME)?;
         }
@@ -264,6 +277,30 @@ impl Maps {
             set.entries[..v4.len()].copy_from_slice(&v4);
         }
         map.set(0, set, 0).map_err(map_err(listen::MAP_NAME_V4))
+    }
+
+    /// Writes the IPv6 part of the listen set (addresses not IPv4-mapped: those
+    /// are in `lagran_listen4`) into `lagran_listen6` for the program's scan, or
+    /// marks it "ask `lagran_listen`" when it does not fit.
+    fn set_listen6(&mut self, addrs: &[SocketAddr]) -> Result<(), XdpError> {
+        let Some(map) = self.listen6.as_mut() else { return Ok(()) };
+        let mut v6: Vec<ListenV6Entry> = addrs
+            .iter()
+            .filter_map(|a| match a.ip() {
+                IpAddr::V6(ip) if ip.to_ipv4_mapped().is_none() => {
+                    Some(ListenV6Entry::new(ip.octets(), a.port().to_be_bytes()))
+                }
+                _ => None,
+            })
+            .collect();
+        v6.sort_unstable_by_key(|e| (e.addr, e.port));
+        v6.dedup();
+        let mut set = ListenV6::default();
+        if v6.len() <= set.entries.len() {
+            set.exact = 1;
+            set.entries[..v6.len()].copy_from_slice(&v6);
+        }
+        map.set(0, set, 0).map_err(map_err(listen::MAP_NAME_V6))
     }
 
     /// The listen set (for dumps and tests).
