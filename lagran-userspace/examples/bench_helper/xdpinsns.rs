@@ -456,6 +456,10 @@ fn alu(op: u8, is64: bool, r: &mut [u64; 11], dst: usize, src: usize, off: i16, 
         };
         return Ok(());
     }
+    // Signed division (`off` 1) is not modelled: the object has none.
+    if matches!(o, 0x30 | 0x90) && off != 0 {
+        bail!("signed division {op:#x} is not modelled");
+    }
     let b = if op & 8 != 0 { r[src] } else { imm as i64 as u64 };
     let a = r[dst];
     let v = if is64 {
