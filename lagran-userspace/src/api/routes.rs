@@ -111,10 +111,16 @@ pub async fn table(
             reported_to: state.api_url.to_string(),
             reported_at_ms: crate::clock::now_ms(),
         };
-        // Recorded before the long poll, in request order (a report never goes back).
-        if let Err(e) = state.store.record_ns_report(&report).await {
-            tracing::warn!(host = %report.name, error = %e, "cannot record an NS host's report");
-        }
+        // Recorded beside the long poll, not before it: a slow store (SQLite
+        // fsyncing under load, a distant PostgreSQL) must not delay the answer
+        // that confirms the NS host's table. Writes may finish out of order;
+        // the store keeps the latest `reported_at_ms`, so a report never goes back.
+        let store = state.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.record_ns_report(&report).await {
+                tracing::warn!(host = %report.name, error = %e, "cannot record an NS host's report");
+            }
+        });
     }
     let from = (p.epoch, p.since);
     let mut rx = state.scheduler.subscribe();
