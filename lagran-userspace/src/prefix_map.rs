@@ -130,6 +130,89 @@ struct Columns<A> {
     values: Vec<u32>,
 }
 
+/// [`PrefixMap::from_ranges`] one range at a time, for callers that produce
+/// ranges in a loop: no intermediate list, each range merged with the one
+/// before it (equal value, adjacent) and split into blocks as soon as the
+/// next one differs.
+pub struct PrefixMapBuilder<A> {
+    columns: Columns<A>,
+    /// The merged range not yet split into blocks.
+    pending: Option<(u128, u128, u32)>,
+    /// The first address no range has covered yet.
+    next: u128,
+    /// The last address is covered: later ranges are ignored.
+    done: bool,
+    fill: u32,
+}
+
+impl<A: PrefixAddr> PrefixMapBuilder<A> {
+    /// A builder whose gaps take `fill`, with room for about `ranges` ranges.
+    pub fn new(fill: u32, ranges: usize) -> Self {
+        // Ranges split into two or three blocks on average (the real file's:
+        // 2.2); room that is never written costs no memory.
+        let n = ranges.saturating_mul(3);
+        PrefixMapBuilder {
+            columns: Columns {
+                starts: Vec::with_capacity(n),
+                lens: Vec::with_capacity(n),
+                values: Vec::with_capacity(n),
+            },
+            pending: None,
+            next: 0,
+            done: false,
+            fill,
+        }
+    }
+
+    /// The next inclusive range (addresses as `u128`), sorted by start after
+    /// the ones before. Overlapping or inverted input: the earlier range wins.
+    #[inline]
+    pub fn push(&mut self, s: u128, e: u128, v: u32) {
+        if self.done || e < self.next || s > e {
+            return;
+        }
+        let s = s.max(self.next);
+        if s > self.next {
+            self.merge(self.next, s - 1, self.fill);
+        }
+        self.merge(s, e, v);
+        if e == max_addr::<A>() {
+            self.done = true;
+        } else {
+            self.next = e + 1;
+        }
+    }
+
+    /// Extends the pending range when `s..=e` continues it with the same
+    /// value, else splits the pending range into blocks and starts anew.
+    #[inline]
+    fn merge(&mut self, s: u128, e: u128, v: u32) {
+        if let Some(last) = &mut self.pending {
+            // Ranges arrive in order without gaps (`push` fills them), so
+            // "adjacent" is "after the pending one".
+            if last.2 == v {
+                last.1 = e;
+                return;
+            }
+            let (ps, pe, pv) = *last;
+            self.columns.push_range(ps, pe, pv);
+        }
+        self.pending = Some((s, e, v));
+    }
+
+    /// The map: what no range covered takes `fill`.
+    pub fn finish(mut self) -> PrefixMap<A> {
+        if !self.done {
+            self.merge(self.next, max_addr::<A>(), self.fill);
+        }
+        if let Some((s, e, v)) = self.pending.take() {
+            self.columns.push_range(s, e, v);
+        }
+        let Columns { starts, lens, values } = self.columns;
+        PrefixMap { starts: starts.into(), lens: lens.into(), values: values.into(), lineage: None }
+    }
+}
+
 pub type PrefixMapV4 = PrefixMap<u32>;
 pub type PrefixMapV6 = PrefixMap<u128>;
 
@@ -148,46 +231,12 @@ impl<A: PrefixAddr> PrefixMap<A> {
     /// Gaps take `fill`. Adjacent ranges with equal values are merged before the
     /// split into CIDR blocks, so every block is as wide as the data allows.
     pub fn from_ranges(ranges: impl IntoIterator<Item = (A, A, u32)>, fill: u32) -> Self {
-        let mut merged: Vec<(u128, u128, u32)> = Vec::new();
-        let mut next: u128 = 0;
-        let max = max_addr::<A>();
-        let push = |s: u128, e: u128, v: u32, merged: &mut Vec<(u128, u128, u32)>| {
-            if let Some(last) = merged.last_mut()
-                && last.2 == v
-                && last.1.checked_add(1) == Some(s)
-            {
-                last.1 = e;
-                return;
-            }
-            merged.push((s, e, v));
-        };
-        let mut done = false;
+        let ranges = ranges.into_iter();
+        let mut b = PrefixMapBuilder::new(fill, ranges.size_hint().0);
         for (s, e, v) in ranges {
-            let (s, e) = (s.to_u128(), e.to_u128());
-            if done || e < next || s > e {
-                continue; // overlapping or inverted input: the earlier range wins
-            }
-            let s = s.max(next);
-            if s > next {
-                push(next, s - 1, fill, &mut merged);
-            }
-            push(s, e, v, &mut merged);
-            if e == max {
-                done = true;
-            } else {
-                next = e + 1;
-            }
+            b.push(s.to_u128(), e.to_u128(), v);
         }
-        if !done {
-            push(next, max, fill, &mut merged);
-        }
-        let n = merged.len();
-        let mut map =
-            Columns { starts: Vec::with_capacity(n), lens: Vec::with_capacity(n), values: Vec::with_capacity(n) };
-        for (s, e, v) in merged {
-            map.push_range(s, e, v);
-        }
-        PrefixMap { starts: map.starts.into(), lens: map.lens.into(), values: map.values.into(), lineage: None }
+        b.finish()
     }
 
     /// This map with `changes` laid over it (inclusive ranges with their new
@@ -441,8 +490,14 @@ impl<A: PrefixAddr> PrefixMap<A> {
 }
 
 impl<A: PrefixAddr> Columns<A> {
-    fn push_range(&mut self, mut s: u128, e: u128, v: u32) {
+    /// Splits `s..=e` into the largest aligned blocks, in order.
+    fn push_range(&mut self, s: u128, e: u128, v: u32) {
+        if A::BITS <= 32 {
+            // IPv4: the same in 64-bit arithmetic (u128 counts twice the instructions).
+            return self.push_range_64(s as u64, e as u64, v);
+        }
         let bits = A::BITS;
+        let mut s = s;
         loop {
             // Largest block aligned at `s` that does not pass `e`.
             let align = if s == 0 { bits } else { s.trailing_zeros().min(bits) };
@@ -454,6 +509,25 @@ impl<A: PrefixAddr> Columns<A> {
             self.values.push(v);
             let size_minus_one = if host_bits >= 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
             let block_end = s + size_minus_one;
+            if block_end >= e {
+                break;
+            }
+            s = block_end + 1;
+        }
+    }
+
+    /// [`Columns::push_range`] for addresses of at most 32 bits: a span plus
+    /// one always fits in 64 bits.
+    fn push_range_64(&mut self, mut s: u64, e: u64, v: u32) {
+        let bits = A::BITS;
+        loop {
+            let align = if s == 0 { bits } else { s.trailing_zeros().min(bits) };
+            let fit = 63 - (e - s + 1).leading_zeros();
+            let host_bits = align.min(fit);
+            self.starts.push(A::from_u128(s as u128));
+            self.lens.push((bits - host_bits) as u8);
+            self.values.push(v);
+            let block_end = s + ((1u64 << host_bits) - 1);
             if block_end >= e {
                 break;
             }

@@ -22,8 +22,6 @@
 //! [`score`](super::score) for the few nodes that end up in an answer.
 //! Pure: data in, numbers out.
 
-use std::collections::HashMap;
-
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
@@ -43,7 +41,7 @@ pub type RegionFilter = [Option<u32>; 4];
 /// Interned values of the four location fields.
 #[derive(Clone, Debug, Default)]
 struct Fields {
-    ids: [HashMap<String, u32>; 4],
+    ids: [FxHashMap<String, u32>; 4],
 }
 
 impl Fields {
