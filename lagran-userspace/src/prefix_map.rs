@@ -59,9 +59,9 @@ pub struct Prefix<A> {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(bound(serialize = "A: serde::Serialize", deserialize = "A: serde::de::DeserializeOwned"))]
 pub struct PrefixMap<A: PrefixAddr> {
-    starts: Arc<[A]>,
-    lens: Arc<[u8]>,
-    values: Arc<[u32]>,
+    starts: Arc<Vec<A>>,
+    lens: Arc<Vec<u8>>,
+    values: Arc<Vec<u32>>,
     #[serde(skip)]
     lineage: Option<Arc<Lineage<A>>>,
 }
@@ -87,7 +87,7 @@ struct Lineage<A> {
 }
 
 /// The parent's columns (starts, lengths, values), weakly.
-type Parent<A> = (Weak<[A]>, Weak<[u8]>, Weak<[u32]>);
+type Parent<A> = (Weak<Vec<A>>, Weak<Vec<u8>>, Weak<Vec<u32>>);
 
 /// Blocks `from..from + len` of the parent are blocks `to..to + len` of the
 /// spliced map: the same starts and lengths, each value `v` now `remap[v]`.
@@ -208,8 +208,7 @@ impl<A: PrefixAddr> PrefixMapBuilder<A> {
         if let Some((s, e, v)) = self.pending.take() {
             self.columns.push_range(s, e, v);
         }
-        let Columns { starts, lens, values } = self.columns;
-        PrefixMap { starts: starts.into(), lens: lens.into(), values: values.into(), lineage: None }
+        self.columns.into_map(None)
     }
 }
 
@@ -220,9 +219,9 @@ impl<A: PrefixAddr> PrefixMap<A> {
     /// One block, `/0`, holding `value`.
     pub fn uniform(value: u32) -> Self {
         PrefixMap {
-            starts: Arc::from([A::from_u128(0)]),
-            lens: Arc::from([0]),
-            values: Arc::from([value]),
+            starts: Arc::new(vec![A::from_u128(0)]),
+            lens: Arc::new(vec![0]),
+            values: Arc::new(vec![value]),
             lineage: None,
         }
     }
@@ -359,12 +358,7 @@ impl<A: PrefixAddr> PrefixMap<A> {
             copied,
             remap: remap.map(Arc::from),
         };
-        PrefixMap {
-            starts: out.starts.into(),
-            lens: out.lens.into(),
-            values: out.values.into(),
-            lineage: Some(Arc::new(lineage)),
-        }
+        out.into_map(Some(Arc::new(lineage)))
     }
 
     /// When this map was spliced from `parent` itself (that very map, not an
@@ -491,6 +485,18 @@ impl<A: PrefixAddr> PrefixMap<A> {
 
 impl<A: PrefixAddr> Columns<A> {
     /// Splits `s..=e` into the largest aligned blocks, in order.
+    /// The finished map. The columns move into their `Arc`s as they are:
+    /// `Arc<[T]>::from(Vec<T>)` would copy them once more, into fresh pages
+    /// (the real data's IPv4 map has 8·10⁵ blocks, 7 MB: that copy and its
+    /// page faults took most of a one-node-down splice). Spare capacity is
+    /// given back first (`realloc` shrinks large blocks in place).
+    fn into_map(mut self, lineage: Option<Arc<Lineage<A>>>) -> PrefixMap<A> {
+        self.starts.shrink_to_fit();
+        self.lens.shrink_to_fit();
+        self.values.shrink_to_fit();
+        PrefixMap { starts: Arc::new(self.starts), lens: Arc::new(self.lens), values: Arc::new(self.values), lineage }
+    }
+
     fn push_range(&mut self, s: u128, e: u128, v: u32) {
         if A::BITS <= 32 {
             // IPv4: the same in 64-bit arithmetic (u128 counts twice the instructions).
@@ -686,9 +692,9 @@ mod tests {
         assert!(m.check(2).is_err(), "value 2 has no answer");
         let mut starts = m.starts.to_vec();
         starts[1] += 1;
-        let broken = PrefixMapV4 { starts: starts.into(), ..m.clone() };
+        let broken = PrefixMapV4 { starts: Arc::new(starts), ..m.clone() };
         assert!(broken.check(3).is_err());
-        let short = PrefixMapV4 { starts: m.starts[..m.starts.len() - 1].into(), ..m.clone() };
+        let short = PrefixMapV4 { starts: Arc::new(m.starts[..m.starts.len() - 1].to_vec()), ..m.clone() };
         assert!(short.check(3).is_err());
         assert_eq!(PrefixMapV6::uniform(0).check(1), Ok(()));
     }

@@ -1503,6 +1503,11 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         ("recompute_real_100nodes_ms", "recompute real xdb, 100 nodes × 10 names", 20.0),
         ("recompute_real_1000nodes_ms", "recompute real xdb, 1 000 nodes × 10 names", 50.0),
         ("recompute_real_1000nodes_one_down_ms", "one node down incrementally, 1 000 nodes, real xdb", 5.0),
+        (
+            "recompute_real_1000nodes_grown_one_down_ms",
+            "the same after the fleet grew 20 nodes at a time (hysteresis holds)",
+            5.0,
+        ),
     ];
     for (key, label, goal) in real {
         if let Some(v) = recompute.get(key) {

@@ -660,6 +660,62 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One node down, incrementally, in a table whose fleet grew as a real one
+/// (and the bench's fleet step) does: nodes added a few at a time, each
+/// addition a full build, so hysteresis holds many partitions on the node
+/// they had before a better one arrived (the held decisions the fleet step's
+/// daemon carries; a table built in one go holds none). Then `rounds` nodes
+/// go down in turn (and back up, unmeasured); each down build is timed.
+fn one_down_grown(
+    inputs: &Inputs,
+    partitions: &PartitionTable,
+    settings: &ScheduleSettings,
+    policy: &lagran::engine::Policy,
+    rounds: usize,
+) -> anyhow::Result<(Vec<f64>, Vec<crate::cost::Cost>)> {
+    const STEP: usize = 20;
+    let all = &inputs.nodes;
+    let mut inputs = Inputs { nodes: Vec::new(), ..inputs.clone() };
+    let mut state = BuildState::default();
+    let mut version = 1;
+    for end in (STEP..=all.len()).step_by(STEP) {
+        inputs.nodes = all[..end].to_vec();
+        build_route_table_after(version, &inputs, partitions, settings, policy, &mut state, &Change::Everything);
+        version += 1;
+    }
+    let (mut downs, mut costs) = (Vec::new(), Vec::new());
+    let n = inputs.nodes.len();
+    for j in 0..rounds {
+        let i = (j * 97 + 13) % n;
+        let change = Change::Node(inputs.nodes[i].name.clone());
+        inputs.nodes[i].status = lagran::model::NodeStatus::Offline;
+        let t0 = Instant::now();
+        let (_, c) =
+            cost::measure(|| grown_down_build(version, &inputs, partitions, settings, policy, &mut state, &change));
+        downs.push(t0.elapsed().as_secs_f64() * 1e3);
+        costs.push(c);
+        inputs.nodes[i].status = lagran::model::NodeStatus::Online;
+        build_route_table_after(version + 1, &inputs, partitions, settings, policy, &mut state, &change);
+        version += 2;
+    }
+    Ok((downs, costs))
+}
+
+/// One timed build of [`one_down_grown`], a function of its own so a profiler
+/// can collect it alone (`valgrind --tool=callgrind --toggle-collect=*grown_down_build*`).
+#[inline(never)]
+fn grown_down_build(
+    version: u64,
+    inputs: &Inputs,
+    partitions: &PartitionTable,
+    settings: &ScheduleSettings,
+    policy: &lagran::engine::Policy,
+    state: &mut BuildState,
+    change: &Change,
+) -> lagran::route_table::RouteTable {
+    build_route_table_after(version, inputs, partitions, settings, policy, state, change)
+}
+
 /// The real xdb's partitions with `n` nodes placed at real client locations
 /// (10 names, one pool): a full recompute, then one node down.
 fn recompute_real(a: &Args) -> anyhow::Result<()> {
@@ -752,9 +808,14 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
             inputs.nodes[n].status = lagran::model::NodeStatus::Online;
             build_route_table_after(201 + 2 * j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
         }
+        let (grown_downs, grown_costs) = one_down_grown(&inputs, &partitions, &settings, &policy, a.builds.max(3) * 2)?;
         let (_, median) = stats(full.clone());
         let (_, one_down) = stats(downs.clone());
         let label = format!("recompute_real_{nodes_n}nodes");
+        let (_, grown) = stats(grown_downs.clone());
+        result(&format!("{label}_grown_one_down_ms"), format!("{grown:.1}"));
+        cost::report(&format!("{label}_grown_one_down"), cost::median(&grown_costs));
+        eprintln!("tables: {label}: one node down after the fleet grew 20 nodes at a time {grown_downs:?} ms");
         result(&format!("{label}_ms"), format!("{median:.1}"));
         result(&format!("{label}_one_down_ms"), format!("{one_down:.1}"));
         cost::report(&label, cost::median(&costs));
