@@ -484,7 +484,6 @@ impl<A: PrefixAddr> PrefixMap<A> {
 }
 
 impl<A: PrefixAddr> Columns<A> {
-    /// Splits `s..=e` into the largest aligned blocks, in order.
     /// The finished map. The columns move into their `Arc`s as they are:
     /// `Arc<[T]>::from(Vec<T>)` would copy them once more, into fresh pages
     /// (the real data's IPv4 map has 8·10⁵ blocks, 7 MB: that copy and its
@@ -497,6 +496,7 @@ impl<A: PrefixAddr> Columns<A> {
         PrefixMap { starts: Arc::new(self.starts), lens: Arc::new(self.lens), values: Arc::new(self.values), lineage }
     }
 
+    /// Splits `s..=e` into the largest aligned blocks, in order.
     fn push_range(&mut self, s: u128, e: u128, v: u32) {
         if A::BITS <= 32 {
             // IPv4: the same in 64-bit arithmetic (u128 counts twice the instructions).
