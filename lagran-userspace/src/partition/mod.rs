@@ -16,6 +16,7 @@ use ipnet::IpNet;
 
 use crate::geo::{GeoDb, reserved};
 use crate::location::Location;
+use crate::prefix_map::push_merged;
 
 /// The partition every unlocated or special-purpose address falls into.
 pub const UNKNOWN: u32 = 0;
@@ -206,17 +207,6 @@ fn base_ranges(xdb: Option<&crate::geo::Xdb>, max: u128, interner: &mut Interner
         push_merged(&mut out, next, max, UNKNOWN);
     }
     out
-}
-
-fn push_merged(out: &mut Vec<(u128, u128, u32)>, s: u128, e: u128, id: u32) {
-    if let Some(last) = out.last_mut()
-        && last.2 == id
-        && last.1.checked_add(1) == Some(s)
-    {
-        last.1 = e;
-        return;
-    }
-    out.push((s, e, id));
 }
 
 /// Lays sorted, non-overlapping `over` ranges on top of `base` (which covers the space).

@@ -20,7 +20,7 @@ use crate::health::Liveness;
 use crate::location::Location;
 use crate::model::{AnswerMode, DEFAULT_POOL, Domain, Line, LineAnswer, Node, Rule, RuleKind, Zone};
 use crate::partition::{PartitionTable, UNKNOWN};
-use crate::prefix_map::{PrefixMapBuilder, PrefixMapV4, PrefixMapV6};
+use crate::prefix_map::{PrefixMapBuilder, PrefixMapV4, PrefixMapV6, push_merged};
 use crate::route_table::{Answer, AnswerState, Canary, NodeHost, RouteTable, ScheduledName, ZoneRoutes};
 
 pub use incremental::Change;
@@ -967,8 +967,8 @@ fn partition_runs(partitions: &PartitionTable, by_partition: &[u32], unlocated: 
         partitions,
         by_partition,
         unlocated,
-        |s, e, v| push_run(&mut v4, s, e, v),
-        |s, e, v| push_run(&mut v6, s, e, v),
+        |s, e, v| push_merged(&mut v4, s, e, v),
+        |s, e, v| push_merged(&mut v6, s, e, v),
     );
     (v4, v6)
 }
@@ -981,18 +981,6 @@ fn partition_maps(partitions: &PartitionTable, by_partition: &[u32], unlocated: 
     let mut v6 = PrefixMapBuilder::<u128>::new(fill, partitions.v6_ranges().len() / 4);
     partition_runs_into(partitions, by_partition, unlocated, |s, e, v| v4.push(s, e, v), |s, e, v| v6.push(s, e, v));
     (v4.finish(), v6.finish())
-}
-
-/// Appends a run, merged into the last one when adjacent with the same value.
-fn push_run(out: &mut Runs, s: u128, e: u128, v: u32) {
-    if let Some(last) = out.last_mut()
-        && last.2 == v
-        && last.1.checked_add(1) == Some(s)
-    {
-        last.1 = e;
-        return;
-    }
-    out.push((s, e, v));
 }
 
 /// The partition ranges of both families with each partition's answer, in

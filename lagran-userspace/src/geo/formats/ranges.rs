@@ -8,6 +8,7 @@ use ipnet::IpNet;
 
 use super::{Position, Stats};
 use crate::geo::GeoError;
+use crate::prefix_map::push_merged;
 
 /// Ranges per family, sorted, non-overlapping, adjacent equal regions merged, ready
 /// for [`write_xdb`](crate::geo::write_xdb).
@@ -98,18 +99,6 @@ impl RangeBuilder {
         };
         Ranges { v4: name(flatten(self.v4)), v6: name(flatten(self.v6)), stats: self.stats }
     }
-}
-
-/// Appends a piece, merging it into the previous one when adjacent with the same region.
-fn push_merged(out: &mut Vec<(u128, u128, u32)>, s: u128, e: u128, r: u32) {
-    if let Some(last) = out.last_mut()
-        && last.2 == r
-        && last.1.checked_add(1) == Some(s)
-    {
-        last.1 = e;
-        return;
-    }
-    out.push((s, e, r));
 }
 
 /// The sweep: CIDR blocks are nested or disjoint, so with blocks sorted by start and
