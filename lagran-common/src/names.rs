@@ -3,7 +3,8 @@
 //! reads the verifier inlines, never a call into the kernel's hash table.
 //!
 //! The program hashes the lowercased wire name in 8-byte words while it reads
-//! it ([`hash_words`]), reads the slots of the hash's probe window
+//! it ([`hash_words`]; the name ends at its first zero octet, so a name with a
+//! zero octet inside a label is never stored), reads the slots of the hash's probe window
 //! ([`slot`], at most [`PROBES`]) until one holds that hash or one was never
 //! used, then compares the name with the stored one word by word. Two names
 //! with the same hash cannot both be stored (the writer leaves the second to
@@ -103,17 +104,19 @@ pub const fn hash_step(h: u64, word: u64) -> u64 {
     (h.rotate_left(5) ^ word).wrapping_mul(K)
 }
 
-/// The hash before the first word: the name length decides it, so names that
-/// differ only in trailing zero octets cannot collide.
+/// The hash before the first word.
 #[inline(always)]
-pub const fn hash_seed(len: usize) -> u64 {
-    (len as u64).wrapping_mul(K)
+pub const fn hash_seed() -> u64 {
+    K
 }
 
-/// The final mix (MurmurHash3's 64-bit finaliser), so that every bit of every
+/// The final mix: the name's length first (the program learns it only at the
+/// last word), so names that differ only in trailing zero octets cannot
+/// collide; then MurmurHash3's 64-bit finaliser, so that every bit of every
 /// word moves the key.
 #[inline(always)]
-pub const fn hash_finish(mut h: u64) -> u64 {
+pub const fn hash_finish(h: u64, len: usize) -> u64 {
+    let mut h = hash_step(h, len as u64);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -124,11 +127,11 @@ pub const fn hash_finish(mut h: u64) -> u64 {
 
 /// The key of a name given its lowercased words (as [`words`] makes them).
 pub fn hash_words(len: usize, words: &[u64; WORDS]) -> u64 {
-    let mut h = hash_seed(len);
+    let mut h = hash_seed();
     for w in words.iter().take(len.div_ceil(8)) {
         h = hash_step(h, *w);
     }
-    hash_finish(h)
+    hash_finish(h, len)
 }
 
 /// Slot `i` (0-based, below [`PROBES`]) of the probe window of `hash`.

@@ -134,14 +134,23 @@ pub fn parse(
         return Err(Counter::OtherSections);
     }
 
-    let name = parse_name(ctx, f, dns + HDR_LEN, scratch)?;
+    let (off, end) = (dns + HDR_LEN, dns + len);
+    // Where the name starts and the message ends, for `unknown_name_reason`.
+    // SAFETY: plain per-CPU map memory.
+    unsafe {
+        core::ptr::write_volatile(&mut (*scratch).name_off, off as u32);
+        core::ptr::write_volatile(&mut (*scratch).name_end, end as u32);
+    }
+    let name = parse_name(ctx, f, off, end, scratch)?;
     let (qlen, qsum, qhash) = (name.len, name.sum, name.hash);
     let f = &Frame::reload(ctx);
 
     // QTYPE, QCLASS
     let q_end = HDR_LEN + qlen + 4;
+    // The name as read leaves no room for QTYPE and QCLASS: a truncated
+    // question, or a name that is not one (`unknown_name_reason` tells which).
     if q_end > len {
-        return Err(Counter::TooShort);
+        return Err(Counter::NameUnknown);
     }
     let tc = f.bytes::<4>(dns + HDR_LEN + qlen)?;
     let qtype = u16::from_be_bytes([tc[0], tc[1]]);
@@ -196,42 +205,93 @@ pub struct Name {
     pub sum: u32,
 }
 
-/// Reads the question name at frame offset `off`.
+/// Each octet's high bit set where `w` holds a zero octet. Only the lowest set
+/// bit is exact (a borrow may mark octets above a zero one), and only the
+/// lowest is used.
+#[inline(always)]
+const fn zero_octets(w: u64) -> u64 {
+    w.wrapping_sub(0x0101_0101_0101_0101) & !w & 0x8080_8080_8080_8080
+}
+
+/// Index (0–7) of the octet whose high bit is the lowest set bit of `z` (≠ 0):
+/// the isolated bit, moved to the octet's low bit, multiplied so the index
+/// lands in the top octet (BPF has no count-trailing-zeros instruction).
+#[inline(always)]
+const fn first_octet(z: u64) -> u64 {
+    ((z & z.wrapping_neg()) >> 7).wrapping_mul(0x0001_0203_0405_0607) >> 56
+}
+
+/// Reads the question name at frame offset `off`; the message ends at frame
+/// offset `end`.
 ///
-/// Two bounded loops, neither per byte: the labels are walked by their length
-/// octets to find the end of the name (compression pointers, RFC 1035 §4.1.4,
-/// and the reserved label types have no place in a question we answer); then the
-/// name is read in 8-byte words, each lowercased (SWAR), hashed, summed for the
-/// UDP checksum and kept in `scratch.words` for the exact comparison after the
-/// lookup. The last partial word is read as the 8 octets *ending* at the name's
-/// end and shifted, so no load reaches past the name (the DNS header lies before
-/// it, so the load never starts before the frame).
+/// One bounded loop over 8-byte words, not over octets or labels: each word is
+/// lowercased (SWAR), hashed, summed for the UDP checksum and kept in
+/// `scratch.words` for the exact comparison after the lookup, and the first
+/// zero octet ends the name. That octet is the root label when the name is one
+/// the fast path serves (a served name has no zero octet inside a label, and the
+/// map writer stores no other): the exact comparison then proves the whole
+/// label structure, since a stored length octet (1–63) is matched only by
+/// itself. Anything else — a zero octet inside a label, a compression pointer
+/// (RFC 1035 §4.1.4), a reserved label type — finds no stored name and is
+/// passed as `NameUnknown`, which `unknown_name_reason` refines by walking the
+/// labels on that path alone. A word the frame cannot hold whole is read as the
+/// 8 octets *ending* at the message's end and shifted (the DNS header lies
+/// before the name, so that load never starts before the frame).
 #[inline(always)]
 pub fn parse_name(
     ctx: &aya_ebpf::programs::XdpContext,
     f: &Frame,
     off: usize,
+    end: usize,
     scratch: *mut Scratch,
 ) -> Result<Name, Counter> {
-    let mut pos = 0usize;
-    let mut n = 0;
+    let mut h = hash_seed();
+    let mut sum: u64 = 0;
+    let mut i = 0;
     let len = loop {
-        if n >= MAX_LABELS {
-            return Err(Counter::NameTooLong);
+        if i >= WORDS {
+            return Err(Counter::NameUnknown);
         }
-        let l = f.u8(off + pos)? as usize;
-        if l == 0 {
-            break pos + 1;
+        let at = off + 8 * i;
+        let (w, last) = match f.load::<u64>(at) {
+            Ok(w) => (w, false),
+            Err(_) => {
+                // The frame ends inside this word: its octets up to the message's end.
+                if at >= end || end - at >= 8 {
+                    return Err(Counter::NameUnknown);
+                }
+                let f = &Frame::reload(ctx);
+                // Opaque to LLVM, which would otherwise derive this load from the
+                // failed one: the verifier accepts no load below a checked pointer.
+                let tail = core::hint::black_box(end - 8);
+                (f.load::<u64>(tail)? >> (8 * (8 - (end - at))), true)
+            }
+        };
+        let z = zero_octets(w);
+        if z == 0 {
+            // No root in the message's last octets: the name runs past it.
+            if last {
+                return Err(Counter::NameUnknown);
+            }
+            sum += (w & 0xffff_ffff) + (w >> 32);
+            let lw = lowercase_word(w);
+            h = hash_step(h, lw);
+            // SAFETY: plain per-CPU map memory; `i` < WORDS.
+            unsafe { (*scratch).words[i] = lw };
+            i += 1;
+            continue;
         }
-        if l & 0xc0 != 0 {
-            return Err(Counter::NameCompressed);
-        }
-        pos += l + 1;
-        // The root octet would sit at `pos`: the name would exceed 255 octets.
-        if pos >= NAME_MAX {
-            return Err(Counter::NameTooLong);
-        }
-        n += 1;
+        // The root ends the word: nothing after it belongs to the name. Every
+        // path through this branch leaves the loop, so the verifier never walks
+        // on from a word it cannot tell ended the name.
+        let k = first_octet(z) & 7;
+        let w = w & (u64::MAX >> (8 * (7 - k)));
+        sum += (w & 0xffff_ffff) + (w >> 32);
+        let lw = lowercase_word(w);
+        h = hash_step(h, lw);
+        // SAFETY: plain per-CPU map memory; `i` < WORDS.
+        unsafe { (*scratch).words[i] = lw };
+        break 8 * i + k as usize + 1;
     };
     // Store and reload the length: the loop leaves the verifier one exact value per
     // exit, and everything after it would be verified once per value. The reload
@@ -240,54 +300,68 @@ pub fn parse_name(
     let qlen = unsafe {
         core::ptr::write_volatile(&mut (*scratch).qlen, len as u32);
         core::ptr::read_volatile(&(*scratch).qlen)
-    } as usize
-        // Exact (the loop's length is 1–255); a bound on this very register,
-        // which old verifiers need before it becomes part of a packet offset or
-        // a `words` index (`qlen / 8` < WORDS).
-        & 0xff;
-    if qlen == 0 || qlen > NAME_MAX {
-        return Err(Counter::NameTooLong);
+    } as usize;
+    // 256: the 32nd word ended in a zero octet, one past the longest name.
+    if qlen > NAME_MAX {
+        return Err(Counter::NameUnknown);
     }
-    // Fresh packet pointers: the loop's exits checked different ranges.
-    let f = &Frame::reload(ctx);
-    let full = qlen / 8;
-    let rem = qlen % 8;
-    let mut h = hash_seed(qlen);
-    let mut sum: u64 = 0;
-    let mut i = 0;
-    while i < WORDS {
-        if i >= full {
-            break;
-        }
-        let w: u64 = f.load(off + 8 * i)?;
-        sum += (w & 0xffff_ffff) + (w >> 32);
-        let lw = lowercase_word(w);
-        h = hash_step(h, lw);
-        // SAFETY: plain per-CPU map memory; `i` < WORDS.
-        unsafe { (*scratch).words[i] = lw };
-        i += 1;
-    }
-    if rem != 0 {
-        let f = &Frame::reload(ctx);
-        // Opaque to LLVM, which would otherwise check the end of the name and load
-        // 8 octets before it: the verifier accepts no load below a checked pointer.
-        let start = core::hint::black_box(off + qlen - 8);
-        let w: u64 = f.load::<u64>(start)? >> (8 * (8 - rem));
-        sum += (w & 0xffff_ffff) + (w >> 32);
-        let lw = lowercase_word(w);
-        h = hash_step(h, lw);
-        if full < WORDS {
-            // SAFETY: plain per-CPU map memory; `full` < WORDS.
-            unsafe { (*scratch).words[full] = lw };
-        }
-    }
+    // A bound on this very register, which old verifiers need before it becomes
+    // part of a packet offset or a `words` index (`qlen / 8` < WORDS).
+    let qlen = qlen & 0xff;
     // The words were loaded little-endian: fold, then swap to network order
     // (RFC 1071 §2(B): the sum is byte-order independent up to that swap).
     sum = (sum & 0xffff_ffff) + (sum >> 32);
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
-    Ok(Name { len: qlen, hash: hash_finish(h), sum: (sum as u16).swap_bytes() as u32 })
+    Ok(Name { len: qlen, hash: hash_finish(h, qlen), sum: (sum as u16).swap_bytes() as u32 })
+}
+
+/// Why a query passed as `NameUnknown` was passed: its question name could not
+/// be read, was read but is not served, or left no room for QTYPE and QCLASS
+/// (`NameUnknown` is raised only after `parse` stored where the name starts and
+/// the message ends, so these offsets are this packet's).
+///
+/// `parse_name` ends a name at its first zero octet and leaves the label
+/// structure to the exact comparison, so a malformed name surfaces as an
+/// unknown one. Here the labels are walked by their length octets, as RFC 1035
+/// §4.1.4 reads them, so the counters tell a compression pointer, a reserved
+/// label type, an overlong name and a truncated question from a name we do not
+/// serve. Only a passed query pays for the walk. (A malformed name whose
+/// misread continuation fails a later check, QTYPE for one, is counted under
+/// that check: the walk is kept off every other reason's path.)
+#[inline(always)]
+pub fn unknown_name_reason(ctx: &aya_ebpf::programs::XdpContext, scratch: *const Scratch) -> Counter {
+    // SAFETY: plain per-CPU map memory, written by `parse` for this packet.
+    let (off, end) = unsafe {
+        (
+            core::ptr::read_volatile(&(*scratch).name_off) as usize,
+            core::ptr::read_volatile(&(*scratch).name_end) as usize,
+        )
+    };
+    let f = &Frame::reload(ctx);
+    let mut pos = 0usize;
+    let mut n = 0;
+    while n < MAX_LABELS {
+        let Ok(l) = f.u8(off + pos) else { return Counter::TooShort };
+        let l = l as usize;
+        if l == 0 {
+            // A well-formed name; the message must still hold QTYPE and QCLASS.
+            return if off + pos + 1 + 4 > end { Counter::TooShort } else { Counter::NameUnknown };
+        }
+        // Compression pointers and the reserved label types have no place in a
+        // question we answer.
+        if l & 0xc0 != 0 {
+            return Counter::NameCompressed;
+        }
+        pos += l + 1;
+        // The root octet would sit at `pos`: the name would exceed 255 octets.
+        if pos >= NAME_MAX {
+            return Counter::NameTooLong;
+        }
+        n += 1;
+    }
+    Counter::NameTooLong
 }
 
 /// Whether the name in `scratch` (of `len` octets) is exactly the stored one.

@@ -23,7 +23,10 @@ pub struct Ipv4 {
 
 #[inline(always)]
 pub fn parse(f: &Frame, l3: usize) -> Result<Ipv4, Counter> {
-    let ip: Ipv4Hdr = f.header(l3)?;
+    // One check for the header; its fields and the checksum words are read
+    // through it.
+    let w = f.window::<HDR_LEN>(l3)?;
+    let ip: Ipv4Hdr = w.load::<Ipv4Hdr, 0>();
     if ip.vihl >> 4 != 4 {
         return Err(Counter::NotIp);
     }
@@ -44,9 +47,9 @@ pub fn parse(f: &Frame, l3: usize) -> Result<Ipv4, Counter> {
     // response's incremental checksum update (RFC 1624) start from a true sum.
     // Summed as three little-endian words: an all-ones sum is all ones in either
     // byte order.
-    let w0: u64 = f.load(l3)?;
-    let w1: u64 = f.load(l3 + 8)?;
-    let w2: u32 = f.load(l3 + 16)?;
+    let w0: u64 = w.load::<u64, 0>();
+    let w1: u64 = w.load::<u64, 8>();
+    let w2: u32 = w.load::<u32, 16>();
     let mut sum = (w0 & 0xffff_ffff) + (w0 >> 32) + (w1 & 0xffff_ffff) + (w1 >> 32) + w2 as u64;
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);

@@ -59,12 +59,21 @@ pub fn lagran(ctx: XdpContext) -> u32 {
             action
         }
         Err(reason) => {
+            // A name not served: counted by what is wrong with it, if anything.
+            let reason = if reason == Counter::NameUnknown { name_reason(&ctx) } else { reason };
             maps::count(reason);
             #[cfg(feature = "xdp-debug-log")]
             aya_log_ebpf::debug!(&ctx, "lagran: passed, counter {}", reason as u32);
             xdp_action::XDP_PASS
         }
     }
+}
+
+/// Why a name the fast path did not find was passed (`dns::unknown_name_reason`).
+#[inline(always)]
+fn name_reason(ctx: &XdpContext) -> Counter {
+    let Some(scratch) = maps::SCRATCH.get_ptr(0) else { return Counter::NameUnknown };
+    dns::unknown_name_reason(ctx, scratch)
 }
 
 #[inline(always)]

@@ -88,6 +88,10 @@ pub struct Scratch {
     /// The parsed name length, stored and reloaded so the verifier sees a bounded
     /// range instead of one exact value per loop exit (see `dns::parse_name`).
     pub qlen: u32,
+    /// Frame offsets of the question name and of the message's end, for
+    /// `dns::unknown_name_reason`.
+    pub name_off: u32,
+    pub name_end: u32,
     /// The answer's record count (0 when rate limiting slips it) and the slip
     /// itself, stored and reloaded by `response::build` for the same reason.
     pub count: u32,

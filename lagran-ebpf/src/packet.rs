@@ -83,6 +83,13 @@ impl Frame {
         self.check(off, N).ok_or(Counter::TooShort)
     }
 
+    /// The `N` bytes at `off`, checked once: fields at constant offsets inside
+    /// them are read and written without a check each.
+    #[inline(always)]
+    pub fn window<const N: usize>(&self, off: usize) -> Result<Window<N>, Counter> {
+        Ok(Window { p: self.at::<N>(off)? })
+    }
+
     /// Reads `N` bytes at `off`.
     #[inline(always)]
     pub fn bytes<const N: usize>(&self, off: usize) -> Result<[u8; N], Counter> {
@@ -128,5 +135,34 @@ impl Frame {
         // SAFETY: checked against the frame end just above.
         unsafe { core::ptr::write_unaligned(p as *mut [u8; N], bytes) };
         Ok(())
+    }
+}
+
+/// `N` bytes of the frame whose end was checked against `data_end` once
+/// ([`Frame::window`]). An access at a constant offset `AT` is proven inside the
+/// window when the program is compiled, and the verifier sees it inside the
+/// range that one check gave the window's pointer: a header's fields cost one
+/// comparison, not one each.
+#[derive(Clone, Copy)]
+pub struct Window<const N: usize> {
+    p: usize,
+}
+
+impl<const N: usize> Window<N> {
+    /// Reads a `T` at `AT` in one load (machine byte order).
+    #[inline(always)]
+    pub fn load<T: Copy, const AT: usize>(&self) -> T {
+        const { assert!(AT + size_of::<T>() <= N) };
+        // SAFETY: `[p, p + N)` was checked against the frame end, and the
+        // access lies inside it (asserted above).
+        unsafe { core::ptr::read_unaligned((self.p + AT) as *const T) }
+    }
+
+    /// Stores a `T` at `AT` in one store (machine byte order).
+    #[inline(always)]
+    pub fn store<T: Copy, const AT: usize>(&self, v: T) {
+        const { assert!(AT + size_of::<T>() <= N) };
+        // SAFETY: as in `load`.
+        unsafe { core::ptr::write_unaligned((self.p + AT) as *mut T, v) }
     }
 }

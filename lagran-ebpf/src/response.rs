@@ -182,12 +182,13 @@ pub fn build<R: Records>(
 
     // Ethernet: back to where it came from. The 12 MAC octets are one 8-byte and
     // one 4-byte word; swapping the two 6-octet halves is shifts.
-    let w0: u64 = f.load(0)?;
-    let w1: u32 = f.load(8)?;
+    let macs = f.window::<12>(0).map_err(|_| Counter::Malformed)?;
+    let w0: u64 = macs.load::<u64, 0>();
+    let w1: u32 = macs.load::<u32, 8>();
     let old_dst = w0 & 0xffff_ffff_ffff;
     let old_src = (w0 >> 48) | ((w1 as u64) << 16);
-    f.store::<u64>(0, old_src | (old_dst << 48))?;
-    f.store::<u32>(8, (old_dst >> 16) as u32)?;
+    macs.store::<u64, 0>(old_src | (old_dst << 48));
+    macs.store::<u32, 8>((old_dst >> 16) as u32);
 
     // The addresses' share of the UDP pseudo-header.
     let addr_sum = match ip {
@@ -205,8 +206,10 @@ pub fn build<R: Records>(
     } else {
         FLAG_QR | FLAG_AA | copied
     };
-    f.store::<u16>(dns + 2, flags.to_be())?;
-    f.store::<u16>(dns + 6, (count as u16).to_be())?;
+    // The UDP and DNS headers: one window for the fields written here and below.
+    let l4w = f.window::<{ udp::HDR_LEN + dns::HDR_LEN }>(l4).map_err(|_| Counter::Malformed)?;
+    l4w.store::<u16, { udp::HDR_LEN + 2 }>(flags.to_be());
+    l4w.store::<u16, { udp::HDR_LEN + 6 }>((count as u16).to_be());
 
     // Everything after the name: QTYPE/QCLASS (kept), answers, OPT. It starts at
     // DNS offset 12 + qlen; its sum is taken as if that were even and swapped below.
@@ -320,10 +323,10 @@ pub fn build<R: Records>(
         c = 0xffff;
     }
     // Ports swapped: one 4-octet word rotated.
-    let ports: u32 = f.load(l4)?;
-    f.store::<u32>(l4, ports.rotate_left(16))?;
-    f.store::<u16>(l4 + 4, (udp_len as u16).to_be())?;
-    f.store::<u16>(l4 + 6, c.to_be())?;
+    let ports: u32 = l4w.load::<u32, 0>();
+    l4w.store::<u32, 0>(ports.rotate_left(16));
+    l4w.store::<u16, 4>((udp_len as u16).to_be());
+    l4w.store::<u16, 6>(c.to_be());
     Ok(xdp_action::XDP_TX)
 }
 
@@ -410,17 +413,18 @@ fn write_chunk(f: &Frame, off: usize, c: [u64; 4]) -> Result<(), Counter> {
 /// as ours would have dropped the query. Returns the addresses' pseudo-header sum.
 #[inline(always)]
 fn rewrite_ipv4(f: &Frame, l3: usize, ip: &Ipv4, ip_len: usize) -> Result<u32, Counter> {
-    let addrs: u64 = f.load(l3 + 12)?;
-    f.store::<u64>(l3 + 12, addrs.rotate_left(32))?;
+    let w = f.window::<{ ipv4::HDR_LEN }>(l3).map_err(|_| Counter::Malformed)?;
+    let addrs: u64 = w.load::<u64, 12>();
+    w.store::<u64, 12>(addrs.rotate_left(32));
     let mut ipsum = Sum::new();
     ipsum.word(!u16::from_be_bytes(ip.check));
     ipsum.word(!(ip.tot_len as u16));
     ipsum.word(ip_len as u16);
     ipsum.word(!u16::from_be_bytes([ip.ttl, IPPROTO_UDP]));
     ipsum.word(u16::from_be_bytes([IP_TTL, IPPROTO_UDP]));
-    f.store::<u16>(l3 + 2, (ip_len as u16).to_be())?;
-    f.store::<u8>(l3 + 8, IP_TTL)?;
-    f.store::<u16>(l3 + 10, ipsum.finish().to_be())?;
+    w.store::<u16, 2>((ip_len as u16).to_be());
+    w.store::<u8, 8>(IP_TTL);
+    w.store::<u16, 10>(ipsum.finish().to_be());
     // From the little-endian word: fold, then swap to network order.
     Ok(fold64(addrs).swap_bytes() as u32)
 }

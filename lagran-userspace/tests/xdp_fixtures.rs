@@ -1303,6 +1303,23 @@ fn malformed_names_are_passed() {
     let mut m = d.bytes();
     m.truncate(12 + 3);
     fx.pass(&f.build(&m), Counter::TooShort);
+    // A zero octet inside a label, ahead of a served name's octets: the program
+    // reads a name up to its first zero octet, so it reads `03 61 00` and then
+    // QTYPE from the octets after it, and passes the query (userspace answers
+    // it). Counted under what the misread QTYPE fails, not as an unknown name:
+    // the label walk that would tell is kept off that reason's path.
+    let mut zero = vec![3, b'a', 0, b'b'];
+    zero.extend(wire("edge.lagran.net"));
+    d.qname = zero;
+    fx.pass(&f.build(&d.bytes()), Counter::Qtype);
+    fx.pass(&f.build(&d.clone().opt(1232, 0, false, &cookie()).bytes()), Counter::Qtype);
+    // A compression pointer with the name's root octets after it (`\0` of QTYPE).
+    d.qname = vec![4, b'e', b'd', b'g', b'e', 0xc0, 0x0c];
+    fx.pass(&f.build(&d.bytes()), Counter::NameCompressed);
+    // The question ends inside QTYPE: a truncated question, not a name fault.
+    let mut m = Dns::a("edge.lagran.net").bytes();
+    m.truncate(m.len() - 3);
+    fx.pass(&f.build(&m), Counter::TooShort);
 }
 
 #[test]

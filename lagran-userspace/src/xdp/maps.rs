@@ -1336,14 +1336,16 @@ fn remove_ok_if_missing(res: Result<(), MapError>, map: &'static str) -> Result<
 
 /// The map key of a name: DNS wire format, ASCII lowercased, root label
 /// included, zero-padded. `None` when the name cannot be one (label over 63
-/// octets, empty label, over 255 octets).
+/// octets, empty label, over 255 octets) or holds a zero octet.
 pub fn wire_key(name: &str) -> Option<Vec<u8>> {
     let name = name.trim_end_matches('.');
     let mut out = Vec::with_capacity(name.len() + 2);
     if !name.is_empty() {
         for label in name.split('.') {
             let bytes = label.as_bytes();
-            if bytes.is_empty() || bytes.len() > 63 {
+            // The fast path ends a name at its first zero octet (`dns::parse_name`
+            // in lagran-ebpf): a label holding one is left to userspace.
+            if bytes.is_empty() || bytes.len() > 63 || bytes.contains(&0) {
                 return None;
             }
             out.push(bytes.len() as u8);
@@ -1382,6 +1384,7 @@ mod tests {
         assert_eq!(wire_key("").unwrap(), vec![0]);
         assert!(wire_key("a..b").is_none(), "empty label");
         assert!(wire_key(&"x".repeat(64)).is_none(), "label over 63 octets");
+        assert!(wire_key("a\0b.edge.lagran.net").is_none(), "a zero octet ends a name in the fast path");
         let long = ["abcdefghi"; 26].join(".");
         assert_eq!(long.len(), 259);
         assert!(wire_key(&long).is_none(), "name over 255 octets");
