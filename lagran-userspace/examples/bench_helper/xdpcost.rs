@@ -62,6 +62,11 @@ pub struct Args {
     /// lookup-only runs (`repeat` per packet, warm; they reach the account too).
     #[arg(long)]
     rrl: bool,
+    /// The bare XDP_TX reflector object: its runs over the same frames, each
+    /// round, are the floor of these measurements (the test-run harness and
+    /// `bpf_stats`' own clock reads around a program that does nothing).
+    #[arg(long)]
+    floor: Option<PathBuf>,
 }
 
 /// One loaded object with its maps synced to one table.
@@ -229,6 +234,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
 
+    let floor = match &a.floor {
+        Some(path) => {
+            let obj = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let mut ebpf = aya::Ebpf::load(&obj).context("loading the reflector object")?;
+            let prog: &mut Xdp = ebpf.program_mut("reflector").context("no `reflector` program")?.try_into()?;
+            prog.load().context("the verifier rejected the reflector")?;
+            Some(ebpf)
+        }
+        None => None,
+    };
+    // (test-run medians, bpf_stats means) per round
+    let mut floor_cells: (Vec<f64>, Vec<f64>) = Default::default();
+
     let stats_on = crate::bpfstats::BpfStats::on();
     let have_stats = stats_on.counting();
     // key: (object, table, ecs, wildcard) → (answered, stats, lookup) samples
@@ -271,6 +289,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                         cell.2.push(median(look));
                     }
                 }
+            }
+        }
+        if let Some(e) = &floor {
+            let prog: &Xdp = e.program("reflector").context("no `reflector` program")?.try_into()?;
+            let before = crate::bpfstats::read(prog)?;
+            let mut one = Vec::with_capacity(with_ecs.len());
+            for f in &with_ecs {
+                let mut out = vec![0u8; 2048];
+                let opts = TestRunOptions {
+                    data_in: Some(f),
+                    data_out: Some(&mut out),
+                    repeat: 1,
+                    ..TestRunOptions::default()
+                };
+                let r = prog.test_run(opts).context("BPF_PROG_TEST_RUN (reflector)")?;
+                if r.return_value != XDP_TX {
+                    bail!("the reflector did not reflect (action {})", r.return_value);
+                }
+                one.push(r.duration.as_nanos() as f64);
+            }
+            let after = crate::bpfstats::read(prog)?;
+            floor_cells.0.push(median(one));
+            if have_stats && let Some(ns) = crate::bpfstats::per_run(before, after) {
+                floor_cells.1.push(ns);
             }
         }
         if a.rrl {
@@ -319,6 +361,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         crate::result(&format!("{key}_answered_ns"), format!("{ans:.1}"));
         crate::result(&format!("{key}_stats_ns"), format!("{st:.1}"));
         crate::result(&format!("{key}_lookup_ns"), format!("{look:.1}"));
+    }
+    if floor.is_some() {
+        let (ans, st) = (median(floor_cells.0), median(floor_cells.1));
+        println!("floor    reflector ecs  -         {ans:>9.1} {st:>9.1}");
+        crate::result("floor_answered_ns", format!("{ans:.1}"));
+        crate::result("floor_stats_ns", format!("{st:.1}"));
     }
     for (oi, (ans, look)) in rrl_cells {
         let (ans, look) = (median(ans), median(look));

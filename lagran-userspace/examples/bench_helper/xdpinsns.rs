@@ -34,6 +34,11 @@ pub struct Args {
     /// The BPF object (default: the one `LAGRAN_EBPF_OBJECT` names).
     #[arg(long)]
     object: Option<PathBuf>,
+    /// Also write, per query kind, how often each instruction ran
+    /// (`DIR/<kind>.txt`: index and count per line), to read beside
+    /// `llvm-objdump -d -l --section=xdp`.
+    #[arg(long)]
+    trace: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -45,6 +50,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for (key, n) in counts(&obj)? {
         eprintln!("{key}: {} instructions ({} helper calls)", n.insns, n.calls);
         crate::result(&format!("xdp_insns_{key}"), n.insns);
+        if let Some(dir) = &a.trace {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let lines: String =
+                n.hits.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, c)| format!("{i} {c}\n")).collect();
+            let path = dir.join(format!("{key}.txt"));
+            std::fs::write(&path, lines).with_context(|| format!("writing {}", path.display()))?;
+        }
     }
     Ok(())
 }
@@ -94,10 +106,12 @@ fn with_client_cookie(msg: &[u8]) -> Vec<u8> {
 }
 
 /// What one run executed.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Count {
     pub insns: u64,
     pub calls: u64,
+    /// Executions per instruction index of the section.
+    pub hits: Vec<u32>,
 }
 
 /// The `xdp` section's instructions and which map or global each `lddw` names.
@@ -141,7 +155,7 @@ impl Program {
         let action = m.run()?;
         ensure!(action == XDP_TX, "the program returned {action}, not XDP_TX (counters: {:?})", m.counters());
         let f = m.frame();
-        Ok((Count { insns: m.insns, calls: m.calls }, f))
+        Ok((Count { insns: m.insns, calls: m.calls, hits: m.hits }, f))
     }
 }
 
@@ -173,6 +187,7 @@ struct Machine<'p> {
     end: u64,
     insns: u64,
     calls: u64,
+    hits: Vec<u32>,
 }
 
 const CTX: u64 = 0x1000;
@@ -200,6 +215,7 @@ impl<'p> Machine<'p> {
             end: data + frame.len() as u64,
             insns: 0,
             calls: 0,
+            hits: vec![0; p.insns.len()],
         };
         m.sync_ctx();
         m
@@ -350,6 +366,7 @@ impl<'p> Machine<'p> {
             ensure!(self.insns < LIMIT, "more than {LIMIT} instructions");
             let ins = *self.p.insns.get(pc).context("jumped out of the program")?;
             self.insns += 1;
+            self.hits[pc] += 1;
             let op = ins[0];
             let (dst, src) = ((ins[1] & 0xf) as usize, (ins[1] >> 4) as usize);
             let off = i16::from_le_bytes([ins[2], ins[3]]);
