@@ -493,8 +493,7 @@ impl Bench {
 
     fn tables(&self) -> anyhow::Result<Results> {
         let xdb = self.xdb.display().to_string();
-        let reflector = self.reflector.display().to_string();
-        let mut args = vec!["tables", "--xdb", &xdb, "--no-recompute", "--reflector", &reflector];
+        let mut args = vec!["tables", "--xdb", &xdb, "--no-recompute"];
         if self.opts.no_unmerged {
             args.push("--no-unmerged");
         }
@@ -1387,16 +1386,6 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             format!("{median:.1} ns; {}", fmt_ns(t, "full_answered_prog_ns")),
             "≤ 150 ns",
             Some(median <= 150.0),
-        ));
-    }
-    // What of that a program pays that does nothing: the bare reflector over
-    // the same frames, in the same rounds.
-    if let Some(floor) = num(t, "floor_answered_median_ns") {
-        rows.push(row(
-            "  floor: the bare XDP_TX reflector, same frames (test-run median; bpf_stats run_time_ns / run_cnt)",
-            format!("{floor:.1} ns; {}", fmt_ns(t, "floor_answered_prog_ns")),
-            "-",
-            None,
         ));
     }
     // The same path counted, not timed: instructions the object executes per

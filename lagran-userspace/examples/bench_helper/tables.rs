@@ -70,11 +70,6 @@ pub struct Args {
     /// `real`: the real xdb with 100 and 1 000 nodes, full and after one node goes down.
     #[arg(long, value_delimiter = ',', default_value = "1pool,real")]
     configs: Vec<String>,
-    /// The bare XDP_TX reflector object: timed over the same frames in the same
-    /// rounds as the answered runs, the floor under them (the test-run harness
-    /// and `bpf_stats`' own clock reads around a program that does nothing).
-    #[arg(long)]
-    reflector: Option<std::path::PathBuf>,
 }
 
 fn ms(d: Duration) -> String {
@@ -305,53 +300,6 @@ fn program_ns(k: &Kernel, packets: &[(Ipv4Addr, Vec<u8>)], passes: usize) -> any
     Ok(crate::bpfstats::per_run(before, k.stats()?))
 }
 
-/// The bare XDP_TX reflector, loaded beside the program: what a run costs that
-/// does nothing but turn the frame around.
-struct Floor {
-    ebpf: aya::Ebpf,
-}
-
-impl Floor {
-    fn load(path: &std::path::Path) -> anyhow::Result<Floor> {
-        let obj = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut ebpf = aya::Ebpf::load(&obj).context("loading the reflector object")?;
-        let prog: &mut Xdp = ebpf.program_mut("reflector").context("no `reflector` program")?.try_into()?;
-        prog.load().context("the verifier rejected the reflector")?;
-        Ok(Floor { ebpf })
-    }
-
-    fn prog(&self) -> anyhow::Result<&Xdp> {
-        Ok(self.ebpf.program("reflector").context("no `reflector` program")?.try_into()?)
-    }
-
-    /// One test run per packet, as `answered_pass` times the program.
-    fn pass(&self, packets: &[(Ipv4Addr, Vec<u8>)]) -> anyhow::Result<Vec<f64>> {
-        let prog = self.prog()?;
-        let mut out = vec![0u8; 2048];
-        let mut times = Vec::with_capacity(packets.len());
-        for (_, f) in packets {
-            let opts = TestRunOptions { data_in: Some(f), data_out: Some(&mut out), repeat: 1, ..Default::default() };
-            let r = prog.test_run(opts).context("BPF_PROG_TEST_RUN (reflector)")?;
-            if r.return_value != XDP_TX {
-                bail!("the reflector did not reflect (action {})", r.return_value);
-            }
-            times.push(r.duration.as_nanos() as f64);
-        }
-        Ok(times)
-    }
-
-    /// The same pass as `bpf_stats` accounts it, as `program_ns` does.
-    fn program_ns(&self, packets: &[(Ipv4Addr, Vec<u8>)]) -> anyhow::Result<Option<f64>> {
-        let on = crate::bpfstats::BpfStats::on();
-        if !on.counting() {
-            return Ok(None);
-        }
-        let before = crate::bpfstats::read(self.prog()?)?;
-        self.pass(packets)?;
-        Ok(crate::bpfstats::per_run(before, crate::bpfstats::read(self.prog()?)?))
-    }
-}
-
 /// One run of every packet, each answered (XDP_TX) or an error; the run
 /// times, and with `check` the answers whose addresses or ECS scope differ
 /// from userspace's.
@@ -515,13 +463,7 @@ fn kernel(a: &Args, geo: &GeoDb, real: &RouteTable, unmerged: ScheduledName, com
     // in one visit of five timed passes.
     let mut answered = vec![Vec::with_capacity(packets.len() * 5); sets.len()];
     let mut program = vec![Vec::new(); sets.len()];
-    let floor = a.reflector.as_deref().map(Floor::load).transpose()?;
-    let (mut floor_times, mut floor_program) = (Vec::new(), Vec::new());
     for round in 0..5 {
-        if let Some(fl) = &floor {
-            floor_times.extend(fl.pass(&packets)?);
-            floor_program.extend(fl.program_ns(&packets)?);
-        }
         for (i, (label, name)) in sets.iter().enumerate() {
             let visits = if *label == "unmerged" { usize::from(round == 0) * 5 } else { 1 };
             if visits == 0 {
@@ -533,15 +475,6 @@ fn kernel(a: &Args, geo: &GeoDb, real: &RouteTable, unmerged: ScheduledName, com
                 answered[i].extend(answered_pass(&k, &packets, label, None)?.0);
                 program[i].extend(program_ns(&k, &packets, 1)?);
             }
-        }
-    }
-    if floor.is_some() {
-        let (mean, median) = stats(floor_times);
-        result("floor_answered_mean_ns", format!("{mean:.1}"));
-        result("floor_answered_median_ns", format!("{median:.1}"));
-        if !floor_program.is_empty() {
-            let ns = floor_program.iter().sum::<f64>() / floor_program.len() as f64;
-            result("floor_answered_prog_ns", format!("{ns:.1}"));
         }
     }
     for (i, (label, _)) in sets.iter().enumerate() {
