@@ -60,7 +60,9 @@ counters! {
     NameTooLong = "name_too_long",
     /// Question name not in `lagran_names`.
     NameUnknown = "name_unknown",
-    /// QTYPE other than A.
+    /// QTYPE other than A or AAAA. The program reads a question name up to its
+    /// first zero octet, so a name with one inside a label is counted here
+    /// (or under a later check) when the octets after it are misread as QTYPE.
     Qtype = "qtype",
     /// QCLASS other than IN.
     Qclass = "qclass",
