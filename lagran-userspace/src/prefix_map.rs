@@ -214,8 +214,9 @@ impl<A: PrefixAddr> PrefixMapBuilder<A> {
 
 /// Appends the inclusive range `s..=e` with value `v` to a list sorted by
 /// start, merged into the last range when adjacent with the same value (the
-/// run lists of the geo readers, the partition table and the route build).
-pub(crate) fn push_merged(out: &mut Vec<(u128, u128, u32)>, s: u128, e: u128, v: u32) {
+/// run lists of the geo readers, the partition table and the route build, and
+/// the geo tests' region lists).
+pub(crate) fn push_merged<V: PartialEq>(out: &mut Vec<(u128, u128, V)>, s: u128, e: u128, v: V) {
     if let Some(last) = out.last_mut()
         && last.2 == v
         && last.1.checked_add(1) == Some(s)

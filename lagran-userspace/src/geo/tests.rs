@@ -55,14 +55,7 @@ fn random_ranges(rng: &mut StdRng, version: IpVersion, n: usize) -> Vec<(u128, u
 fn merge(ranges: impl IntoIterator<Item = (u128, u128, String)>) -> Vec<(u128, u128, String)> {
     let mut out: Vec<(u128, u128, String)> = Vec::new();
     for (s, e, r) in ranges {
-        if let Some(last) = out.last_mut()
-            && last.2 == r
-            && last.1.checked_add(1) == Some(s)
-        {
-            last.1 = e;
-            continue;
-        }
-        out.push((s, e, r));
+        crate::prefix_map::push_merged(&mut out, s, e, r);
     }
     out
 }
