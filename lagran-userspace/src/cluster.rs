@@ -18,7 +18,9 @@
 //!   connection while its recomputes succeed (the confirmation standbys pass
 //!   on). A failed stamp (the session is gone, or the term is someone
 //!   else's) ends its lead within seconds. It listens (`LISTEN
-//!   lagran_changes`, dedicated connection) for the writes standbys take.
+//!   lagran_changes`, dedicated connection) for the writes standbys take,
+//!   from before its first table; when that connection comes back after a
+//!   failure, it recomputes in full (what was notified meanwhile is lost).
 //! - **A standby** serves reads and the route-table stream, loading each new
 //!   table from the database (`LISTEN lagran_tables`, and every second), and
 //!   confirms it only while the leader's stamp moves. Writes go to the
@@ -245,6 +247,8 @@ impl Cluster {
         self.scheduler.lead(epoch, stored_max).await;
         self.scheduler.set_leader_hint(&self.advertise);
         tracing::warn!(epoch, api = %self.advertise, "this control process leads the cluster");
+        // Listening before the first table reads the store: a standby's write after that read is heard.
+        let mut changes = listen(&self.database_url, "lagran_changes").await;
         // The first table of the term: the held rollback, or a fresh build, published even if unchanged.
         let first = match self.scheduler.restore_freeze().await {
             Ok(true) => Ok(()),
@@ -256,7 +260,6 @@ impl Cluster {
         }
         let term = shutdown.child_token();
         let loops = leader_loops(term.clone());
-        let mut changes = listen(&self.database_url, "lagran_changes").await;
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ended = loop {
@@ -277,6 +280,11 @@ impl Cluster {
                     }
                     if changes.is_none() {
                         changes = listen(&self.database_url, "lagran_changes").await;
+                        if changes.is_some() {
+                            // What standbys notified while nobody listened is lost: the
+                            // caches (nodes, lists) may be behind, so read everything.
+                            self.scheduler.trigger();
+                        }
                     }
                 }
                 n = next_notification(&mut changes) => match n {

@@ -21,6 +21,7 @@ mod changes;
 mod decide;
 mod forward;
 pub mod geo_reload;
+mod list_cache;
 mod node_cache;
 
 use std::sync::Arc;
@@ -126,6 +127,8 @@ pub struct Scheduler {
     leader_hint: std::sync::Mutex<String>,
     /// The nodes the last recompute read, and which were written since.
     node_cache: std::sync::Mutex<node_cache::NodeCache>,
+    /// The zones, domains, rules and lines the last full read found.
+    list_cache: std::sync::Mutex<list_cache::ListCache>,
     /// A standby's heartbeats not yet passed on to the leader ([`forward`]).
     outbox: std::sync::Mutex<forward::Outbox>,
     /// Woken when `outbox` gains a heartbeat.
@@ -181,6 +184,7 @@ impl Scheduler {
             fenced: std::sync::atomic::AtomicBool::new(false),
             leader_hint: std::sync::Mutex::new(String::new()),
             node_cache: std::sync::Mutex::new(node_cache::NodeCache::default()),
+            list_cache: std::sync::Mutex::new(list_cache::ListCache::default()),
             outbox: std::sync::Mutex::new(forward::Outbox::default()),
             outbox_wake: Notify::new(),
             next_timeout_ms: std::sync::atomic::AtomicI64::new(i64::MAX),
@@ -244,16 +248,11 @@ impl Scheduler {
         &self.policy
     }
 
-    /// What a recompute at `now` builds from: the store's records and the
-    /// health monitor's verdicts.
+    /// What a recompute at `now` builds from: the store's records, all read
+    /// now, and the health monitor's verdicts.
     pub async fn inputs_at(&self, now: i64) -> Result<Inputs, SchedulerError> {
-        self.inputs_with(self.store.list_nodes().await?, now).await
-    }
-
-    /// [`Scheduler::inputs_at`] with `nodes` as read (see [`node_cache`]).
-    async fn inputs_with(&self, nodes: Vec<crate::model::Node>, now: i64) -> Result<Inputs, SchedulerError> {
         Ok(Inputs {
-            nodes,
+            nodes: self.store.list_nodes().await?,
             zones: self.store.list_zones().await?,
             domains: self.store.list_domains().await?,
             rules: self.store.list_rules().await?,
@@ -392,6 +391,39 @@ impl Scheduler {
             Change::Liveness | Change::Rules => {}
             Change::Everything => cache.invalidate(),
         }
+    }
+
+    /// The zones, domains, rules and lines to build from: as the last read
+    /// found them after a node or liveness change, unless a rule has expired
+    /// since (see [`list_cache`]); else read again, after the expired rules
+    /// are purged.
+    async fn read_lists(&self, change: &Change, now: i64) -> Result<list_cache::Lists, SchedulerError> {
+        let cached = self.list_cache.lock().expect("list cache lock poisoned").get(change.allows_incremental(), now);
+        if let Some(lists) = cached {
+            return Ok(lists);
+        }
+        // Expired rules never apply (`Rule::is_active`); they are also purged, so the
+        // store and `GET /api/v1/rules` do not keep them forever.
+        match self.store.purge_expired_rules(now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(rules = n, "expired rules purged"),
+            Err(e) => tracing::warn!(error = %e, "purging expired rules failed; they are ignored meanwhile"),
+        }
+        self.list_cache.lock().expect("list cache lock poisoned").invalidate();
+        let lists = list_cache::Lists {
+            zones: self.store.list_zones().await?,
+            domains: self.store.list_domains().await?,
+            rules: self.store.list_rules().await?,
+            lines: self.store.list_lines().await?,
+        };
+        self.list_cache.lock().expect("list cache lock poisoned").put(&lists);
+        Ok(lists)
+    }
+
+    /// The next recompute reads the zones, domains, rules and lines again
+    /// (this process may have missed a write of them).
+    fn forget_lists(&self) {
+        self.list_cache.lock().expect("list cache lock poisoned").invalidate();
     }
 
     /// The nodes to build from: those written since the last recompute read
@@ -554,17 +586,13 @@ impl Scheduler {
             tracing::warn!("route table frozen by a rollback: recompute skipped (POST /api/v1/routes/resume)");
             return Ok(self.table.load_full());
         }
-        // Expired rules never apply (`Rule::is_active`); they are also purged, so the
-        // store and `GET /api/v1/rules` do not keep them forever.
         let now = now_ms();
         let reading = Instant::now();
-        match self.store.purge_expired_rules(now).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(rules = n, "expired rules purged"),
-            Err(e) => tracing::warn!(error = %e, "purging expired rules failed; they are ignored meanwhile"),
-        }
+        let lists = self.read_lists(&change, now).await?;
         self.note_nodes_written(&change);
-        let inputs = self.inputs_with(self.read_nodes().await?, now).await?;
+        let list_cache::Lists { zones, domains, rules, lines } = lists;
+        let nodes = self.read_nodes().await?;
+        let inputs = Inputs { nodes, zones, domains, rules, lines, liveness: self.health.liveness(), now_ms: now };
         let next_timeout = inputs.liveness.next_timeout_ms(&inputs.nodes, now).unwrap_or(i64::MAX);
         self.next_timeout_ms.store(next_timeout, Ordering::SeqCst);
         let read = reading.elapsed();
@@ -699,6 +727,7 @@ impl Scheduler {
         self.frozen.store(false, Ordering::SeqCst);
         // As a standby this process built nothing: the leader's writes went by.
         self.forget_nodes();
+        self.forget_lists();
         self.outbox.lock().expect("outbox lock poisoned").take();
         self.leading.store(true, Ordering::SeqCst);
     }

@@ -208,6 +208,59 @@ async fn a_recompute_purges_expired_rules_from_the_store() {
     assert_eq!(left, vec![lasting.id], "the expired rule is deleted, the lasting one stays");
 }
 
+/// A demo node other than `node`.
+fn other_than(node: &str) -> &'static str {
+    ["gz-01", "hk-01", "kr-01"].into_iter().find(|n| *n != node).expect("three demo nodes")
+}
+
+#[tokio::test]
+async fn node_changes_reuse_the_lists_and_a_change_of_rules_reads_them() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let before = primary(&s.recompute().await.unwrap());
+    let other = other_than(&before);
+    // A rule written behind the scheduler's back (no change told): a node
+    // change builds from the lists as last read.
+    s.store.create_rule(&crate::store::NewRule::manual(other)).await.unwrap();
+    let t = s.recompute_after(Change::Node(before.clone())).await.unwrap();
+    assert_eq!(primary(&t), before, "a node change does not read the rules again");
+    let t = s.recompute_after(Change::Liveness).await.unwrap();
+    assert_eq!(primary(&t), before, "nor does a liveness change");
+    // Told of rules (as a standby's notification tells), the lists are read again.
+    let t = s.recompute_after(Change::Rules).await.unwrap();
+    assert_eq!(primary(&t), other, "the manual rule pins the apex");
+}
+
+#[tokio::test]
+async fn a_new_term_and_a_full_recompute_read_the_lists_again() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let before = primary(&s.recompute().await.unwrap());
+    let other = other_than(&before);
+    s.store.create_rule(&crate::store::NewRule::manual(other)).await.unwrap();
+    s.lead(1, 0).await;
+    let t = s.recompute_after(Change::Liveness).await.unwrap();
+    assert_eq!(primary(&t), other, "a new term forgets the lists: the rule is read");
+    let rule = s.store.list_rules().await.unwrap()[0].id;
+    s.store.delete_rule(rule).await.unwrap();
+    let t = s.recompute().await.unwrap();
+    assert_eq!(primary(&t), before, "a full recompute reads the lists: the rule is gone");
+}
+
+#[tokio::test]
+async fn a_cached_rule_that_expires_ends_the_reuse_and_is_purged() {
+    let s = scheduler(demo_store("sqlite::memory:").await);
+    let before = primary(&s.recompute().await.unwrap());
+    let other = other_than(&before);
+    let mut rule = crate::store::NewRule::manual(other);
+    rule.expires_at_ms = Some(now_ms() + 300);
+    s.store.create_rule(&rule).await.unwrap();
+    let t = s.recompute_after(Change::Rules).await.unwrap();
+    assert_eq!(primary(&t), other, "the rule pins the apex while it lasts");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let t = s.recompute_after(Change::Liveness).await.unwrap();
+    assert_eq!(primary(&t), before, "expired, the cached rule no longer pins");
+    assert!(s.store.list_rules().await.unwrap().is_empty(), "and the recompute purged it from the store");
+}
+
 #[tokio::test]
 async fn load_reports_wait_for_the_settle_time_and_other_changes_do_not() {
     let s = scheduler(demo_store("sqlite::memory:").await);
