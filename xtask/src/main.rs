@@ -5,6 +5,7 @@
 
 mod bench;
 mod build_ebpf;
+mod busy;
 mod fuzz;
 mod integration_test;
 mod run;
