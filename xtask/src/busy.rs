@@ -95,6 +95,7 @@ mod tests {
     #[test]
     fn proc_stat_idle_is_the_idle_and_iowait_columns() {
         let stat = "cpu  10 0 5 900 3 0 1 0 0 0\ncpu0 5 0 2 450 1 0 0 0 0 0\ncpu1 5 0 3 450 2 0 1 0 0 0\n";
+        // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
         assert_eq!(parse_proc_stat_idle(stat, 1), Some(452 * 1_000_000_000 / hz));
         assert_eq!(parse_proc_stat_idle(stat, 2), None, "no such CPU");
