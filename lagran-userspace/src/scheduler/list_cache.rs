@@ -12,7 +12,8 @@
 //! notification), which reads them again; so do the periodic full recompute
 //! (the safety net), a new leadership term, and the leader's `LISTEN` coming
 //! back after a gap in which a standby's notification may have been lost
-//! ([`crate::cluster`]).
+//! ([`crate::cluster`]). A hand edit of the database, which no one announces,
+//! waits for the periodic full recompute, as a hand edit of a node already did.
 //!
 //! A rule that expires ends the reuse: from its `expires_at_ms` on, the next
 //! recompute purges the expired rules from the store and reads the lists

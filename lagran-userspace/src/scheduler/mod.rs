@@ -10,7 +10,9 @@
 //!   nothing), confirms the current table while it runs
 //!   ([`Scheduler::confirmation`]), and keeps the previous table for rollback.
 //!   The build itself runs on its own thread, off the async runtime and below
-//!   the responder's priority ([`crate::background`]).
+//!   the responder's priority ([`crate::background`]). What it read last is
+//!   kept for the recomputes after node and liveness changes: the nodes
+//!   ([`node_cache`]) and the zones, domains, rules and lines ([`list_cache`]).
 //! - [`decide`]: the decide/explain query ([`Scheduler::decide`]).
 //! - [`changes`]: the change log, computed from the partition diff after each
 //!   publish (on a blocking thread).
