@@ -63,7 +63,7 @@ impl Pinned {
             Ok(Map::from_map_data(data)?)
         };
         let names = NameSlots::new(open(lagran_common::names::MAP_NAME)?, false)?;
-        let wire = lagran::xdp::maps::wire_key(&a.name).context("name is not a valid key")?;
+        let wire = lagran::xdp::wire_name::wire_key(&a.name).context("name is not a valid key")?;
         let name_id = names.find(&wire).with_context(|| format!("{} is not in lagran_names", a.name))?.id;
         let flat = match (open(flat::MAP_NAME_L1), open(flat::MAP_NAME_L2)) {
             (Ok(l1), Ok(l2)) => Some((Array::try_from(l1)?, Array::try_from(l2)?)),
@@ -196,7 +196,7 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     let mut before = maps.answer().context("no fast-path answer for the client before the change")?;
     // `auto` (the fleet step): the node serving the client, taken anew each round.
     // With a fleet, the node that takes over may be as good as the one that came
-    // back, and hysteresis then keeps it (issue 8: an answer moves only for a
+    // back, and hysteresis then keeps it (an answer moves only for a
     // better one): the answer need not return, and the next round takes the
     // node serving now offline. Only the offline change is timed then.
     let auto = a.node == "auto";

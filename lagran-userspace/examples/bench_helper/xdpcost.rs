@@ -87,7 +87,7 @@ impl Instance {
         eprintln!("  synced: {} trie entries, {:?} flat groups", st.routes_total, writer.maps().flat_groups());
         if trie {
             for name in table.scheduled_names() {
-                let key = lagran::xdp::maps::wire_key(&name.name).context("name")?;
+                let key = lagran::xdp::wire_name::wire_key(&name.name).context("name")?;
                 let hash = lagran_common::names::hash_wire(&key);
                 writer.maps_mut().put_name_raw(hash, NameValue::new(name.id, &key))?;
             }

@@ -17,7 +17,8 @@ use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 
 use super::XdpError;
-use super::maps::{MAP_NAMES, MapWriter, Maps, OPTIONAL_MAP_NAMES};
+use super::maps::{MAP_NAMES, Maps, OPTIONAL_MAP_NAMES};
+use super::writer::MapWriter;
 
 /// The program's name in the object (the `#[xdp]` function).
 pub const PROGRAM: &str = "lagran";

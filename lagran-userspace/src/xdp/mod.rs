@@ -5,17 +5,27 @@
 //! - [`loader`]: finds the BPF object, loads it, attaches it to an interface
 //!   (native mode, else generic), pins the maps under [`PIN_DIR`]; detaches and
 //!   unpins on drop.
-//! - [`maps`]: the only module that touches aya map types. [`MapWriter::sync`]
-//!   turns a [`RouteTable`](crate::route_table::RouteTable) into map entries,
-//!   writing only what changed; [`Maps`] reads counters and dumps the maps.
-//! - [`name_slots`]: places the served names in `lagran_names`' slots;
-//!   [`mapping`]: the shared mapping it and [`route4_flat`] write through.
+//! - [`maps`]: [`Maps`], the typed handles every map read and write goes
+//!   through; [`dump`] prints them, [`counters`] sums the packet counters
+//!   ([`CounterSnapshot`], with its Prometheus text).
+//! - [`writer`]: [`MapWriter::sync`] turns a
+//!   [`RouteTable`](crate::route_table::RouteTable) into map entries, writing
+//!   only what changed ([`diff`] finds the trie entries that did).
+//! - [`name_slots`]: places the served names in `lagran_names`' slots, keyed by
+//!   [`wire_name`]; [`route4_flat`] writes the flat IPv4 route arrays;
+//!   [`mapping`]: the shared mapping of an array map both write through.
+//!
+//! aya's map types are imported by `maps`, `mapping`, `name_slots` and
+//! `route4_flat` (the last two take the array they map from the loader).
 //! - `netns`: network-namespace and veth helpers for tests (feature `testkit`).
 //!
 //! Minimum kernel version: 5.10, the oldest kernel the matrix
 //! (`cargo xtask integration-test vm`) passes (BTF-defined maps, bounded loops,
 //! growing frames with `bpf_xdp_adjust_tail`); the tests run `BPF_PROG_TEST_RUN`.
 
+pub mod counters;
+mod diff;
+pub mod dump;
 pub mod loader;
 pub mod mapping;
 pub mod maps;
@@ -25,14 +35,18 @@ pub mod netns;
 pub mod route4_flat;
 pub mod sync;
 pub mod tick;
+pub mod wire_name;
+pub mod writer;
 
 use std::path::PathBuf;
 
+pub use counters::CounterSnapshot;
 pub use lagran_common::PIN_DIR;
 pub use loader::{
     AttachMode, LoadedXdp, RunStats, TestRunOutput, XdpHandle, XdpOptions, expand_listen, object_bytes, object_path,
 };
-pub use maps::{CounterSnapshot, MapWriter, Maps, SyncStats};
+pub use maps::Maps;
+pub use writer::{MapWriter, SyncStats};
 
 /// Something the fast path could not do. Each variant names the object and, where
 /// there is one, what to try next.

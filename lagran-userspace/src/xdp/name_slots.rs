@@ -109,7 +109,7 @@ impl NameSlots {
         let Some(slot) = self.reusable(hash).filter(|_| hash != EMPTY && hash != TOMBSTONE) else {
             if self.unfit.insert(wire.to_vec()) {
                 tracing::warn!(
-                    name = %super::maps::wire_to_text(wire),
+                    name = %super::wire_name::wire_to_text(wire),
                     "no free slot in lagran_names for this name's hash ({PROBES} slots tried); userspace answers it"
                 );
             }
