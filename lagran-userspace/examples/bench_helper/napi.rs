@@ -1,4 +1,4 @@
-//! NAPI threading on a veth (SPEC bench setup): on veth the receive work runs on
+//! NAPI threading on a veth (the benchmark's setup): on veth the receive work runs on
 //! the sender's CPU unless NAPI threading is on; threading needs NAPI, which a
 //! veth has only with XDP or GRO, so GRO is switched on first (the legacy
 //! `ETHTOOL_SGRO` ioctl, no `ethtool` binary needed). The NAPI kthreads

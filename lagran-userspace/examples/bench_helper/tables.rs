@@ -8,24 +8,20 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use aya::programs::{TestRun as _, TestRunOptions, Xdp};
-use lagran::config::{DnsSettings, ScheduleSettings};
+use lagran::config::ScheduleSettings;
 use lagran::engine::{self, Family, NodeView};
 use lagran::geo::{GeoDb, IpVersion, Xdb};
 use lagran::model::{DEFAULT_POOL, Domain, Node, Zone};
 use lagran::partition::PartitionTable;
 use lagran::prefix_map::PrefixMapV4;
-use lagran::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
+use lagran::route_table::{Answer, ScheduledName};
 use lagran::scheduler::{BuildState, Change, Inputs, build_route_table, build_route_table_after};
-use lagran::xdp::{MapWriter, Maps};
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 
-use crate::cost;
-use crate::frames::{self, Addrs};
-use crate::result;
+mod kernel;
 
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
+use crate::cost;
+use crate::result;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -130,7 +126,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     // ---- 3. the kernel: trie size after a sync, per-packet cost
     if !a.no_kernel {
-        kernel(&a, &geo, &table, unmerged, load + compile + route)?;
+        kernel::run(&a, &geo, &table, unmerged, load + compile + route)?;
     }
 
     // ---- 4. recompute: 1 000 nodes × 5 000 partitions × 10 names
@@ -141,7 +137,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 }
 
 /// One answer per geo partition, no merging by answer: what the trie would hold
-/// without SPEC §2's merge (every partition its own entry set).
+/// without merging the partitions that share an answer (every partition its own
+/// entry set).
 fn unmerged_name(p: &PartitionTable) -> ScheduledName {
     const MAX_ANSWERS: u32 = 60_000; // lagran_answers holds 65 536
     let n = (p.locations().len() as u32).min(MAX_ANSWERS);
@@ -243,311 +240,10 @@ fn ecs_scopes(
     Ok(())
 }
 
-/// The program loaded (verified) with a map writer on its maps.
-struct Kernel {
-    ebpf: aya::Ebpf,
-    writer: MapWriter,
-}
-
-impl Kernel {
-    fn load() -> anyhow::Result<Kernel> {
-        let obj = lagran::xdp::object_bytes()?;
-        let mut ebpf = lagran::xdp::loader::ebpf_loader().load(&obj).context("loading the BPF object (root needed)")?;
-        let prog: &mut Xdp = ebpf.program_mut(lagran::xdp::loader::PROGRAM).context("no program")?.try_into()?;
-        prog.load().context("the verifier rejected the program")?;
-        let maps = Maps::from_ebpf(&mut ebpf)?;
-        let writer = MapWriter::new(maps, 53, 1232)?;
-        Ok(Kernel { ebpf, writer })
-    }
-
-    fn prog(&self) -> anyhow::Result<&Xdp> {
-        Ok(self.ebpf.program(lagran::xdp::loader::PROGRAM).context("no program")?.try_into()?)
-    }
-
-    /// (run time ns, runs) as `bpf_stats` accounts them.
-    fn stats(&self) -> anyhow::Result<(u64, u64)> {
-        crate::bpfstats::read(self.prog()?)
-    }
-
-    /// Runs `frame` `repeat` times; (action, ns per run as the kernel measured it, output).
-    fn run(&self, frame: &[u8], repeat: u32) -> anyhow::Result<(u32, f64, Vec<u8>)> {
-        let mut out = vec![0u8; 2048];
-        let opts =
-            TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), repeat, ..TestRunOptions::default() };
-        let r = self.prog()?.test_run(opts).context("BPF_PROG_TEST_RUN")?;
-        out.truncate(r.data_size_out as usize);
-        Ok((r.return_value, r.duration.as_nanos() as f64, out))
-    }
-}
-
-/// The program's own nanoseconds per answered packet as the kernel accounts
-/// them (`kernel.bpf_stats_enabled`, on only for these runs), over `passes`
-/// single runs of every packet; `None` where the sysctl cannot be turned on.
-fn program_ns(k: &Kernel, packets: &[(Ipv4Addr, Vec<u8>)], passes: usize) -> anyhow::Result<Option<f64>> {
-    let on = crate::bpfstats::BpfStats::on();
-    if !on.counting() {
-        return Ok(None);
-    }
-    let before = k.stats()?;
-    for _ in 0..passes {
-        for (subnet, f) in packets {
-            let (action, _, _) = k.run(f, 1)?;
-            if action != XDP_TX {
-                bail!("a query for ECS {subnet}/24 was not answered by XDP (action {action})");
-            }
-        }
-    }
-    Ok(crate::bpfstats::per_run(before, k.stats()?))
-}
-
-/// One run of every packet, each answered (XDP_TX) or an error; the run
-/// times, and with `check` the answers whose addresses or ECS scope differ
-/// from userspace's.
-fn answered_pass(
-    k: &Kernel,
-    packets: &[(Ipv4Addr, Vec<u8>)],
-    label: &str,
-    check: Option<&ScheduledName>,
-) -> anyhow::Result<(Vec<f64>, usize)> {
-    let mut times = Vec::with_capacity(packets.len());
-    let mut mismatches = 0usize;
-    for (subnet, f) in packets {
-        let (action, ns, out) = k.run(f, 1)?;
-        if action != XDP_TX {
-            bail!("{label}: a query for ECS {subnet}/24 was not answered by XDP (action {action})");
-        }
-        times.push(ns);
-        if let Some(name) = check {
-            let reply = frames::frame_payload(&out).and_then(frames::parse_reply);
-            let (want, scope) = name.answer_for(IpAddr::V4(*subnet));
-            mismatches += usize::from(!reply.is_some_and(|r| r.a == want.ipv4 && r.scope == Some(scope)));
-        }
-    }
-    Ok((times, mismatches))
-}
-
-fn table_of(name: ScheduledName) -> RouteTable {
-    RouteTable::new(1, now_ms(), vec![ZoneRoutes { zone: Zone::new(lagran::demo::DEMO_ZONE), names: vec![name] }])
-}
-
-/// The same prefixes with every answer emptied: the program finds the route and
-/// the answer, then passes the packet unchanged — so `repeat` runs the full
-/// lookup path each time (an answered packet is rewritten in place, and a
-/// repeated run would see a response).
-fn emptied(name: &ScheduledName) -> ScheduledName {
-    let mut n = name.clone();
-    for a in std::sync::Arc::make_mut(&mut n.answers) {
-        a.ipv4.clear();
-        a.canary = None;
-    }
-    n
-}
-
 fn stats(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
     (mean, v[v.len() / 2])
-}
-
-fn kernel(a: &Args, geo: &GeoDb, real: &RouteTable, unmerged: ScheduledName, compiled: Duration) -> anyhow::Result<()> {
-    let mut k = Kernel::load()?;
-    let settings = DnsSettings::default();
-    let t = Instant::now();
-    let s = k.writer.sync(real, &settings)?;
-    let sync = t.elapsed();
-    result("map_sync_ms", ms(sync));
-    result("trie_entries", s.routes_total);
-    result("full_load_ms", ms(compiled + sync));
-
-    // Query frames: one per real client /24 (ECS /24), as the load generator sends.
-    let subnets = crate::gun::real_subnets(geo.v4().context("no v4 xdb")?, a.packets, a.seed);
-    let addrs = |i: usize| Addrs {
-        src_mac: [0x02, 0, 0, 0, 0, 2],
-        dst_mac: [0x02, 0, 0, 0, 0, 1],
-        src_ip: Ipv4Addr::new(198, 18, 0, 2),
-        dst_ip: Ipv4Addr::new(198, 18, 0, 1),
-        src_port: 10_000 + i as u16,
-        dst_port: 53,
-    };
-    let packets: Vec<(Ipv4Addr, Vec<u8>)> = subnets
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            (*s, frames::udp_frame(&addrs(i), &frames::dns_query("edge.lagran.net", i as u16, Some((*s, 24)))))
-        })
-        .collect();
-    // Baseline: a frame passed at the first check (ARP), for the test-run overhead.
-    let mut arp = vec![0xffu8; 6];
-    arp.extend_from_slice(&[0x02, 0, 0, 0, 0, 2, 0x08, 0x06]);
-    arp.resize(60, 0);
-    let (_, base, _) = k.run(&arp, a.repeat)?;
-    result("testrun_baseline_ns", format!("{base:.1}"));
-    // What one run's figures carry besides the program (an answered packet is
-    // measured one run at a time): the same frame, one run at a time, timed by
-    // the harness and by bpf_stats. On a KVM guest the clock reads alone are
-    // tens of nanoseconds.
-    let mut single = Vec::with_capacity(3 * packets.len());
-    for _ in 0..3 * packets.len() {
-        single.push(k.run(&arp, 1)?.1);
-    }
-    result("testrun_single_baseline_ns", format!("{:.1}", stats(single).1));
-    let on = crate::bpfstats::BpfStats::on();
-    if on.counting() {
-        let before = k.stats()?;
-        for _ in 0..3 * packets.len() {
-            k.run(&arp, 1)?;
-        }
-        if let Some(ns) = crate::bpfstats::per_run(before, k.stats()?) {
-            result("single_baseline_prog_ns", format!("{ns:.1}"));
-        }
-    }
-    drop(on);
-
-    let edge = real.scheduled(lagran::demo::DEMO_ZONE).context("no apex")?.clone();
-    let tiny = ScheduledName {
-        ecs: true,
-        answers: std::sync::Arc::new(vec![Answer {
-            ttl: 30,
-            ipv4: vec![Ipv4Addr::new(203, 0, 113, 22)],
-            ..Answer::default()
-        }]),
-        v4: PrefixMapV4::uniform(0),
-        ..edge.clone()
-    };
-    // 1 024 /10 blocks over 7 answers (adjacent blocks differ, so none merge).
-    let small = ScheduledName {
-        ecs: true,
-        answers: (0..7u8)
-            .map(|i| Answer { ttl: 30, ipv4: vec![Ipv4Addr::new(203, 0, 113, 20 + i)], ..Answer::default() })
-            .collect::<Vec<_>>()
-            .into(),
-        v4: PrefixMapV4::from_ranges((0..1024u32).map(|i| (i << 22, (i << 22) | 0x3f_ffff, i % 7)), 0),
-        ..edge.clone()
-    };
-    let mut sets = vec![("tiny", tiny), ("small", small), ("full", edge)];
-    if !a.no_unmerged {
-        sets.push(("unmerged", unmerged));
-    }
-    // Each table: its sync, a parity pass (every answer and scope against
-    // userspace's), and the lookup-only runs.
-    for (label, name) in &sets {
-        let t = Instant::now();
-        let st = k.writer.sync(&table_of(name.clone()), &settings)?;
-        result(&format!("{label}_sync_ms"), ms(t.elapsed()));
-        result(&format!("{label}_entries"), st.routes_total);
-        let (_, mismatches) = answered_pass(&k, &packets, label, Some(name))?;
-        result(&format!("{label}_parity_mismatches"), mismatches);
-        // Lookup only: answers emptied, so the packet is passed after the lookups.
-        k.writer.sync(&table_of(emptied(name)), &settings)?;
-        let mut lookup = Vec::with_capacity(packets.len());
-        for (subnet, f) in &packets {
-            let (action, ns, _) = k.run(f, a.repeat)?;
-            if action != XDP_PASS {
-                bail!("{label}: lookup-only run for {subnet}/24 returned action {action}, expected XDP_PASS");
-            }
-            lookup.push(ns);
-        }
-        let (mean, median) = stats(lookup);
-        result(&format!("{label}_lookup_mean_ns"), format!("{mean:.1}"));
-        result(&format!("{label}_lookup_median_ns"), format!("{median:.1}"));
-        eprintln!("tables: {label}: {} trie entries measured", st.routes_total);
-    }
-    // Answered (XDP_TX), one run per packet (a repeat would see the response),
-    // in five rounds that visit every table in turn: the single runs' timing
-    // drifts by 2× over minutes on a guest, and tables measured one after the
-    // other compared that drift (2026-12-03: whichever table came first looked
-    // slowest). Each visit: the table synced, one pass to warm it, one timed
-    // pass, one pass with the kernel's accounting on (off for the timed pass,
-    // so the harness's timing stays comparable with runs made without it).
-    // The unmerged trie (a million entries) takes seconds to sync: measured
-    // in one visit of five timed passes.
-    let mut answered = vec![Vec::with_capacity(packets.len() * 5); sets.len()];
-    let mut program = vec![Vec::new(); sets.len()];
-    for round in 0..5 {
-        for (i, (label, name)) in sets.iter().enumerate() {
-            let visits = if *label == "unmerged" { usize::from(round == 0) * 5 } else { 1 };
-            if visits == 0 {
-                continue;
-            }
-            k.writer.sync(&table_of(name.clone()), &settings)?;
-            answered_pass(&k, &packets, label, None)?;
-            for _ in 0..visits {
-                answered[i].extend(answered_pass(&k, &packets, label, None)?.0);
-                program[i].extend(program_ns(&k, &packets, 1)?);
-            }
-        }
-    }
-    for (i, (label, _)) in sets.iter().enumerate() {
-        let (mean, median) = stats(std::mem::take(&mut answered[i]));
-        result(&format!("{label}_answered_mean_ns"), format!("{mean:.1}"));
-        result(&format!("{label}_answered_median_ns"), format!("{median:.1}"));
-        // The program alone (without the harness): the mean over all visits.
-        if !program[i].is_empty() {
-            let ns = program[i].iter().sum::<f64>() / program[i].len() as f64;
-            result(&format!("{label}_answered_prog_ns"), format!("{ns:.1}"));
-        }
-    }
-    // Response rate limiting on vs off (issue 11: < 20 ns more), the full real
-    // table, answered packets; RRL at its highest rate, so every answer is sent
-    // and each packet pays the account lookup and update. Rounds alternate off
-    // and on, and each packet's on − off is taken within a pair of rounds, so
-    // load from other processes falls on both alike.
-    k.writer.sync(real, &settings)?;
-    let rrl = |rps| lagran::config::RrlSettings { responses_per_second: rps, slip: 2, window_secs: 15 };
-    let (mut off, mut on, mut diff) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..12 {
-        let mut times = [Vec::with_capacity(packets.len()), Vec::with_capacity(packets.len())];
-        for (i, rps) in [0, lagran::dns::rrl::MAX_RATE].into_iter().enumerate() {
-            k.writer.set_rrl(&rrl(rps))?;
-            for (subnet, f) in &packets {
-                let (action, ns, _) = k.run(f, 1)?;
-                if action != XDP_TX {
-                    bail!("RRL at {rps}/s: a query for ECS {subnet}/24 was not answered by XDP (action {action})");
-                }
-                times[i].push(ns);
-            }
-        }
-        // The first pair warms the accounts and caches.
-        if round > 0 {
-            diff.extend(times[1].iter().zip(&times[0]).map(|(b, a)| b - a));
-            let [a, b] = times;
-            off.extend(a);
-            on.extend(b);
-        }
-    }
-    for (label, v) in [("rrl_off", off), ("rrl_on", on)] {
-        let (mean, median) = stats(v);
-        result(&format!("{label}_answered_mean_ns"), format!("{mean:.1}"));
-        result(&format!("{label}_answered_median_ns"), format!("{median:.1}"));
-    }
-    let (mean, median) = stats(diff);
-    result("rrl_cost_mean_ns", format!("{mean:.1}"));
-    result("rrl_cost_median_ns", format!("{median:.1}"));
-    // The program alone, off and on in alternating rounds of two passes each;
-    // the cost is the median of the rounds' on − off.
-    let (mut prog_off, mut prog_on, mut prog_diff) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..6 {
-        k.writer.set_rrl(&rrl(0))?;
-        let a = program_ns(&k, &packets, 2)?;
-        k.writer.set_rrl(&rrl(lagran::dns::rrl::MAX_RATE))?;
-        let b = program_ns(&k, &packets, 2)?;
-        if let (Some(a), Some(b)) = (a, b) {
-            prog_off.push(a);
-            prog_on.push(b);
-            prog_diff.push(b - a);
-        }
-    }
-    if !prog_diff.is_empty() {
-        result("rrl_off_prog_ns", format!("{:.1}", stats(prog_off).1));
-        result("rrl_on_prog_ns", format!("{:.1}", stats(prog_on).1));
-        result("rrl_cost_prog_ns", format!("{:.1}", stats(prog_diff).1));
-    }
-    k.writer.set_rrl(&lagran::config::RrlSettings::default())?;
-    // Leave the maps small before they are freed (SPEC §2: freeing a large trie stalls a CPU).
-    let t = Instant::now();
-    k.writer.sync(&RouteTable::new(1, now_ms(), vec![]), &settings)?;
-    result("trie_drain_ms", ms(t.elapsed()));
-    Ok(())
 }
 
 /// 1 000 nodes × 5 000 partitions × 10 names through `build_route_table`, with

@@ -14,6 +14,7 @@
 //! - `lookup`: the answers emptied, so every run parses and looks up, then passes
 //!   the query unchanged: `repeat` runs per query, warm caches.
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
@@ -152,11 +153,52 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Per (object, table, ecs, wildcard listen): the rounds' medians of the
+/// answered runs, of `bpf_stats`' per-run time and of the lookup-only runs.
+type Cells = BTreeMap<(usize, usize, bool, bool), (Vec<f64>, Vec<f64>, Vec<f64>)>;
+/// Per object: the rounds' medians of RRL on − off, answered and lookup-only.
+type RrlCells = BTreeMap<usize, (Vec<f64>, Vec<f64>)>;
+/// Per object variant and table: the instance answering and the one emptied.
+type Instances = Vec<Vec<(Instance, Instance)>>;
+
 pub fn run(a: Args) -> anyhow::Result<()> {
     let objects: Vec<PathBuf> = if a.objects.is_empty() { vec![lagran::xdp::object_path()] } else { a.objects.clone() };
     let xdb = Xdb::open(&a.xdb).with_context(|| format!("opening {}", a.xdb.display()))?;
     let geo = GeoDb::from_xdbs(Some(xdb), None);
-    let partitions = PartitionTable::build(&geo, &[]);
+    let tables = measured_tables(&geo)?;
+    let subnets = crate::gun::real_subnets(geo.v4().context("no v4 xdb")?, a.packets, a.seed);
+    let with_ecs: Vec<Vec<u8>> = subnets.iter().enumerate().map(|(i, s)| query_frame(i, *s, true)).collect();
+    let without: Vec<Vec<u8>> = subnets.iter().enumerate().map(|(i, s)| query_frame(i, *s, false)).collect();
+
+    let mut inst = load_instances(&objects, a.trie, &tables)?;
+    check_parity(&inst, &with_ecs, &without)?;
+    let floor = a.floor.as_deref().map(load_reflector).transpose()?;
+    // (test-run medians, bpf_stats means) per round
+    let mut floor_cells: (Vec<f64>, Vec<f64>) = Default::default();
+
+    let stats_on = crate::bpfstats::BpfStats::on();
+    let have_stats = stats_on.counting();
+    let mut cells = Cells::new();
+    let mut rrl_cells = RrlCells::new();
+    for round in 0..a.rounds {
+        measure_round(&mut inst, (&with_ecs, &without), a.repeat, have_stats, &mut cells)?;
+        if let Some(e) = &floor {
+            measure_floor(e, &with_ecs, have_stats, &mut floor_cells)?;
+        }
+        if a.rrl {
+            measure_rrl(&mut inst, &with_ecs, a.repeat, &mut rrl_cells)?;
+        }
+        eprintln!("round {} of {} done", round + 1, a.rounds);
+    }
+    drop(stats_on);
+    report(cells, &tables, floor.is_some().then_some(floor_cells), rrl_cells);
+    Ok(())
+}
+
+/// The tables measured: the real one's name (the demo zone's apex, real xdb,
+/// the demo's nodes) and the same name with a one-entry table.
+fn measured_tables(geo: &GeoDb) -> anyhow::Result<Vec<(&'static str, ScheduledName)>> {
+    let partitions = PartitionTable::build(geo, &[]);
     let inputs = Inputs {
         nodes: lagran::demo::demo_nodes(),
         zones: vec![lagran::demo::demo_zone()],
@@ -166,7 +208,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let settings = ScheduleSettings::default();
     let real = build_route_table(1, &inputs, &partitions, &settings, &settings.policy(), &mut BuildState::default());
     let edge = real.scheduled(lagran::demo::DEMO_ZONE).context("the demo zone apex is not scheduled")?.clone();
-    let tiny = ScheduledName {
+    let tiny = one_entry(&edge);
+    Ok(vec![("full", edge), ("tiny", tiny)])
+}
+
+/// `name` with a one-entry table: every address gets one answer.
+pub(crate) fn one_entry(name: &ScheduledName) -> ScheduledName {
+    ScheduledName {
         ecs: true,
         answers: std::sync::Arc::new(vec![Answer {
             ttl: 30,
@@ -174,36 +222,36 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             ..Answer::default()
         }]),
         v4: PrefixMapV4::uniform(0),
-        ..edge.clone()
-    };
-    let tables: Vec<(&str, ScheduledName)> = vec![("full", edge), ("tiny", tiny)];
+        ..name.clone()
+    }
+}
 
-    let subnets = crate::gun::real_subnets(geo.v4().context("no v4 xdb")?, a.packets, a.seed);
-    let frame = |i: usize, s: Ipv4Addr, ecs: bool| {
-        let addrs = Addrs {
-            src_mac: [0x02, 0, 0, 0, 0, 2],
-            dst_mac: [0x02, 0, 0, 0, 0, 1],
-            // Without ECS the client is the sender: one address in the subnet.
-            src_ip: if ecs { Ipv4Addr::new(198, 18, 0, 2) } else { Ipv4Addr::from(u32::from(s) | 7) },
-            dst_ip: SERVER,
-            src_port: 10_000 + i as u16,
-            dst_port: 53,
-        };
-        let q = frames::dns_query("edge.lagran.net", i as u16, ecs.then_some((s, 24)));
-        frames::udp_frame(&addrs, &q)
+/// Query `i` for the demo name from subnet `s`: with an ECS option for the
+/// /24, or (without ECS) sent from an address in it.
+fn query_frame(i: usize, s: Ipv4Addr, ecs: bool) -> Vec<u8> {
+    let addrs = Addrs {
+        src_mac: [0x02, 0, 0, 0, 0, 2],
+        dst_mac: [0x02, 0, 0, 0, 0, 1],
+        // Without ECS the client is the sender: one address in the subnet.
+        src_ip: if ecs { Ipv4Addr::new(198, 18, 0, 2) } else { Ipv4Addr::from(u32::from(s) | 7) },
+        dst_ip: SERVER,
+        src_port: 10_000 + i as u16,
+        dst_port: 53,
     };
-    let with_ecs: Vec<Vec<u8>> = subnets.iter().enumerate().map(|(i, s)| frame(i, *s, true)).collect();
-    let without: Vec<Vec<u8>> = subnets.iter().enumerate().map(|(i, s)| frame(i, *s, false)).collect();
+    let q = frames::dns_query("edge.lagran.net", i as u16, ecs.then_some((s, 24)));
+    frames::udp_frame(&addrs, &q)
+}
 
-    // (objects × {flat, trie}) × tables × (answered, emptied)
-    let mut inst: Vec<Vec<(Instance, Instance)>> = Vec::new();
+/// (objects × {flat, trie}) × tables × (answered, emptied).
+fn load_instances(objects: &[PathBuf], trie_too: bool, tables: &[(&str, ScheduledName)]) -> anyhow::Result<Instances> {
+    let mut inst = Vec::new();
     let variants: Vec<(&PathBuf, bool)> =
-        objects.iter().flat_map(|p| [(p, false), (p, true)]).filter(|(_, t)| a.trie || !t).collect();
+        objects.iter().flat_map(|p| [(p, false), (p, true)]).filter(|(_, t)| trie_too || !t).collect();
     for (oi, (path, trie)) in variants.iter().enumerate() {
         eprintln!("o{oi}: {}{}", path.display(), if *trie { ", trie only" } else { "" });
         let obj = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let mut per = Vec::new();
-        for (label, name) in &tables {
+        for (label, name) in tables {
             let ans = Instance::load(&obj, &table_of(name.clone()), *trie)?;
             let emp = Instance::load(&obj, &table_of(emptied(name)), *trie)?;
             if *label == "full" {
@@ -214,11 +262,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         inst.push(per);
     }
+    Ok(inst)
+}
 
-    // Parity first: every query answered (or passed when emptied) as expected.
-    for per in &inst {
+/// Parity first: every query answered (or passed when emptied) as expected.
+fn check_parity(inst: &Instances, with_ecs: &[Vec<u8>], without: &[Vec<u8>]) -> anyhow::Result<()> {
+    for per in inst {
         for (ans, emp) in per {
-            for f in with_ecs.iter().chain(&without).take(8) {
+            for f in with_ecs.iter().chain(without).take(8) {
                 let (act, _) = ans.run(f, 1)?;
                 if act != XDP_TX {
                     let c = ans.writer.counters()?;
@@ -233,121 +284,135 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
 
-    let floor = match &a.floor {
-        Some(path) => {
-            let obj = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            let mut ebpf = aya::Ebpf::load(&obj).context("loading the reflector object")?;
-            let prog: &mut Xdp = ebpf.program_mut("reflector").context("no `reflector` program")?.try_into()?;
-            prog.load().context("the verifier rejected the reflector")?;
-            Some(ebpf)
-        }
-        None => None,
-    };
-    // (test-run medians, bpf_stats means) per round
-    let mut floor_cells: (Vec<f64>, Vec<f64>) = Default::default();
+/// The bare reflector object, loaded.
+fn load_reflector(path: &std::path::Path) -> anyhow::Result<aya::Ebpf> {
+    let obj = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut ebpf = aya::Ebpf::load(&obj).context("loading the reflector object")?;
+    let prog: &mut Xdp = ebpf.program_mut("reflector").context("no `reflector` program")?.try_into()?;
+    prog.load().context("the verifier rejected the reflector")?;
+    Ok(ebpf)
+}
 
-    let stats_on = crate::bpfstats::BpfStats::on();
-    let have_stats = stats_on.counting();
-    // key: (object, table, ecs, wildcard) → (answered, stats, lookup) samples
-    type Cell = (Vec<f64>, Vec<f64>, Vec<f64>);
-    let mut cells: std::collections::BTreeMap<(usize, usize, bool, bool), Cell> = Default::default();
-    // object → (answered on − off, lookup-only on − off) per round
-    let mut rrl_cells: std::collections::BTreeMap<usize, (Vec<f64>, Vec<f64>)> = Default::default();
-    for round in 0..a.rounds {
-        for wildcard in [false, true] {
-            for ecs in [true, false] {
-                let frames = if ecs { &with_ecs } else { &without };
-                for ti in 0..tables.len() {
-                    for (oi, per) in inst.iter_mut().enumerate() {
-                        let (ans, emp) = &mut per[ti];
-                        ans.listen(wildcard)?;
-                        emp.listen(wildcard)?;
-                        let cell = cells.entry((oi, ti, ecs, wildcard)).or_default();
-                        let before = ans.stats()?;
-                        let mut one = Vec::with_capacity(frames.len());
-                        for f in frames {
-                            let (act, ns) = ans.run(f, 1)?;
-                            if act != XDP_TX {
-                                bail!("not answered (action {act})");
-                            }
-                            one.push(ns);
-                        }
-                        let after = ans.stats()?;
-                        cell.0.push(median(one));
-                        if have_stats && let Some(ns) = crate::bpfstats::per_run(before, after) {
-                            cell.1.push(ns);
-                        }
-                        let mut look = Vec::with_capacity(frames.len());
-                        for f in frames {
-                            let (act, ns) = emp.run(f, a.repeat)?;
-                            if act != XDP_PASS {
-                                bail!("emptied query not passed (action {act})");
-                            }
-                            look.push(ns);
-                        }
-                        cell.2.push(median(look));
-                    }
-                }
-            }
-        }
-        if let Some(e) = &floor {
-            let prog: &Xdp = e.program("reflector").context("no `reflector` program")?.try_into()?;
-            let before = crate::bpfstats::read(prog)?;
-            let mut one = Vec::with_capacity(with_ecs.len());
-            for f in &with_ecs {
-                let mut out = vec![0u8; 2048];
-                let opts = TestRunOptions {
-                    data_in: Some(f),
-                    data_out: Some(&mut out),
-                    repeat: 1,
-                    ..TestRunOptions::default()
-                };
-                let r = prog.test_run(opts).context("BPF_PROG_TEST_RUN (reflector)")?;
-                if r.return_value != XDP_TX {
-                    bail!("the reflector did not reflect (action {})", r.return_value);
-                }
-                one.push(r.duration.as_nanos() as f64);
-            }
-            let after = crate::bpfstats::read(prog)?;
-            floor_cells.0.push(median(one));
-            if have_stats && let Some(ns) = crate::bpfstats::per_run(before, after) {
-                floor_cells.1.push(ns);
-            }
-        }
-        if a.rrl {
-            for (oi, per) in inst.iter_mut().enumerate() {
-                let (ans, emp) = &mut per[0];
-                ans.listen(false)?;
-                emp.listen(false)?;
-                let cell = rrl_cells.entry(oi).or_default();
-                let mut times = [Vec::new(), Vec::new()];
-                let mut look = [Vec::new(), Vec::new()];
-                for (i, rps) in [0, lagran::dns::rrl::MAX_RATE].into_iter().enumerate() {
-                    let rrl = lagran::config::RrlSettings { responses_per_second: rps, slip: 2, window_secs: 15 };
-                    ans.writer.set_rrl(&rrl)?;
-                    emp.writer.set_rrl(&rrl)?;
-                    for f in &with_ecs {
+/// One round over every object, table, ECS or not and listen set: the
+/// answered runs (one per query) and the lookup-only runs (`repeat` each).
+fn measure_round(
+    inst: &mut Instances,
+    (with_ecs, without): (&[Vec<u8>], &[Vec<u8>]),
+    repeat: u32,
+    have_stats: bool,
+    cells: &mut Cells,
+) -> anyhow::Result<()> {
+    for wildcard in [false, true] {
+        for ecs in [true, false] {
+            let frames = if ecs { with_ecs } else { without };
+            for ti in 0..inst.first().map_or(0, Vec::len) {
+                for (oi, per) in inst.iter_mut().enumerate() {
+                    let (ans, emp) = &mut per[ti];
+                    ans.listen(wildcard)?;
+                    emp.listen(wildcard)?;
+                    let cell = cells.entry((oi, ti, ecs, wildcard)).or_default();
+                    let before = ans.stats()?;
+                    let mut one = Vec::with_capacity(frames.len());
+                    for f in frames {
                         let (act, ns) = ans.run(f, 1)?;
                         if act != XDP_TX {
-                            bail!("RRL at {rps}/s: not answered (action {act})");
+                            bail!("not answered (action {act})");
                         }
-                        times[i].push(ns);
+                        one.push(ns);
                     }
-                    for f in &with_ecs {
-                        look[i].push(emp.run(f, a.repeat)?.1);
+                    let after = ans.stats()?;
+                    cell.0.push(median(one));
+                    if have_stats && let Some(ns) = crate::bpfstats::per_run(before, after) {
+                        cell.1.push(ns);
                     }
+                    let mut look = Vec::with_capacity(frames.len());
+                    for f in frames {
+                        let (act, ns) = emp.run(f, repeat)?;
+                        if act != XDP_PASS {
+                            bail!("emptied query not passed (action {act})");
+                        }
+                        look.push(ns);
+                    }
+                    cell.2.push(median(look));
                 }
-                for w in [&mut *ans, &mut *emp] {
-                    w.writer.set_rrl(&lagran::config::RrlSettings::default())?;
-                }
-                cell.0.push(median(times[1].iter().zip(&times[0]).map(|(b, a)| b - a).collect()));
-                cell.1.push(median(look[1].iter().zip(&look[0]).map(|(b, a)| b - a).collect()));
             }
         }
-        eprintln!("round {} of {} done", round + 1, a.rounds);
     }
-    drop(stats_on);
+    Ok(())
+}
+
+/// One round of the reflector over the ECS frames.
+fn measure_floor(
+    e: &aya::Ebpf,
+    frames: &[Vec<u8>],
+    have_stats: bool,
+    floor_cells: &mut (Vec<f64>, Vec<f64>),
+) -> anyhow::Result<()> {
+    let prog: &Xdp = e.program("reflector").context("no `reflector` program")?.try_into()?;
+    let before = crate::bpfstats::read(prog)?;
+    let mut one = Vec::with_capacity(frames.len());
+    for f in frames {
+        let mut out = vec![0u8; 2048];
+        let opts =
+            TestRunOptions { data_in: Some(f), data_out: Some(&mut out), repeat: 1, ..TestRunOptions::default() };
+        let r = prog.test_run(opts).context("BPF_PROG_TEST_RUN (reflector)")?;
+        if r.return_value != XDP_TX {
+            bail!("the reflector did not reflect (action {})", r.return_value);
+        }
+        one.push(r.duration.as_nanos() as f64);
+    }
+    let after = crate::bpfstats::read(prog)?;
+    floor_cells.0.push(median(one));
+    if have_stats && let Some(ns) = crate::bpfstats::per_run(before, after) {
+        floor_cells.1.push(ns);
+    }
+    Ok(())
+}
+
+/// One round of RRL off against on (at its highest rate), per object: the
+/// full table, ECS, the exact listen address.
+fn measure_rrl(inst: &mut Instances, frames: &[Vec<u8>], repeat: u32, rrl_cells: &mut RrlCells) -> anyhow::Result<()> {
+    for (oi, per) in inst.iter_mut().enumerate() {
+        let (ans, emp) = &mut per[0];
+        ans.listen(false)?;
+        emp.listen(false)?;
+        let cell = rrl_cells.entry(oi).or_default();
+        let mut times = [Vec::new(), Vec::new()];
+        let mut look = [Vec::new(), Vec::new()];
+        for (i, rps) in [0, lagran::dns::rrl::MAX_RATE].into_iter().enumerate() {
+            let rrl = lagran::config::RrlSettings { responses_per_second: rps, slip: 2, window_secs: 15 };
+            ans.writer.set_rrl(&rrl)?;
+            emp.writer.set_rrl(&rrl)?;
+            for f in frames {
+                let (act, ns) = ans.run(f, 1)?;
+                if act != XDP_TX {
+                    bail!("RRL at {rps}/s: not answered (action {act})");
+                }
+                times[i].push(ns);
+            }
+            for f in frames {
+                look[i].push(emp.run(f, repeat)?.1);
+            }
+        }
+        for w in [&mut *ans, &mut *emp] {
+            w.writer.set_rrl(&lagran::config::RrlSettings::default())?;
+        }
+        cell.0.push(median(times[1].iter().zip(&times[0]).map(|(b, a)| b - a).collect()));
+        cell.1.push(median(look[1].iter().zip(&look[0]).map(|(b, a)| b - a).collect()));
+    }
+    Ok(())
+}
+
+/// Prints the medians and records them as results.
+fn report(
+    cells: Cells,
+    tables: &[(&str, ScheduledName)],
+    floor_cells: Option<(Vec<f64>, Vec<f64>)>,
+    rrl_cells: RrlCells,
+) {
     println!(
         "{:<8} {:<5} {:<4} {:<9} {:>9} {:>9} {:>9}",
         "object", "table", "ecs", "listen", "answered", "stats", "lookup"
@@ -362,8 +427,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         crate::result(&format!("{key}_stats_ns"), format!("{st:.1}"));
         crate::result(&format!("{key}_lookup_ns"), format!("{look:.1}"));
     }
-    if floor.is_some() {
-        let (ans, st) = (median(floor_cells.0), median(floor_cells.1));
+    if let Some((ans, st)) = floor_cells {
+        let (ans, st) = (median(ans), median(st));
         println!("floor    reflector ecs  -         {ans:>9.1} {st:>9.1}");
         crate::result("floor_answered_ns", format!("{ans:.1}"));
         crate::result("floor_stats_ns", format!("{st:.1}"));
@@ -374,5 +439,4 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         crate::result(&format!("o{oi}_rrl_cost_answered_ns"), format!("{ans:.1}"));
         crate::result(&format!("o{oi}_rrl_cost_lookup_ns"), format!("{look:.1}"));
     }
-    Ok(())
 }
