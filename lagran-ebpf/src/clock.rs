@@ -2,7 +2,8 @@
 //! neither needs time finer than a scheduler tick.
 //!
 //! `bpf_ktime_get_ns` reads the clock source on every call: measured at 30–40 ns
-//! per packet on a KVM guest, more than the whole RRL budget (issue 11: < 20 ns).
+//! per packet on a KVM guest, more than the whole budget of rate limiting
+//! (under 20 ns per answered query).
 //! `bpf_ktime_get_coarse_ns` (Linux 5.11) returns the time of the last tick
 //! from memory. The loader sets [`LAGRAN_COARSE_CLOCK`] to 1 on kernels that have
 //! it; the global lives in the object's frozen `.rodata`, so the verifier sees

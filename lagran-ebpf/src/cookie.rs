@@ -13,7 +13,7 @@ use lagran_common::{
     counters::Counter,
 };
 
-use crate::{Client, dns::Query, maps};
+use crate::{Client, maps, query::Query};
 
 /// RFC 9018 §4.3 bounds, as in userspace.
 const MAX_AGE_SECS: i32 = 3600;

@@ -2,14 +2,9 @@
 //! read and a fixed scan of a few compares; `lagran_listen` (two hash lookups of
 //! a 20-byte key) only when the set is larger than the scan holds.
 
-use aya_ebpf::{btf_maps::Array, macros::btf_map};
 use lagran_common::listen::{ListenV4, V4_SLOTS};
 
-use crate::maps;
-
-/// The IPv4 listen set. Written by the userspace loader at attach time.
-#[btf_map(name = "lagran_listen4")]
-pub static LISTEN4: Array<ListenV4, 1> = Array::new();
+use crate::maps::{self, LISTEN4};
 
 /// Whether we serve `addr:port` (both as in the packet): the address itself, or
 /// the IPv4 wildcard.

@@ -2,14 +2,9 @@
 //! read and a fixed scan of a few compares; `lagran_listen` (two hash lookups of
 //! a 20-byte key) only when the set is larger than the scan holds.
 
-use aya_ebpf::{btf_maps::Array, macros::btf_map};
-use lagran_common::listen::{ListenV6, V6_SLOTS};
+use lagran_common::listen::V6_SLOTS;
 
-use crate::maps;
-
-/// The IPv6 listen set. Written by the userspace loader at attach time.
-#[btf_map(name = "lagran_listen6")]
-pub static LISTEN6: Array<ListenV6, 1> = Array::new();
+use crate::maps::{self, LISTEN6};
 
 /// Whether we serve `[addr]:port` (both as in the packet, the address as two
 /// native-endian words): the address itself, or the IPv6 wildcard `::`.

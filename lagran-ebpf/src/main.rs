@@ -3,7 +3,7 @@
 //! Answers `A` and `AAAA` queries for scheduled names from BPF maps and hands everything
 //! else to the kernel stack (and so to the userspace responder) with `XDP_PASS`.
 //! Userspace computes every answer; this program only parses, looks up and
-//! rewrites (SPEC §8):
+//! rewrites:
 //!
 //! ```text
 //! Ethernet [802.1Q] → IPv4 (no options, no fragments) or IPv6 (no extension headers)
@@ -37,6 +37,7 @@ mod listen4;
 mod listen6;
 mod maps;
 mod packet;
+mod query;
 mod response;
 mod route4;
 mod rrl;

@@ -1,9 +1,10 @@
-//! Every map of the fast path. Types, names and sizes come from `lagran-common`,
-//! which userspace shares; the `name = "…"` literals must equal each module's
-//! `MAP_NAME` (the userspace loader looks maps up by those constants, so a
-//! mismatch fails at load time).
+//! Every map of the fast path, and the reads of them that need no more than a
+//! key. Types, names and sizes come from `lagran-common`, which userspace
+//! shares; the `name = "…"` literals must equal each module's `MAP_NAME` (the
+//! userspace loader looks maps up by those constants, so a mismatch fails at
+//! load time). The scans of the listen sets (`listen4`, `listen6`) and the
+//! flat IPv4 route lookup (`route4`) read the arrays defined here.
 
-use crate::dns::Query;
 use aya_ebpf::{
     btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, lpm_trie::Key},
     macros::btf_map,
@@ -13,15 +14,15 @@ use lagran_common::{
     config::{self, Config},
     cookie::{self, CookieConfig},
     counters::{self, Counter},
-    listen::{self, ListenKey, ListenValue},
+    listen::{self, ListenKey, ListenV4, ListenV6, ListenValue},
     names::{self, NameValue, WORDS},
     route_v4::{self, RouteV4Data, RouteValue},
-    route_v4_flat,
+    route_v4_flat::{self, L1_ENTRIES, L2_ENTRIES, SLOTS_PER_ELEMENT},
     route_v6::{self, RouteV6Data},
     rrl::{self, Account},
 };
 
-use crate::ipv6::Addr6;
+use crate::{ipv6::Addr6, query::Query};
 
 /// Deployment settings (DNS port, our UDP payload size, on/off).
 /// Written by userspace at attach time and when the fast path is switched off/on.
@@ -42,6 +43,16 @@ pub static RRL: PerCpuArray<Account, { rrl::SLOTS as usize }> = PerCpuArray::new
 #[btf_map(name = "lagran_listen")]
 pub static LISTEN: HashMap<ListenKey, ListenValue, { listen::MAX_ENTRIES as usize }> = HashMap::new();
 
+/// The IPv4 listen set, scanned by `listen4`. Written by the userspace loader
+/// at attach time.
+#[btf_map(name = "lagran_listen4")]
+pub static LISTEN4: Array<ListenV4, 1> = Array::new();
+
+/// The IPv6 listen set, scanned by `listen6`. Written by the userspace loader
+/// at attach time.
+#[btf_map(name = "lagran_listen6")]
+pub static LISTEN6: Array<ListenV6, 1> = Array::new();
+
 /// Slots of query names (`lagran_common::names`): placed by the hash of the
 /// lowercased wire name, holding the name id, its flat IPv4 block and the exact
 /// name (compared before answering: a colliding name is passed, never answered).
@@ -54,6 +65,18 @@ pub static NAMES: Array<NameValue, { names::SLOTS as usize }, { route_v4_flat::M
 /// Written by the userspace map writer with diffed inserts/deletes, never rebuilt.
 #[btf_map(name = "lagran_route_v4")]
 pub static ROUTE_V4: LpmTrie<RouteV4Data, RouteValue, { route_v4::MAX_ENTRIES as usize }> = LpmTrie::new();
+
+/// Flat IPv4 routes, level 1 (read by `route4`): `(name block, /16)` -> leaf,
+/// group or none. Written by the userspace map writer.
+#[btf_map(name = "lagran_route4_l1")]
+pub static ROUTE4_L1: Array<u64, { (L1_ENTRIES / SLOTS_PER_ELEMENT) as usize }, { route_v4_flat::MAP_FLAGS as usize }> =
+    Array::new();
+
+/// Flat IPv4 routes, level 2 (read by `route4`): `(group, /24)` -> leaf, trie
+/// or none. Written by the userspace map writer.
+#[btf_map(name = "lagran_route4_l2")]
+pub static ROUTE4_L2: Array<u64, { (L2_ENTRIES / SLOTS_PER_ELEMENT) as usize }, { route_v4_flat::MAP_FLAGS as usize }> =
+    Array::new();
 
 /// `[name id | IPv6 prefix]` -> (answer id, ECS scope), from the same route table
 /// (IPv4-mapped clients are looked up in `ROUTE_V4`). Written like `ROUTE_V4`.

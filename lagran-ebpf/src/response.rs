@@ -33,12 +33,13 @@ use lagran_common::{
 
 use crate::{
     csum::Sum,
-    dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, FLAG_TC, OPT_FIXED_LEN, Query, opaque},
+    dns::{self, ECS_FIXED_LEN, FLAG_AA, FLAG_CD, FLAG_QR, FLAG_RD, FLAG_TC, OPT_FIXED_LEN, opaque},
     eth::Eth,
     ipv4::{self, Ipv4},
     ipv6,
     maps::{Scratch, launder},
     packet::{Frame, MAX_OFF},
+    query::Query,
     udp::{self, Udp},
 };
 
@@ -116,6 +117,30 @@ pub struct Reply<R: Records> {
 /// The COOKIE option we write: code, length, client cookie, server cookie.
 const COOKIE_OPTION_LEN: usize = 4 + 8 + 16;
 
+/// Rewrites the query in place into the response (frame size, Ethernet and IP
+/// headers, DNS header, records, OPT with ECS and COOKIE, UDP checksum) and
+/// returns `XDP_TX`.
+///
+/// Longer than the crate's other functions (about 210 lines), on purpose. Like
+/// every function here it is `#[inline(always)]`: the program is one BPF
+/// function with no BPF-to-BPF call. Its steps share about a dozen values (the
+/// frame, the UDP/DNS header window `l4w`, the checksum `tail`, `off`, `qlen`,
+/// `count`, `flags`, `n`, `ecs_len`, `cookie_len` and the query's four shape
+/// flags), and splitting it costs:
+/// - as real calls (BPF subprograms): a call and an exit per step, and the
+///   shared values moved around each call: a BPF call passes at most five
+///   arguments in registers (R1–R5) and keeps only R6–R9 across it, so the
+///   rest is spilled to the stack and filled again — instructions on every
+///   answered query. The verifier walks a static subprogram again at each call
+///   with the caller's state, so verification gets no cheaper either;
+/// - as `#[inline(always)]` helpers: the shared values would travel as a
+///   struct on the stack or as six to ten arguments each. Such a struct is
+///   what LLVM copies or zeroes with `memcpy`/`memset` (which `cargo xtask
+///   build-ebpf` refuses in the XDP section) or writes with 8-byte stores at
+///   4-aligned stack offsets (which the verifier refuses, see `Query`); and
+///   the `launder` stores, which make the paths (cookie or not, slipped or
+///   not, ECS or not) meet in the verifier, must stay before the bounds
+///   checks that follow them, which one body keeps in view.
 #[inline(always)]
 pub fn build<R: Records>(
     ctx: &XdpContext,

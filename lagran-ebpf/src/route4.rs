@@ -2,20 +2,13 @@
 //! one `l1` read for a /16 one route covers, a second (`l2`) for a /24 inside a
 //! split /16; only a /24 that holds routes longer than /24 goes to the trie.
 
-use aya_ebpf::{btf_maps::Array, macros::btf_map};
+use aya_ebpf::btf_maps::Array;
 use lagran_common::route_v4::RouteValue;
 use lagran_common::route_v4_flat::{
-    self as flat, FLAT_NAMES, GROUP, KIND_MASK, L1_ENTRIES, L1_SLOTS, L2_ENTRIES, L2_SLOTS, LEAF, MAP_FLAGS,
-    SLOTS_PER_ELEMENT as PER, TRIE,
+    self as flat, FLAT_NAMES, GROUP, KIND_MASK, L1_SLOTS, L2_SLOTS, LEAF, SLOTS_PER_ELEMENT as PER, TRIE,
 };
 
-/// `(name block, /16)` -> leaf, group or none. Written by the userspace map writer.
-#[btf_map(name = "lagran_route4_l1")]
-pub static L1: Array<u64, { (L1_ENTRIES / PER) as usize }, { MAP_FLAGS as usize }> = Array::new();
-
-/// `(group, /24)` -> leaf, trie or none. Written by the userspace map writer.
-#[btf_map(name = "lagran_route4_l2")]
-pub static L2: Array<u64, { (L2_ENTRIES / PER) as usize }, { MAP_FLAGS as usize }> = Array::new();
+use crate::maps::{ROUTE4_L1, ROUTE4_L2};
 
 /// What the flat arrays say about an address.
 pub enum Flat {
@@ -34,12 +27,12 @@ pub fn lookup(block: u32, addr: u32) -> Flat {
         return Flat::Trie;
     }
     let i = (block - 1) * L1_SLOTS + (addr >> 16);
-    let Some(s) = slot(&L1, i) else { return Flat::Trie };
+    let Some(s) = slot(&ROUTE4_L1, i) else { return Flat::Trie };
     let s = match s & KIND_MASK {
         LEAF => s,
         GROUP => {
             let j = flat::group_index(s) * L2_SLOTS + ((addr >> 8) & 0xff);
-            let Some(t) = slot(&L2, j) else { return Flat::Trie };
+            let Some(t) = slot(&ROUTE4_L2, j) else { return Flat::Trie };
             match t & KIND_MASK {
                 LEAF => t,
                 TRIE => return Flat::Trie,
