@@ -20,7 +20,7 @@ pub struct AnswerV4 {
     /// means "no answer here": the program passes the query to userspace, which
     /// answers the fallback address or SERVFAIL.
     pub count: u32,
-    /// Canary split (SPEC §4): clients whose subnet bucket
+    /// Canary split: clients whose subnet bucket
     /// (`canary::bucket_v4`) is below this percentage, 1–100, get the answer
     /// `canary_id` instead, and the ECS scope is at least
     /// `canary::SPLIT_PREFIX_V4`. 0: no split.

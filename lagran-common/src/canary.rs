@@ -2,7 +2,7 @@
 //!
 //! The split is per client subnet — the /24 of an IPv4 client, the /48 of an
 //! IPv6 one — so a subnet always gets the same answer and resolver caches stay
-//! correct (SPEC §4). Both the XDP program and userspace call these functions,
+//! correct. Both the XDP program and userspace call these functions,
 //! so the two answer paths cannot disagree on a client's bucket.
 
 /// Buckets are 0..BUCKETS; a canary of `p` % takes buckets `0..p`.

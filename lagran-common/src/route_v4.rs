@@ -1,7 +1,7 @@
 //! `lagran_route_v4`: LPM trie from (name id, IPv4 client prefix) to an answer id.
 //! Written by userspace (the map writer) with diffed inserts and deletes.
 //!
-//! The name leads the key (SPEC §2): one trie holds every scheduled name, and a
+//! The name leads the key, so one trie holds every scheduled name: a
 //! lookup for name `n` and client `a` uses prefix length 64 and data `n ‖ a`.
 //! An entry for a CIDR block `p/len` of name `n` has prefix length
 //! `NAME_BITS + len`. The blocks of one name never nest, so the matched length

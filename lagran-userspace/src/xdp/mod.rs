@@ -10,7 +10,7 @@
 //!   ([`CounterSnapshot`], with its Prometheus text).
 //! - [`writer`]: [`MapWriter::sync`] turns a
 //!   [`RouteTable`](crate::route_table::RouteTable) into map entries, writing
-//!   only what changed ([`diff`] finds the trie entries that did).
+//!   only what changed (`diff` finds the trie entries that did).
 //! - [`name_slots`]: places the served names in `lagran_names`' slots, keyed by
 //!   [`wire_name`]; [`route4_flat`] writes the flat IPv4 route arrays;
 //!   [`mapping`]: the shared mapping of an array map both write through.
