@@ -46,7 +46,7 @@ pub fn coarse_clock() -> bool {
 /// the program's clock globals (`lagran_common::config::COARSE_CLOCK_GLOBAL`,
 /// and `TICK_NS_GLOBAL` where the kernel's tick is known: [`super::tick`])
 /// before the verifier sees the object, and lifts the locked-memory limit
-/// older kernels charge the maps to ([`raise_memlock_limit`]).
+/// older kernels charge the maps to (`raise_memlock_limit`).
 pub fn ebpf_loader() -> EbpfLoader<'static> {
     static COARSE: u32 = 1;
     static TICK_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();

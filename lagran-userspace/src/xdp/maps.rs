@@ -1,5 +1,6 @@
 //! Typed handles on the fast path's maps: every read and write of a map goes
-//! through [`Maps`], which holds the aya handles. Besides this module, aya's
+//! through [`Maps`], which holds the aya handles (the loader only pins the
+//! maps, through the loaded object). Besides this module, aya's
 //! map types appear in [`mapping`](super::mapping), which maps an array's
 //! memory, and in [`name_slots`](super::name_slots) and
 //! [`route4_flat`](super::route4_flat), which take the `Map` of the array they

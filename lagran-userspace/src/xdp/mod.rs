@@ -14,10 +14,11 @@
 //! - [`name_slots`]: places the served names in `lagran_names`' slots, keyed by
 //!   [`wire_name`]; [`route4_flat`] writes the flat IPv4 route arrays;
 //!   [`mapping`]: the shared mapping of an array map both write through.
+//! - `netns`: network-namespace and veth helpers for tests (feature `testkit`).
 //!
 //! aya's map types are imported by `maps`, `mapping`, `name_slots` and
-//! `route4_flat` (the last two take the array they map from the loader).
-//! - `netns`: network-namespace and veth helpers for tests (feature `testkit`).
+//! `route4_flat` (the last two take the `Map` of the array they write from
+//! [`Maps`]); [`XdpError`] below carries aya's `MapError`.
 //!
 //! Minimum kernel version: 5.10, the oldest kernel the matrix
 //! (`cargo xtask integration-test vm`) passes (BTF-defined maps, bounded loops,
