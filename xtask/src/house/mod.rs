@@ -228,3 +228,6 @@ fn check_tree(root: &Path, tree: &source::Tree, report: &mut Report) -> anyhow::
 fn allowed(file: &Path, name: &str) -> Option<&'static str> {
     ALLOWED_LONG_FNS.iter().find(|a| Path::new(a.file) == file && a.name == name).map(|a| a.reason)
 }
+
+#[cfg(test)]
+mod tests;
