@@ -98,7 +98,12 @@ fn comment_lines(src: &str) -> Vec<(usize, String)> {
 }
 
 fn ident_before(b: &[char], i: usize) -> bool {
-    i > 0 && (b[i - 1].is_alphanumeric() || b[i - 1] == '_') && !(b[i - 1] == 'b' && !ident_before(b, i - 1))
+    let Some(&prev) = i.checked_sub(1).and_then(|p| b.get(p)) else { return false };
+    if prev == 'b' {
+        // `br"…"` is a raw byte string unless that `b` ends a longer identifier.
+        return ident_before(b, i - 1);
+    }
+    prev.is_alphanumeric() || prev == '_'
 }
 
 /// From after the opening quote to after the closing one.
