@@ -1,5 +1,8 @@
-//! `cargo xtask bench`: the numbers of SPEC §10, measured on this box, side by
-//! side, each with how it was measured.
+//! `cargo xtask bench`: the performance goals (QPS of the XDP path against the
+//! userspace path and its peers, CPU per answered query, per-packet cost at
+//! full table size, node change → map entry, ECS scopes, recompute times),
+//! measured on this box, side by side, each with how it was measured; the
+//! table goes to the terminal, `target/bench/latest.md` and `docs/bench-results.md`.
 //!
 //! 1. QPS of the XDP path vs the userspace path, same box, same generator: two
 //!    network namespaces joined by a veth pair; `lagran serve --demo` (release

@@ -63,7 +63,7 @@ impl Best {
 
 /// The highest offered rate both paths held (≥ 95 % answered) with the server
 /// core's busy time read, and the XDP path's and the userspace path's runs
-/// there: SPEC §10's "CPU per answered query", compared at one rate because
+/// there, for the goal "CPU per answered query", compared at one rate because
 /// per-query costs fall as batches fill.
 pub(super) fn cpu_per_answer<'a>(xdp: &'a Best, userspace: &'a Best) -> Option<(u64, &'a Run, &'a Run)> {
     let held = |b: &'a Best, rate: u64| {

@@ -4,15 +4,16 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Citation {
     pub line: usize,
-    /// Which kind of citation: `SPEC §`, `seed 00`, `issue <n>`.
+    /// Which kind of citation: a specification section, a seed document, an issue number.
     pub pattern: &'static str,
     /// The comment's text on that line, trimmed.
     pub text: String,
 }
 
 /// Every comment line of `src` (line, block and doc comments) that cites a
-/// specification section (`SPEC §`), a seed document (`seed 00…`) or an issue
-/// by number (`issue 8`, `issues 8 and 9`, `issue #8`), case-insensitively.
+/// specification section (the word "spec", a space and a section sign), a seed
+/// document ("seed", a space and "00…") or an issue by number ("issue", an
+/// optional "s" or "#", then a digit), case-insensitively.
 pub fn outside_references(src: &str) -> Vec<Citation> {
     let mut out = Vec::new();
     for (line, text) in comment_lines(src) {
