@@ -1,4 +1,4 @@
-//! `simulate`: scheduling quality at fleet scale (issue 8 item 7), driven by
+//! `simulate`: scheduling quality at fleet scale, driven by
 //! `cargo xtask simulate`.
 //!
 //! The real xdb and sampled real client /24s (located in mainland China on a
@@ -331,12 +331,25 @@ fn run_one(
     }
     r.noise_changed_clients = changed.iter().filter(|c| **c).count();
 
-    // The busiest node fails: only its clients move, each to its next best.
+    fail_busiest(fleet, &settings, clients, partitions, &dns, &base, &mut r);
+    r
+}
+
+/// The busiest node fails: only its clients move, each to its next best.
+fn fail_busiest(
+    fleet: &Fleet,
+    settings: &ScheduleSettings,
+    clients: &[Client],
+    partitions: &PartitionTable,
+    dns: &DnsSettings,
+    base: &[Option<String>],
+    r: &mut Report,
+) {
     let mut load: HashMap<&str, usize> = HashMap::new();
     for a in base.iter().flatten() {
         *load.entry(a.as_str()).or_default() += 1;
     }
-    let Some((&busiest, &n_clients)) = load.iter().max_by_key(|(k, v)| (**v, std::cmp::Reverse(**k))) else { return r };
+    let Some((&busiest, &n_clients)) = load.iter().max_by_key(|(k, v)| (**v, std::cmp::Reverse(**k))) else { return };
     let backups = {
         let s = ScheduleSettings { answers_per_query: 2, ..settings.clone() };
         let t = build(&fleet.nodes, &s, partitions, &mut BuildState::default(), 1);
@@ -352,8 +365,8 @@ fn run_one(
         fleet.nodes.iter().filter_map(|n| n.public_ip.map(|ip| (ip, n.name.as_str()))).collect();
     let mut failed = fleet.nodes.clone();
     failed.iter_mut().filter(|n| n.name == busiest).for_each(|n| n.status = NodeStatus::Offline);
-    let t = build(&failed, &settings, partitions, &mut BuildState::default(), 1);
-    let after = answers(&t, clients, &dns);
+    let t = build(&failed, settings, partitions, &mut BuildState::default(), 1);
+    let after = answers(&t, clients, dns);
     let mut next_best = 0;
     for i in 0..clients.len() {
         if base[i].as_deref() == Some(busiest) {
@@ -366,7 +379,6 @@ fn run_one(
     r.failed_node = busiest.to_string();
     r.failed_clients = n_clients;
     r.failed_to_next_best = pct(next_best, n_clients);
-    r
 }
 
 fn sample_clients(partitions: &PartitionTable, n: usize, seed: u64) -> Vec<Client> {

@@ -1,5 +1,5 @@
 //! How busy one CPU was over a window: the bench's CPU per answered query
-//! (SPEC §10: the XDP path ≥ 5× less CPU per answered query than the
+//! (the goal: the XDP path uses ≥ 5× less CPU per answered query than the
 //! userspace path), read on the server's core while a load run holds a
 //! steady rate.
 //!

@@ -59,11 +59,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     crate::setup::cargo_fuzz()?;
     let target_dir = root.join("target/fuzz");
     let mut ran = 0;
+    build_targets(&root, None)?;
     for krate in FUZZ_CRATES {
         let dir = root.join(krate);
-        let mut build = fuzz_cmd(&dir, &target_dir);
-        build.arg("build");
-        util::run(&mut build).with_context(|| format!("building the fuzz targets of {krate}"))?;
         let mut list = fuzz_cmd(&dir, &target_dir);
         list.arg("list");
         let targets = util::output(&mut list)?;
@@ -79,6 +77,23 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     anyhow::ensure!(ran > 0 || opts.only.is_some(), "no fuzz target found in {FUZZ_CRATES:?}");
     if opts.packets > 0 {
         xdp_differential(&root, opts.packets)?;
+    }
+    Ok(())
+}
+
+/// Builds every fuzz crate's targets into `target/fuzz` (a no-op when they are
+/// up to date); with `log`, the output goes to that file instead of the terminal,
+/// so a build running beside other steps does not interleave with them.
+pub fn build_targets(root: &Path, log: Option<&Path>) -> anyhow::Result<()> {
+    let target_dir = root.join("target/fuzz");
+    for krate in FUZZ_CRATES {
+        let mut build = fuzz_cmd(&root.join(krate), &target_dir);
+        build.arg("build");
+        let built = match log {
+            None => util::run(&mut build),
+            Some(log) => util::run_logged(&mut build, log),
+        };
+        built.with_context(|| format!("building the fuzz targets of {krate}"))?;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod bench;
 mod build_ebpf;
 mod busy;
 mod fuzz;
+mod house;
 mod integration_test;
 mod run;
 mod setup;
@@ -33,8 +34,9 @@ enum Subcommand {
     Run(run::Options),
     /// Set up, build, and run every test (what CI runs).
     Test(test::Options),
-    /// Measure SPEC §10: XDP vs userspace QPS in namespaces, node-down → map,
-    /// kernel lookup cost, ECS scopes, geo lookup, xdb load, recompute (root, ~10 min).
+    /// Measure the performance goals: XDP vs userspace QPS in namespaces, node-down → map,
+    /// kernel lookup cost, ECS scopes, geo lookup, xdb load, recompute (root, ~10 min);
+    /// writes docs/bench-results.md.
     Bench(bench::Options),
     /// Every cargo-fuzz target for `--seconds N` (60) each, then 10⁶ mutated
     /// packets through BPF_PROG_TEST_RUN against userspace's answers (root).
@@ -45,6 +47,9 @@ enum Subcommand {
     /// Scheduling quality at fleet scale: real xdb, 100 000 client /24s with
     /// ECS, dense and sparse fleets; a table and target/simulate/*.csv.
     Simulate(simulate::Options),
+    /// Check the structure rules of the product code: file and function lengths,
+    /// import cycles between sibling modules, comments citing outside documents.
+    House(house::Options),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,5 +63,6 @@ fn main() -> anyhow::Result<()> {
         Subcommand::Fuzz(opts) => fuzz::exec(opts),
         Subcommand::IntegrationTest(opts) => integration_test::exec(opts),
         Subcommand::Simulate(opts) => simulate::exec(opts),
+        Subcommand::House(opts) => house::exec(opts),
     }
 }

@@ -112,12 +112,18 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         apt_packages()?;
     }
     rust_src()?;
-    bpf_linker(opts.force_bpf_linker)?;
-    cargo_fuzz()?;
-    if opts.no_geo {
-        step("geo data: skipped (--no-geo)");
-    } else {
-        geo_data()?;
+    // The two `cargo install`s and the geo download do not depend on each
+    // other: cargo-fuzz and the geo data come in beside bpf-linker's build.
+    let fuzz = std::thread::spawn(cargo_fuzz);
+    let geo = (!opts.no_geo).then(|| std::thread::spawn(geo_data));
+    let linker = bpf_linker(opts.force_bpf_linker);
+    let fuzz = fuzz.join().map_err(|_| anyhow::anyhow!("the cargo-fuzz install thread panicked"))?;
+    let geo = geo.map(|g| g.join().map_err(|_| anyhow::anyhow!("the geo data thread panicked")));
+    linker?;
+    fuzz?;
+    match geo {
+        None => step("geo data: skipped (--no-geo)"),
+        Some(geo) => geo??,
     }
     step("setup complete");
     Ok(())

@@ -1,4 +1,4 @@
-//! `cargo xtask simulate`: scheduling quality at fleet scale (issue 8 item 7).
+//! `cargo xtask simulate`: scheduling quality at fleet scale.
 //!
 //! Builds the `simulate` example of lagran-userspace (release) and runs it on
 //! the real ip2region xdb (`data/ip2region.xdb`, fetched by `cargo xtask

@@ -1,11 +1,16 @@
 //! `cargo xtask test`: everything CI runs, from a clean clone.
 //!
 //! 1. `cargo xtask setup` (tools, PostgreSQL server, bpf-linker, geo data).
-//! 2. `cargo fmt --all --check`: one formatter width for the workspace.
+//! 2. `cargo fmt --all --check`: one formatter width for the workspace; then
+//!    `cargo xtask house`: file and function lengths, import cycles, comments.
 //! 3. The XDP object (the userspace tests load it through BPF_PROG_TEST_RUN).
 //! 4. Clippy with `-D warnings` in two passes: the host crates, then the eBPF
 //!    crate on its own target (so the `user` feature cannot leak std into it).
-//! 5. The binaries the end-to-end tests drive (`lagran`, `lagran-edge`).
+//! 5. The binaries the end-to-end tests drive (`lagran`, `lagran-edge`). From
+//!    here the fuzz targets build beside the next steps, into their own target
+//!    directory (`target/fuzz`, its output in `target/fuzz-build.log`): the
+//!    end-to-end tests spend much of their time waiting on sockets and timers,
+//!    and the sanitizer build of the fuzz crates is the longest compile of the run.
 //! 6. `cargo test` over the default members (not `--workspace`: that would build
 //!    `lagran-ebpf` for the host): unit tests, store tests against SQLite
 //!    and a throwaway PostgreSQL, end-to-end tests with `dig`/`kdig`.
@@ -15,6 +20,7 @@
 //!    (`cargo xtask integration-test vm --kernels oldest,newest`; the full
 //!    matrix is `cargo xtask integration-test vm`).
 
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::Context as _;
@@ -42,6 +48,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let mut fmt = Command::new("cargo");
     fmt.current_dir(&root).args(["fmt", "--all", "--check"]);
     util::run(&mut fmt).context("unformatted code: run `cargo fmt --all`")?;
+    crate::house::exec(crate::house::Options {})?;
     let obj = build_ebpf::setup_and_build(true)?;
     // The same program with its aya-log debug events (tests/xdp_debug_log.rs).
     let debug_obj =
@@ -61,15 +68,16 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     build_ebpf::clippy_ebpf()?;
     let mut bins = Command::new("cargo");
     bins.current_dir(&root).args(["build", "--bins"]);
-    util::run(&mut bins)?;
-    let mut test = Command::new("cargo");
-    test.current_dir(&root)
-        .args(["test", "--no-fail-fast"])
-        // Tests that need PostgreSQL, dig or the XDP object fail instead of skipping.
-        .env("LAGRAN_REQUIRE_PG", "1")
-        .env("LAGRAN_REQUIRE_TOOLS", "1")
-        .env("LAGRAN_EBPF_OBJECT", &obj)
-        .env("LAGRAN_EBPF_DEBUG_OBJECT", &debug_obj);
+    let fuzz_root = root.clone();
+    let fuzz_build = std::thread::spawn(move || {
+        crate::setup::cargo_fuzz()?;
+        crate::fuzz::build_targets(&fuzz_root, Some(&fuzz_root.join("target/fuzz-build.log")))
+    });
+    let compiled = util::run(&mut bins).and_then(|()| util::run(test_cmd(&root, &obj, &debug_obj).arg("--no-run")));
+    let fuzz_built = fuzz_build.join().map_err(|_| anyhow::anyhow!("the fuzz build thread panicked"))?;
+    compiled?;
+    fuzz_built?;
+    let mut test = test_cmd(&root, &obj, &debug_obj);
     if !opts.args.is_empty() {
         test.arg("--").args(&opts.args);
     }
@@ -81,4 +89,17 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     integration_test::exec(integration_test::Options {
         target: integration_test::Target::Vm(integration_test::VmOptions::ci()),
     })
+}
+
+/// `cargo test` over the default members, with the objects and the switches
+/// that make tests needing PostgreSQL, dig or the XDP object fail instead of skipping.
+fn test_cmd(root: &Path, obj: &Path, debug_obj: &Path) -> Command {
+    let mut test = Command::new("cargo");
+    test.current_dir(root)
+        .args(["test", "--no-fail-fast"])
+        .env("LAGRAN_REQUIRE_PG", "1")
+        .env("LAGRAN_REQUIRE_TOOLS", "1")
+        .env("LAGRAN_EBPF_OBJECT", obj)
+        .env("LAGRAN_EBPF_DEBUG_OBJECT", debug_obj);
+    test
 }

@@ -40,6 +40,27 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs `cmd` with its stdout and stderr in the file `log`; fails naming the
+/// whole command, with the log's last lines, unless it exits 0.
+pub fn run_logged(cmd: &mut Command, log: &Path) -> anyhow::Result<()> {
+    let line = display(cmd);
+    eprintln!("+ {line} &> {}", log.display());
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .status()
+        .with_context(|| format!("failed to start `{line}`"))?;
+    if !status.success() {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(30).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!("`{line}` failed with {status}; last lines of {}:\n{}", log.display(), tail.join("\n"));
+    }
+    Ok(())
+}
+
 /// Runs `cmd` and returns its stdout; fails naming the whole command (with its stderr).
 pub fn output(cmd: &mut Command) -> anyhow::Result<String> {
     let line = display(cmd);

@@ -39,8 +39,10 @@ use anyhow::{Context as _, bail};
 
 use crate::{build_ebpf, util};
 
+mod initramfs;
+
 /// The guest's `/init`.
-const GUEST_INIT: &str = include_str!("../../scripts/vm-init.sh");
+const GUEST_INIT: &str = include_str!("../../../scripts/vm-init.sh");
 
 /// The test targets run in the guest, in this order (`xdp_kernel` first: it
 /// reports the verifier count, or the verifier's message).
@@ -125,9 +127,9 @@ impl VmOptions {
         VmOptions {
             kernels: vec!["oldest".into(), "newest".into()],
             broken: false,
-            // On 2026-12-02 the 5.10 guest took 615 s and sid's 316 s under TCG,
-            // on a machine of this kind ~2.5× slower than on earlier days (sid
-            // then: ~110 s); 1 800 s leaves room for a slow machine.
+            // Under TCG on a slow machine of this kind the 5.10 guest takes
+            // ~600 s and sid's ~300 s (~110 s on a fast one); 1 800 s leaves
+            // room for a slow machine.
             timeout: 1800,
             memory: 2048,
             accel: "auto".into(),
@@ -236,15 +238,47 @@ fn vm(opts: &VmOptions) -> anyhow::Result<()> {
         kernels.iter().map(|k| k.label.as_str()).collect::<Vec<_>>().join(", ")
     );
 
-    let mut lines = Vec::new();
-    let mut failed = Vec::new();
+    let mut initramfses = Vec::new();
     for kernel in &kernels {
         let initramfs = logs.join(format!("{}.cpio", kernel.label));
-        build_initramfs(kernel, &payload, &initramfs)?;
+        initramfs::build_initramfs(kernel, &payload, &initramfs)?;
+        initramfses.push(initramfs);
+    }
+    let boot_one = |(kernel, initramfs): (&Kernel, &PathBuf)| {
         let log = logs.join(format!("{}.log", kernel.label));
         let started = Instant::now();
-        let booted = boot(kernel, &initramfs, &log, opts, accel)?;
-        let elapsed = started.elapsed();
+        let booted = boot(kernel, initramfs, &log, opts, accel);
+        let _ = std::fs::remove_file(initramfs);
+        booted.map(|b| (b, started.elapsed(), log))
+    };
+    let boots: Vec<anyhow::Result<(bool, Duration, PathBuf)>> = if room_for_guests(kernels.len(), opts.memory) {
+        println!("==> booting the {} guests side by side", kernels.len());
+        std::thread::scope(|s| {
+            let handles: Vec<_> = kernels.iter().zip(&initramfses).map(|k| s.spawn(move || boot_one(k))).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("boot thread panicked"))))
+                .collect()
+        })
+    } else {
+        let mut boots = Vec::new();
+        for k in kernels.iter().zip(&initramfses) {
+            let booted = boot_one(k);
+            let stop = booted.is_err();
+            boots.push(booted);
+            if stop {
+                break;
+            }
+        }
+        boots
+    };
+    for initramfs in &initramfses {
+        let _ = std::fs::remove_file(initramfs);
+    }
+    let mut lines = Vec::new();
+    let mut failed = Vec::new();
+    for (kernel, booted) in kernels.iter().zip(boots) {
+        let (booted, elapsed, log) = booted?;
         let console = std::fs::read_to_string(&log).unwrap_or_default();
         let mut report = parse_console(&console);
         if !booted {
@@ -257,7 +291,6 @@ fn vm(opts: &VmOptions) -> anyhow::Result<()> {
             println!("   console: {}", log.display());
             failed.push(kernel.label.clone());
         }
-        let _ = std::fs::remove_file(&initramfs);
         lines.push(line);
     }
     println!("\n---- integration-test vm ({}, {:.0}s) ----", accel, t0.elapsed().as_secs_f64());
@@ -268,6 +301,17 @@ fn vm(opts: &VmOptions) -> anyhow::Result<()> {
         bail!("integration-test vm failed on: {}", failed.join(", "));
     }
     Ok(())
+}
+
+/// Whether `guests` guests of `memory_mb` each can boot side by side without
+/// taking turns: a CPU each, and their memory (plus 512 MB for the host) free.
+fn room_for_guests(guests: usize, memory_mb: u32) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let available_kb = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines().find_map(|l| l.strip_prefix("MemAvailable:")?.split_whitespace().next()?.parse::<u64>().ok())
+    });
+    let needed_kb = (guests as u64 * u64::from(memory_mb) + 512) * 1024;
+    guests > 1 && cpus >= guests && available_kb.is_some_and(|a| a >= needed_kb)
 }
 
 /// `kvm` only when a hardware KVM module is loaded: a `/dev/kvm` backed by
@@ -612,141 +656,6 @@ fn archive_uris() -> (String, String) {
     let security =
         uris.iter().find(|u| u.ends_with("/debian-security")).map_or("http://deb.debian.org/debian-security", |u| u);
     (main.to_owned(), security.to_owned())
-}
-
-// ---------------------------------------------------------------- initramfs
-
-/// A staging directory removed on drop, also when a step fails.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn build_initramfs(kernel: &Kernel, payload: &Payload, out: &Path) -> anyhow::Result<()> {
-    let stage = TempDir(out.with_extension("d"));
-    let r = &stage.0;
-    if r.exists() {
-        std::fs::remove_dir_all(r)?;
-    }
-    for d in
-        ["bin", "sbin", "usr/bin", "usr/sbin", "dev", "proc", "sys", "run", "tmp", "etc", "lib/modules", "test/bin"]
-    {
-        std::fs::create_dir_all(r.join(d))?;
-    }
-    let busybox = Path::new("/bin/busybox");
-    if !is_static(busybox) {
-        bail!("{} is not statically linked: `apt-get install busybox-static`", busybox.display());
-    }
-    copy(busybox, &r.join("bin/busybox"))?;
-    write_exec(&r.join("init"), GUEST_INIT)?;
-    std::fs::write(r.join("etc/resolv.conf"), "nameserver 127.0.0.1\n")?;
-    for (tool, dst) in GUEST_TOOLS {
-        let src = util::which(tool).with_context(|| format!("`{tool}` is not installed: run `cargo xtask setup`"))?;
-        add_elf(r, &src, Path::new(dst), false)?;
-    }
-    copy(&payload.object, &r.join("test/lagran.o"))?;
-    let mut list = String::new();
-    for (name, exe) in &payload.tests {
-        add_elf(r, exe, &Path::new("/test/bin").join(name), true)?;
-        list.push_str(name);
-        list.push('\n');
-    }
-    std::fs::write(r.join("test/tests"), list)?;
-
-    // veth and its dependencies, decompressed (busybox insmod takes plain .ko).
-    let mut cmd = Command::new("modprobe");
-    cmd.arg("-d").arg(&kernel.root).args(["-S", &kernel.release, "--show-depends", "veth"]);
-    let deps = util::output(&mut cmd)?;
-    let mut load = String::new();
-    for line in deps.lines() {
-        let mut w = line.split_whitespace();
-        let (Some("insmod"), Some(path)) = (w.next(), w.next()) else { continue };
-        let path = Path::new(path);
-        let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        let name = file.trim_end_matches(".xz").trim_end_matches(".zst").trim_end_matches(".gz");
-        let dst = r.join("lib/modules").join(name);
-        let decompress = match path.extension().and_then(|e| e.to_str()) {
-            Some("xz") => Some("xz"),
-            Some("zst") => Some("zstd"),
-            Some("gz") => Some("gzip"),
-            _ => None,
-        };
-        match decompress {
-            Some(tool) => {
-                let mut cmd = Command::new(tool);
-                cmd.arg("-dc").arg(path);
-                let line = util::display(&cmd);
-                let out = cmd.output().with_context(|| format!("failed to start `{line}`"))?;
-                if !out.status.success() {
-                    bail!("`{line}` failed with {}", out.status);
-                }
-                std::fs::write(&dst, out.stdout)?;
-            }
-            None => copy(path, &dst)?,
-        }
-        writeln!(load, "/lib/modules/{name}")?;
-    }
-    std::fs::write(r.join("etc/modules.load"), load)?;
-
-    let mut cpio = Command::new("sh");
-    cpio.arg("-c")
-        .arg("cd \"$1\" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet > \"$2\"")
-        .arg("sh")
-        .arg(r)
-        .arg(out);
-    util::output(&mut cpio)?;
-    Ok(())
-}
-
-fn copy(src: &Path, dst: &Path) -> anyhow::Result<()> {
-    if let Some(dir) = dst.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::copy(src, dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
-    Ok(())
-}
-
-fn write_exec(path: &Path, text: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
-}
-
-fn is_static(path: &Path) -> bool {
-    Command::new("ldd").arg(path).output().is_ok_and(|o| {
-        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        text.contains("not a dynamic executable") || text.contains("statically linked")
-    })
-}
-
-/// Copies an executable to `dst` inside the image (stripped of debug info when
-/// `strip`), and its shared libraries (`ldd`) to the same absolute paths.
-fn add_elf(root: &Path, src: &Path, dst: &Path, strip: bool) -> anyhow::Result<()> {
-    let target = root.join(dst.strip_prefix("/").unwrap_or(dst));
-    if let Some(dir) = target.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    if strip && util::which("objcopy").is_some() {
-        util::output(Command::new("objcopy").arg("--strip-debug").arg(src).arg(&target))?;
-    } else {
-        copy(src, &target)?;
-    }
-    if is_static(src) {
-        return Ok(());
-    }
-    let ldd = util::output(Command::new("ldd").arg(src))?;
-    for lib in ldd.split_whitespace().filter(|w| w.starts_with('/')) {
-        let lib = Path::new(lib);
-        let in_image = root.join(lib.strip_prefix("/").unwrap_or(lib));
-        if !in_image.exists() {
-            copy(lib, &in_image)?;
-        }
-    }
-    Ok(())
 }
 
 // --------------------------------------------------------------------- boot
