@@ -270,6 +270,15 @@ pub(crate) fn text(bytes: &[u8], format: Format) -> Result<&str, GeoError> {
     })
 }
 
+/// The lines of a line-oriented text format that carry data, numbered from 1 and
+/// trimmed: blank lines and lines starting with `#` are skipped.
+pub(crate) fn data_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, raw)| (i + 1, raw.trim()))
+        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
+}
+
 pub use super::Position;
 
 /// A region string `Country|Province|City|ISP` from separate fields: each trimmed,
