@@ -202,7 +202,7 @@ enum Command {
         /// The client subnet (ECS), e.g. 58.60.0.0/24.
         #[arg(long)]
         subnet: Option<String>,
-        /// The resolver sending --subnet: it decides when the subnet cannot be located (seed 001 §3.4).
+        /// The resolver sending --subnet: its location decides when the subnet cannot be located.
         #[arg(long, requires = "subnet")]
         resolver: Option<String>,
         /// The scheduled name; defaults to the first zone's apex.

@@ -1,4 +1,5 @@
-//! Every geo file format SPEC §5 names, read into the same shape: sorted,
+//! Every geo file format the daemon reads besides xdb (V2Ray `geoip.dat`, CIDR CSV
+//! and JSON, ip2region source text), read into the same shape: sorted,
 //! non-overlapping, inclusive `(start, end, region)` ranges per address family,
 //! then built into an in-memory [`Xdb`] with the project's writer, so the rest of the
 //! daemon ([`GeoDb`](super::GeoDb), partitions, diff, reload) only ever sees xdb.
