@@ -405,3 +405,25 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent_and_serve_and_control_share_their_flags() {
+        Cli::command().debug_assert();
+        let flags = ["--api-listen", "127.0.0.1:9000", "--demo", "--insecure-open-api", "--api-tls-cert", "c.pem"];
+        for cmd in ["serve", "control"] {
+            let cli = Cli::try_parse_from(["lagran", cmd].into_iter().chain(flags)).unwrap();
+            let (Command::Serve { control, .. } | Command::Control { control }) = cli.command else {
+                panic!("{cmd} parsed as another command");
+            };
+            assert_eq!(control.api_listen, Some("127.0.0.1:9000".parse().unwrap()));
+            assert!(control.demo && control.insecure_open_api);
+            assert_eq!(control.api_tls.api_tls_cert, Some(PathBuf::from("c.pem")));
+        }
+    }
+}
