@@ -21,7 +21,12 @@ fn shenzhen_ecs_gets_gz01_with_ttl_30_and_a_scope() {
     let Some(d) = daemon("shenzhen_ecs") else { return };
     let r = d.dig(&[ZONE, "A", "+subnet=58.60.0.0/24"]);
     assert_eq!(r.status, "NOERROR", "{}", r.text);
-    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "the reference design's example: gz-01 for Shenzhen Telecom\n{}", r.text);
+    assert_eq!(
+        r.answers("A"),
+        vec!["203.0.113.21"],
+        "the reference design's example: gz-01 for Shenzhen Telecom\n{}",
+        r.text
+    );
     assert_eq!(r.answer[0].ttl, 30, "TTL = min(SCHEDULE_TTL 30, DNS_TTL 30)");
     assert!(r.has_flag("qr") && r.has_flag("aa"), "authoritative answer expected: {:?}", r.flags);
     assert!(!r.has_flag("ra"), "an authoritative server does not offer recursion");

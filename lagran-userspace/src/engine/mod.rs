@@ -529,7 +529,11 @@ mod tests {
         let nodes = NodeView::prepare(seed_nodes());
         let r = rank(&nodes, &shenzhen_telecom(), Family::V4, DEFAULT_POOL, &Policy::default());
         let scores: Vec<(&str, i64)> = r.candidates.iter().map(|c| (c.name.as_str(), c.score)).collect();
-        assert_eq!(scores, vec![("gz-01", 233), ("hk-01", 115), ("kr-01", 93)], "the reference design's worked example");
+        assert_eq!(
+            scores,
+            vec![("gz-01", 233), ("hk-01", 115), ("kr-01", 93)],
+            "the reference design's worked example"
+        );
         assert_eq!(r.primary().unwrap().reason, "same-province same-city same-isp");
         assert_eq!(r.backup().unwrap().name, "hk-01");
     }
