@@ -49,6 +49,18 @@ fn client_config(tls: &ClientTls) -> Result<Arc<rustls::ClientConfig>, String> {
     Ok(config)
 }
 
+/// An HTTP/1.1 connection over `io` (TCP or TLS), driven by a spawned task.
+async fn http1<S>(io: S) -> hyper::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
 impl ApiClient {
     /// Sends a request; a non-2xx status is an error carrying the API's message.
     pub async fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
@@ -114,22 +126,11 @@ impl ApiClient {
             let name = rustls::pki_types::ServerName::try_from(bare.clone()).map_err(|e| tls(e.to_string()))?;
             let stream =
                 tokio_rustls::TlsConnector::from(config).connect(name, stream).await.map_err(|e| tls(e.to_string()))?;
-            let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| connect(e.to_string()))?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            sender
+            http1(stream).await
         } else {
-            let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| connect(e.to_string()))?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            sender
-        };
+            http1(stream).await
+        }
+        .map_err(|e| connect(e.to_string()))?;
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
@@ -155,9 +156,9 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
-    /// The security bug this client once had: an `https://` URL sent in
-    /// cleartext. Now the first bytes on the wire are a TLS ClientHello, and a
-    /// server that does not speak TLS is an error, never a cleartext retry.
+    /// An `https://` URL is never sent in cleartext: the first bytes on the wire
+    /// are a TLS ClientHello, and a server that does not speak TLS is an error,
+    /// never a cleartext retry.
     #[tokio::test]
     async fn https_urls_never_travel_in_cleartext() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,4 +1,6 @@
-//! `lagran serve --demo`: zone `edge.lagran.net` and seed 000 §8's three nodes.
+//! `lagran serve --demo`: zone `edge.lagran.net` and the reference design's three
+//! example nodes (gz-01 in Shenzhen on China Telecom, hk-01 in Hong Kong, kr-01 in
+//! Korea), whose scores for a Shenzhen China Telecom client are 233, 115 and 93.
 
 use crate::model::{Node, NsHost, Zone};
 use crate::store::{Store, StoreError};
@@ -15,9 +17,10 @@ pub fn demo_zone() -> Zone {
     z
 }
 
-/// Seed 000 §8's table, exactly.
+/// The reference design's example table, exactly: name, location, carrier,
+/// weight, CPU and memory usage, address.
 pub fn demo_nodes() -> Vec<Node> {
-    #[expect(clippy::too_many_arguments, reason = "one call per row of seed 000 §8's table, in its column order")]
+    #[expect(clippy::too_many_arguments, reason = "one call per row of the example table, in its column order")]
     fn node(
         name: &str,
         country: &str,

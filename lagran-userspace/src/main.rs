@@ -98,6 +98,34 @@ impl ApiTlsArgs {
     }
 }
 
+/// The control API's listener and how the control plane starts (`lagran serve` and
+/// `lagran control`).
+#[derive(clap::Args, Debug)]
+struct ControlArgs {
+    /// Control API listen address.
+    #[arg(long)]
+    api_listen: Option<std::net::SocketAddr>,
+    /// Create zone edge.lagran.net and the three demo nodes (gz-01, hk-01, kr-01) when missing.
+    #[arg(long)]
+    demo: bool,
+    /// Allow a token-less API on a non-loopback address.
+    #[arg(long)]
+    insecure_open_api: bool,
+    #[command(flatten)]
+    api_tls: ApiTlsArgs,
+}
+
+impl ControlArgs {
+    /// Flags win over the TOML file; returns the daemon's options with the caller's `xdp`.
+    fn apply(self, config: &mut Config, xdp: Option<String>) -> Result<ServeOptions> {
+        self.api_tls.apply(config)?;
+        if let Some(a) = self.api_listen {
+            config.api_listen = a;
+        }
+        Ok(ServeOptions { demo: self.demo, insecure_open_api: self.insecure_open_api, xdp })
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run everything in one process: store, scheduler, DNS responder, control API.
@@ -106,34 +134,19 @@ enum Command {
         /// fast path answers only packets addressed to these.
         #[arg(long)]
         dns_listen: Vec<std::net::SocketAddr>,
-        /// Control API listen address.
-        #[arg(long)]
-        api_listen: Option<std::net::SocketAddr>,
-        /// Create zone edge.lagran.net and seed 000's three nodes when missing.
-        #[arg(long)]
-        demo: bool,
-        /// Allow a token-less API on a non-loopback address.
-        #[arg(long)]
-        insecure_open_api: bool,
         /// Attach the XDP fast path to this interface (native mode, else generic).
         #[arg(long)]
         xdp: Option<String>,
         #[command(flatten)]
         entry: EntryArgs,
         #[command(flatten)]
-        api_tls: ApiTlsArgs,
+        control: ControlArgs,
     },
     /// The control plane only (store, scheduler, probes, API); NS hosts run `lagran dns`.
     /// On PostgreSQL any number of them share the database and one leads.
     Control {
-        #[arg(long)]
-        api_listen: Option<std::net::SocketAddr>,
-        #[arg(long)]
-        demo: bool,
-        #[arg(long)]
-        insecure_open_api: bool,
         #[command(flatten)]
-        api_tls: ApiTlsArgs,
+        control: ControlArgs,
     },
     /// An NS host: answers DNS from the route tables a control plane streams.
     Dns {
@@ -189,7 +202,7 @@ enum Command {
         /// The client subnet (ECS), e.g. 58.60.0.0/24.
         #[arg(long)]
         subnet: Option<String>,
-        /// The resolver sending --subnet: it decides when the subnet cannot be located (seed 001 §3.4).
+        /// The resolver sending --subnet: its location decides when the subnet cannot be located.
         #[arg(long, requires = "subnet")]
         resolver: Option<String>,
         /// The scheduled name; defaults to the first zone's apex.
@@ -265,24 +278,18 @@ async fn main() -> Result<()> {
         config.ca = Some(ca);
     }
     match cli.command {
-        Command::Serve { dns_listen, api_listen, demo, insecure_open_api, xdp, entry, api_tls } => {
+        Command::Serve { dns_listen, xdp, entry, control } => {
             entry.apply(&mut config)?;
-            api_tls.apply(&mut config)?;
+            let opts = control.apply(&mut config, xdp)?;
             if !dns_listen.is_empty() {
                 config.dns_listen = dns_listen;
                 config.validate().context("--dns-listen")?;
             }
-            if let Some(a) = api_listen {
-                config.api_listen = a;
-            }
-            daemon::serve(config, ServeOptions { demo, insecure_open_api, xdp }, shutdown_on_signal()).await?;
+            daemon::serve(config, opts, shutdown_on_signal()).await?;
         }
-        Command::Control { api_listen, demo, insecure_open_api, api_tls } => {
-            api_tls.apply(&mut config)?;
-            if let Some(a) = api_listen {
-                config.api_listen = a;
-            }
-            daemon::control(config, ServeOptions { demo, insecure_open_api, xdp: None }, shutdown_on_signal()).await?;
+        Command::Control { control } => {
+            let opts = control.apply(&mut config, None)?;
+            daemon::control(config, opts, shutdown_on_signal()).await?;
         }
         Command::Dns { control, name, client_cert, client_key, dns_listen, api_listen, state_file, xdp, entry } => {
             entry.apply(&mut config)?;
@@ -397,4 +404,26 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent_and_serve_and_control_share_their_flags() {
+        Cli::command().debug_assert();
+        let flags = ["--api-listen", "127.0.0.1:9000", "--demo", "--insecure-open-api", "--api-tls-cert", "c.pem"];
+        for cmd in ["serve", "control"] {
+            let cli = Cli::try_parse_from(["lagran", cmd].into_iter().chain(flags)).unwrap();
+            let (Command::Serve { control, .. } | Command::Control { control }) = cli.command else {
+                panic!("{cmd} parsed as another command");
+            };
+            assert_eq!(control.api_listen, Some("127.0.0.1:9000".parse().unwrap()));
+            assert!(control.demo && control.insecure_open_api);
+            assert_eq!(control.api_tls.api_tls_cert, Some(PathBuf::from("c.pem")));
+        }
+    }
 }

@@ -136,7 +136,8 @@ pub struct Follower {
     pub versions: tokio::sync::watch::Sender<u64>,
     pub state_file: Option<PathBuf>,
     pub stats: Arc<FollowerStats>,
-    /// Stamped on every answer of the stream (SPEC §7 staleness).
+    /// Stamped on every answer of the stream: a table is stale when the leader has
+    /// not confirmed it for DNS_STALE_SECS, measured on this host's clock.
     pub confirmation: Arc<Confirmation>,
     /// How long one long poll waits for a newer table; keep it well under
     /// DNS_STALE_SECS ([`Follower::poll_wait`]), since each answer is a confirmation.

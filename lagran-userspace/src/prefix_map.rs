@@ -1,6 +1,6 @@
 //! Non-overlapping CIDR prefixes covering a whole address space, each mapped to a value.
 //!
-//! This is the shape both answer paths share (SPEC §2): the scheduler turns
+//! This is the shape both answer paths (XDP and userspace) share: the scheduler turns
 //! address ranges into the *coarsest* CIDR blocks that carry the same value,
 //! userspace looks a client up by binary search, and the XDP map writer copies
 //! the same prefixes into an LPM trie. Because the prefixes never nest, the

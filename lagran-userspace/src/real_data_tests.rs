@@ -246,7 +246,7 @@ async fn reload_on_real_data_refuses_corrupt_and_large_changes() {
     assert!(!Arc::ptr_eq(&serving, &s.geo()));
 }
 
-/// Issue 8: with 1 000 extra nodes at real client locations, on SQLite, taking
+/// With 1 000 extra nodes at real client locations, on SQLite, taking
 /// the node that answers Shenzhen China Telecom offline moves the DNS answer
 /// (how fast is `cargo xtask bench`'s job).
 #[tokio::test]

@@ -1,6 +1,7 @@
-//! AAAA end to end (issue 13 item 4) and the API additions of issue 13 items 5–6:
-//! nodes with `public_ipv6` answer AAAA through the scheduler, for IPv4 and IPv6
-//! ECS, with an IPv6 ip2region file written by the project's own writer.
+//! AAAA end to end: nodes with `public_ipv6` answer AAAA through the scheduler,
+//! for IPv4 and IPv6 ECS, with an IPv6 ip2region file written by the project's own
+//! writer. Also the partitions read over the API, and `/api/v1/schedule` read with
+//! a node's own token.
 
 use std::time::Duration;
 
@@ -109,7 +110,7 @@ fn schedule_accepts_a_nodes_own_token_for_reads() {
     assert_eq!(s, 200, "{v}");
     let path = "/api/v1/schedule?domain=edge.lagran.net&ip=58.60.0.1";
     let (s, v) = d.http("GET", path, None, &[("x-lagran-agent-token", "hk-01-secret")]);
-    assert_eq!(s, 200, "a node's own token reads /api/v1/schedule (seed 000 step 6): {v}");
+    assert_eq!(s, 200, "a node's own token reads /api/v1/schedule (as a DNS plugin or agent would): {v}");
     assert_eq!(v["primary"]["name"], "gz-01", "{v}");
     let (s, _) = d.http("GET", path, None, &[("x-lagran-agent-token", "not-a-token")]);
     assert_eq!(s, 401, "an unknown token is refused");

@@ -26,7 +26,8 @@ fn schedule_has_the_seed_shape_and_numbers() {
         .collect();
     assert_eq!(scores, vec![("gz-01".into(), 233), ("hk-01".into(), 115), ("kr-01".into(), 93)]);
 
-    // explicit tuple overrides (seed 000 §3 step 7)
+    // explicit tuple overrides (country/province/city/isp in the query win over
+    // the geo lookup; for DNS plugins and tests)
     let (_, v) = d.get("/api/v1/schedule?domain=edge.lagran.net&ip=8.8.8.8&province=%E5%B9%BF%E4%B8%9C%E7%9C%81");
     assert_eq!(v["client"]["province"], "广东");
     assert_eq!(v["primary"]["name"], "gz-01", "{v}");

@@ -1,4 +1,5 @@
-//! CNAME scheduling end to end (issue 13 item 3, seed 004 §4.3): a domain with
+//! CNAME scheduling end to end (for content providers whose own authoritative
+//! servers cannot do ECS): a domain with
 //! `answer_mode = "cname"` answers `CNAME <hostname of the chosen node>` and,
 //! the hostname lying in the served zone, its address; node hostnames answer A.
 

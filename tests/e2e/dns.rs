@@ -1,4 +1,6 @@
-//! SPEC §3, behaviour by behaviour, through `dig` (and raw UDP where dig
+//! The DNS behaviour of a zone (scheduled answers, SOA/NS/glue, REFUSED,
+//! NXDOMAIN, NODATA, EDNS and ECS, TC and TCP, whoami, _version, malformed
+//! packets), behaviour by behaviour, through `dig` (and raw UDP where dig
 //! cannot send the malformed packet we need).
 
 use std::net::UdpSocket;
@@ -19,7 +21,12 @@ fn shenzhen_ecs_gets_gz01_with_ttl_30_and_a_scope() {
     let Some(d) = daemon("shenzhen_ecs") else { return };
     let r = d.dig(&[ZONE, "A", "+subnet=58.60.0.0/24"]);
     assert_eq!(r.status, "NOERROR", "{}", r.text);
-    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "seed 000: gz-01 for Shenzhen Telecom\n{}", r.text);
+    assert_eq!(
+        r.answers("A"),
+        vec!["203.0.113.21"],
+        "the reference design's example: gz-01 for Shenzhen Telecom\n{}",
+        r.text
+    );
     assert_eq!(r.answer[0].ttl, 30, "TTL = min(SCHEDULE_TTL 30, DNS_TTL 30)");
     assert!(r.has_flag("qr") && r.has_flag("aa"), "authoritative answer expected: {:?}", r.flags);
     assert!(!r.has_flag("ra"), "an authoritative server does not offer recursion");
@@ -72,7 +79,7 @@ fn soa_ns_and_glue() {
 fn refused_cases() {
     let Some(d) = daemon("refused") else { return };
     let r = d.dig(&[ZONE, "ANY"]);
-    assert_eq!(r.status, "REFUSED", "ANY is refused (seed 000)\n{}", r.text);
+    assert_eq!(r.status, "REFUSED", "ANY is refused\n{}", r.text);
     let r = d.dig(&["-c", "CH", ZONE, "A"]);
     assert_eq!(r.status, "REFUSED", "class CH\n{}", r.text);
     let r = d.dig(&["example.com", "A"]);
@@ -177,7 +184,7 @@ fn no_eligible_node_servfail_or_fallback() {
         assert_eq!(s, 200);
     }
     let r = d.dig(&[ZONE, "A"]);
-    assert_eq!(r.status, "SERVFAIL", "no node, no fallback (seed 000 §7.2)\n{}", r.text);
+    assert_eq!(r.status, "SERVFAIL", "no online node and no DNS_FALLBACK_IP: SERVFAIL\n{}", r.text);
 
     let f = Daemon::start(Options { env: vec![("DNS_FALLBACK_IP".into(), "192.0.2.99".into())], ..Options::default() });
     for n in ["gz-01", "hk-01", "kr-01"] {

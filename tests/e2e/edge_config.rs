@@ -1,4 +1,4 @@
-//! The edge takes its sites and certificates from the control plane (issue 12):
+//! The edge takes its sites and certificates from the control plane:
 //! a real `lagran control`, a real `lagran-edge` with no site of its own, and a
 //! new site and certificate written through the API are served over HTTPS with
 //! SNI — checked with `curl --resolve --cacert` and `openssl s_client

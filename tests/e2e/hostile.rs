@@ -1,4 +1,4 @@
-//! Hostile traffic against the running daemon (issue 11): 10⁵ mutated queries
+//! Hostile traffic against the running daemon: 10⁵ mutated queries
 //! over UDP, and some over TCP. Every response must be a well-formed DNS
 //! message with QR set; junk gets no response at all; the daemon answers
 //! normally afterwards.
@@ -305,7 +305,7 @@ fn flood(
     f
 }
 
-/// Issue 11: with XDP on and `RRL_RPS=100 RRL_SLIP=0`, a flood of NXDOMAIN
+/// With XDP on and `RRL_RPS=100 RRL_SLIP=0`, a flood of NXDOMAIN
 /// queries (userspace) and one of A queries (XDP) from one address at more
 /// than 10× the rate get at most 1.5× the rate in responses, while that
 /// address's queries carrying a valid server cookie are all answered; `dig`

@@ -1,6 +1,6 @@
-//! What the control plane publishes: nothing when nothing changed (issue 8
-//! item 3), and the staleness rule (SPEC §7): a table is stale when the
-//! control plane stopped confirming it, not when it is old.
+//! What the control plane publishes: nothing when nothing changed (identical
+//! heartbeats publish nothing), and the staleness rule: a table is stale when the
+//! control plane stopped confirming it for DNS_STALE_SECS, not when it is old.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! The production topology (issue 12): two `lagran control` processes on one
+//! The production topology: two `lagran control` processes on one
 //! PostgreSQL and two NS hosts following both, under continuous queries. Kill
 //! the leader, then every control process, restart an NS host meanwhile,
 //! bring a control process back: the NS hosts never stop answering.

@@ -1,4 +1,5 @@
-//! Seed 001 §3.4 end to end (issue 13 item 5): an ECS address the geo file
+//! When the client's location cannot be found, the resolver's decides, end to
+//! end: an ECS address the geo file
 //! cannot locate is answered for the resolver's address, SCOPE the width of
 //! the unlocated block; a private ECS address stays in the unknown partition.
 

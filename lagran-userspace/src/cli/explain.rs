@@ -137,6 +137,9 @@ fn render_served(out: &mut String, s: &crate::scheduler::ServedAnswer, ttl: u32)
     let state = serde_json::to_value(s.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
     let _ = writeln!(out, "dns       {}  (ttl {ttl}, scope /{}, {state})", records.join(", "), s.scope);
     if let Some(r) = s.decided_for {
-        let _ = writeln!(out, "          the ECS block cannot be located: answered for resolver {r} (seed 001 §3.4)");
+        let _ = writeln!(
+            out,
+            "          the ECS block cannot be located: answered for resolver {r}, whose location decides"
+        );
     }
 }

@@ -1,6 +1,7 @@
-//! `lagran monitor`: how far each NS host lags behind the control plane
-//! (seed 003) and how long ago the control plane last confirmed each one's
-//! table (`confirmed_ms_ago`, SPEC §7). Each NS host is asked `_version.<zone> TXT` over UDP; the
+//! `lagran monitor`: how far each NS host lags behind the control plane (the
+//! route-table version it serves against the control plane's) and how long ago
+//! the control plane last confirmed each one's table (`confirmed_ms_ago`: a table
+//! goes stale when its leader has not confirmed it for DNS_STALE_SECS). Each NS host is asked `_version.<zone> TXT` over UDP; the
 //! control plane's own version comes from `GET /api/v1/routes`.
 
 use std::fmt::Write;

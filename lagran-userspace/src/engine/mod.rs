@@ -1,7 +1,9 @@
 //! The decision engine: a pure function from (nodes, client location, policy)
 //! to a ranked list of candidates, each carrying its score and the reason for it.
 //!
-//! The default score is seed 000's, exactly:
+//! The default score is the reference design's formula, exactly (for a Shenzhen
+//! China Telecom client its worked example comes out gz-01 = 233, hk-01 = 115,
+//! kr-01 = 93):
 //!
 //! ```text
 //! score = clamp(weight, 0, 1000) + 5·same_country + 80·same_province + 20·same_city
@@ -38,7 +40,9 @@ pub enum Family {
 /// drained node ranks after every node that is not.
 pub const DRAINED_PENALTY: i64 = 1_000_000;
 
-/// Bonuses and penalty factors of the score (seed 000 §3 step 9).
+/// Bonuses and penalty factors of the score: +5 same country, +80 same province,
+/// +20 same city, +40 same ISP, − floor(cpu_usage · 0.3), − floor(memory_usage · 0.2)
+/// by default.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
     pub same_country: i64,
@@ -49,13 +53,16 @@ pub struct Policy {
     pub memory_factor: f64,
     /// A total load penalty at or above this is called "overloaded" in reasons.
     pub overloaded_penalty: i64,
-    /// Bandwidth / connection caps as penalties, never a veto (seed 002).
+    /// Bandwidth / connection caps as penalties, never a veto: a fully overloaded
+    /// pool still answers.
     pub caps: Option<CapPolicy>,
-    /// Distance penalty from node and client coordinates (seed 001 §3.3).
+    /// Distance penalty from node and client coordinates (haversine).
     pub distance: Option<DistancePolicy>,
-    /// Only nodes of the client's ISP, when at least one is eligible (seed 001 §3.3).
+    /// Only nodes of the client's ISP, when at least one is eligible: across carriers
+    /// a node a street away is often slower than a same-carrier one hundreds of km off.
     pub isp_must_match: bool,
-    /// Overload spill to the next best same-ISP node (seed 001 §5.2).
+    /// Overload spill: new traffic for a node over its load threshold goes to the next
+    /// best same-ISP node (a little latency rather than a collapsed node).
     pub spill: Option<SpillPolicy>,
 }
 
@@ -463,12 +470,12 @@ fn spill_overload(ranking: &mut Ranking, nodes: &[NodeView], client: &Location, 
     }
 }
 
-/// Hysteresis (seed 002): keep `previous` first unless the new best beats its
-/// score by more than `margin` (0.15 = 15 %; §4.1 keeps the current result
-/// while the top two differ by no more than 15 %) and by more than `points`
-/// (§5.3's absolute threshold of 20 in its `shouldSwitch`: switch only when
-/// the new result is markedly better). A relative margin alone is a point or
-/// two where scores are small, which load jitter crosses. Returns whether it held.
+/// Hysteresis against flapping: keep `previous` first unless the new best beats its
+/// score by more than `margin` (0.15 = 15 %: keep the current result while the top
+/// two differ by no more than 15 %) and by more than `points` (an absolute
+/// threshold: switch only when the new result is markedly better). A relative margin
+/// alone is a point or two where scores are small, which load jitter crosses.
+/// Returns whether it held.
 pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f64, points: i64) -> bool {
     let Some(prev) = previous else { return false };
     let Some(best) = ranking.candidates.first() else { return false };
@@ -491,7 +498,8 @@ pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f
 mod tests {
     use super::*;
 
-    /// Seed 000 §8's three nodes.
+    /// The reference design's three example nodes: gz-01 (广东/深圳/电信, weight 100,
+    /// CPU 20 %, memory 30 %), hk-01 (香港 BGP, 120, 10 %, 10 %), kr-01 (韩国 BGP, 100, 10 %, 20 %).
     pub(crate) fn seed_nodes() -> Vec<Node> {
         let mk = |name: &str, country: &str, province: &str, city: &str, isp: &str, w, cpu, mem, ip: &str| {
             let mut n = Node::new(name);
@@ -521,14 +529,18 @@ mod tests {
         let nodes = NodeView::prepare(seed_nodes());
         let r = rank(&nodes, &shenzhen_telecom(), Family::V4, DEFAULT_POOL, &Policy::default());
         let scores: Vec<(&str, i64)> = r.candidates.iter().map(|c| (c.name.as_str(), c.score)).collect();
-        assert_eq!(scores, vec![("gz-01", 233), ("hk-01", 115), ("kr-01", 93)], "seed 000 §3 step 9");
+        assert_eq!(
+            scores,
+            vec![("gz-01", 233), ("hk-01", 115), ("kr-01", 93)],
+            "the reference design's worked example"
+        );
         assert_eq!(r.primary().unwrap().reason, "same-province same-city same-isp");
         assert_eq!(r.backup().unwrap().name, "hk-01");
     }
 
     #[test]
     fn unknown_client_ranks_by_weight_and_load() {
-        // seed 000 §7.4: no geo match -> weight - cpu - mem
+        // No geo match: the score is weight - cpu penalty - memory penalty.
         let nodes = NodeView::prepare(seed_nodes());
         let r = rank(&nodes, &Location::default(), Family::V4, DEFAULT_POOL, &Policy::default());
         let scores: Vec<(&str, i64)> = r.candidates.iter().map(|c| (c.name.as_str(), c.score)).collect();
@@ -538,7 +550,7 @@ mod tests {
 
     #[test]
     fn offline_and_addressless_nodes_are_excluded() {
-        // seed 000 §7.5 and §7.6
+        // A node without a public address, or offline, is never returned.
         let mut nodes = seed_nodes();
         nodes[0].status = NodeStatus::Offline;
         nodes[1].public_ip = None;
@@ -551,7 +563,7 @@ mod tests {
 
     #[test]
     fn no_eligible_node_gives_an_empty_ranking() {
-        // seed 000 §7.2
+        // No online node: no primary, no backup.
         let mut nodes = seed_nodes();
         for n in &mut nodes {
             n.status = NodeStatus::Disabled;

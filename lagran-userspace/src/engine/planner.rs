@@ -9,7 +9,7 @@
 //!   rules; a partition field that no node or rule can match becomes [`OTHER`],
 //!   so partitions collapse into a few **effective location classes** — the
 //!   partitions no score term and no rule filter can tell apart;
-//! - nodes are held as struct-of-arrays with the part of the seed formula that
+//! - nodes are held as struct-of-arrays with the part of the score formula that
 //!   does not depend on the client (`clamp(weight) − cpu − memory − over-cap`)
 //!   computed once, exactly as [`score`](super::score) does (same floors, same
 //!   clamp); the tie-break by name becomes an integer rank;

@@ -2,17 +2,20 @@
 //!
 //! - [`xdb`]: reader for ip2region `.xdb` files (IPv4 and IPv6), [`xdb_writer`]: the
 //!   project's own writer (test data, `lagran geo build`).
-//! - [`formats`]: every other file format SPEC §5 names (V2Ray `geoip.dat`, CIDR CSV
+//! - [`formats`]: every other geo file format (V2Ray `geoip.dat`, CIDR CSV
 //!   and JSON, ip2region source text), converted to ranges and built into xdb, so
 //!   the daemon only ever looks up xdb.
-//! - [`reserved`]: special-purpose ranges that are never looked up (SPEC §3).
+//! - [`reserved`]: special-purpose ranges (private, loopback, CGNAT, documentation,
+//!   …) that are never looked up: they fall into the "unknown" partition.
 //! - [`diff`]: what changes between two geo data sets (`lagran geo diff`, reload).
 //! - [`reload`]: replacing the serving data without a restart, refused above a change
-//!   ratio (seed 001 §5.2); SIGHUP and `POST /api/v1/geo/reload`.
+//!   ratio of sampled addresses that change partition; SIGHUP and
+//!   `POST /api/v1/geo/reload`.
 //! - [`bench`]: the lookup timing helper for `cargo xtask bench`.
 //! - [`cli`]: `lagran geo …`; [`client`]: its tiny HTTP client for the daemon's API.
 //! - [`GeoDb`]: the optional IPv4 and IPv6 databases a daemon runs with. A missing or
-//!   unreadable file is not fatal (SPEC §5): that family is scheduled by weight and load.
+//!   unreadable file is not fatal (it is logged): that family is scheduled by weight
+//!   and load.
 
 pub mod bench;
 mod error;

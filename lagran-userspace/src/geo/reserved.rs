@@ -1,8 +1,9 @@
 //! Special-purpose address ranges that are never looked up in the geo database.
 //!
 //! A query whose client address (ECS or packet source) falls in one of these ranges
-//! belongs to the "unknown" partition (SPEC §3, seed 001 "过滤内网和保留地址"): the
-//! ip2region file has rows such as `0|0|0|内网IP|内网IP` for them, and scheduling on
+//! belongs to the "unknown" partition: private and reserved sources (RFC 1918,
+//! loopback, link-local, CGNAT 100.64/10, ULA, documentation ranges) are filtered
+//! out before the geo lookup. The ip2region file has rows such as `0|0|0|内网IP|内网IP` for them, and scheduling on
 //! such a row would send the client to an arbitrary node.
 //!
 //! The lists follow the IANA IPv4 / IPv6 Special-Purpose Address Registries (RFC 6890

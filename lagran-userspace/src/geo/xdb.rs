@@ -366,6 +366,171 @@ fn decode(c: &[u8], version: IpVersion) -> Entry {
     }
 }
 
+/// What the 256-octet header says: the header structure version, the address
+/// family and the creation time.
+struct Header {
+    format_version: u16,
+    version: IpVersion,
+    created_at: u32,
+    start_ptr: u32,
+    end_ptr: u32,
+}
+
+/// Where the segment index lies: `[start, index_end)`, `entries` entries of
+/// `entry_len` octets each.
+struct SegmentSpan {
+    start: usize,
+    index_end: usize,
+    entries: usize,
+    entry_len: usize,
+}
+
+/// Reads the header of a file at least `DATA_START` octets long.
+fn read_header(b: &[u8]) -> Result<Header, GeoError> {
+    // The caller's length check makes these header reads infallible; keep them total anyway.
+    let hdr = |off| u16_at(b, off).unwrap_or(0);
+    let hdr32 = |off| u32_at(b, off).unwrap_or(0);
+    let format_version = hdr(0);
+    let version = match format_version {
+        2 => IpVersion::V4,
+        3 => match hdr(16) {
+            4 => IpVersion::V4,
+            6 => IpVersion::V6,
+            ip_version => return Err(GeoError::UnsupportedIpVersion { ip_version }),
+        },
+        version => return Err(GeoError::UnsupportedVersion { version }),
+    };
+    if format_version == 3 {
+        let bytes = hdr(18);
+        if bytes != 4 && bytes != 0 {
+            return Err(GeoError::UnsupportedPtrBytes { bytes });
+        }
+    }
+    Ok(Header { format_version, version, created_at: hdr32(4), start_ptr: hdr32(8), end_ptr: hdr32(12) })
+}
+
+/// Checks the header's segment index pointers against the file: after the vector
+/// index, in order, a whole number of entries, the last one inside the file.
+fn segment_span(h: &Header, len: usize) -> Result<SegmentSpan, GeoError> {
+    let entry_len = h.version.entry_len();
+    let bad_ptrs =
+        |reason| GeoError::BadIndexPointers { start: h.start_ptr, end: h.end_ptr, len, entry_size: entry_len, reason };
+    let (start, end) = (h.start_ptr as usize, h.end_ptr as usize);
+    if start < DATA_START {
+        return Err(bad_ptrs("segment index starts inside the header or vector index"));
+    }
+    if end < start {
+        return Err(bad_ptrs("end before start"));
+    }
+    if (end - start) % entry_len != 0 {
+        return Err(bad_ptrs("span is not a whole number of entries"));
+    }
+    if end.checked_add(entry_len).is_none_or(|e| e > len) {
+        return Err(bad_ptrs("last entry runs past the end of the file"));
+    }
+    let entries = (end - start) / entry_len + 1;
+    if entries > u32::MAX as usize {
+        return Err(bad_ptrs("too many entries"));
+    }
+    Ok(SegmentSpan { start, index_end: end + entry_len, entries, entry_len })
+}
+
+/// Vector index: every cell is empty (0, 0) or an entry-aligned span inside the
+/// segment index. The reference searchers trust it, so a broken one is corruption.
+fn check_vector_index(b: &[u8], span: &SegmentSpan) -> Result<(), GeoError> {
+    let SegmentSpan { start, index_end, entry_len, .. } = *span;
+    for (cell, c) in b[HEADER_LEN..DATA_START].chunks_exact(VECTOR_CELL_LEN).enumerate() {
+        let s = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        let e = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+        if s == 0 && e == 0 {
+            continue;
+        }
+        let (su, eu) = (s as usize, e as usize);
+        let reason = if su < start || eu > index_end || su > eu {
+            "outside the segment index"
+        } else if (su - start) % entry_len != 0 || (eu - su) % entry_len != 0 {
+            "not aligned to segment entries"
+        } else {
+            continue;
+        };
+        return Err(GeoError::BadVectorIndex {
+            row: cell >> 8,
+            col: cell & 0xff,
+            offset: HEADER_LEN + cell * VECTOR_CELL_LEN,
+            start: s,
+            end: e,
+            reason,
+        });
+    }
+    Ok(())
+}
+
+/// Segment entries: sorted, non-overlapping, region in bounds and UTF-8 (each
+/// distinct region checked once). The same pass builds the lookup index; returns it
+/// with the number of entries that carry a region.
+///
+/// Regions are copied into the index once per distinct (pointer, length). A real
+/// file stores each distinct string once, so these never add up to more than the
+/// file; a crafted one whose entries point at overlapping windows of the data
+/// (offset k, 65 535 octets, for every k) would make a small file cost gigabytes.
+/// The total is checked before each copy: the index never holds more region octets
+/// than the file has.
+fn read_segments(b: &[u8], version: IpVersion, span: &SegmentSpan) -> Result<(Index, usize), GeoError> {
+    let SegmentSpan { start, index_end, entries, entry_len } = *span;
+    let len = b.len();
+    let mut region_bytes = 0usize;
+    let mut index = IndexBuilder::new(version, entries);
+    let mut regions = 0usize;
+    let mut prev_end: Option<u128> = None;
+    for (i, chunk) in b[start..index_end].chunks_exact(entry_len).enumerate() {
+        let e = decode(chunk, version);
+        let bad = |reason: String| GeoError::BadSegment { index: i, offset: start + i * entry_len, reason };
+        if e.start > e.end {
+            return Err(bad(format!("start {:#x} is after end {:#x}", e.start, e.end)));
+        }
+        if let Some(p) = prev_end
+            && e.start <= p
+        {
+            return Err(bad(format!(
+                "start {:#x} is not after the previous entry's end {p:#x} (entries must be sorted and disjoint)",
+                e.start
+            )));
+        }
+        prev_end = Some(e.end);
+        if e.data_len == 0 {
+            index.entry(e.start, e.end, HOLE);
+            continue;
+        }
+        regions += 1;
+        let id = match index.known(e.data_ptr, e.data_len) {
+            Some(id) => id,
+            None => {
+                let data = e.data_ptr as usize;
+                let data_end = data + e.data_len as usize;
+                let Some(region) = b.get(data..data_end) else {
+                    return Err(bad(format!("region data {data}..{data_end} is outside the {len}-byte file")));
+                };
+                region_bytes += region.len();
+                if region_bytes > len {
+                    return Err(bad(format!(
+                        "distinct regions add up to more than the {len}-byte file (entries point at \
+                         overlapping windows of the data)"
+                    )));
+                }
+                let region = match std::str::from_utf8(region) {
+                    Ok(r) => r,
+                    Err(err) => {
+                        return Err(bad(format!("region data at offset {data} is not UTF-8: {err}")));
+                    }
+                };
+                index.add_region(e.data_ptr, e.data_len, region)
+            }
+        };
+        index.entry(e.start, e.end, id);
+    }
+    Ok((index.finish(), regions))
+}
+
 impl Xdb {
     /// Reads and validates a whole xdb held in memory: header, index pointers, every
     /// vector index cell and every segment entry (order, bounds, UTF-8 region).
@@ -375,138 +540,12 @@ impl Xdb {
         if len < DATA_START {
             return Err(GeoError::Truncated { len, need: DATA_START });
         }
-        let b = &bytes[..];
-        // The length check above makes these header reads infallible; keep them total anyway.
-        let hdr = |off| u16_at(b, off).unwrap_or(0);
-        let hdr32 = |off| u32_at(b, off).unwrap_or(0);
-        let format_version = hdr(0);
-        let version = match format_version {
-            2 => IpVersion::V4,
-            3 => match hdr(16) {
-                4 => IpVersion::V4,
-                6 => IpVersion::V6,
-                ip_version => return Err(GeoError::UnsupportedIpVersion { ip_version }),
-            },
-            version => return Err(GeoError::UnsupportedVersion { version }),
-        };
-        if format_version == 3 {
-            let bytes = hdr(18);
-            if bytes != 4 && bytes != 0 {
-                return Err(GeoError::UnsupportedPtrBytes { bytes });
-            }
-        }
-        let created_at = hdr32(4);
-        let start_ptr = hdr32(8);
-        let end_ptr = hdr32(12);
-        let entry_len = version.entry_len();
-        let bad_ptrs =
-            |reason| GeoError::BadIndexPointers { start: start_ptr, end: end_ptr, len, entry_size: entry_len, reason };
-        let (start, end) = (start_ptr as usize, end_ptr as usize);
-        if start < DATA_START {
-            return Err(bad_ptrs("segment index starts inside the header or vector index"));
-        }
-        if end < start {
-            return Err(bad_ptrs("end before start"));
-        }
-        if (end - start) % entry_len != 0 {
-            return Err(bad_ptrs("span is not a whole number of entries"));
-        }
-        if end.checked_add(entry_len).is_none_or(|e| e > len) {
-            return Err(bad_ptrs("last entry runs past the end of the file"));
-        }
-        let entries = (end - start) / entry_len + 1;
-        if entries > u32::MAX as usize {
-            return Err(bad_ptrs("too many entries"));
-        }
-        let index_end = end + entry_len; // exclusive
-
-        // Vector index: every cell is empty (0, 0) or an entry-aligned span inside the
-        // segment index. The reference searchers trust it, so a broken one is corruption.
-        for (cell, c) in b[HEADER_LEN..DATA_START].chunks_exact(VECTOR_CELL_LEN).enumerate() {
-            let s = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            let e = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
-            if s == 0 && e == 0 {
-                continue;
-            }
-            let (su, eu) = (s as usize, e as usize);
-            let reason = if su < start || eu > index_end || su > eu {
-                "outside the segment index"
-            } else if (su - start) % entry_len != 0 || (eu - su) % entry_len != 0 {
-                "not aligned to segment entries"
-            } else {
-                continue;
-            };
-            return Err(GeoError::BadVectorIndex {
-                row: cell >> 8,
-                col: cell & 0xff,
-                offset: HEADER_LEN + cell * VECTOR_CELL_LEN,
-                start: s,
-                end: e,
-                reason,
-            });
-        }
-
-        // Segment entries: sorted, non-overlapping, region in bounds and UTF-8 (each
-        // distinct region checked once). The same pass builds the lookup index.
-        //
-        // Regions are copied into the index once per distinct (pointer, length). A
-        // real file stores each distinct string once, so these never add up to more
-        // than the file; a crafted one whose entries point at overlapping windows of
-        // the data (offset k, 65 535 octets, for every k) would make a small file
-        // cost gigabytes. The total is checked before each copy: the index never
-        // holds more region octets than the file has.
-        let mut region_bytes = 0usize;
-        let mut index = IndexBuilder::new(version, entries);
-        let mut regions = 0usize;
-        let mut prev_end: Option<u128> = None;
-        for (i, chunk) in b[start..index_end].chunks_exact(entry_len).enumerate() {
-            let e = decode(chunk, version);
-            let bad = |reason: String| GeoError::BadSegment { index: i, offset: start + i * entry_len, reason };
-            if e.start > e.end {
-                return Err(bad(format!("start {:#x} is after end {:#x}", e.start, e.end)));
-            }
-            if let Some(p) = prev_end
-                && e.start <= p
-            {
-                return Err(bad(format!(
-                    "start {:#x} is not after the previous entry's end {p:#x} (entries must be sorted and disjoint)",
-                    e.start
-                )));
-            }
-            prev_end = Some(e.end);
-            if e.data_len == 0 {
-                index.entry(e.start, e.end, HOLE);
-                continue;
-            }
-            regions += 1;
-            let id = match index.known(e.data_ptr, e.data_len) {
-                Some(id) => id,
-                None => {
-                    let data = e.data_ptr as usize;
-                    let data_end = data + e.data_len as usize;
-                    let Some(region) = b.get(data..data_end) else {
-                        return Err(bad(format!("region data {data}..{data_end} is outside the {len}-byte file")));
-                    };
-                    region_bytes += region.len();
-                    if region_bytes > len {
-                        return Err(bad(format!(
-                            "distinct regions add up to more than the {len}-byte file (entries point at \
-                             overlapping windows of the data)"
-                        )));
-                    }
-                    let region = match std::str::from_utf8(region) {
-                        Ok(r) => r,
-                        Err(err) => {
-                            return Err(bad(format!("region data at offset {data} is not UTF-8: {err}")));
-                        }
-                    };
-                    index.add_region(e.data_ptr, e.data_len, region)
-                }
-            };
-            index.entry(e.start, e.end, id);
-        }
-
-        Ok(Xdb { bytes, version, format_version, created_at, regions, index: index.finish() })
+        let header = read_header(&bytes)?;
+        let span = segment_span(&header, len)?;
+        check_vector_index(&bytes, &span)?;
+        let (index, regions) = read_segments(&bytes, header.version, &span)?;
+        let Header { format_version, version, created_at, .. } = header;
+        Ok(Xdb { bytes, version, format_version, created_at, regions, index })
     }
 
     /// Reads the whole file at `path` and validates it; errors name the path.

@@ -1,6 +1,6 @@
 //! Coordinates for partitions and nodes without their own: a shipped table of
 //! Chinese provinces (their capitals), major cities and countries (a central
-//! city), and the haversine distance (seed 001 §3.3).
+//! city), and the haversine (great-circle) distance between two of them.
 
 use super::Location;
 

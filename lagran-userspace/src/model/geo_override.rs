@@ -1,5 +1,5 @@
-//! Geo overrides (seed 001): operator corrections, CIDR → geo tuple, that win
-//! over the geo database file.
+//! Geo overrides: operator corrections, CIDR → geo tuple, for blocks the geo file
+//! places wrongly; they win over the geo database file.
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Lines (seed 003): named client prefix lists that override the geo partition,
+//! Lines: named client prefix lists that override the geo partition,
 //! e.g. a search-engine spider line that is answered the origin address.
 
 use ipnet::IpNet;
@@ -13,7 +13,7 @@ pub enum LineAnswer {
     Schedule,
     /// Always the line's `node`.
     Node,
-    /// The domain's `origin_ip` (seed 003: spiders see the origin).
+    /// The domain's `origin_ip` (a search-engine spider line: spiders see the origin).
     Origin,
 }
 

@@ -17,7 +17,7 @@ pub use geo_override::GeoOverride;
 pub use line::{Line, LineAnswer};
 pub use rule::{Rule, RuleKind};
 
-/// Whether a node may be scheduled (seed 000 §2.3).
+/// Whether a node may be scheduled: only `online` nodes (with a public address) are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeStatus {
@@ -59,7 +59,7 @@ pub struct Node {
     /// The IPv6 address answered to clients; `None` makes the node ineligible for `AAAA`.
     pub public_ipv6: Option<Ipv6Addr>,
     /// The node's own DNS name (e.g. `gz-01.edge.lagran.net`), answered as the CNAME
-    /// target for names in CNAME mode (seed 004 "CNAME调度"); `None` makes the node
+    /// target for names in CNAME mode; `None` makes the node
     /// ineligible for them.
     #[serde(default)]
     pub hostname: Option<String>,
@@ -176,13 +176,15 @@ pub struct Domain {
     pub pool: String,
     /// Per-name route TTL; `None` uses the scheduler's SCHEDULE_TTL.
     pub ttl: Option<u32>,
-    /// Address answered for clients on a line that asks for the origin (seed 003).
+    /// Address answered for clients on a line that asks for the origin (e.g. a
+    /// search-engine spider line).
     pub origin_ip: Option<Ipv4Addr>,
     /// Addresses (`a`, the default) or a CNAME to the chosen node's hostname.
     #[serde(default)]
     pub answer_mode: AnswerMode,
     /// Whether the ECS address decides (default); `false`: the resolver's address
-    /// decides and ECS is echoed with SCOPE 0 (seed 004 §4.5).
+    /// decides and ECS is echoed with SCOPE 0: ECS scheduling applies only to the
+    /// names the operator marks for it.
     #[serde(default = "yes")]
     pub ecs: bool,
 }
@@ -191,7 +193,8 @@ fn yes() -> bool {
     true
 }
 
-/// How a scheduled name is answered (seed 004 "CNAME调度").
+/// How a scheduled name is answered: addresses, or a CNAME to the chosen node's
+/// hostname (for a content provider whose own authoritative servers cannot do ECS).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AnswerMode {

@@ -1,4 +1,5 @@
-//! Scheduling rules (seed 002 §5.4): manual pins and canary splits.
+//! Scheduling rules: manual pins and canary splits (e.g. 5 % of a region's traffic
+//! to a new node), which the automatic scoring does not swallow.
 //!
 //! Priority between kinds is manual > canary > automatic; among rules of one
 //! kind, higher `priority` first, then lower `id`. Every filter that is `null`

@@ -1,6 +1,7 @@
 //! What changes between two geo data sets: `lagran geo diff OLD NEW` and the safety
-//! check of a reload (seed 001 §5.2: "IP库更新前，随机抽10万个线上活跃IP做新旧版本对比，
-//! 变化比例超过1%就暂缓发布").
+//! check of a reload: before a new geo file replaces the old one, a random sample of
+//! 100 000 addresses is compared between the two versions, and the release is held
+//! when more than 1 % of them change.
 //!
 //! Both sides are compared as [`PartitionTable`]s — the location tuple every address
 //! is scheduled by, after the special-purpose ranges (always unknown) and, for a
@@ -32,7 +33,7 @@ use super::{PartitionTable, UNKNOWN};
 use crate::geo::{GeoDb, IpVersion, reserved};
 use crate::location::Location;
 
-/// Default number of sampled addresses per family (seed 001 §5.2: 10万).
+/// Default number of sampled addresses per family (100 000).
 pub const DEFAULT_SAMPLE: usize = 100_000;
 /// Default RNG seed: the same sample every time, so two runs agree.
 pub const DEFAULT_SEED: u64 = 0x4c61_6772_616e_0001;

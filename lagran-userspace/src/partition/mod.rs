@@ -1,10 +1,10 @@
 //! Client partitions: the geo database cut into non-overlapping address ranges,
-//! each labelled with the canonical location tuple it stands for (SPEC §2,
-//! seed 004 "smart partitioning").
+//! each labelled with the canonical location tuple it stands for ("smart
+//! partitioning": clients grouped by location so one cached answer serves a group).
 //!
 //! An answer depends only on the client's partition, never on the single
 //! address. Partition 0 is "unknown": addresses the geo files do not cover and
-//! every private or reserved range (SPEC §3), which are never looked up.
+//! every private or reserved range, which are never looked up.
 //! Overrides from the database win over the files.
 
 pub mod diff;

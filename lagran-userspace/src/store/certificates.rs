@@ -1,4 +1,4 @@
-//! TLS certificates the edge serves, one per SNI name (SPEC §9).
+//! TLS certificates the edge serves, one per SNI name.
 //!
 //! The store keeps the PEM text as given; it only checks that both parts look
 //! like PEM of the right kind. `Debug` never prints the private key.

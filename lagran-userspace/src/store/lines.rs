@@ -1,4 +1,4 @@
-//! Lines (seed 003): named client prefix lists that override the geo partition,
+//! Lines: named client prefix lists that override the geo partition,
 //! e.g. a search-engine spider line that is answered the origin address.
 //!
 //! A line's prefixes are stored in `line_prefixes` and replaced as a whole by

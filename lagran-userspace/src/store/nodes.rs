@@ -221,7 +221,8 @@ impl NodePatch {
     }
 }
 
-/// What an agent reports (SPEC §9), `POST /api/v1/nodes/{name}/heartbeat`.
+/// What a node's agent reports (CPU, memory, bandwidth, connections),
+/// `POST /api/v1/nodes/{name}/heartbeat`.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Heartbeat {
     /// Percent, 0–100.

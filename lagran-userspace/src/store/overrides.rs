@@ -1,5 +1,5 @@
-//! Geo overrides (seed 001): operator corrections, CIDR → geo tuple, that win
-//! over the geo database file. One override per prefix; nested prefixes are
+//! Geo overrides: operator corrections, CIDR → geo tuple, for blocks the geo file
+//! places wrongly; they win over the geo database file. One override per prefix; nested prefixes are
 //! allowed (the longest match wins when the geo layer applies them).
 
 use ipnet::IpNet;

@@ -1,4 +1,4 @@
-//! Scheduling rules (seed 002 §5.4): manual pins and canary splits.
+//! Scheduling rules: manual pins and canary splits.
 //!
 //! Priority between kinds is manual > canary > automatic; among rules of one
 //! kind, higher `priority` first, then lower `id`. Every filter that is `null`

@@ -13,7 +13,7 @@
 //!   the more specific wins (see [`RangeBuilder`]).
 //! - Blank lines and lines starting with `#` are skipped; a UTF-8 BOM is ignored.
 
-use super::{Position, RangeBuilder, Ranges, parse_cidr, region_from_fields};
+use super::{Position, RangeBuilder, Ranges, data_lines, parse_cidr, region_from_fields};
 use crate::geo::GeoError;
 
 const FORMAT: &str = "CIDR CSV";
@@ -96,12 +96,7 @@ pub fn split_line(line: &str) -> Result<Vec<String>, String> {
 pub fn parse(text: &str) -> Result<Ranges, GeoError> {
     let mut b = RangeBuilder::new();
     let mut columns: Option<Columns> = None;
-    for (i, raw) in text.lines().enumerate() {
-        let at = i + 1;
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
+    for (at, line) in data_lines(text) {
         let bad = |reason: String| GeoError::syntax(FORMAT, Position::Line(at), reason);
         let fields = split_line(line).map_err(bad)?;
         let cols = match columns {

@@ -15,8 +15,8 @@
 //! `isp` (or `carrier`), strings or `null`, missing = unknown; or instead a `region`
 //! string in either ip2region layout, stored as is. Other keys are ignored.
 //!
-//! **The old CIDR JSON** (seed 000 §7 "旧版 CIDR JSON"; its exact shape is not
-//! written down anywhere, so both object forms seen in the wild are accepted), one
+//! **The old CIDR JSON** (the reference design's "旧版 CIDR JSON", legacy CIDR
+//! JSON; its exact shape is not written down anywhere, so both object forms seen in the wild are accepted), one
 //! object whose keys are either
 //!
 //! - a CIDR block, with a region string or a field object as the value:

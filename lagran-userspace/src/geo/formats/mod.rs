@@ -1,4 +1,5 @@
-//! Every geo file format SPEC §5 names, read into the same shape: sorted,
+//! Every geo file format the daemon reads besides xdb (V2Ray `geoip.dat`, CIDR CSV
+//! and JSON, ip2region source text), read into the same shape: sorted,
 //! non-overlapping, inclusive `(start, end, region)` ranges per address family,
 //! then built into an in-memory [`Xdb`] with the project's writer, so the rest of the
 //! daemon ([`GeoDb`](super::GeoDb), partitions, diff, reload) only ever sees xdb.
@@ -268,6 +269,15 @@ pub(crate) fn text(bytes: &[u8], format: Format) -> Result<&str, GeoError> {
         let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
         GeoError::syntax(format.name(), Position::Line(line), format!("not UTF-8 (invalid byte at offset {at})"))
     })
+}
+
+/// The lines of a line-oriented text format that carry data, numbered from 1 and
+/// trimmed: blank lines and lines starting with `#` are skipped.
+pub(crate) fn data_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, raw)| (i + 1, raw.trim()))
+        .filter(|(_, line)| !line.is_empty() && !line.starts_with('#'))
 }
 
 pub use super::Position;

@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 
 use super::ranges::{Explicit, from_explicit};
-use super::{Position, Ranges, check_region};
+use super::{Position, Ranges, check_region, data_lines};
 use crate::geo::GeoError;
 
 const FORMAT: &str = "ip2region source";
@@ -19,12 +19,7 @@ pub fn parse(text: &str) -> Result<Ranges, GeoError> {
     let mut v4 = Vec::new();
     let mut v6 = Vec::new();
     let mut records = 0;
-    for (i, raw) in text.lines().enumerate() {
-        let at = i + 1;
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
+    for (at, line) in data_lines(text) {
         let bad = |reason: String| GeoError::syntax(FORMAT, Position::Line(at), reason);
         let mut parts = line.splitn(3, '|');
         let (Some(s), Some(e), Some(region)) = (parts.next(), parts.next(), parts.next()) else {
