@@ -87,10 +87,7 @@ pub mod rrl;
 pub mod server;
 pub mod tls;
 
-pub use answer::{
-    ClientInfo, DropReason, Outcome, Query, Reply, Transport, answer, answer_confirmed, answer_with_cookies,
-    lookup_key, scheduled_ttl,
-};
+pub use answer::{AnswerContext, ClientInfo, DropReason, Outcome, Reply, Transport, answer, lookup_key, scheduled_ttl};
 pub use counters::DnsCounters;
 pub use server::{DnsServer, bind};
 
