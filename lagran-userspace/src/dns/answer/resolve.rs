@@ -110,10 +110,11 @@ fn scheduled_name<'q>(
     // address, and the ECS option — supported but not used — is echoed with
     // SCOPE 0 (RFC 7871, quoted in `scheduled`): no ECS is passed.
     let used = if name.ecs { ecs } else { None };
+    let asked = ScheduledQuestion { question, zone, name, ecs: used };
     match question.qtype {
         TYPE_A | TYPE_AAAA => {
             r.scheduled = true;
-            scheduled(r, ctx, question, zone, name, used)
+            scheduled(r, ctx, asked)
         }
         TYPE_SOA if apex => soa_answer(r, question, zone),
         TYPE_NS if apex => ns_answer(r, question, zone),
@@ -124,7 +125,7 @@ fn scheduled_name<'q>(
         _ if ctx.table.version != 0
             && client_answer(name, ctx.source, used).is_some_and(|(a, _)| a.hostname.is_some()) =>
         {
-            scheduled(r, ctx, question, zone, name, used)
+            scheduled(r, ctx, asked)
         }
         _ => nodata(r, question, zone),
     }
@@ -162,15 +163,19 @@ fn version_text(ctx: &AnswerContext<'_>) -> String {
     )
 }
 
-/// `A`/`AAAA` for a scheduled name, or any type for a name in CNAME mode.
-fn scheduled<'q>(
-    mut r: Draft<'q>,
-    ctx: &AnswerContext<'_>,
+/// A question for a scheduled name of `zone`, as [`scheduled`] answers it.
+#[derive(Clone, Copy)]
+struct ScheduledQuestion<'q, 't> {
     question: &'q Question,
-    zone: &Zone,
-    name: &ScheduledName,
+    zone: &'t Zone,
+    name: &'t ScheduledName,
+    /// The query's ECS option, when the name uses ECS.
     ecs: Option<Ecs>,
-) -> Draft<'q> {
+}
+
+/// `A`/`AAAA` for a scheduled name, or any type for a name in CNAME mode.
+fn scheduled<'q>(mut r: Draft<'q>, ctx: &AnswerContext<'_>, asked: ScheduledQuestion<'q, '_>) -> Draft<'q> {
+    let ScheduledQuestion { question, zone, name, ecs } = asked;
     let (table, settings) = (ctx.table, ctx.settings);
     let v4 = question.qtype == TYPE_A;
     if table.version == 0 {
