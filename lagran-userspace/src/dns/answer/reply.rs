@@ -17,8 +17,9 @@ pub struct Reply {
     pub client: Option<ClientInfo>,
     /// The UDP response did not fit the client's size and was sent with TC=1.
     pub truncated: bool,
-    /// A scheduled answer was served from a route table older than
-    /// `stale_secs` because no fallback address is configured.
+    /// A scheduled answer was served from a route table the control plane
+    /// has not confirmed for `stale_secs`, because no fallback address is
+    /// configured.
     pub stale: bool,
     /// The question was `A`/`AAAA` for a scheduled name (answered, fallback,
     /// NODATA or SERVFAIL): the listener logs these.
