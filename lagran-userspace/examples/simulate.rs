@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Parser;
 use lagran::config::{DnsSettings, ScheduleSettings};
-use lagran::dns::{Query, Transport, answer};
+use lagran::dns::{AnswerContext, Transport, answer};
 use lagran::engine::DistancePolicy;
 use lagran::geo::GeoDb;
 use lagran::location::Location;
@@ -189,7 +189,7 @@ fn answers(table: &RouteTable, clients: &[Client], dns: &DnsSettings) -> Vec<Opt
         .enumerate()
         .map(|(i, c)| {
             let bytes = ecs_query(c.addr, i as u16);
-            let r = answer(&Query { bytes: &bytes, source, transport: Transport::Udp }, table, dns, 0);
+            let r = answer(&bytes, &AnswerContext::new(table, dns, source, Transport::Udp, 0));
             r.client.and_then(|ci| ci.node)
         })
         .collect()

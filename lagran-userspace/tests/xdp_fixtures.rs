@@ -3,7 +3,7 @@
 //! packet → expected action → expected output packet).
 //!
 //! Every answered fixture is also answered by the userspace responder
-//! (`lagran::dns::answer_with_cookies`) from the same route table, with the
+//! (`lagran::dns::answer`) from the same route table, with the
 //! same server cookie secret and a fixed clock ([`COOKIE_SECRET`],
 //! [`COOKIE_NOW`]), and the two DNS messages must be identical byte for byte
 //! (SPEC §3 parity).
@@ -14,7 +14,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lagran::config::DnsSettings;
-use lagran::dns::{self, Query, Transport};
+use lagran::dns::{self, AnswerContext, Transport};
 use lagran::model::Zone;
 use lagran::prefix_map::{PrefixMapV4, PrefixMapV6};
 use lagran::route_table::{Answer, Canary, RouteTable, ScheduledName, ZoneRoutes};
@@ -203,14 +203,10 @@ impl Fixture {
         let dns_out = check_tx_headers(frame, &out.frame);
         let parsed_in = parse_frame(frame).unwrap();
         let now = now_ms();
-        let reply = dns::answer_with_cookies(
-            &Query { bytes: parsed_in.dns, source: parsed_in.src, transport: Transport::Udp },
-            &self.table,
-            &settings(),
-            now,
-            now,
-            Some(&cookie_check()),
-        );
+        let (settings, check) = (settings(), cookie_check());
+        let ctx =
+            AnswerContext::new(&self.table, &settings, parsed_in.src, Transport::Udp, now).with_cookies(Some(&check));
+        let reply = dns::answer(parsed_in.dns, &ctx);
         let user = reply.bytes.expect("userspace answers what XDP answers");
         assert_eq!(hex(dns_out), hex(&user), "the XDP response must equal the userspace response byte for byte");
         dns_out.to_vec()
@@ -854,14 +850,8 @@ fn pin_to_one_cpu() {
 fn userspace_reply(fx: &Fixture, frame: &[u8]) -> dns::Reply {
     let p = parse_frame(frame).unwrap();
     let now = now_ms();
-    dns::answer_with_cookies(
-        &Query { bytes: p.dns, source: p.src, transport: Transport::Udp },
-        &fx.table,
-        &settings(),
-        now,
-        now,
-        Some(&cookie_check()),
-    )
+    let (settings, check) = (settings(), cookie_check());
+    dns::answer(p.dns, &AnswerContext::new(&fx.table, &settings, p.src, Transport::Udp, now).with_cookies(Some(&check)))
 }
 
 /// RRL in the kernel: the account arithmetic of `dns::rrl`, slipped answers

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
 use lagran::config::DnsSettings;
-use lagran::dns::{Query, Transport, answer};
+use lagran::dns::{AnswerContext, Transport, answer};
 use lagran::model::{NsHost, Zone};
 use lagran::prefix_map::{PrefixMapV4, PrefixMapV6};
 use lagran::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
@@ -71,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
     } else {
         IpAddr::V4(Ipv4Addr::new(1, 2, 3, 4))
     };
-    let reply = answer(&Query { bytes: msg, source, transport }, table(), &settings, NOW);
+    let reply = answer(msg, &AnswerContext::new(table(), &settings, source, transport, NOW));
     if let Some(bytes) = reply.bytes {
         assert!(bytes.len() >= 12);
         assert_eq!(&bytes[..2], &msg[..2]);

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use hickory_proto::op::{Message, MessageType, OpCode, Query as HQuery};
 use hickory_proto::rr::{Name, RecordType};
 use lagran::config::DnsSettings;
-use lagran::dns::{Query, Transport, answer};
+use lagran::dns::{AnswerContext, Transport, answer};
 use lagran::route_table::RouteTable;
 use lagran::nshost::load_saved;
 use libfuzzer_sys::fuzz_target;
@@ -36,7 +36,7 @@ fn ask_everything(table: &RouteTable) {
             m.add_query(HQuery::query(name.clone(), t));
             let Ok(q) = m.to_vec() else { continue };
             for source in sources {
-                let reply = answer(&Query { bytes: &q, source, transport: Transport::Udp }, table, &settings, NOW);
+                let reply = answer(&q, &AnswerContext::new(table, &settings, source, Transport::Udp, NOW));
                 let bytes = reply.bytes.expect("a well-formed query is answered");
                 assert!(bytes.len() <= 512);
                 let r = Message::from_vec(&bytes).expect("our response parses");

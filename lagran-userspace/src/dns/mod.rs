@@ -1,7 +1,8 @@
-//! The authoritative DNS responder (SPEC §3, §7).
+//! The authoritative DNS responder.
 //!
-//! - [`answer()`]: the pure function query bytes → response bytes, shared by
-//!   the listeners, `lagran explain` and the XDP parity tests;
+//! - [`answer()`]: the pure function query bytes and an [`AnswerContext`] →
+//!   response bytes, shared by the listeners, the fuzz targets, the
+//!   simulator example and the XDP parity tests;
 //! - [`ecs`]: EDNS Client Subnet parsing, validation and echo;
 //! - [`server`]: UDP and TCP listeners on the same port;
 //! - [`tls`]: DNS over TLS (RFC 7858), [`quic`]: DNS over QUIC (RFC 9250),
@@ -60,7 +61,7 @@
 //! | scheduled AAAA, no IPv6 | NODATA + SOA, SCOPE of the partition |
 //! | name in CNAME mode, any type (the client's node has a hostname) | `CNAME <hostname>` (the route's TTL, SCOPE as for A); for A/AAAA then the hostname's address when the hostname is a node hostname in a served zone (else nothing more), SOA of its zone when it has none; QTYPE CNAME: the CNAME alone (RFC 1034 §4.3.2). A node without hostname: its addresses, as in address mode |
 //! | node hostname (inside a served zone) A/AAAA | the node's address, TTL as a scheduled answer of DNS_TTL, SCOPE 0; other types NODATA; its parents are empty non-terminals |
-//! | ECS address in a public block the geo files cannot locate | answered for the resolver's address, SCOPE = the block's width; a resolver that cannot be located either, or a private/reserved ECS address: the unknown partition's answer (seed 001 §3.4) |
+//! | ECS address in a public block the geo files cannot locate | answered for the resolver's address, SCOPE = the block's width; a resolver that cannot be located either, or a private/reserved ECS address: the unknown partition's answer |
 //! | table not confirmed by the control plane for DNS_STALE_SECS (this host's clock) | fallback set: A → fallback (SCOPE 0), AAAA → NODATA; else the stale answer (counted) |
 //! | no table (version 0) | A → fallback with TTL max(DNS_TTL, min_ttl), SCOPE 0; else SERVFAIL |
 //!
@@ -69,7 +70,8 @@
 //! payload size, version 0, DO copied) as its last record, with the ECS
 //! option echoed when the query had a valid one (SCOPE 0 unless the answer
 //! was tailored), then the COOKIE option when the query had a client cookie
-//! (the listeners check cookies; `answer` alone ignores them). Other options
+//! (checked only when the [`AnswerContext`] carries the cookie secrets, as
+//! the listeners' does; ignored otherwise). Other options
 //! are not echoed. Over DoT and DoQ
 //! that OPT also carries a Padding option making the message a multiple of
 //! 468 octets (RFC 8467 §4.1); UDP and TCP responses are never padded.
@@ -87,10 +89,7 @@ pub mod rrl;
 pub mod server;
 pub mod tls;
 
-pub use answer::{
-    ClientInfo, DropReason, Outcome, Query, Reply, Transport, answer, answer_confirmed, answer_with_cookies,
-    lookup_key, scheduled_ttl,
-};
+pub use answer::{AnswerContext, ClientInfo, DropReason, Outcome, Reply, Transport, answer, lookup_key, scheduled_ttl};
 pub use counters::DnsCounters;
 pub use server::{DnsServer, bind};
 

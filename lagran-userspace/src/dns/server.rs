@@ -36,7 +36,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::answer::{Query, Reply, Transport, answer_with_cookies};
+use super::answer::{AnswerContext, Reply, Transport, answer};
 use super::cookie::{self, CookieJar};
 use super::counters::DnsCounters;
 use super::rrl::{self, Decision, RateLimiter, ResponseClass};
@@ -98,9 +98,11 @@ impl DnsServer {
         let table = self.table.load();
         let now = crate::clock::now_ms();
         let confirmed_at = self.confirmation.last_ms();
-        let query = Query { bytes, source: source.to_canonical(), transport };
         let check = self.cookies.as_ref().map(|jar| jar.check(cookie::unix_now()));
-        let mut reply = answer_with_cookies(&query, &table, &self.settings, now, confirmed_at, check.as_ref());
+        let ctx = AnswerContext::new(&table, &self.settings, source.to_canonical(), transport, now)
+            .confirmed_at(confirmed_at)
+            .with_cookies(check.as_ref());
+        let mut reply = answer(bytes, &ctx);
         self.counters.record(transport, &reply);
         // Over UDP only (a TCP handshake proves the address), and not for a
         // query whose valid server cookie proves it (RFC 7873 §5.2.5).
@@ -110,7 +112,7 @@ impl DnsServer {
             && !reply.cookie.is_some_and(|c| c.valid)
             && let Some(class) = ResponseClass::of(reply.outcome)
         {
-            match limiter.decide(query.source, class, rrl::monotonic_ms()) {
+            match limiter.decide(ctx.source, class, rrl::monotonic_ms()) {
                 Decision::Send => {}
                 Decision::Drop => reply.bytes = None,
                 Decision::Slip => {

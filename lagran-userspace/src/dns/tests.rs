@@ -9,9 +9,7 @@ use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::answer::{
-    DropReason, MAX_ANSWERS, Outcome, Query, Reply, Transport, answer, answer_confirmed, scheduled_ttl,
-};
+use super::answer::{AnswerContext, DropReason, MAX_ANSWERS, Outcome, Reply, Transport, answer, scheduled_ttl};
 use crate::config::DnsSettings;
 use crate::model::{NsHost, Zone};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
@@ -187,7 +185,7 @@ fn ecs_option(data: &[u8]) -> Vec<u8> {
 // ---- running ----------------------------------------------------------------
 
 fn run_with(bytes: &[u8], src: &str, t: Transport, table: &RouteTable, s: &DnsSettings) -> Reply {
-    answer(&Query { bytes, source: ip(src), transport: t }, table, s, NOW)
+    answer(bytes, &AnswerContext::new(table, s, ip(src), t, NOW))
 }
 
 /// Like [`ask_with`], the table last confirmed by the control plane at `confirmed_at_ms`.
@@ -199,13 +197,7 @@ fn ask_confirmed(
     confirmed_at_ms: i64,
 ) -> (Reply, Message) {
     let bytes = m.to_vec().unwrap();
-    let r = answer_confirmed(
-        &Query { bytes: &bytes, source: ip(src), transport: Transport::Udp },
-        table,
-        s,
-        NOW,
-        confirmed_at_ms,
-    );
+    let r = answer(&bytes, &AnswerContext::new(table, s, ip(src), Transport::Udp, NOW).confirmed_at(confirmed_at_ms));
     let parsed = parse(&r);
     (r, parsed)
 }
@@ -1259,14 +1251,8 @@ fn cookie_check() -> super::cookie::CookieCheck {
 }
 
 fn ask_cookie(bytes: &[u8], src: &str) -> Reply {
-    super::answer::answer_with_cookies(
-        &Query { bytes, source: ip(src), transport: Transport::Udp },
-        &table(),
-        &settings(),
-        NOW,
-        NOW,
-        Some(&cookie_check()),
-    )
+    let (table, settings, check) = (table(), settings(), cookie_check());
+    answer(bytes, &AnswerContext::new(&table, &settings, ip(src), Transport::Udp, NOW).with_cookies(Some(&check)))
 }
 
 /// The COOKIE option's data in a response.

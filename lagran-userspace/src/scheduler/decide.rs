@@ -277,12 +277,10 @@ mod tests {
         e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(subnet.0.parse().unwrap(), subnet.1, 0)));
         m.set_edns(e);
         let bytes = m.to_vec().unwrap();
-        let q = crate::dns::answer::Query {
-            bytes: &bytes,
-            source: resolver.parse().unwrap(),
-            transport: crate::dns::answer::Transport::Udp,
-        };
-        let reply = crate::dns::answer::answer(&q, &s.table.load(), &DnsSettings::default(), now_ms());
+        let (table, settings) = (s.table.load(), DnsSettings::default());
+        let udp = crate::dns::answer::Transport::Udp;
+        let ctx = crate::dns::answer::AnswerContext::new(&table, &settings, resolver.parse().unwrap(), udp, now_ms());
+        let reply = crate::dns::answer::answer(&bytes, &ctx);
         Message::from_vec(&reply.bytes.expect("answered")).unwrap()
     }
 
