@@ -6,7 +6,8 @@
 //! Steps:
 //! 1. Debian packages for the tools the tests and benchmarks drive (`dig`, `kdig`,
 //!    `kxdpgun`, `bpftool`, `ip`, a PostgreSQL server, `dnsperf` when the archive
-//!    has it), `python3-venv` (the e2e DoQ client's venv). `apt-get update` runs
+//!    has it, `promtool` for the alert rules), `python3-venv` (the e2e DoQ
+//!    client's venv). `apt-get update` runs
 //!    once, and only when something is missing.
 //! 2. `rust-src` for the nightly toolchain (the eBPF build uses `-Z build-std=core`).
 //! 3. `bpf-linker`, built against the nightly's own libLLVM so that the bitcode
@@ -67,6 +68,12 @@ const APT_TOOLS: &[AptTool] = &[
     AptTool { check: Check::Bin("strace"), package: "strace", optional: false, why: "the state file's fsync test" },
     AptTool { check: Check::PostgresServer, package: "postgresql", optional: false, why: "PostgreSQL store tests" },
     AptTool { check: Check::Bin("dnsperf"), package: "dnsperf", optional: true, why: "benchmarks" },
+    AptTool {
+        check: Check::Bin("promtool"),
+        package: "prometheus",
+        optional: false,
+        why: "checks and unit tests of the alert rules in deploy/prometheus",
+    },
     AptTool {
         check: Check::Bin("knotd"),
         package: "knot",

@@ -6,6 +6,8 @@
 //! 3. The XDP object (the userspace tests load it through BPF_PROG_TEST_RUN).
 //! 4. Clippy with `-D warnings` in two passes: the host crates, then the eBPF
 //!    crate on its own target (so the `user` feature cannot leak std into it).
+//!    Then `promtool check rules` and `promtool test rules` on the alert rules
+//!    in `deploy/prometheus` (every alert has a unit test that fires it).
 //! 5. The binaries the end-to-end tests drive (`lagran`, `lagran-edge`). From
 //!    here the fuzz targets build beside the next steps, into their own target
 //!    directory (`target/fuzz`, its output in `target/fuzz-build.log`): the
@@ -66,6 +68,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     ]);
     util::run(&mut clippy)?;
     build_ebpf::clippy_ebpf()?;
+    alert_rules(&root)?;
     let mut bins = Command::new("cargo");
     bins.current_dir(&root).args(["build", "--bins"]);
     let fuzz_root = root.clone();
@@ -89,6 +92,17 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     integration_test::exec(integration_test::Options {
         target: integration_test::Target::Vm(integration_test::VmOptions::ci()),
     })
+}
+
+/// The alert rules: `promtool check rules` (syntax, PromQL) and `promtool test
+/// rules` (the unit tests beside them, run from their directory since they name
+/// the rules file relative to it).
+fn alert_rules(root: &Path) -> anyhow::Result<()> {
+    let dir = root.join("deploy/prometheus");
+    util::run(Command::new("promtool").current_dir(&dir).args(["check", "rules", "lagran.rules.yml"]))
+        .context("the alert rules do not load: see deploy/prometheus/lagran.rules.yml")?;
+    util::run(Command::new("promtool").current_dir(&dir).args(["test", "rules", "lagran.rules.test.yml"]))
+        .context("the alert rules' unit tests fail: see deploy/prometheus/lagran.rules.test.yml")
 }
 
 /// `cargo test` over the default members, with the objects and the switches
