@@ -88,10 +88,13 @@ impl Leadership {
     }
 
     /// Leads under `epoch` (the caller holds the build lock and has reset
-    /// what a standby does not keep).
+    /// what a standby does not keep). A process outside a cluster stays
+    /// alone: it leads already and stores no tables.
     fn take_lead(&self, epoch: u64) {
         self.epoch.store(epoch, Ordering::SeqCst);
-        self.set(Role::Leader);
+        if self.role() != Role::Alone {
+            self.set(Role::Leader);
+        }
     }
 
     /// Stops leading (the term ended): back to a standby. A fenced process
