@@ -340,10 +340,11 @@ impl Names<'_> {
             && !self.rules.iter().any(|r| prefix_rule_applies(r, &spec.name));
         if plain
             && let Some(t) = twin
-            && let Some((chosen, answers, v4, v6)) = memo.names.copy_done(t, &spec.name)
+            && let Some(copied) = memo.names.copy_done(t, &spec.name)
         {
-            choices.insert(spec.name.clone(), chosen);
-            return scheduled_name(spec, &mut state.name_ids, answers, &self.hostnames, (v4, v6));
+            choices.insert(spec.name.clone(), copied.chosen);
+            let maps = (copied.v4, copied.v6);
+            return scheduled_name(spec, &mut state.name_ids, copied.answers, &self.hostnames, maps);
         }
         let mut nb = NameBuild { name: &spec.name, shape, settings: self.settings, answers: Answers::default() };
         let mut last = memo.names.take_last(&spec.name);

@@ -106,7 +106,7 @@ impl Leadership {
     }
 
     /// The term ended while this process led: it no longer publishes.
-    pub fn fence(&self) {
+    pub(super) fn fence(&self) {
         self.set(Role::Fenced);
     }
 
@@ -116,7 +116,7 @@ impl Leadership {
     }
 
     /// `Ok` when this process leads; else the refusal naming the leader.
-    pub fn check_leading(&self) -> Result<(), SchedulerError> {
+    pub(super) fn check_leading(&self) -> Result<(), SchedulerError> {
         if self.leading() {
             return Ok(());
         }

@@ -83,6 +83,15 @@ pub(super) struct Done {
     pub v6: PrefixMapV6,
 }
 
+/// A twin's whole result, as a name without prefix overrides copies it:
+/// per partition the automatic primary, the answers and the maps.
+pub(super) struct Copied<'a> {
+    pub chosen: Vec<u32>,
+    pub answers: Arc<Vec<Answer>>,
+    pub v4: &'a PrefixMapV4,
+    pub v6: &'a PrefixMapV6,
+}
+
 impl Twin {
     /// A name just decided: `answers_len` answers, and per partition its
     /// answer and automatic primary. Its answers and result are set once
@@ -194,11 +203,7 @@ impl NameMemo {
     /// A name without prefix overrides copies its twin's whole result, when
     /// the twin has one: its record is kept as `name`'s; returns the twin's
     /// per-partition primaries, answers and maps.
-    pub fn copy_done(
-        &mut self,
-        twin: usize,
-        name: &str,
-    ) -> Option<(Vec<u32>, Arc<Vec<Answer>>, &PrefixMapV4, &PrefixMapV6)> {
+    pub fn copy_done(&mut self, twin: usize, name: &str) -> Option<Copied<'_>> {
         let t = &self.twins[twin];
         let done = t.done.as_ref()?;
         let record = NameRecord {
@@ -211,7 +216,7 @@ impl NameMemo {
             ..Default::default()
         };
         self.built.insert(name.to_string(), record);
-        Some((t.chosen.clone(), done.answers.clone(), &done.v4, &done.v6))
+        Some(Copied { chosen: t.chosen.clone(), answers: done.answers.clone(), v4: &done.v4, v6: &done.v6 })
     }
 
     /// A name decided anew: a twin for the names after it.
