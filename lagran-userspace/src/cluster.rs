@@ -148,7 +148,7 @@ impl Cluster {
                         }
                         break;
                     }
-                    _ = self.scheduler.heard_to_forward() => self.forward_heartbeats().await,
+                    _ = self.scheduler.forwarder().heard() => self.forward_heartbeats().await,
                 }
             }
         }
@@ -158,7 +158,7 @@ impl Cluster {
     /// (`NOTIFY lagran_changes`), after [`FORWARD_FOLD`] to gather a burst.
     async fn forward_heartbeats(&self) {
         tokio::time::sleep(FORWARD_FOLD).await;
-        for payload in self.scheduler.take_heard() {
+        for payload in self.scheduler.forwarder().take_payloads() {
             if let Err(e) = self.store.notify_change(&payload).await {
                 tracing::warn!(
                     error = %e,
@@ -195,7 +195,7 @@ impl Cluster {
     async fn follow(&self, last_stamp: &mut Option<i64>) {
         match self.store.leader_term().await {
             Ok(Some(term)) => {
-                self.scheduler.set_leader_hint(&term.holder);
+                self.scheduler.leadership().set_leader_hint(&term.holder);
                 // Confirm only when the leader's stamp moved since the last look.
                 if last_stamp.is_some_and(|s| s != term.confirmed_at_ms) && term.confirmed_at_ms != 0 {
                     self.scheduler.confirmation().confirm(now_ms());
@@ -245,7 +245,7 @@ impl Cluster {
             }
         };
         self.scheduler.lead(epoch, stored_max).await;
-        self.scheduler.set_leader_hint(&self.advertise);
+        self.scheduler.leadership().set_leader_hint(&self.advertise);
         tracing::warn!(epoch, api = %self.advertise, "this control process leads the cluster");
         // Listening before the first table reads the store: a standby's write after that read is heard.
         let mut changes = listen(&self.database_url, "lagran_changes").await;
@@ -266,7 +266,7 @@ impl Cluster {
             tokio::select! {
                 _ = shutdown.cancelled() => break "shutdown",
                 _ = tick.tick() => {
-                    if self.scheduler.fenced() {
+                    if self.scheduler.leadership().fenced() {
                         break "a table could not be stored under this term";
                     }
                     // The stamp through the lock's own session: it proves the lock is still held.
@@ -300,7 +300,7 @@ impl Cluster {
                 },
             }
         };
-        self.scheduler.step_down();
+        self.scheduler.leadership().step_down();
         term.cancel();
         for l in loops {
             let _ = l.await;

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use crate::model::Zone;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 
-/// Why an answer has the TTL it has (SPEC §4 "TTL by state").
+/// Why an answer has the TTL it has: steady, failover and canary answers each
+/// carry their own TTL.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AnswerState {
@@ -28,8 +29,8 @@ pub enum AnswerState {
     Canary,
     /// No node is eligible: the answer is empty (fallback or SERVFAIL).
     Empty,
-    /// A public block the geo files say nothing about (seed 001 §3.4: when the
-    /// location cannot be found, fall back to the resolver's): an ECS address
+    /// A public block the geo files say nothing about (a client whose
+    /// location cannot be found falls back to its resolver's): an ECS address
     /// here is answered for the resolver's address, with the block's width as
     /// SCOPE. The addresses are the unknown partition's, answered when the
     /// resolver cannot be located either. Never in the kernel's maps.
@@ -47,21 +48,21 @@ pub struct Answer {
     pub ipv6: Vec<Ipv6Addr>,
     /// The primary node's name for the `A` answer, for logs and explanations.
     pub node: Option<String>,
-    /// Human-readable reason for the choice (seed 000 `reason`).
+    /// Human-readable reason for the choice.
     pub reason: String,
     pub state: AnswerState,
     /// A canary split: clients whose subnet bucket is below `percent` get the
     /// answer at index `answer` instead (same name's `answers`).
     pub canary: Option<Canary>,
     /// For a name in CNAME mode: the primary node's hostname, answered as
-    /// `CNAME <hostname>` instead of the addresses (seed 004 §4.3). `None` for
+    /// `CNAME <hostname>` instead of the addresses (a name in CNAME mode). `None` for
     /// names in address mode and for nodes without a hostname (answered with
     /// the addresses, as in address mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
 }
 
-/// A share of the client subnets sent to another answer (SPEC §4 canary rules).
+/// A share of the client subnets sent to another answer (a canary rule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Canary {
     /// 1–100: buckets `0..percent` of [`lagran_common::canary`] take the canary.
@@ -83,8 +84,8 @@ pub struct ScheduledName {
     pub v4: PrefixMapV4,
     /// IPv6 client prefix -> index into `answers`.
     pub v6: PrefixMapV6,
-    /// Whether an ECS address decides the answer (seed 004 §4.5: ECS only for the
-    /// names the operator chose); `false`: the resolver's address decides and ECS
+    /// Whether an ECS address decides the answer (ECS only for the names
+    /// the operator chose); `false`: the resolver's address decides and ECS
     /// is echoed with SCOPE 0.
     #[serde(default = "ecs_on")]
     pub ecs: bool,
@@ -143,7 +144,7 @@ pub struct Served<'t> {
     /// The prefix length matched for the deciding address: the ECS SCOPE when
     /// an ECS address decided (the unlocated block's width under the fallback).
     pub scope: u8,
-    /// Seed 001 §3.4 applied: the ECS address lies in a public block the geo
+    /// The resolver fallback applied: the ECS address lies in a public block the geo
     /// files cannot locate ([`AnswerState::Resolver`]) and `answer` is the
     /// one for the resolver's address.
     pub by_resolver: bool,
@@ -157,9 +158,9 @@ impl ScheduledName {
     /// when its SOURCE PREFIX-LENGTH is above 0. `None` when the table is
     /// inconsistent (see [`Self::checked_answer_for`]).
     ///
-    /// The ECS address decides when the name uses ECS (seed 004 §4.5), else
-    /// the resolver's. Seed 001 §3.4 ("查不到…就回退到LDNS省份解析的结果":
-    /// a location that cannot be found falls back to the resolver's): an ECS
+    /// The ECS address decides when the name uses ECS, else the
+    /// resolver's. The requirement ("查不到…就回退到LDNS省份解析的结果": a
+    /// location that cannot be found falls back to the resolver's): an ECS
     /// address in a public block the geo files say nothing about is answered
     /// for the resolver's address, with the block's width as SCOPE. Every
     /// address of that block gets the same answer from this resolver, so the
@@ -276,8 +277,8 @@ pub enum NameLookup<'a> {
 pub struct RouteTable {
     /// Monotonic per control plane; 0 means "no table yet".
     pub version: u64,
-    /// The control-plane leadership term that published it (fencing, see
-    /// [`crate::table_stream`]); 0 for a single control process without a
+    /// The control-plane leadership term that published it (fencing: the
+    /// route-table stream's NS hosts check it); 0 for a single control process without a
     /// cluster. A new leader publishes under a higher epoch; an NS host never
     /// takes a table from an epoch older than the newest it has seen.
     #[serde(default)]

@@ -23,7 +23,8 @@
 //!   holds the NS host's table (the last [`HISTORY`] tables it published or
 //!   loaded); otherwise — the gap is too large, or the host's table is unknown
 //!   — a full snapshot.
-//! - `304`: the NS host's table is still current; this confirms it (SPEC §7).
+//! - `304`: the NS host's table is still current; this confirms it (the NS host
+//!   keeps answering from a table only while the control plane confirms it).
 //! - `503`: the control plane cannot confirm (its scheduler has stopped
 //!   confirming, or this control process is behind the NS host): the NS host
 //!   tries another control process.
@@ -31,7 +32,7 @@
 //! # What an NS host accepts ([`accepts`])
 //!
 //! Every table carries the leadership `epoch` under which it was published
-//! (a new leader takes a higher one, see `crate::cluster`). An NS host never
+//! (a new leader of a cluster of control processes takes a higher one). An NS host never
 //! takes a table from an epoch below the highest it has seen (a deposed leader
 //! is fenced), and within one epoch only a higher version (a rollback arrives
 //! as a new, higher version). A table from a higher epoch is taken whatever

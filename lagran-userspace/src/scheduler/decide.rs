@@ -26,10 +26,10 @@ pub struct ClientQuery {
     /// `address` is an ECS subnet, carried in a query that `resolver` sends.
     pub ecs: bool,
     /// The resolver sending the ECS query (the packet's source). It decides
-    /// when the ECS block cannot be located (seed 001 §3.4); unknown, the
+    /// when the ECS block cannot be located (the resolver fallback); unknown, the
     /// block's own answer is reported, as DNS answers an unlocatable resolver.
     pub resolver: Option<IpAddr>,
-    /// Explicit location fields; any that are set replace the looked-up ones (seed 000 §3 step 7).
+    /// Explicit location fields; any that are set replace the looked-up ones.
     pub country: Option<String>,
     pub province: Option<String>,
     pub city: Option<String>,
@@ -75,7 +75,7 @@ pub struct ServedAnswer {
     /// The ECS SCOPE PREFIX-LENGTH echoed to an ECS query (the partition's
     /// prefix; the unlocated block's width when the resolver decided).
     pub scope: u8,
-    /// `CNAME <hostname>` for a name in CNAME mode (seed 004 §4.3).
+    /// `CNAME <hostname>` for a name in CNAME mode.
     pub cname: Option<String>,
     /// The `A` records: the scheduled addresses, or the CNAME target's own
     /// when this server answers for it (empty when it does not).
@@ -83,7 +83,7 @@ pub struct ServedAnswer {
     /// The `AAAA` records, likewise.
     pub aaaa: Vec<Ipv6Addr>,
     /// The resolver whose answer this is, when the ECS block could not be
-    /// located (seed 001 §3.4).
+    /// located (a client that cannot be located falls back to its resolver).
     pub decided_for: Option<IpAddr>,
 }
 
@@ -138,11 +138,11 @@ impl Scheduler {
         let row = domains.iter().find(|d| d.name == domain);
         let pool = row.map_or(DEFAULT_POOL.to_string(), |d| d.pool.clone());
         let ttl = row.and_then(|d| d.ttl).unwrap_or(self.settings.ttl);
-        let partitions = self.partitions.load();
-        let geo = self.geo.load();
+        let partitions = self.partitions();
+        let geo = self.geo();
         // What the NS hosts actually serve (rules, lines, hysteresis applied)
         // for this client, decided as the responder decides it.
-        let table = self.table.load();
+        let table = self.table().load();
         let served = match (client.address, table.scheduled(&domain)) {
             (Some(addr), Some(name)) if !client.has_tuple() => {
                 let (resolver, ecs) =
@@ -151,7 +151,7 @@ impl Scheduler {
             }
             _ => None,
         };
-        // Seed 001 §3.4: the resolver's location ranks when it decided.
+        // A client that cannot be located falls back to its resolver: the resolver's location ranks when it decided.
         let ranked_for = served.as_ref().and_then(|(_, s)| s.decided_for).or(client.address);
         let (mut location, region, partition) = match client.address {
             Some(addr) => {
@@ -186,7 +186,7 @@ impl Scheduler {
         match served.as_ref().map(|(_, s)| s) {
             Some(s) if s.decided_for.is_some() => {
                 let r = s.decided_for.map(|r| r.to_string()).unwrap_or_default();
-                let _ = write!(note, "; the ECS block cannot be located: answered for resolver {r} (seed 001 §3.4)");
+                let _ = write!(note, "; the ECS block cannot be located: answered for resolver {r}");
             }
             Some(s) if s.state == AnswerState::Resolver && client.ecs => {
                 note.push_str(
@@ -277,7 +277,7 @@ mod tests {
         e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(subnet.0.parse().unwrap(), subnet.1, 0)));
         m.set_edns(e);
         let bytes = m.to_vec().unwrap();
-        let (table, settings) = (s.table.load(), DnsSettings::default());
+        let (table, settings) = (s.table().load(), DnsSettings::default());
         let udp = crate::dns::answer::Transport::Udp;
         let ctx = crate::dns::answer::AnswerContext::new(&table, &settings, resolver.parse().unwrap(), udp, now_ms());
         let reply = crate::dns::answer::answer(&bytes, &ctx);

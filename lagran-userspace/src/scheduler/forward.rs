@@ -1,14 +1,13 @@
 //! Heartbeats a standby takes, passed on to the leader.
 //!
-//! In a cluster (crate::cluster) only the leader builds tables. An agent may
+//! In a cluster of control processes only the leader builds tables. An agent may
 //! send its heartbeats to any control process; a standby writes them to the
 //! database like the leader does, and the leader must learn of them without
 //! reading the fleet again: a standby keeps what each heartbeat's statement
 //! returned ([`Load`]) in an [`Outbox`] and sends it in `NOTIFY
 //! lagran_changes` payloads ([`encode`]), which the leader lays over its
 //! cached rows exactly as it does its own heartbeats (see
-//! [`super::node_cache`]). Before this, a standby's heartbeats reached the
-//! leader only through its periodic full recompute.
+//! the node cache).
 //!
 //! The wire form is `loads:` and a JSON array of `[name, load]` pairs (names
 //! are any string, so JSON does the quoting); `null` as the load means "read
@@ -21,9 +20,46 @@
 //! something else.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
 
 use super::Change;
 use super::node_cache::Load;
+
+/// A standby's heartbeats on their way to the leader: held in an
+/// [`Outbox`] until the cluster's loop takes them as payloads.
+#[derive(Debug, Default)]
+pub struct Forwarder {
+    outbox: Mutex<Outbox>,
+    /// Woken when `outbox` gains a heartbeat.
+    wake: Notify,
+}
+
+impl Forwarder {
+    /// Holds node `name`'s report for the leader.
+    pub fn put(&self, name: &str, load: Option<Load>) {
+        self.outbox.lock().expect("outbox lock poisoned").put(name, load);
+        self.wake.notify_one();
+    }
+
+    /// Ends when heartbeats are held for the leader.
+    pub async fn heard(&self) {
+        self.wake.notified().await;
+    }
+
+    /// The heartbeats held since the last call, as `NOTIFY lagran_changes`
+    /// payloads for the leader ([`encode`]).
+    pub fn take_payloads(&self) -> Vec<String> {
+        let heard = self.outbox.lock().expect("outbox lock poisoned").take();
+        encode(&heard)
+    }
+
+    /// Drops what is held (this process leads now: it heard them itself).
+    pub fn discard(&self) {
+        self.outbox.lock().expect("outbox lock poisoned").take();
+    }
+}
 
 /// What starts a payload that carries heartbeats.
 pub const PREFIX: &str = "loads:";

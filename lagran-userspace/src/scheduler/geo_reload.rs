@@ -1,4 +1,5 @@
-//! Replacing the serving geo data without a restart, safely (SPEC §5, seed 001 §5.2).
+//! Replacing the serving geo data without a restart, safely: a reload that
+//! would move more clients than an operator allows is refused unless forced.
 //!
 //! 1. The new files are read with [`GeoDb::try_load`]: any unreadable, corrupt or
 //!    truncated file is an error naming the file and the position, and the serving
@@ -29,7 +30,7 @@ use crate::geo::{GeoDb, GeoError, Sources};
 use crate::partition::PartitionTable;
 use crate::partition::diff::{DiffOptions, DiffReport, diff_partitions};
 
-/// Default largest accepted ratio of changed sampled addresses (seed 001 §5.2: 1 %).
+/// Default largest accepted ratio of changed sampled addresses (1 % of the sample).
 pub const DEFAULT_MAX_CHANGE_RATIO: f64 = 0.01;
 /// The outcome of a reload: the comparison and whether the new data serves.
 #[derive(Clone, Debug, Serialize)]

@@ -12,12 +12,12 @@
 //! notification), which reads them again; so do the periodic full recompute
 //! (the safety net), a new leadership term, and the leader's `LISTEN` coming
 //! back after a gap in which a standby's notification may have been lost
-//! ([`crate::cluster`]). A hand edit of the database, which no one announces,
-//! waits for the periodic full recompute, as a hand edit of a node already did.
+//! (in a cluster). A hand edit of the database, which no one announces,
+//! waits for the periodic full recompute, as a hand edit of a node does.
 //!
 //! A rule that expires ends the reuse: from its `expires_at_ms` on, the next
 //! recompute purges the expired rules from the store and reads the lists
-//! again, as before (the build itself never applies an expired rule, cached
+//! again (the build itself never applies an expired rule, cached
 //! or not: `Rule::is_active`).
 
 use crate::model::{Domain, Line, Rule, Zone};

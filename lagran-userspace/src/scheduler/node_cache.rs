@@ -11,7 +11,7 @@
 //! every node again, and so does the periodic full recompute, the safety net.
 //!
 //! A heartbeat, taken by this process or passed on by a standby
-//! ([`super::forward`]), does not make the node be read again: its
+//! (the scheduler's heartbeat forwarding), does not make the node be read again: its
 //! statement returned the figures it wrote ([`Load`]), and those are laid
 //! over the cached row (a fleet's heartbeats, more than [`MAX_SINGLE_READS`]
 //! per build, made every build read every node: 9–17 ms twice a second).
@@ -41,7 +41,7 @@ pub enum NodeRead {
 
 /// What a heartbeat wrote: the node's load figures and when. Serialized
 /// with short names: a standby passes these to the leader in notifications
-/// of bounded size (see [`super::forward`]).
+/// of bounded size.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Load {

@@ -2,9 +2,15 @@
 
 use std::sync::Arc;
 
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
 use super::*;
+use crate::clock::now_ms;
 use crate::config::DnsSettings;
 use crate::model::NodeStatus;
+use crate::route_table::RouteTable;
 use crate::route_table::empty_shared;
 use crate::store::{Heartbeat, NodePatch};
 
@@ -264,19 +270,19 @@ async fn a_cached_rule_that_expires_ends_the_reuse_and_is_purged() {
 #[tokio::test]
 async fn load_reports_wait_for_the_settle_time_and_other_changes_do_not() {
     let s = scheduler(demo_store("sqlite::memory:").await);
-    assert_eq!(s.load_wait(), None, "nothing pending");
+    assert_eq!(s.pending.load_wait(), None, "nothing pending");
     s.recompute().await.unwrap();
     s.notify_load(&heartbeat(&s, "gz-01").await);
     s.notify_load(&heartbeat(&s, "hk-01").await);
-    let wait = s.load_wait().expect("heartbeats right after a recompute wait");
+    let wait = s.pending.load_wait().expect("heartbeats right after a recompute wait");
     assert!(wait <= LOAD_SETTLE, "{wait:?}");
-    assert_eq!(s.pending.lock().unwrap().clone(), Some(Change::Liveness), "two nodes' loads, folded together");
+    assert_eq!(s.pending.peek(), Some(Change::Liveness), "two nodes' loads, folded together");
     // A status change goes at once, and takes the folded loads with it.
     s.notify(Change::Node("kr-01".into()));
-    assert_eq!(s.load_wait(), None);
+    assert_eq!(s.pending.load_wait(), None);
     // A load report after it does not make the status change wait.
     s.notify_load(&heartbeat(&s, "gz-01").await);
-    assert_eq!(s.load_wait(), None);
+    assert_eq!(s.pending.load_wait(), None);
 }
 
 #[tokio::test]
@@ -295,7 +301,7 @@ async fn a_node_change_reads_that_node_again_and_a_full_recompute_reads_them_all
     s.store.update_node(&node, &patch).await.unwrap();
     s.queue(Change::Node(node.clone()), false);
     s.queue(Change::Node("kr-01".into()), false);
-    let merged = s.pending.lock().unwrap().take().unwrap();
+    let merged = s.pending.take().unwrap();
     assert_eq!(merged, Change::Liveness);
     let t = s.recompute_after(merged).await.unwrap();
     assert_eq!(primary(&t), before, "{node} is back online: the answer returns");
@@ -317,31 +323,31 @@ async fn a_standby_passes_its_heartbeats_to_the_leader_which_reads_no_node() {
     let t = now_ms();
     standby.notify_load(&heartbeat_of(&standby, "gz-01", 77.0, t).await);
     standby.notify_load(&heartbeat_of(&standby, "hk-01", 66.0, t).await);
-    assert!(standby.pending.lock().unwrap().is_none(), "a standby builds nothing: the reports are for the leader");
+    assert!(standby.pending.peek().is_none(), "a standby builds nothing: the reports are for the leader");
     // Written to the store but told to nobody: only a read of the node would see it.
     heartbeat_of(&standby, "gz-01", 11.0, t + 1).await;
-    tokio::time::timeout(Duration::from_secs(1), standby.heard_to_forward()).await.expect("the standby is woken");
-    let payloads = standby.take_heard();
+    tokio::time::timeout(Duration::from_secs(1), standby.forwarder().heard()).await.expect("the standby is woken");
+    let payloads = standby.forwarder().take_payloads();
     assert_eq!(payloads.len(), 1, "{payloads:?}");
-    assert!(standby.take_heard().is_empty(), "passed on once");
+    assert!(standby.forwarder().take_payloads().is_empty(), "passed on once");
     for p in &payloads {
         leader.notify_from_standby(p);
     }
-    assert!(leader.load_wait().is_some(), "a standby's load reports fold like the leader's own");
-    let merged = leader.pending.lock().unwrap().take().unwrap();
-    leader.note_nodes_written(&merged);
-    let nodes = leader.read_nodes().await.unwrap();
+    assert!(leader.pending.load_wait().is_some(), "a standby's load reports fold like the leader's own");
+    let merged = leader.pending.take().unwrap();
+    leader.pending.note_written(&merged);
+    let nodes = leader.pending.nodes(&leader.store).await.unwrap();
     let cpu = |nodes: &[crate::model::Node], name: &str| nodes.iter().find(|n| n.name == name).unwrap().cpu_usage;
     assert_eq!((cpu(&nodes, "gz-01"), cpu(&nodes, "hk-01")), (77.0, 66.0), "the standby's figures, no node read");
     // A standby's change that names no node (merged writes): every node is read again.
     leader.notify_from_standby("liveness");
-    let merged = leader.pending.lock().unwrap().take().unwrap();
-    leader.note_nodes_written(&merged);
-    let nodes = leader.read_nodes().await.unwrap();
+    let merged = leader.pending.take().unwrap();
+    leader.pending.note_written(&merged);
+    let nodes = leader.pending.nodes(&leader.store).await.unwrap();
     assert_eq!(cpu(&nodes, "gz-01"), 11.0, "the heartbeat nobody was told of, read");
     // A payload that cannot be read: a full recompute, nothing guessed.
     leader.notify_from_standby("loads:[[\"gz-01\"");
-    assert_eq!(leader.pending.lock().unwrap().take(), Some(Change::Everything));
+    assert_eq!(leader.pending.take(), Some(Change::Everything));
 }
 
 #[tokio::test]
@@ -378,16 +384,16 @@ async fn heartbeats_reach_the_build_from_their_own_statements_not_from_a_read() 
     let t = now_ms();
     // A lone report is queued without its node's name, so nothing reads that node.
     s.notify_load(&heartbeat_of(&s, "kr-01", 44.0, t - 1).await);
-    assert_eq!(s.pending.lock().unwrap().clone(), Some(Change::Liveness), "a load report names no node");
+    assert_eq!(s.pending.peek(), Some(Change::Liveness), "a load report names no node");
     s.notify_load(&heartbeat_of(&s, "gz-01", 77.0, t).await);
     s.notify_load(&heartbeat_of(&s, "hk-01", 66.0, t).await);
     // Written to the store but told to nobody: only a read of the node would see it.
     heartbeat_of(&s, "gz-01", 11.0, t + 1).await;
     heartbeat_of(&s, "kr-01", 12.0, t).await;
-    let merged = s.pending.lock().unwrap().take().unwrap();
+    let merged = s.pending.take().unwrap();
     assert_eq!(merged, Change::Liveness, "three nodes' reports, folded together");
-    s.note_nodes_written(&merged);
-    let nodes = s.read_nodes().await.unwrap();
+    s.pending.note_written(&merged);
+    let nodes = s.pending.nodes(&s.store).await.unwrap();
     let cpu = |name: &str| nodes.iter().find(|n| n.name == name).unwrap().cpu_usage;
     assert_eq!(
         (cpu("gz-01"), cpu("hk-01"), cpu("kr-01")),
@@ -399,15 +405,15 @@ async fn heartbeats_reach_the_build_from_their_own_statements_not_from_a_read() 
     s.store.update_node("hk-01", &patch).await.unwrap();
     s.notify_load(&heartbeat_of(&s, "kr-01", 55.0, t).await);
     s.queue(Change::Node("hk-01".into()), false);
-    let merged = s.pending.lock().unwrap().take().unwrap();
-    s.note_nodes_written(&merged);
-    let nodes = s.read_nodes().await.unwrap();
+    let merged = s.pending.take().unwrap();
+    s.pending.note_written(&merged);
+    let nodes = s.pending.nodes(&s.store).await.unwrap();
     let hk = nodes.iter().find(|n| n.name == "hk-01").unwrap();
     assert_eq!((hk.status, hk.cpu_usage), (NodeStatus::Disabled, 66.0));
     assert_eq!(nodes.iter().find(|n| n.name == "kr-01").unwrap().cpu_usage, 55.0);
     // A full recompute reads the store: the heartbeat nobody was told of is there.
     s.recompute().await.unwrap();
-    s.note_nodes_written(&Change::Everything);
-    let nodes = s.read_nodes().await.unwrap();
+    s.pending.note_written(&Change::Everything);
+    let nodes = s.pending.nodes(&s.store).await.unwrap();
     assert_eq!(nodes.iter().find(|n| n.name == "gz-01").unwrap().cpu_usage, 11.0);
 }

@@ -1,6 +1,7 @@
 //! The control-plane cluster's records (migration 0004): the leadership term,
 //! the published route tables and the NS hosts' reports. The election itself
-//! (advisory lock, LISTEN/NOTIFY on dedicated connections) is `crate::cluster`.
+//! (advisory lock, LISTEN/NOTIFY on dedicated connections) lives in the
+//! daemon's cluster module, above the store.
 
 use sqlx::Row;
 

@@ -16,7 +16,7 @@
 //! - re-decides only those classes (and held hysteresis decisions whose
 //!   previous primary changed); every other decision is replayed;
 //! - reuses a name's prefix maps when its per-partition answers, its answer
-//!   list and its prefix overrides came out as before; for a name without
+//!   list and its prefix overrides came out as in the last build; for a name without
 //!   prefix overrides whose answers moved in some partitions, splices those
 //!   partitions' ranges into the last maps ([`spliced_maps`],
 //!   `PrefixMap::splice`) instead of building them from every range.
@@ -33,7 +33,9 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::{Answers, PoolRanks, PrefixOverride};
+use super::answers::Answers;
+use super::overrides::Overrides;
+use super::rank::PoolRanks;
 use crate::config::ScheduleSettings;
 use crate::engine::planner::Plan;
 use crate::engine::{NodeView, Policy};
@@ -57,7 +59,7 @@ pub enum Change {
 }
 
 impl Change {
-    /// The change as a standby tells the leader (`NOTIFY lagran_changes`, crate::cluster).
+    /// The change as a standby tells the leader (`NOTIFY lagran_changes`).
     pub fn to_notification(&self) -> String {
         match self {
             Change::Node(name) => format!("node:{name}"),
@@ -95,7 +97,7 @@ impl Change {
 /// the build that recorded it; and its automatic primary (a stable node id,
 /// or `NO_CHOICE`).
 #[derive(Clone, Debug)]
-pub(super) struct Decided {
+pub(in crate::scheduler) struct Decided {
     pub ids: Vec<u32>,
     pub last: u32,
     pub primary: u32,
@@ -155,8 +157,8 @@ pub(super) struct NameRecord {
     /// The answers before and after the prefix overrides.
     pub pre_answers: Arc<Vec<Answer>>,
     pub answers: Arc<Vec<Answer>>,
-    pub over4: Vec<(u128, u128, PrefixOverride)>,
-    pub over6: Vec<(u128, u128, PrefixOverride)>,
+    /// The prefix overrides the maps were built with.
+    pub over: Overrides,
     pub v4: Option<PrefixMapV4>,
     pub v6: Option<PrefixMapV6>,
     /// The id of the unlocated blocks' answer (see `unlocated_answer`).
@@ -234,7 +236,7 @@ pub(super) fn spliced_maps(
     unlocated: u32,
 ) -> Option<(PrefixMapV4, PrefixMapV6)> {
     let (Some(v4), Some(v6)) = (&old.v4, &old.v6) else { return None };
-    if old.by_partition.len() != by_partition.len() || !old.over4.is_empty() || !old.over6.is_empty() {
+    if old.by_partition.len() != by_partition.len() || !old.over.is_empty() {
         return None;
     }
     // Old answer ids to new ones (the same answer), `UNMAPPED` for answers gone.

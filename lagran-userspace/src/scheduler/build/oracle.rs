@@ -1,11 +1,23 @@
-//! The oracle: the route-table compiler as it was before the planner, one
+//! The oracle: the route-table compiler without the planner, one
 //! [`engine::rank`] per (pool, partition). Slow and obviously right; the
 //! property test holds the planner's tables to it.
+//!
+//! It ranks, applies hysteresis, judges failover, matches region rules and
+//! lays out the partition ranges on its own (what it checks); it shares with
+//! the compiler what is plain: the answer interner, how a pinned or canary
+//! answer is made, the prefix overrides of lines and prefix rules, and the
+//! names of a zone.
 
 use std::collections::HashMap;
 
+use super::answers::{Pinned, after_region_rules, answer_of};
+use super::maps::{Runs, maps_of_runs, overlay_with};
 use super::*;
 use crate::engine::{self, Candidate, Family, NodeView, Policy, Ranking};
+use crate::geo::reserved;
+use crate::model::RuleKind;
+use crate::partition::UNKNOWN;
+use crate::route_table::AnswerState;
 
 /// What the oracle carries from one build to the next.
 #[derive(Clone, Debug, Default)]
@@ -45,6 +57,25 @@ fn is_failover(views: &[NodeView], loc: &Location, pool: &str, chosen: Option<&C
     })
 }
 
+/// The oracle's pin: the node put first in the partition's own full rankings.
+fn pinned_in<'a>((r4, r6): (&'a Ranking, &'a Ranking), shape: AnswerShape) -> impl Pinned + 'a {
+    move |answers: &mut Answers, node: &str, why: &str, state: AnswerState| {
+        shape.pinned(answers, (r4.clone(), r6.clone()), node, why, state)
+    }
+}
+
+/// What every name of one oracle build reads.
+struct Oracle<'a> {
+    inputs: &'a Inputs,
+    partitions: &'a PartitionTable,
+    settings: &'a ScheduleSettings,
+    policy: &'a Policy,
+    views: &'a [NodeView],
+    rules: &'a [&'a Rule],
+    region_rules: &'a [&'a Rule],
+    per_answer: usize,
+}
+
 /// Computes a route table: one answer per (scheduled name, partition), stored
 /// as the coarsest client prefixes that share an answer. Stage order, lowest
 /// priority first: automatic ranking (with hysteresis) → lines → canary → manual.
@@ -58,247 +89,139 @@ pub(super) fn build_route_table(
 ) -> RouteTable {
     let now = inputs.now_ms;
     let views = NodeView::prepare_live(inputs.nodes.iter().cloned(), &inputs.liveness, now);
-    let per_answer = settings.answers_per_query.clamp(1, 4) as usize;
     let rules: Vec<&Rule> = inputs.rules.iter().filter(|r| r.is_active(now)).collect();
     let region_rules: Vec<&Rule> = rules.iter().copied().filter(|r| r.prefix.is_none()).collect();
+    let per_answer = settings.answers_per_query.clamp(1, 4) as usize;
+    let oracle = Oracle {
+        inputs,
+        partitions,
+        settings,
+        policy,
+        views: &views,
+        rules: &rules,
+        region_rules: &region_rules,
+        per_answer,
+    };
     // Automatic rankings depend on (pool, partition) only: names sharing a pool share them.
     let mut rankings: HashMap<String, Vec<(Ranking, Ranking)>> = HashMap::new();
     let mut new_choices = HashMap::new();
     let mut zones = Vec::with_capacity(inputs.zones.len());
-
     for zone in &inputs.zones {
-        let apex = inputs.domains.iter().find(|d| d.name == zone.name);
-        let mut specs = vec![NameSpec {
-            name: zone.name.clone(),
-            pool: apex.map_or(DEFAULT_POOL.to_string(), |d| d.pool.clone()),
-            ttl: apex.and_then(|d| d.ttl),
-            domain: apex,
-        }];
-        for d in inputs.domains.iter().filter(|d| d.zone == zone.name && d.name != zone.name) {
-            specs.push(NameSpec { name: d.name.clone(), pool: d.pool.clone(), ttl: d.ttl, domain: Some(d) });
-        }
-        let mut scheduled = Vec::with_capacity(specs.len());
-        for spec in specs {
-            let pool = spec.pool.clone();
-            let ranked = rankings.entry(pool.clone()).or_insert_with(|| {
-                partitions
-                    .locations()
-                    .iter()
-                    .map(|loc| {
-                        (
-                            engine::rank(&views, loc, Family::V4, &pool, policy),
-                            engine::rank(&views, loc, Family::V6, &pool, policy),
-                        )
-                    })
-                    .collect()
-            });
-            let steady_ttl = spec.ttl.unwrap_or(settings.ttl);
-            let mut answers = Answers::default();
-            let node_answer = |answers: &mut Answers, node: &str, why: &str, r4: &Ranking, r6: &Ranking, st| {
-                let (mut a, mut b) = (r4.clone(), r6.clone());
-                (pin(&mut a, node, why) || pin(&mut b, node, why)).then(|| {
-                    let ttl = if st == AnswerState::Canary { settings.canary_ttl } else { steady_ttl };
-                    answers.id(answer_of(&a, &b, per_answer, ttl, st))
-                })
-            };
-
-            // Per partition: automatic (+ hysteresis), then region rules.
-            let mut by_partition = Vec::with_capacity(ranked.len());
-            for (pid, (r4, r6)) in ranked.iter().enumerate() {
-                let loc = &partitions.locations()[pid];
-                let key = (spec.name.clone(), loc.clone());
-                // Clone the (possibly long) ranking only when hysteresis may reorder it.
-                let previous = state.choices.get(&key).map(String::as_str);
-                let held;
-                let r4: &Ranking = match (settings.hysteresis > 0.0, previous, r4.primary()) {
-                    (true, Some(prev), Some(best)) if best.name != prev => {
-                        let mut r = r4.clone();
-                        engine::apply_hysteresis(&mut r, Some(prev), settings.hysteresis, settings.hysteresis_points);
-                        held = r;
-                        &held
-                    }
-                    _ => r4,
-                };
-                if let Some(p) = r4.primary() {
-                    new_choices.insert(key, p.name.clone());
-                }
-                let failover = is_failover(&views, loc, &pool, r4.primary(), policy);
-                let (st, ttl) = if failover {
-                    (AnswerState::Failover, settings.failover_ttl.min(steady_ttl))
-                } else {
-                    (AnswerState::Steady, steady_ttl)
-                };
-                let mut id = answers.id(answer_of(r4, r6, per_answer, ttl, st));
-                let matching: Vec<&&Rule> = region_rules.iter().filter(|r| rule_matches(r, &spec.name, loc)).collect();
-                if let Some(rule) = matching.iter().find(|r| r.kind == RuleKind::Canary) {
-                    let why = format!("canary rule {} {}%", rule.id, rule.percent);
-                    if let Some(cid) = node_answer(&mut answers, &rule.node, &why, r4, r6, AnswerState::Canary) {
-                        let mut base = answers.list[id as usize].clone();
-                        base.ttl = base.ttl.min(settings.canary_ttl);
-                        base.canary = Some(Canary { percent: rule.percent, answer: cid });
-                        id = answers.id(base);
-                    }
-                }
-                if let Some(rule) = matching.iter().find(|r| r.kind == RuleKind::Manual) {
-                    let why = format!("manual rule {}", rule.id);
-                    if let Some(mid) = node_answer(&mut answers, &rule.node, &why, r4, r6, AnswerState::Steady) {
-                        id = mid;
-                    }
-                }
-                by_partition.push(id);
-            }
-
-            // Prefix overrides: lines, then canary and manual prefix rules on top.
-            let mut over4: Vec<(u128, u128, PrefixOverride)> = Vec::new();
-            let mut over6: Vec<(u128, u128, PrefixOverride)> = Vec::new();
-            let unknown = &ranked[0];
-            for line in inputs.lines.iter().filter(|l| l.domains.is_empty() || l.domains.contains(&spec.name)) {
-                let answer = match line.answer {
-                    LineAnswer::Origin => spec.domain.and_then(|d| d.origin_ip).map(|ip| {
-                        answers.id(Answer {
-                            ttl: steady_ttl,
-                            ipv4: vec![ip],
-                            ipv6: vec![],
-                            node: None,
-                            reason: format!("line {}: origin", line.name),
-                            state: AnswerState::Steady,
-                            canary: None,
-                            hostname: None,
-                        })
-                    }),
-                    LineAnswer::Node => line.node.as_deref().and_then(|n| {
-                        node_answer(
-                            &mut answers,
-                            n,
-                            &format!("line {}", line.name),
-                            &unknown.0,
-                            &unknown.1,
-                            AnswerState::Steady,
-                        )
-                    }),
-                    LineAnswer::Schedule => {
-                        let mut a = answer_of(&unknown.0, &unknown.1, per_answer, steady_ttl, AnswerState::Steady);
-                        a.reason = format!("line {}: {}", line.name, a.reason);
-                        Some(answers.id(a))
-                    }
-                };
-                let Some(answer) = answer else {
-                    tracing::warn!(line = %line.name, name = %spec.name, "line has nothing to answer (no origin_ip / node not eligible); skipped");
-                    continue;
-                };
-                for p in &line.prefixes {
-                    let (is4, s, e) = net_range(p);
-                    let list = if is4 { &mut over4 } else { &mut over6 };
-                    list.push((s, e, PrefixOverride::Fixed(answer)));
-                }
-            }
-            // Prefix rules match by domain and prefix; their region filters do not apply.
-            for rule in &rules {
-                let Some(p) = &rule.prefix else { continue };
-                if rule.domain.as_deref().is_some_and(|d| d.trim_end_matches('.').to_ascii_lowercase() != spec.name) {
-                    continue;
-                }
-                let (is4, s, e) = net_range(p);
-                let list = if is4 { &mut over4 } else { &mut over6 };
-                let o = match rule.kind {
-                    RuleKind::Canary => {
-                        PrefixOverride::Canary { node: rule.node.clone(), percent: rule.percent, rule: rule.id }
-                    }
-                    RuleKind::Manual => PrefixOverride::Manual { node: rule.node.clone(), rule: rule.id },
-                };
-                list.push((s, e, o));
-            }
-            // Apply in priority order (lines, canary, manual), each layer sorted and
-            // non-overlapping within itself (a later, more specific entry wins).
-            let layer = |list: &[(u128, u128, PrefixOverride)], pick: fn(&PrefixOverride) -> bool| {
-                let mut l: Vec<(u128, u128, PrefixOverride)> = list.iter().filter(|o| pick(&o.2)).cloned().collect();
-                l.sort_by_key(|&(s, e, _)| (std::cmp::Reverse(e - s), s));
-                l
-            };
-            // Seed 001 §3.4: unknown public ranges get the unknown answer flagged;
-            // the special-purpose ranges keep the unknown answer itself.
-            let unlocated =
-                if over4.is_empty() && over6.is_empty() && by_partition.iter().all(|&a| a == by_partition[0]) {
-                    by_partition[0]
-                } else {
-                    answers
-                        .id(Answer { state: AnswerState::Resolver, ..answers.list[by_partition[0] as usize].clone() })
-                };
-            let answer = |p: u32| if p == UNKNOWN { unlocated } else { by_partition[p as usize] };
-            let back = |under: u32, _: &()| if under == unlocated { by_partition[0] } else { under };
-            let special4: Vec<(u128, u128, ())> =
-                reserved::special_ranges_v4().iter().map(|&(s, e)| (s as u128, e as u128, ())).collect();
-            let special6: Vec<(u128, u128, ())> =
-                reserved::special_ranges_v6().iter().map(|&(s, e)| (s, e, ())).collect();
-            let ranges4: Vec<(u128, u128, u32)> =
-                partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, answer(p))).collect();
-            let ranges6: Vec<(u128, u128, u32)> =
-                partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, answer(p))).collect();
-            let mut ranges4 = overlay_with(ranges4, &special4, back);
-            let mut ranges6 = overlay_with(ranges6, &special6, back);
-            let picks: [fn(&PrefixOverride) -> bool; 3] = [
-                |o| matches!(o, PrefixOverride::Fixed(_)),
-                |o| matches!(o, PrefixOverride::Canary { .. }),
-                |o| matches!(o, PrefixOverride::Manual { .. }),
-            ];
-            for pick in picks {
-                for (ranges, over) in [(&mut ranges4, &over4), (&mut ranges6, &over6)] {
-                    for o in layer(over, pick) {
-                        let taken = std::mem::take(ranges);
-                        *ranges = overlay_with(taken, std::slice::from_ref(&o), |under, k| match k {
-                            PrefixOverride::Fixed(a) => *a,
-                            PrefixOverride::Manual { node, rule } => {
-                                let (r4, r6) = unknown;
-                                node_answer(
-                                    &mut answers,
-                                    node,
-                                    &format!("manual rule {rule}"),
-                                    r4,
-                                    r6,
-                                    AnswerState::Steady,
-                                )
-                                .unwrap_or(under)
-                            }
-                            PrefixOverride::Canary { node, percent, rule } => {
-                                let (r4, r6) = unknown;
-                                match node_answer(
-                                    &mut answers,
-                                    node,
-                                    &format!("canary rule {rule} {percent}%"),
-                                    r4,
-                                    r6,
-                                    AnswerState::Canary,
-                                ) {
-                                    Some(cid) => {
-                                        let under = if under == unlocated { by_partition[0] } else { under };
-                                        let mut base = answers.list[under as usize].clone();
-                                        base.ttl = base.ttl.min(settings.canary_ttl);
-                                        base.canary = Some(Canary { percent: *percent, answer: cid });
-                                        answers.id(base)
-                                    }
-                                    None => under,
-                                }
-                            }
-                        });
-                    }
-                }
-            }
-            let fill = by_partition[0];
-            let v4 = PrefixMapV4::from_ranges(ranges4.into_iter().map(|(s, e, v)| (s as u32, e as u32, v)), fill);
-            let v6 = PrefixMapV6::from_ranges(ranges6, fill);
-            scheduled.push(ScheduledName {
-                ecs: true,
-                id: state.name_ids.id(&spec.name),
-                name: spec.name,
-                answers: Arc::new(answers.list),
-                v4,
-                v6,
-            });
+        let mut scheduled = Vec::new();
+        for spec in name_specs(zone, &inputs.domains) {
+            let ranked = rankings.entry(spec.pool.clone()).or_insert_with(|| oracle.rank_pool(&spec.pool));
+            scheduled.push(oracle.name(spec, ranked, state, &mut new_choices));
         }
         zones.push(ZoneRoutes { zone: zone.clone(), names: scheduled });
     }
     state.choices = new_choices;
     RouteTable::new(version, now, zones)
+}
+
+impl Oracle<'_> {
+    /// `engine::rank` of `pool` for every partition.
+    fn rank_pool(&self, pool: &str) -> Vec<(Ranking, Ranking)> {
+        self.partitions
+            .locations()
+            .iter()
+            .map(|loc| {
+                (
+                    engine::rank(self.views, loc, Family::V4, pool, self.policy),
+                    engine::rank(self.views, loc, Family::V6, pool, self.policy),
+                )
+            })
+            .collect()
+    }
+
+    /// One scheduled name: per partition, then the prefix overrides.
+    fn name(
+        &self,
+        spec: NameSpec,
+        ranked: &[(Ranking, Ranking)],
+        state: &mut OracleState,
+        new_choices: &mut HashMap<(String, Location), String>,
+    ) -> ScheduledName {
+        let settings = self.settings;
+        let shape = AnswerShape {
+            steady_ttl: spec.ttl.unwrap_or(settings.ttl),
+            canary_ttl: settings.canary_ttl,
+            per_answer: self.per_answer,
+        };
+        let mut answers = Answers::default();
+        let by_partition = self.decide_partitions(&spec, ranked, shape, &mut answers, (&state.choices, new_choices));
+        let unknown = (&ranked[0].0, &ranked[0].1);
+        let scope = OverrideScope { name: &spec.name, domain: spec.domain, shape, unknown };
+        let over = Overrides::collect(&scope, &self.inputs.lines, self.rules, &mut answers, pinned_in(unknown, shape));
+        // Unknown public ranges get the unknown answer flagged; the
+        // special-purpose ranges keep the unknown answer itself.
+        let unlocated = unlocated_answer(&mut answers, &by_partition, over.is_empty());
+        let (mut ranges4, mut ranges6) = self.partition_ranges(&by_partition, unlocated);
+        let fallback = (unlocated, by_partition[0], settings.canary_ttl);
+        over.apply((&mut ranges4, &mut ranges6), &mut answers, fallback, pinned_in(unknown, shape));
+        let (v4, v6) = maps_of_runs(ranges4, ranges6, by_partition[0]);
+        let id = state.name_ids.id(&spec.name);
+        ScheduledName { ecs: true, id, name: spec.name, answers: Arc::new(answers.list), v4, v6 }
+    }
+
+    /// Per partition: automatic (+ hysteresis), then region rules.
+    fn decide_partitions(
+        &self,
+        spec: &NameSpec,
+        ranked: &[(Ranking, Ranking)],
+        shape: AnswerShape,
+        answers: &mut Answers,
+        (choices, new_choices): (&HashMap<(String, Location), String>, &mut HashMap<(String, Location), String>),
+    ) -> Vec<u32> {
+        let settings = self.settings;
+        let mut by_partition = Vec::with_capacity(ranked.len());
+        for (pid, (r4, r6)) in ranked.iter().enumerate() {
+            let loc = &self.partitions.locations()[pid];
+            let key = (spec.name.clone(), loc.clone());
+            // Clone the (possibly long) ranking only when hysteresis may reorder it.
+            let previous = choices.get(&key).map(String::as_str);
+            let held;
+            let r4: &Ranking = match (settings.hysteresis > 0.0, previous, r4.primary()) {
+                (true, Some(prev), Some(best)) if best.name != prev => {
+                    let mut r = r4.clone();
+                    engine::apply_hysteresis(&mut r, Some(prev), settings.hysteresis, settings.hysteresis_points);
+                    held = r;
+                    &held
+                }
+                _ => r4,
+            };
+            if let Some(p) = r4.primary() {
+                new_choices.insert(key, p.name.clone());
+            }
+            let failover = is_failover(self.views, loc, &spec.pool, r4.primary(), self.policy);
+            let (st, ttl) = if failover {
+                (AnswerState::Failover, settings.failover_ttl.min(shape.steady_ttl))
+            } else {
+                (AnswerState::Steady, shape.steady_ttl)
+            };
+            let id = answers.id(answer_of(r4, r6, shape.per_answer, ttl, st));
+            let matching: Vec<&Rule> =
+                self.region_rules.iter().copied().filter(|r| rule_matches(r, &spec.name, loc)).collect();
+            let canary = matching.iter().copied().find(|r| r.kind == RuleKind::Canary);
+            let manual = matching.iter().copied().find(|r| r.kind == RuleKind::Manual);
+            by_partition.push(after_region_rules(answers, &shape, id, canary, manual, pinned_in((r4, r6), shape)));
+        }
+        by_partition
+    }
+
+    /// The partition ranges with their answers: `unlocated` on unknown
+    /// ranges, the unknown partition's own answer back on the special-purpose
+    /// ranges inside them.
+    fn partition_ranges(&self, by_partition: &[u32], unlocated: u32) -> (Runs, Runs) {
+        let answer = |p: u32| if p == UNKNOWN { unlocated } else { by_partition[p as usize] };
+        let back = |under: u32, _: &()| if under == unlocated { by_partition[0] } else { under };
+        let special4: Vec<(u128, u128, ())> =
+            reserved::special_ranges_v4().iter().map(|&(s, e)| (s as u128, e as u128, ())).collect();
+        let special6: Vec<(u128, u128, ())> = reserved::special_ranges_v6().iter().map(|&(s, e)| (s, e, ())).collect();
+        let ranges4: Runs =
+            self.partitions.v4_ranges().iter().map(|&(s, e, p)| (s as u128, e as u128, answer(p))).collect();
+        let ranges6: Runs = self.partitions.v6_ranges().iter().map(|&(s, e, p)| (s, e, answer(p))).collect();
+        (overlay_with(ranges4, &special4, back), overlay_with(ranges6, &special6, back))
+    }
 }
 
 /// The planner's tables, full and after events, equal the oracle's: answers,
@@ -312,7 +235,7 @@ mod equivalence {
     use super::*;
     use crate::geo::{GeoDb, IpVersion, Xdb, write_xdb};
     use crate::health::ProbeState;
-    use crate::model::NodeStatus;
+    use crate::model::{LineAnswer, NodeStatus};
 
     const COUNTRIES: &[&str] = &["中国", "美国", "0", "香港"];
     const PROVINCES: &[&str] = &["广东省", "北京", "浙江省", "0", "香港"];

@@ -1,4 +1,4 @@
-//! Seed 001 §3.4 in the compiler: public blocks the geo files cannot locate
+//! The resolver fallback in the compiler: public blocks the geo files cannot locate
 //! get the unknown answer flagged `Resolver`; special-purpose ranges do not.
 
 use super::*;
