@@ -24,7 +24,7 @@ use crate::supervisor::Supervisor;
 /// Flags of `lagran serve` beyond the configuration file.
 #[derive(Clone, Debug, Default)]
 pub struct ServeOptions {
-    /// Create the demo zone and seed 000's nodes when missing.
+    /// Create the demo zone and its nodes when missing.
     pub demo: bool,
     /// Allow an open (token-less) API on a non-loopback address.
     pub insecure_open_api: bool,
@@ -168,6 +168,31 @@ struct ControlPlane {
     clustered: bool,
     /// On SQLite: the lock that keeps a second control process off the file.
     _sqlite_lock: Option<std::fs::File>,
+}
+
+impl ControlPlane {
+    /// The API's state over this control plane: what `serve` and `control` both hand to [`api::run`].
+    fn api_state(
+        &self,
+        config: &Config,
+        metrics: Arc<Metrics>,
+        console: Arc<crate::console::Console>,
+        tasks: Arc<Supervisor>,
+        api_url: String,
+    ) -> AppState {
+        AppState {
+            store: self.store.clone(),
+            scheduler: self.scheduler.clone(),
+            dns: Arc::new(config.dns.clone()),
+            auth: Arc::new(self.auth.clone()),
+            metrics,
+            public_resolvers: Arc::new(config.public_resolvers.clone()),
+            geo_max_change_ratio: config.geo.max_change_ratio,
+            console,
+            tasks,
+            api_url: api_url.into(),
+        }
+    }
 }
 
 /// `clusterable`: `lagran control`, which on PostgreSQL joins a cluster of
@@ -405,18 +430,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         confirmation: cp.scheduler.confirmation().clone(),
     })));
     loops.push(console.spawn_sampler(metrics.clone(), shutdown.clone()));
-    let state = AppState {
-        store: cp.store.clone(),
-        scheduler: cp.scheduler.clone(),
-        dns: Arc::new(config.dns.clone()),
-        auth: Arc::new(cp.auth),
-        metrics,
-        public_resolvers: Arc::new(config.public_resolvers.clone()),
-        geo_max_change_ratio: config.geo.max_change_ratio,
-        console,
-        tasks,
-        api_url: api_url(api_addr, tls.is_some()).into(),
-    };
+    let state = cp.api_state(&config, metrics, console, tasks, api_url(api_addr, tls.is_some()));
     tracing::info!(dns = %listeners.display(), api = %api_addr, tls = tls.is_some(), "lagran serving");
 
     let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
@@ -449,18 +463,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     // No responder here: the console lists the NS hosts that report on the table stream.
     let console = Arc::new(crate::console::Console::new(Arc::new(crate::console::nshosts::NoNsHosts)));
     loops.push(console.spawn_sampler(metrics.clone(), shutdown.clone()));
-    let state = AppState {
-        store: cp.store.clone(),
-        scheduler: cp.scheduler.clone(),
-        dns: Arc::new(config.dns.clone()),
-        auth: Arc::new(cp.auth),
-        metrics,
-        public_resolvers: Arc::new(config.public_resolvers.clone()),
-        geo_max_change_ratio: config.geo.max_change_ratio,
-        console,
-        tasks,
-        api_url: api_url.into(),
-    };
+    let state = cp.api_state(&config, metrics, console, tasks, api_url);
     tracing::info!(api = %api_addr, clustered = cp.clustered, tls = tls.is_some(), "lagran control plane serving");
     let result = flatten("the control API", tokio::spawn(serve_api(api_listener, state, tls, shutdown.clone())).await);
     shutdown.cancel();
@@ -570,7 +573,13 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     tracing::info!(dns = %listeners.display(), api = %api_addr, control = %control, name = %host_name, "lagran NS host serving");
     let dns_task = tokio::spawn(serve_dns(dns, listeners.sockets, shutdown.clone()));
     let token = shutdown.clone();
-    let api_task = tokio::spawn(api::listener::serve(api_listener, ops, api::listener::Limits::default(), token));
+    let api_task = tokio::spawn(crate::listener::http::serve(
+        "metrics",
+        api_listener,
+        ops,
+        crate::listener::http::API_LIMITS,
+        token,
+    ));
     let result = tokio::select! {
         r = dns_task => flatten("the DNS responder", r),
         r = api_task => flatten("the metrics listener", r),
@@ -601,7 +610,7 @@ fn host_name() -> String {
     }
 }
 
-/// `/metrics` lines for the table's confirmation (SPEC §7 staleness).
+/// `/metrics` lines for the table's confirmation (how stale the answers are).
 fn add_confirmation_metrics(metrics: &Metrics, confirmation: Arc<crate::confirmation::Confirmation>, config: &Config) {
     let settings = config.dns.clone();
     metrics.add_source(Box::new(move |out| {

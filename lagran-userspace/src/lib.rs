@@ -25,6 +25,7 @@ pub mod engine;
 pub mod entry;
 pub mod geo;
 pub mod health;
+pub mod listener;
 pub mod location;
 pub mod metrics;
 pub mod model;

@@ -1,11 +1,11 @@
-//! The HTTP 302 entry point (seed 002 §3.4) on `--http-listen`.
+//! The HTTP 302 entry point on `--http-listen`.
 //!
 //! A `GET` or `HEAD` whose Host is a scheduled name is answered
 //! `302 Found` with `Location: http://<node>/<same path and query>`, the node
 //! being the one the DNS responder would answer for the same client
 //! ([`ScheduledName::served`] on the same route table, the same staleness and
 //! fallback policy). `<node>` is what DNS answers: for a name in CNAME mode
-//! (seed 004 §4.3) the chosen node's hostname, else its address. The
+//! the chosen node's hostname, else its address. The
 //! hostname keeps what the operator chose to publish (the node's own name,
 //! so its virtual host and TLS certificate match, and a later address change
 //! needs no new redirect); a node without a hostname is reached by address,
@@ -37,12 +37,24 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use ipnet::IpNet;
+use std::time::Duration;
 use tokio::net::TcpListener;
+
+use crate::listener::Limits;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::DnsSettings;
 use crate::dns::answer::is_stale;
 use crate::route_table::SharedRouteTable;
+
+/// The redirector's listener: 4096 connections, 64 from one client, a
+/// request head within 10 s, nothing moving for 30 s closes a connection.
+pub const REDIRECT_LIMITS: Limits = Limits {
+    max_connections: 4096,
+    max_per_client: 64,
+    header_timeout: Duration::from_secs(10),
+    idle_timeout: Duration::from_secs(30),
+};
 
 /// What became of a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,7 +147,7 @@ impl Redirector {
         if table.version == 0 {
             return or_fallback();
         }
-        // An HTTP client is its own resolver: no ECS, so no seed 001 §3.4 fallback.
+        // An HTTP client is its own resolver: there is no ECS option to pass.
         let Some(served) = scheduled.served(client, None) else { return or_fallback() };
         let answer = served.answer;
         if is_stale(self.confirmation.last_ms(), &self.settings, now_ms) && fallback.is_some() {
@@ -152,12 +164,10 @@ impl Redirector {
         }
     }
 
-    /// Serves HTTP/1.1 on `listener` until `shutdown`.
+    /// Serves HTTP on `listener` until `shutdown`, under [`REDIRECT_LIMITS`].
     pub async fn run(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
         let app = axum::Router::new().fallback(handle).with_state(self);
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await
+        crate::listener::http::serve("HTTP redirector", listener, app, REDIRECT_LIMITS, shutdown).await
     }
 }
 

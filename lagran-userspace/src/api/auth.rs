@@ -1,5 +1,5 @@
 //! API authentication: an admin bearer token for writes, the agent token for
-//! reads by DNS hosts and agents (SPEC §6). Tokens are kept only as SHA-256
+//! reads by DNS hosts and agents. Tokens are kept only as SHA-256
 //! hashes and compared in constant time.
 //!
 //! The console (`/ui`) keeps the token it was given at login in an HttpOnly,

@@ -5,16 +5,17 @@
 //! leaked global agent token does not leak every site's key. Without them,
 //! `key_pem` is absent from the answer.
 
+use axum::Extension;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use super::auth::AGENT_TOKEN_HEADER;
+use super::access::{KeyAccess, KeyQuery};
 use super::error::{ApiError, parse_json};
-use crate::store::{Certificate, verify_token};
+use crate::store::Certificate;
 
 /// A certificate as answered: `key_pem` only for those allowed to see it.
 #[derive(Serialize)]
@@ -37,13 +38,6 @@ impl CertificateView {
     }
 }
 
-/// `?node=NAME`: whose agent token is presented.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeyQuery {
-    pub node: Option<String>,
-}
-
 /// `PUT /api/v1/certificates/{domain}` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -58,47 +52,24 @@ fn normalise(domain: &str) -> String {
     domain.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// Whether this request may read private keys: the admin token (or writes
-/// open: no admin token configured), or `node`'s own agent token.
-async fn may_read_keys(state: &AppState, headers: &HeaderMap, node: Option<&str>) -> Result<bool, ApiError> {
-    let admin = state.auth.check_admin(headers).is_ok();
-    if admin {
-        return Ok(true);
-    }
-    let (Some(node), Some(presented)) = (node, headers.get(AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok())) else {
-        return Ok(false);
-    };
-    let own = state.store.node_token_hash(node).await?;
-    Ok(own.as_deref().is_some_and(|h| verify_token(h, presented)))
-}
-
-/// Reads need the agent token, a node's own token (with `?node=`) or the admin
-/// token; returns whether the reader may see private keys.
-pub(super) async fn check_read(state: &AppState, headers: &HeaderMap, node: Option<&str>) -> Result<bool, ApiError> {
-    let keys = may_read_keys(state, headers, node).await?;
-    if !keys {
-        state.auth.check_agent(headers)?;
-    }
-    Ok(keys)
-}
-
+/// `GET /api/v1/certificates`; `?node=` is read by [`Requirement::ReadOrQueriedNode`].
+///
+/// [`Requirement::ReadOrQueriedNode`]: super::access::Requirement::ReadOrQueriedNode
 pub async fn list(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    Query(q): Query<KeyQuery>,
+    Extension(KeyAccess(keys)): Extension<KeyAccess>,
+    Query(_): Query<KeyQuery>,
 ) -> Result<Json<Vec<CertificateView>>, ApiError> {
-    let keys = check_read(&state, &headers, q.node.as_deref()).await?;
     let certs = state.store.list_certificates().await?;
     Ok(Json(certs.into_iter().map(|c| CertificateView::new(c, keys)).collect()))
 }
 
 pub async fn get_one(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Extension(KeyAccess(keys)): Extension<KeyAccess>,
     Path(domain): Path<String>,
-    Query(q): Query<KeyQuery>,
+    Query(_): Query<KeyQuery>,
 ) -> Result<Json<CertificateView>, ApiError> {
-    let keys = check_read(&state, &headers, q.node.as_deref()).await?;
     match state.store.get_certificate(&normalise(&domain)).await? {
         Some(c) => Ok(Json(CertificateView::new(c, keys))),
         None => Err(ApiError::not_found(format!("no certificate for {domain}"))),
@@ -107,11 +78,9 @@ pub async fn get_one(
 
 pub async fn put(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(domain): Path<String>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<CertificateView>), ApiError> {
-    state.auth.check_admin(&headers)?;
     let domain = normalise(&domain);
     let b: CertificateBody = parse_json(&body)?;
     if let Some(d) = b.domain.as_deref().map(normalise)
@@ -127,12 +96,7 @@ pub async fn put(
     Ok((if existed { StatusCode::OK } else { StatusCode::CREATED }, Json(CertificateView::new(stored, false))))
 }
 
-pub async fn delete(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(domain): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    state.auth.check_admin(&headers)?;
+pub async fn delete(State(state): State<AppState>, Path(domain): Path<String>) -> Result<StatusCode, ApiError> {
     if !state.store.delete_certificate(&normalise(&domain)).await? {
         return Err(ApiError::not_found(format!("no certificate for {domain}")));
     }

@@ -100,10 +100,8 @@ pub struct MatrixParams {
 /// (the first one when none is given).
 pub async fn matrix(
     State(state): State<AppState>,
-    headers: HeaderMap,
     params: Result<Query<MatrixParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<MatrixView>, ApiError> {
-    state.auth.check_agent(&headers)?;
     let Query(p) = params.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let domain = match p.domain.as_deref().map(str::trim).filter(|d| !d.is_empty()) {
         Some(d) => d.to_string(),
@@ -137,8 +135,7 @@ pub struct NodeRow {
 }
 
 /// `GET /api/v1/console/nodes`: nodes with probe results and heartbeat ages.
-pub async fn nodes(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<NodeRow>>, ApiError> {
-    state.auth.check_agent(&headers)?;
+pub async fn nodes(State(state): State<AppState>) -> Result<Json<Vec<NodeRow>>, ApiError> {
     let now = now_ms();
     let liveness = state.scheduler.health().liveness();
     let rows = state
@@ -172,8 +169,7 @@ pub struct TrafficJson {
     now_ms: i64,
 }
 
-pub async fn traffic(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<TrafficJson>, ApiError> {
-    state.auth.check_agent(&headers)?;
+pub async fn traffic(State(state): State<AppState>) -> Result<Json<TrafficJson>, ApiError> {
     let table = state.scheduler.table().load();
     let current = (table.version, table.generated_at_ms);
     // The in-process responder (in `serve`), then every NS host that reports on the table stream.
@@ -215,8 +211,7 @@ pub struct WhatIfRequest {
 
 /// `POST /api/v1/schedule/what-if`: which cells would move, and to which
 /// node, if the changes were made. A read: nothing is stored or published.
-pub async fn what_if(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<WhatIf>, ApiError> {
-    state.auth.check_agent(&headers)?;
+pub async fn what_if(State(state): State<AppState>, body: Bytes) -> Result<Json<WhatIf>, ApiError> {
     let req: WhatIfRequest = parse_json(&body)?;
     let patches = validate_changes(&req, &state.store.list_nodes().await?)?;
     let domain = req.domain.trim();

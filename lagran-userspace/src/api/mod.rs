@@ -1,16 +1,18 @@
 //! The control API (axum, JSON): schedule decisions, CRUD for the control
-//! plane's records, route tables, `/metrics` and `/healthz` (SPEC §6).
+//! plane's records, route tables, `/metrics` and `/healthz`. Every endpoint
+//! is declared in [`endpoints`] with who may call it ([`access`]).
 //!
 //! Every write goes to the store first, then triggers a recompute and waits
 //! for it, so the next DNS answer already reflects the change.
 
+pub mod access;
 pub mod auth;
 pub mod browser_guard;
 pub mod certificates;
 pub mod console;
+pub mod endpoints;
 pub mod error;
 pub mod geo;
-pub mod listener;
 pub mod names;
 pub mod nodes;
 pub mod routes;
@@ -25,11 +27,11 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::{get, post, put};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::DnsSettings;
+use crate::listener::http;
 use crate::metrics::ControlStats;
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
@@ -76,53 +78,13 @@ impl AppState {
     }
 }
 
-/// The router with every route.
+/// The router with every endpoint ([`endpoints::all`]).
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/api/v1/schedule", get(schedule::get_schedule))
-        .route("/api/v1/schedule/what-if", post(console::what_if))
-        .route("/ui", get(console::page))
-        .route("/ui/login", post(console::login))
-        .route("/ui/logout", post(console::logout))
-        .route("/api/v1/console/session", get(console::session))
-        .route("/api/v1/console/matrix", get(console::matrix))
-        .route("/api/v1/console/nodes", get(console::nodes))
-        .route("/api/v1/console/traffic", get(console::traffic))
-        .route("/api/v1/nodes", get(nodes::list).post(nodes::create))
-        .route("/api/v1/nodes/{name}", get(nodes::get_one).patch(nodes::patch).delete(nodes::delete))
-        .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
-        .route("/api/v1/rules", get(rules::list_rules).post(rules::create_rule))
-        .route("/api/v1/rules/{id}", axum::routing::delete(rules::delete_rule))
-        .route("/api/v1/lines", get(rules::list_lines))
-        .route("/api/v1/lines/{name}", put(rules::put_line).delete(rules::delete_line))
-        .route("/api/v1/zones", get(zones::list_zones))
-        .route("/api/v1/zones/{name}", put(zones::put_zone).get(zones::get_zone).delete(zones::delete_zone))
-        .route("/api/v1/domains", get(zones::list_domains))
-        .route("/api/v1/domains/{name}", put(zones::put_domain).delete(zones::delete_domain))
-        .route("/api/v1/routes", get(routes::current))
-        .route("/api/v1/routes/rollback", post(routes::rollback))
-        .route("/api/v1/routes/resume", post(routes::resume))
-        .route("/api/v1/routes/table", get(routes::table))
-        .route("/api/v1/nshosts", get(routes::nshosts))
-        .route("/api/v1/geo/overrides", get(geo::list_overrides).post(geo::upsert_override))
-        .route("/api/v1/geo/overrides/{prefix}", axum::routing::delete(geo::delete_override))
-        .route("/api/v1/geo/reload", post(geo::reload))
-        .route("/api/v1/geo/partitions", get(geo::partitions))
-        .route("/api/v1/sites", get(sites::list))
-        .route("/api/v1/sites/{host}", get(sites::get_one).put(sites::put).delete(sites::delete))
-        .route("/api/v1/certificates", get(certificates::list))
-        .route(
-            "/api/v1/certificates/{domain}",
-            get(certificates::get_one).put(certificates::put).delete(certificates::delete),
-        )
-        .fallback(|| async { ApiError::not_found("no such API route") })
-        .with_state(state)
+    endpoints::all(state).into_router()
 }
 
 /// Serves the API on `listener` until `shutdown`, behind the Host/Origin check
-/// ([`browser_guard`]) and the listener's timeouts and connection cap ([`listener`]),
+/// ([`browser_guard`]) and the shared listener's timeouts and connection caps ([`http::API_LIMITS`]),
 /// over TLS when `tls` is given (`--api-tls-cert`/`--api-tls-key`).
 pub async fn run(
     listener: TcpListener,
@@ -135,10 +97,10 @@ pub async fn run(
         open: state.auth.writes_open() || state.auth.reads_open(),
     };
     let app = router(state).layer(axum::middleware::from_fn_with_state(guard, browser_guard::layer));
-    let limits = listener::Limits::default();
+    let limits = http::API_LIMITS;
     match tls {
-        Some(config) => listener::serve_tls(listener, app, limits, config, shutdown).await,
-        None => listener::serve(listener, app, limits, shutdown).await,
+        Some(config) => http::serve_tls("API", listener, app, limits, config, shutdown).await,
+        None => http::serve("API", listener, app, limits, shutdown).await,
     }
 }
 

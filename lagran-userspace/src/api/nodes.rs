@@ -89,29 +89,18 @@ pub fn parse_create(body: &[u8]) -> Result<(Node, Option<String>), ApiError> {
     Ok((node, patch.auth_token))
 }
 
-pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Vec<Node>>, ApiError> {
-    state.auth.check_agent(&headers)?;
+pub async fn list(State(state): State<AppState>) -> Result<Json<Vec<Node>>, ApiError> {
     Ok(Json(state.store.list_nodes().await?))
 }
 
-pub async fn get_one(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Result<Json<Node>, ApiError> {
-    state.auth.check_agent(&headers)?;
+pub async fn get_one(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<Node>, ApiError> {
     match state.store.get_node(&name).await? {
         Some(n) => Ok(Json(n)),
         None => Err(ApiError::not_found(format!("no node {name}"))),
     }
 }
 
-pub async fn create(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<(StatusCode, Json<Node>), ApiError> {
-    state.auth.check_admin(&headers)?;
+pub async fn create(State(state): State<AppState>, body: Bytes) -> Result<(StatusCode, Json<Node>), ApiError> {
     let (node, token) = parse_create(&body)?;
     if let Some(h) = &node.hostname {
         super::names::check_hostname(&state.store, &node.name, h).await?;
@@ -124,11 +113,9 @@ pub async fn create(
 
 pub async fn patch(
     State(state): State<AppState>,
-    headers: HeaderMap,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Json<Node>, ApiError> {
-    state.auth.check_admin(&headers)?;
     let patch: NodePatch = parse_json(&body)?;
     patch.validate()?;
     if let Some(Some(h)) = &patch.hostname {
@@ -140,12 +127,7 @@ pub async fn patch(
     Ok(Json(node))
 }
 
-pub async fn delete(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    state.auth.check_admin(&headers)?;
+pub async fn delete(State(state): State<AppState>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     if !state.store.delete_node(&name).await? {
         return Err(ApiError::not_found(format!("no node {name}")));
     }

@@ -2,7 +2,6 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use serde_json::{Value, json};
 
 use super::AppState;
@@ -39,20 +38,17 @@ pub fn summary_with_state(t: &RouteTable, frozen: bool) -> Value {
     v
 }
 
-pub async fn current(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    state.auth.check_agent(&headers)?;
+pub async fn current(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     Ok(Json(summary_with_state(&state.scheduler.table().load(), state.scheduler.frozen())))
 }
 
-pub async fn rollback(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    state.auth.check_admin(&headers)?;
+pub async fn rollback(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let t = state.scheduler.rollback().await?;
     Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "frozen": true })))
 }
 
 /// Ends a rollback's freeze and recomputes.
-pub async fn resume(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    state.auth.check_admin(&headers)?;
+pub async fn resume(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     state.scheduler.resume().await?;
     let t = state.scheduler.recompute().await?;
     Ok(Json(json!({ "version": t.version, "generated_at_ms": t.generated_at_ms, "frozen": false })))
@@ -88,7 +84,7 @@ pub struct TableParams {
 /// for a table newer than the host's `(epoch, since)`, answers it (a delta
 /// or the whole table), or 304 when none came within `wait_ms`.
 ///
-/// Every answer confirms the table the NS host will be serving (SPEC §7): a
+/// Every answer confirms the table the NS host will be serving: a
 /// 304 says "yours is still current". While the control plane itself has
 /// stopped confirming (its recomputes fail, or no leader confirms), a 304
 /// would be a false confirmation, so the stream answers 503 instead and the
@@ -96,11 +92,9 @@ pub struct TableParams {
 /// behind the NS host (a standby catching up, a deposed leader).
 pub async fn table(
     State(state): State<AppState>,
-    headers: HeaderMap,
     axum::extract::Query(p): axum::extract::Query<TableParams>,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
-    state.auth.check_agent(&headers)?;
     if let Some(host) = p.host.as_deref().filter(|h| !h.is_empty() && h.len() <= 255) {
         let report = crate::store::cluster::NsHostReport {
             name: host.to_string(),
@@ -168,8 +162,7 @@ pub async fn table(
 /// how far it is behind this control process's table. `lag_ms` is 0 for a
 /// host serving the current table, else the time since the first table it
 /// lacks was generated (as far as this process remembers; else the current one).
-pub async fn nshosts(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    state.auth.check_agent(&headers)?;
+pub async fn nshosts(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let (current, rows) = reported_ns_hosts(&state).await?;
     let now = crate::clock::now_ms();
     let hosts: Vec<Value> = rows

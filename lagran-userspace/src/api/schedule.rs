@@ -1,12 +1,11 @@
-//! `GET /api/v1/schedule`: the decision for one client, in seed 000 §4's shape.
-//! Readable with the agent token, the admin token, or any node's own token (seed 000
-//! step 6: an edge node asks for the decision with its own credentials).
+//! `GET /api/v1/schedule`: the decision for one client.
+//! Readable with the agent token, the admin token, or any node's own token (an
+//! edge node asks for the decision with its own credentials).
 
 use std::net::IpAddr;
 
 use axum::Json;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
@@ -67,7 +66,7 @@ impl From<&Candidate> for NodeJson {
     }
 }
 
-/// The response body (seed 000 §4; `primary`/`backup` are null when no node is eligible, §7.2).
+/// The response body (`primary`/`backup` are null when no node is eligible).
 #[derive(Debug, Serialize)]
 pub struct ScheduleJson {
     pub domain: String,
@@ -153,17 +152,8 @@ pub fn resolver_address(resolver: Option<&str>, subnet: Option<&str>) -> Result<
 
 pub async fn get_schedule(
     State(state): State<AppState>,
-    headers: HeaderMap,
     params: Result<Query<ScheduleParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ScheduleJson>, ApiError> {
-    if let Err(e) = state.auth.check_agent(&headers) {
-        // Seed 000 step 6: an edge node asks with its own token.
-        let presented = headers.get(super::auth::AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok());
-        let Some(t) = presented else { return Err(e) };
-        if state.store.node_of_token(t).await?.is_none() {
-            return Err(e);
-        }
-    }
     let Query(p) = params.map_err(|e| ApiError::new(axum::http::StatusCode::BAD_REQUEST, e.body_text()))?;
     let domain = p.domain.as_deref().map(str::trim).filter(|d| !d.is_empty());
     let Some(domain) = domain else { return Err(ApiError::bad_field("domain", "domain is required")) };

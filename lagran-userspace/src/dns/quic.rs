@@ -7,8 +7,12 @@
 //! FIN, answered with [`answer()`] ([`Transport::Doq`], padded, RFC 8467) and
 //! finished.
 //!
-//! - at most [`DOQ_MAX_CONNECTIONS`] connections (more are refused, counted
-//!   in `lagran_dns_tls_rejected_total`), [`DOQ_MAX_STREAMS`] concurrent
+//! - at most [`DOQ_MAX_CONNECTIONS`] handshaking or open connections (more
+//!   are refused), and, once a handshake completes, the shared listener's
+//!   caps ([`crate::listener::Slots`]): [`DOQ_MAX_CONNECTIONS`] in all and
+//!   `tcp_max_per_client` from one client (more are closed with
+//!   DOQ_EXCESSIVE_LOAD); both refusals are counted in
+//!   `lagran_dns_tls_rejected_total`; [`DOQ_MAX_STREAMS`] concurrent
 //!   query streams per connection (QUIC flow control holds back the rest),
 //!   no unidirectional streams, [`DOQ_IDLE_TIMEOUT`] idle timeout;
 //! - a handshake has [`HANDSHAKE_TIMEOUT`], a stream [`STREAM_TIMEOUT`] to
@@ -32,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use super::answer::Transport;
 use super::cert::{ALPN_DOQ, CertError, Certificate};
 use super::server::{DnsServer, TCP_MAX_MESSAGE};
+use crate::listener::Slots;
 
 /// Concurrent DoQ connections; more are refused.
 pub const DOQ_MAX_CONNECTIONS: usize = 256;
@@ -49,6 +54,9 @@ const DOQ_NO_ERROR: u32 = 0x0;
 /// RFC 9250 §4.3: "DOQ_PROTOCOL_ERROR (0x2): The DoQ implementation
 /// encountered a protocol error and is forcibly aborting the connection."
 const DOQ_PROTOCOL_ERROR: u32 = 0x2;
+/// RFC 9250 §4.3: "DOQ_EXCESSIVE_LOAD (0x4): The DoQ implementation is
+/// closing the connection due to excessive load."
+const DOQ_EXCESSIVE_LOAD: u32 = 0x4;
 /// RFC 9250 §4.3: "DOQ_REQUEST_CANCELLED (0x3): A DoQ client uses this to
 /// signal that it wants to cancel an outstanding transaction." Used for
 /// streams whose query gets no response (dropped).
@@ -85,6 +93,7 @@ pub async fn run(dns: Arc<DnsServer>, endpoint: Endpoint, shutdown: Cancellation
     if let Ok(addr) = endpoint.local_addr() {
         tracing::info!(addr = %addr, "dns over quic listening");
     }
+    let slots = Slots::new(&dns.stream_limits(DOQ_MAX_CONNECTIONS));
     let mut conns = JoinSet::new();
     loop {
         let incoming = tokio::select! {
@@ -100,13 +109,13 @@ pub async fn run(dns: Arc<DnsServer>, endpoint: Endpoint, shutdown: Cancellation
             incoming.refuse();
             continue;
         }
-        conns.spawn(connection(dns.clone(), incoming, shutdown.clone()));
+        conns.spawn(connection(dns.clone(), incoming, slots.clone(), shutdown.clone()));
     }
     endpoint.close(VarInt::from_u32(DOQ_NO_ERROR), b"shutting down");
     while conns.join_next().await.is_some() {}
 }
 
-async fn connection(dns: Arc<DnsServer>, incoming: Incoming, shutdown: CancellationToken) {
+async fn connection(dns: Arc<DnsServer>, incoming: Incoming, slots: Slots, shutdown: CancellationToken) {
     let peer = incoming.remote_address();
     let handshake = tokio::select! {
         _ = shutdown.cancelled() => return,
@@ -124,6 +133,12 @@ async fn connection(dns: Arc<DnsServer>, incoming: Incoming, shutdown: Cancellat
             tracing::debug!(peer = %peer, "dns over quic handshake timed out");
             return;
         }
+    };
+    // Counted once the handshake has completed, when the address has answered.
+    let Ok(_permit) = slots.claim(peer.ip()) else {
+        dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
+        conn.close(VarInt::from_u32(DOQ_EXCESSIVE_LOAD), b"too many connections");
+        return;
     };
     let mut streams = JoinSet::new();
     loop {

@@ -13,7 +13,8 @@
 //!   [`TCP_MAX_MESSAGE`] close the connection. Limits from [`DnsSettings`], so
 //!   that one host holding hundreds of idle connections cannot keep others out:
 //!   - `tcp_max_connections` in all and `tcp_max_per_client` per client (an
-//!     IPv4 address or an IPv6 /64); a connection over either is accepted and
+//!     IPv4 address or an IPv6 /64), kept by the shared listener
+//!     ([`crate::listener`]); a connection over either is accepted and
 //!     closed at once, counted;
 //!   - `tcp_idle_secs` to deliver a whole query, counted from the accept or
 //!     the previous response, so bytes trickled one at a time do not extend it;
@@ -23,16 +24,15 @@
 //! Socket errors are logged, counted and survived; only the shutdown token
 //! ends [`DnsServer::run`].
 
-use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -42,6 +42,7 @@ use super::counters::DnsCounters;
 use super::rrl::{self, Decision, RateLimiter, ResponseClass};
 use crate::config::DnsSettings;
 use crate::confirmation::Confirmation;
+use crate::listener::{self, ConnectionHandler, Limits, Permit, Refusal};
 use crate::route_table::SharedRouteTable;
 
 /// Largest UDP query accepted (bigger datagrams are ignored).
@@ -53,7 +54,7 @@ pub const UDP_WORKERS: usize = 4;
 const UDP_SHUTDOWN_POLL: Duration = Duration::from_millis(200);
 /// Largest TCP query accepted; a longer one closes the connection.
 pub const TCP_MAX_MESSAGE: usize = 16 * 1024;
-/// Pause after an accept/receive error, so a persistent error cannot spin a core.
+/// Pause after a UDP receive error, so a persistent error cannot spin a core.
 const ERROR_BACKOFF: Duration = Duration::from_millis(10);
 /// At most one "serving stale answers" warning per this many milliseconds.
 const STALE_WARN_EVERY_MS: i64 = 60_000;
@@ -63,7 +64,7 @@ pub struct DnsServer {
     pub table: SharedRouteTable,
     pub settings: Arc<DnsSettings>,
     pub counters: Arc<DnsCounters>,
-    /// When the control plane last confirmed the table (SPEC §7 staleness).
+    /// When the control plane last confirmed the table (how stale the answers are).
     pub confirmation: Arc<Confirmation>,
     /// Response rate limiting of UDP responses (`None`: off).
     pub rrl: Option<Arc<RateLimiter>>,
@@ -175,7 +176,8 @@ impl DnsServer {
             );
         }
         let mut tasks = JoinSet::new();
-        tasks.spawn(self.clone().tcp_accept(tcp, shutdown.clone()));
+        let limits = self.stream_limits(self.settings.tcp_max_connections);
+        tasks.spawn(listener::serve(tcp, limits, shutdown.clone(), Arc::new(TcpConnections(self.clone()))));
         while let Some(res) = tasks.join_next().await {
             if let Err(e) = res {
                 tracing::error!(error = %e, "dns listener task ended abnormally");
@@ -226,51 +228,16 @@ impl DnsServer {
         }
     }
 
-    async fn tcp_accept(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(self.settings.tcp_max_connections));
-        let per_client = Arc::new(PerClient::default());
-        let mut conns = JoinSet::new();
-        loop {
-            let accepted = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                r = listener.accept() => r,
-            };
-            while conns.try_join_next().is_some() {}
-            let (stream, peer) = match accepted {
-                Ok(v) => v,
-                Err(e) => {
-                    // EMFILE and friends: keep serving.
-                    self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "dns tcp accept error");
-                    tokio::time::sleep(ERROR_BACKOFF).await;
-                    continue;
-                }
-            };
-            // RFC 7766 §6.2.2: "To mitigate the risk of unintentional server
-            // overload, DNS clients MUST take care to minimize the number of
-            // concurrent TCP connections made to any individual server." A
-            // server enforces what careless or hostile clients do not.
-            let Some(client) = PerClient::claim(&per_client, peer.ip(), self.settings.tcp_max_per_client) else {
-                self.counters.tcp_rejected_per_client.fetch_add(1, Ordering::Relaxed);
-                drop(stream);
-                continue;
-            };
-            let Ok(permit) = slots.clone().try_acquire_owned() else {
-                self.counters.tcp_rejected.fetch_add(1, Ordering::Relaxed);
-                drop(stream);
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            conns.spawn(self.clone().stream_connection(
-                stream,
-                peer,
-                Transport::Tcp,
-                shutdown.clone(),
-                (permit, client),
-            ));
+    /// The limits of a TCP or DoT listener with `max_connections`:
+    /// `tcp_max_per_client` per client and `tcp_idle_secs` for each whole message.
+    pub fn stream_limits(&self, max_connections: usize) -> Limits {
+        let idle = Duration::from_secs(self.settings.tcp_idle_secs);
+        Limits {
+            max_connections,
+            max_per_client: self.settings.tcp_max_per_client,
+            header_timeout: idle,
+            idle_timeout: idle,
         }
-        // Connections watch the same token; wait for them to wind down.
-        while conns.join_next().await.is_some() {}
     }
 
     /// One TCP or DoT connection (RFC 7766 §8, RFC 7858 §3.3: the same
@@ -347,58 +314,36 @@ impl DnsServer {
     }
 }
 
-/// Open TCP (and DoT) connections by client, for `tcp_max_per_client`.
-#[derive(Default)]
-pub(crate) struct PerClient {
-    open: Mutex<HashMap<ClientKey, usize>>,
-}
+/// Plain TCP connections (RFC 7766) on the shared listener.
+struct TcpConnections(Arc<DnsServer>);
 
-/// A client as far as the connection limit goes: an IPv4 address, or the /64
-/// of an IPv6 address (one host usually holds a whole /64).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum ClientKey {
-    V4(u32),
-    V6(u64),
-}
-
-impl ClientKey {
-    fn of(ip: IpAddr) -> ClientKey {
-        match ip.to_canonical() {
-            IpAddr::V4(a) => ClientKey::V4(u32::from(a)),
-            IpAddr::V6(a) => ClientKey::V6((u128::from(a) >> 64) as u64),
-        }
+impl ConnectionHandler for TcpConnections {
+    async fn serve(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, permit: Permit, shutdown: CancellationToken) {
+        let _ = stream.set_nodelay(true);
+        self.0.clone().stream_connection(stream, peer, Transport::Tcp, shutdown, permit).await;
     }
-}
 
-impl PerClient {
-    /// One more connection for `ip`, or `None` when it already has `max`.
-    pub(crate) fn claim(this: &Arc<PerClient>, ip: IpAddr, max: usize) -> Option<ClientSlot> {
-        let key = ClientKey::of(ip);
-        let mut open = this.open.lock().unwrap_or_else(|p| p.into_inner());
-        let n = open.entry(key).or_insert(0);
-        if *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(ClientSlot { table: this.clone(), key })
+    // RFC 7766 §6.2.2: "To mitigate the risk of unintentional server
+    // overload, DNS clients MUST take care to minimize the number of
+    // concurrent TCP connections made to any individual server." A server
+    // enforces what careless or hostile clients do not.
+    fn refuse(
+        self: Arc<Self>,
+        stream: TcpStream,
+        _peer: SocketAddr,
+        why: Refusal,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let counter = match why {
+            Refusal::ClientFull => &self.0.counters.tcp_rejected_per_client,
+            Refusal::Full => &self.0.counters.tcp_rejected,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        async move { drop(stream) }
     }
-}
 
-/// A claimed per-client connection, released on drop.
-pub(crate) struct ClientSlot {
-    table: Arc<PerClient>,
-    key: ClientKey,
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        let mut open = self.table.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = open.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.key);
-            }
-        }
+    fn accept_failed(&self, error: &io::Error) {
+        self.0.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%error, "dns tcp accept error");
     }
 }
 

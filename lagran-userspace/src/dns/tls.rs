@@ -7,8 +7,9 @@
 //! the same idle timeout and message limit, the same [`answer()`] (with
 //! [`Transport::Dot`], which pads responses, RFC 8467).
 //!
-//! - at most [`DOT_MAX_CONNECTIONS`] connections; more are closed at once and
-//!   counted (`lagran_dns_tls_rejected_total`);
+//! - at most [`DOT_MAX_CONNECTIONS`] connections, and `tcp_max_per_client`
+//!   from one client, kept by the shared listener ([`crate::listener`]); more
+//!   are closed at once and counted (`lagran_dns_tls_rejected_total`);
 //! - a handshake has [`HANDSHAKE_TIMEOUT`]; failures are counted
 //!   (`lagran_dns_tls_handshake_failed_total`);
 //! - the certificate is the shared, SIGHUP-reloaded [`Certificate`].
@@ -16,93 +17,74 @@
 //! [`answer()`]: super::answer()
 //! [`Certificate`]: super::cert::Certificate
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::answer::Transport;
-use super::server::{ClientSlot, DnsServer, PerClient};
+use super::server::DnsServer;
+use crate::listener::{self, ConnectionHandler, Permit, Refusal};
 
 /// Concurrent DoT connections; more are accepted and closed at once.
 pub const DOT_MAX_CONNECTIONS: usize = 256;
 /// A TLS handshake taking longer than this is abandoned.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Pause after an accept error, so a persistent error cannot spin a core.
-const ERROR_BACKOFF: Duration = Duration::from_millis(10);
 
 /// Serves DoT on `listener` until `shutdown` is cancelled.
 pub async fn run(dns: Arc<DnsServer>, listener: TcpListener, acceptor: TlsAcceptor, shutdown: CancellationToken) {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(addr = %addr, "dns over tls listening");
     }
-    let slots = Arc::new(Semaphore::new(DOT_MAX_CONNECTIONS));
-    let per_client = Arc::new(PerClient::default());
-    let mut conns = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            r = listener.accept() => r,
-        };
-        while conns.try_join_next().is_some() {}
-        let (stream, peer) = match accepted {
-            Ok(v) => v,
-            Err(e) => {
-                dns.counters.io_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, "dns over tls accept error");
-                tokio::time::sleep(ERROR_BACKOFF).await;
-                continue;
-            }
-        };
-        // The same per-client bound as plain TCP (RFC 7766 §6.2.2).
-        let Some(client) = PerClient::claim(&per_client, peer.ip(), dns.settings.tcp_max_per_client) else {
-            dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
-            drop(stream);
-            continue;
-        };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
-            drop(stream);
-            continue;
-        };
-        conns.spawn(connection(dns.clone(), acceptor.clone(), stream, peer, shutdown.clone(), (permit, client)));
-    }
-    while conns.join_next().await.is_some() {}
+    let limits = dns.stream_limits(DOT_MAX_CONNECTIONS);
+    listener::serve(listener, limits, shutdown, Arc::new(DotConnections { dns, acceptor })).await;
 }
 
-async fn connection(
+/// DoT connections on the shared listener: a TLS handshake, then the TCP
+/// listener's connection.
+struct DotConnections {
     dns: Arc<DnsServer>,
     acceptor: TlsAcceptor,
-    stream: TcpStream,
-    peer: SocketAddr,
-    shutdown: CancellationToken,
-    slots: (OwnedSemaphorePermit, ClientSlot),
-) {
-    let _ = stream.set_nodelay(true);
-    let handshake = tokio::select! {
-        _ = shutdown.cancelled() => return,
-        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => r,
-    };
-    let tls = match handshake {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            dns.counters.tls_handshake_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(peer = %peer, error = %e, "dns over tls handshake failed");
-            return;
+}
+
+impl ConnectionHandler for DotConnections {
+    async fn serve(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, permit: Permit, shutdown: CancellationToken) {
+        let _ = stream.set_nodelay(true);
+        let handshake = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)) => r,
+        };
+        let failed = |reason: &dyn std::fmt::Display| {
+            self.dns.counters.tls_handshake_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %peer, reason = %reason, "dns over tls handshake failed");
+        };
+        match handshake {
+            Ok(Ok(tls)) => self.dns.clone().stream_connection(tls, peer, Transport::Dot, shutdown, permit).await,
+            Ok(Err(e)) => failed(&e),
+            Err(_) => failed(&"timed out"),
         }
-        Err(_) => {
-            dns.counters.tls_handshake_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(peer = %peer, "dns over tls handshake timed out");
-            return;
-        }
-    };
-    dns.stream_connection(tls, peer, Transport::Dot, shutdown, slots).await;
+    }
+
+    /// The same caps as plain TCP (RFC 7766 §6.2.2), one counter for both.
+    fn refuse(
+        self: Arc<Self>,
+        stream: TcpStream,
+        _peer: SocketAddr,
+        _why: Refusal,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        self.dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
+        async move { drop(stream) }
+    }
+
+    fn accept_failed(&self, error: &std::io::Error) {
+        self.dns.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%error, "dns over tls accept error");
+    }
 }
 
 #[cfg(test)]

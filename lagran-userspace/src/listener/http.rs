@@ -1,23 +1,25 @@
-//! The HTTP listener of the control API (and of an NS host's `/metrics`):
-//! hyper connections with limits a public-facing server needs.
+//! HTTP on the shared listener ([`super::serve`]): an axum router served by
+//! hyper on each admitted connection, for the control API (and an NS host's
+//! `/metrics`) and the HTTP 302 redirector.
 //!
-//! - **Header-read timeout** ([`Limits::header_read_timeout`]): a client must
-//!   deliver a whole request head within it, counted from the moment the
-//!   connection waits for one (the accept, or the end of the previous
-//!   response), so an idle keep-alive connection or a slowloris one is closed.
+//! - **Header timeout** ([`Limits::header_timeout`]): a client must deliver a
+//!   whole request head within it, counted from the moment the connection
+//!   waits for one (the accept, or the end of the previous response), so an
+//!   idle keep-alive connection or a slowloris one is closed.
 //! - **Idle timeout** ([`Limits::idle_timeout`]): a connection on which no byte
 //!   moves either way for this long is closed, whatever state it is in (a
-//!   stalled request body, a client that stopped reading). It is above the
-//!   route-table long poll's 30 s cap, which sends nothing while it waits.
-//! - **Connection cap** ([`Limits::max_connections`]): past it, a new
-//!   connection is answered `503` with `connection: close` at once (so the
-//!   client learns why) and closed; the open ones are not disturbed.
-//! - **TLS** (`--api-tls-cert`/`--api-tls-key`, [`serve_tls`]): the same
-//!   connections over rustls; the handshake counts against the cap and must
-//!   finish within [`TLS_HANDSHAKE_TIMEOUT`]. A client speaking cleartext
-//!   fails its handshake: there is no fallback.
+//!   stalled request body, a client that stopped reading).
+//! - **Caps**: a connection past either cap is answered `503` with
+//!   `connection: close` at once (so the client learns why) and closed.
+//! - **TLS** ([`serve_tls`]): the same connections over rustls; the handshake
+//!   holds the connection's slots and must finish within
+//!   [`TLS_HANDSHAKE_TIMEOUT`]. A client speaking cleartext fails its
+//!   handshake: there is no fallback.
+//!
+//! Handlers can read the peer's address with `ConnectInfo<SocketAddr>`.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,29 +27,34 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tower::ServiceExt as _;
 
-/// Default: a request head must arrive within 10 s of the connection waiting for one.
-pub const API_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default: a connection with no byte either way for 60 s is closed.
-pub const API_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Default: at most 512 connections at once.
-pub const API_MAX_CONNECTIONS: usize = 512;
+use super::{ConnectionHandler, Limits, Permit, Refusal};
+
+/// The control API's limits: a request head within 10 s of the connection
+/// waiting for one; no byte either way for 60 s closes it (above the route
+/// table long poll's 30 s, which sends nothing while it waits); 512
+/// connections, 128 from one client.
+pub const API_LIMITS: Limits = Limits {
+    max_connections: 512,
+    max_per_client: 128,
+    header_timeout: Duration::from_secs(10),
+    idle_timeout: Duration::from_secs(60),
+};
+
 /// A TLS handshake slower than this is dropped (a stalled client holds nothing).
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long open connections may finish after shutdown.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The answer to a connection past the cap.
-fn over_capacity() -> Vec<u8> {
-    let body = r#"{"error":"too many connections to the API; try again later"}"#;
+/// The answer to a connection past a cap.
+fn over_capacity(service: &str) -> Vec<u8> {
+    let body = format!(r#"{{"error":"too many connections to the {service}; try again later"}}"#);
     format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n\
          retry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
@@ -56,99 +63,70 @@ fn over_capacity() -> Vec<u8> {
     .into_bytes()
 }
 
-/// The listener's limits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    pub header_read_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub max_connections: usize,
+/// An axum router behind the shared listener.
+struct HttpConnections {
+    /// Names the service in logs and in the 503 body.
+    service: &'static str,
+    app: Router,
+    limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            header_read_timeout: API_HEADER_READ_TIMEOUT,
-            idle_timeout: API_IDLE_TIMEOUT,
-            max_connections: API_MAX_CONNECTIONS,
+impl ConnectionHandler for HttpConnections {
+    async fn serve(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, permit: Permit, shutdown: CancellationToken) {
+        let _permit = permit;
+        let Some(acceptor) = &self.tls else {
+            return serve_connection(stream, peer, self.app.clone(), self.limits, shutdown).await;
+        };
+        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => serve_connection(stream, peer, self.app.clone(), self.limits, shutdown).await,
+            Ok(Err(e)) => tracing::debug!(service = self.service, %peer, error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!(service = self.service, %peer, "TLS handshake timed out"),
         }
+    }
+
+    async fn refuse(self: Arc<Self>, mut stream: TcpStream, peer: SocketAddr, why: Refusal) {
+        tracing::debug!(service = self.service, %peer, ?why, "connection refused");
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&over_capacity(self.service))).await;
+        let _ = stream.shutdown().await;
+    }
+
+    fn accept_failed(&self, error: &io::Error) {
+        tracing::warn!(service = self.service, %error, "accept failed");
     }
 }
 
 /// Serves `app` on `listener` until `shutdown`, then lets open requests finish
-/// (up to a few seconds).
-pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown: CancellationToken) -> io::Result<()> {
-    serve_with(listener, app, limits, None, shutdown).await
+/// (up to a few seconds). `service` names it in logs and refusals.
+pub async fn serve(
+    service: &'static str,
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let handler = Arc::new(HttpConnections { service, app, limits, tls: None });
+    super::serve(listener, limits, shutdown, handler).await;
+    Ok(())
 }
 
 /// [`serve`] over TLS: every connection is a rustls stream, under the same limits.
 pub async fn serve_tls(
+    service: &'static str,
     listener: TcpListener,
     app: Router,
     limits: Limits,
     config: Arc<rustls::ServerConfig>,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
-    serve_with(listener, app, limits, Some(tokio_rustls::TlsAcceptor::from(config)), shutdown).await
-}
-
-async fn serve_with(
-    listener: TcpListener,
-    app: Router,
-    limits: Limits,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    shutdown: CancellationToken,
-) -> io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let tracker = TaskTracker::new();
-    let mut refused: u64 = 0;
-    loop {
-        let (stream, peer) = tokio::select! {
-            () = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors, or a connection reset in the backlog: keep serving.
-                    tracing::warn!(error = %e, "API accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            if refused.is_multiple_of(100) {
-                tracing::warn!(%peer, max = limits.max_connections, refused, "API connection cap reached; refusing");
-            }
-            refused += 1;
-            tracker.spawn(async move {
-                let mut stream = stream;
-                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&over_capacity())).await;
-                let _ = stream.shutdown().await;
-            });
-            continue;
-        };
-        let (app, shutdown, tls) = (app.clone(), shutdown.clone(), tls.clone());
-        tracker.spawn(async move {
-            let _permit = permit;
-            let Some(acceptor) = tls else {
-                return serve_connection(stream, app, limits, shutdown).await;
-            };
-            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => serve_connection(stream, app, limits, shutdown).await,
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "API TLS handshake failed"),
-                Err(_) => tracing::debug!(%peer, "API TLS handshake timed out"),
-            }
-        });
-    }
-    drop(listener);
-    tracker.close();
-    if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait()).await.is_err() {
-        tracing::warn!(open = tracker.len(), "API connections still open after {DRAIN_TIMEOUT:?}; closing them");
-    }
+    let tls = Some(tokio_rustls::TlsAcceptor::from(config));
+    let handler = Arc::new(HttpConnections { service, app, limits, tls });
+    super::serve(listener, limits, shutdown, handler).await;
     Ok(())
 }
 
 /// Serves one connection under the header-read and idle timeouts.
-pub async fn serve_connection<I>(io: I, app: Router, limits: Limits, shutdown: CancellationToken)
+pub async fn serve_connection<I>(io: I, peer: SocketAddr, app: Router, limits: Limits, shutdown: CancellationToken)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -156,8 +134,12 @@ where
     let activity = Arc::new(AtomicU64::new(0));
     let io = Activity { inner: io, started, last_ms: activity.clone() };
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
     builder.http2().timer(TokioTimer::new());
+    let app = app.map_request(move |mut r: axum::http::Request<_>| {
+        r.extensions_mut().insert(ConnectInfo(peer));
+        r
+    });
     let served = builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(app));
     tokio::pin!(served);
     let mut idle_check = tokio::time::interval(limits.idle_timeout.div_f32(4.0).max(Duration::from_millis(10)));
@@ -165,7 +147,7 @@ where
         tokio::select! {
             r = served.as_mut() => {
                 if let Err(e) = r {
-                    tracing::debug!(error = %e, "API connection ended with an error");
+                    tracing::debug!(error = %e, "HTTP connection ended with an error");
                 }
                 return;
             }
@@ -177,7 +159,7 @@ where
             _ = idle_check.tick() => {
                 let last = Duration::from_millis(activity.load(Ordering::Relaxed));
                 if started.elapsed().saturating_sub(last) >= limits.idle_timeout {
-                    tracing::debug!(idle = ?limits.idle_timeout, "API connection idle; closed");
+                    tracing::debug!(idle = ?limits.idle_timeout, "HTTP connection idle; closed");
                     return;
                 }
             }
@@ -265,7 +247,7 @@ mod tests {
             }),
         );
         let shutdown = CancellationToken::new();
-        tokio::spawn(serve(listener, app, limits, shutdown.clone()));
+        tokio::spawn(serve("API", listener, app, limits, shutdown.clone()));
         (addr, shutdown)
     }
 
@@ -284,7 +266,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_slow_request_head_is_cut_off() {
-        let limits = Limits { header_read_timeout: Duration::from_millis(300), ..Limits::default() };
+        let limits = Limits { header_timeout: Duration::from_millis(300), ..API_LIMITS };
         let (addr, _shutdown) = start(limits).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n").await.unwrap(); // never finished
@@ -301,11 +283,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_idle_connection_is_closed() {
-        let limits = Limits {
-            header_read_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_millis(400),
-            ..Limits::default()
-        };
+        let limits =
+            Limits { header_timeout: Duration::from_secs(30), idle_timeout: Duration::from_millis(400), ..API_LIMITS };
         let (addr, _shutdown) = start(limits).await;
         let mut s = TcpStream::connect(addr).await.unwrap();
         // A request whose body never comes: past the header timeout's reach.
@@ -323,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn connections_past_the_cap_get_503_and_the_open_ones_stay() {
-        let limits = Limits { max_connections: 2, ..Limits::default() };
+        let limits = Limits { max_connections: 2, ..API_LIMITS };
         let (addr, _shutdown) = start(limits).await;
         let mut held = Vec::new();
         for _ in 0..2 {
