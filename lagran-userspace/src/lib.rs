@@ -35,6 +35,7 @@ pub mod prefix_map;
 pub mod redirect;
 pub mod route_table;
 pub mod scheduler;
+pub mod settings;
 pub mod store;
 pub mod supervisor;
 pub mod table_stream;

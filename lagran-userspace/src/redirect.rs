@@ -40,9 +40,11 @@ use ipnet::IpNet;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::DnsSettings;
 use crate::dns::answer::is_stale;
+use crate::dns::settings::DnsSettings;
 use crate::route_table::SharedRouteTable;
+
+pub mod settings;
 
 /// What became of a request.
 #[derive(Clone, Debug, PartialEq, Eq)]

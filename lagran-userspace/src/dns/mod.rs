@@ -9,6 +9,7 @@
 //! - [`counters`]: atomic counters rendered as Prometheus text;
 //! - [`rrl`]: response rate limiting of UDP responses (BIND/Knot semantics);
 //! - [`cookie`]: server cookies (RFC 7873 in the RFC 9018 layout).
+//! - [`settings`]: the `[dns]` and `[tls]` tables of the configuration.
 //!
 //! # What a response looks like (the XDP fast path mirrors this)
 //!
@@ -85,6 +86,7 @@ pub mod ecs;
 pub mod quic;
 pub mod rrl;
 pub mod server;
+pub mod settings;
 pub mod tls;
 
 pub use answer::{

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use super::answer::{
     DropReason, MAX_ANSWERS, Outcome, Query, Reply, Transport, answer, answer_confirmed, scheduled_ttl,
 };
-use crate::config::DnsSettings;
+use super::settings::DnsSettings;
 use crate::model::{NsHost, Zone};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName, ZoneRoutes};

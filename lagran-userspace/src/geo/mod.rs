@@ -10,6 +10,7 @@
 //! - [`reload`]: replacing the serving data without a restart, refused above a change
 //!   ratio (seed 001 §5.2); SIGHUP and `POST /api/v1/geo/reload`.
 //! - [`bench`]: the lookup timing helper for `cargo xtask bench`.
+//! - [`settings`]: the `[geo]` table of the configuration.
 //! - [`cli`]: `lagran geo …`; [`client`]: its tiny HTTP client for the daemon's API.
 //! - [`GeoDb`]: the optional IPv4 and IPv6 databases a daemon runs with. A missing or
 //!   unreadable file is not fatal (SPEC §5): that family is scheduled by weight and load.
@@ -18,6 +19,7 @@ pub mod bench;
 mod error;
 pub mod formats;
 pub mod reserved;
+pub mod settings;
 pub mod xdb;
 pub mod xdb_writer;
 

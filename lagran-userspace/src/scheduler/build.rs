@@ -12,7 +12,7 @@ use incremental::RangesByPartition;
 use ipnet::IpNet;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
-use crate::config::ScheduleSettings;
+use super::settings::ScheduleSettings;
 use crate::engine::planner::{Eligible, Plan, RegionFilter, Top};
 use crate::engine::{self, Family, NodeView, Policy, Ranking};
 use crate::geo::reserved;

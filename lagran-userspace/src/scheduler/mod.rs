@@ -25,6 +25,7 @@ mod forward;
 pub mod geo_reload;
 mod list_cache;
 mod node_cache;
+pub mod settings;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,7 +41,6 @@ pub use decide::{ClientQuery, Decision, ServedAnswer};
 
 use crate::background::Background;
 use crate::clock::now_ms;
-use crate::config::ScheduleSettings;
 use crate::confirmation::Confirmation;
 use crate::engine::Policy;
 use crate::geo::GeoDb;
@@ -49,6 +49,7 @@ use crate::partition::{Override, PartitionTable};
 use crate::route_table::{RouteTable, SharedRouteTable};
 use crate::store::{Store, StoreError};
 use crate::table_stream::TableHistory;
+use settings::ScheduleSettings;
 
 /// How long heartbeats' load reports are folded together after a recompute
 /// before the next one (status, weight and every other change go at once).
