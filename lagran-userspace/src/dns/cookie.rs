@@ -39,6 +39,8 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 use siphasher::sip::SipHasher24;
 
+use crate::settings::{Key, KeyDefault};
+
 /// EDNS option code of COOKIE (RFC 7873 §4).
 pub const OPTION_CODE: u16 = 10;
 /// Octets of a client cookie.
@@ -77,25 +79,22 @@ impl Default for CookieSettings {
 }
 
 /// The keys of `[cookies]`.
-pub const COOKIE_KEYS: &[crate::settings::Key] = {
-    use crate::settings::{Key, KeyDefault};
-    &[
-        Key::toml(
-            "cookies.secret_file",
-            KeyDefault::Described("none: a random secret made at start (logged)"),
-            "\"/etc/lagran/cookie.key\"",
-            "server cookies (RFC 7873 in the RFC 9018 layout, SipHash-2-4): 16 octets, raw or 32 hex digits \
-             (`openssl rand -hex 16`). Give every NS host of one (anycast) address the same file; \
-             replace it to rotate (checked every 5 s)",
-        ),
-        Key::toml(
-            "cookies.grace_secs",
-            KeyDefault::Toml("3600"),
-            "60",
-            "after a rotation the previous secret is still accepted this long",
-        ),
-    ]
-};
+pub const COOKIE_KEYS: &[Key] = &[
+    Key::toml(
+        "cookies.secret_file",
+        KeyDefault::Described("none: a random secret made at start (logged)"),
+        "\"/etc/lagran/cookie.key\"",
+        "server cookies (RFC 7873 in the RFC 9018 layout, SipHash-2-4): 16 octets, raw or 32 hex digits \
+         (`openssl rand -hex 16`). Give every NS host of one (anycast) address the same file; \
+         replace it to rotate (checked every 5 s)",
+    ),
+    Key::toml(
+        "cookies.grace_secs",
+        KeyDefault::Toml("3600"),
+        "60",
+        "after a rotation the previous secret is still accepted this long",
+    ),
+];
 
 /// A COOKIE option no server could make sense of: FORMERR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
