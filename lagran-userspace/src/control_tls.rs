@@ -15,6 +15,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
+use crate::settings::{InvalidSetting, Key, KeyDefault};
+
 /// Why a TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlTlsError {
@@ -115,6 +117,104 @@ impl ClientTls {
         Ok(Arc::new(config))
     }
 }
+
+/// The control API's own settings (`[api]`).
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiSettings {
+    pub tls: ApiTlsSettings,
+}
+
+/// The control API's certificate (`[api.tls]`): with one, it speaks HTTPS only.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiTlsSettings {
+    /// Certificate chain, leaf first (PEM).
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<PathBuf>,
+    /// With it, every client must present a certificate this CA signed (PEM).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl ApiSettings {
+    /// A certificate needs its key, and a client CA needs both.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let t = &self.tls;
+        if t.cert.is_some() != t.key.is_some() || (t.client_ca.is_some() && t.cert.is_none()) {
+            return Err(InvalidSetting::new(
+                "api.tls",
+                "set both api.tls.cert and api.tls.key (--api-tls-cert, --api-tls-key); client_ca needs them",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ClientTls {
+    /// A client certificate needs its key.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(InvalidSetting::new(
+                "client_cert",
+                "set both client_cert and client_key (--client-cert, --client-key)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The keys of `[api.tls]`.
+pub const API_TLS_KEYS: &[Key] = &[
+    Key::toml(
+        "api.tls.cert",
+        KeyDefault::Described("none"),
+        "\"/etc/lagran/api.pem\"",
+        "PEM certificate chain of the control API (`serve`, `control`): it then serves HTTPS only",
+    )
+    .flags(&["--api-tls-cert"]),
+    Key::toml(
+        "api.tls.key",
+        KeyDefault::Described("none"),
+        "\"/etc/lagran/api.key\"",
+        "the private key of `api.tls.cert`",
+    )
+    .flags(&["--api-tls-key"]),
+    Key::toml(
+        "api.tls.client_ca",
+        KeyDefault::Described("none"),
+        "\"/etc/lagran/clients-ca.pem\"",
+        "PEM CA: every API client must present a certificate it signed",
+    )
+    .flags(&["--api-tls-client-ca"]),
+];
+
+/// The keys of what clients of the control API trust and present.
+pub const CLIENT_KEYS: &[Key] = &[
+    Key::toml(
+        "ca",
+        KeyDefault::Described("the system store"),
+        "\"/etc/lagran/control-ca.pem\"",
+        "PEM CA bundle trusted for `https://` control URLs (`lagran dns`, operator commands; the edge's `ca`); \
+         an `https://` URL is never sent in cleartext",
+    )
+    .env("LAGRAN_CA")
+    .flags(&["--ca"]),
+    Key::toml(
+        "client_cert",
+        KeyDefault::Described("none"),
+        "\"/etc/lagran/ns1.pem\"",
+        "PEM client certificate an NS host presents to an `https://` control API",
+    )
+    .flags(&["--client-cert"]),
+    Key::toml(
+        "client_key",
+        KeyDefault::Described("none"),
+        "\"/etc/lagran/ns1.key\"",
+        "the private key of `client_cert`",
+    )
+    .flags(&["--client-key"]),
+];
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! Node liveness: heartbeat timeouts and active probes (SPEC §7).
+//! Node liveness: heartbeat timeouts and active probes.
 //!
 //! - Heartbeats: a node that has reported (`last_heartbeat_ms` set) and then
 //!   stays silent for `heartbeat_timeout_secs` is treated as offline until it
@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::model::Node;
+use crate::settings::{InvalidSetting, Key, KeyDefault};
 
-/// Probe and heartbeat knobs.
+/// Probe and heartbeat knobs (`[health]`).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HealthSettings {
@@ -43,6 +44,43 @@ impl Default for HealthSettings {
         HealthSettings { interval_secs: 5, timeout_ms: 2000, fall: 3, rise: 2, heartbeat_timeout_secs: 60, ca: None }
     }
 }
+
+impl HealthSettings {
+    /// A probe period and thresholds of zero would never decide anything.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.fall == 0 || self.rise == 0 || self.interval_secs == 0 {
+            return Err(InvalidSetting::new("health", "interval_secs, fall and rise must be > 0"));
+        }
+        Ok(())
+    }
+}
+
+/// The keys of `[health]`.
+pub const HEALTH_KEYS: &[Key] = &[
+    Key::toml(
+        "health.interval_secs",
+        KeyDefault::Toml("5"),
+        "10",
+        "probe interval (L7 `GET {agent_url}/healthz`, `http://` or `https://` — verified, never cleartext —, \
+         L4 connect to `public_ip:probe_port`)",
+    ),
+    Key::toml("health.timeout_ms", KeyDefault::Toml("2000"), "1000", "a probe must succeed within this"),
+    Key::toml("health.fall", KeyDefault::Toml("3"), "5", "consecutive failures that take a node down"),
+    Key::toml("health.rise", KeyDefault::Toml("2"), "4", "consecutive successes that bring it back"),
+    Key::toml(
+        "health.heartbeat_timeout_secs",
+        KeyDefault::Toml("60"),
+        "120",
+        "a node that reported and then stays silent this long is out",
+    ),
+    Key::toml(
+        "health.ca",
+        KeyDefault::Described("none"),
+        "\"/etc/lagran/agents-ca.pem\"",
+        "PEM CA certificates trusted for `https://` agent URLs besides the system's \
+         (an unreadable file stops the start)",
+    ),
+];
 
 /// The TLS client of `https://` probes: the system's CA certificates, plus
 /// those in `ca` (PEM) when given. An unreadable `ca` is an error naming it.

@@ -1,12 +1,13 @@
 //! Lagran: an authoritative GeoDNS for CDNs.
 //!
 //! Layers, each depending only on the ones above it:
-//! - [`model`], [`config`]: plain data.
+//! - [`model`], [`settings`]: plain data.
 //! - [`geo`]: ip2region xdb and other geo files, name canonicalisation.
 //! - [`prefix_map`], [`engine`]: the pure parts (CIDR maps, node ranking).
 //! - [`route_table`]: immutable, versioned answers per (name, client prefix).
 //! - [`store`]: persistence (SQLite or PostgreSQL through sqlx).
 //! - [`dns`]: the authoritative responder.
+//! - [`config`]: the configuration, put together from each subsystem's settings.
 
 pub mod api;
 pub mod api_client;
@@ -36,6 +37,7 @@ pub mod prefix_map;
 pub mod redirect;
 pub mod route_table;
 pub mod scheduler;
+pub mod settings;
 pub mod store;
 pub mod supervisor;
 pub mod table_stream;

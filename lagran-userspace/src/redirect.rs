@@ -43,9 +43,11 @@ use tokio::net::TcpListener;
 use crate::listener::Limits;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::DnsSettings;
 use crate::dns::answer::is_stale;
+use crate::dns::settings::DnsSettings;
 use crate::route_table::SharedRouteTable;
+
+pub mod settings;
 
 /// The redirector's listener: 4096 connections, 64 from one client, a
 /// request head within 10 s, nothing moving for 30 s closes a connection.

@@ -30,7 +30,7 @@ use axum::response::IntoResponse;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::DnsSettings;
+use crate::dns::settings::DnsSettings;
 use crate::listener::http;
 use crate::metrics::ControlStats;
 use crate::metrics::Metrics;

@@ -145,7 +145,7 @@ pub async fn table(
                     )));
                 }
                 let confirmation = state.scheduler.confirmation();
-                if confirmation.is_stale(&state.dns, crate::clock::now_ms()) {
+                if confirmation.is_stale(state.dns.stale_secs, crate::clock::now_ms()) {
                     let ago = confirmation.ms_ago(crate::clock::now_ms()).unwrap_or(-1);
                     return Err(unavailable(format!(
                         "the control plane has not confirmed route table {} for {ago} ms",

@@ -134,7 +134,7 @@ struct MatrixJob {
     domain: String,
     partitions: Arc<PartitionTable>,
     province_partitions: Arc<PartitionTable>,
-    settings: crate::config::ScheduleSettings,
+    settings: crate::scheduler::settings::ScheduleSettings,
     policy: crate::engine::Policy,
     /// Set for the published table only (a what-if's table must not be cached).
     cache: Option<AddressCache>,
@@ -220,11 +220,11 @@ pub struct WhatIf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ScheduleSettings;
     use crate::geo::{GeoDb, IpVersion, write_xdb};
     use crate::health::HealthMonitor;
     use crate::model::NodeStatus;
     use crate::route_table::empty_shared;
+    use crate::scheduler::settings::ScheduleSettings;
     use crate::store::Store;
 
     /// The demo with the e2e tests' small geo file (Shenzhen Telecom, Beijing Unicom, the rest US).

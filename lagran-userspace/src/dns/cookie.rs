@@ -39,6 +39,8 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 use siphasher::sip::SipHasher24;
 
+use crate::settings::{Key, KeyDefault};
+
 /// EDNS option code of COOKIE (RFC 7873 §4).
 pub const OPTION_CODE: u16 = 10;
 /// Octets of a client cookie.
@@ -58,6 +60,41 @@ pub const REISSUE_AFTER_SECS: i64 = 1800;
 
 /// A 16-octet SipHash key.
 pub type Secret = [u8; 16];
+
+/// DNS server cookies (`[cookies]`), in userspace and the XDP program.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CookieSettings {
+    /// The 16-octet secret (raw, or 32 hex digits), shared by every NS host of a
+    /// cluster; replacing the file rotates it. None: a random secret made at start.
+    pub secret_file: Option<PathBuf>,
+    /// Seconds the previous secret is still accepted after a rotation.
+    pub grace_secs: u64,
+}
+
+impl Default for CookieSettings {
+    fn default() -> Self {
+        CookieSettings { secret_file: None, grace_secs: 3600 }
+    }
+}
+
+/// The keys of `[cookies]`.
+pub const COOKIE_KEYS: &[Key] = &[
+    Key::toml(
+        "cookies.secret_file",
+        KeyDefault::Described("none: a random secret made at start (logged)"),
+        "\"/etc/lagran/cookie.key\"",
+        "server cookies (RFC 7873 in the RFC 9018 layout, SipHash-2-4): 16 octets, raw or 32 hex digits \
+         (`openssl rand -hex 16`). Give every NS host of one (anycast) address the same file; \
+         replace it to rotate (checked every 5 s)",
+    ),
+    Key::toml(
+        "cookies.grace_secs",
+        KeyDefault::Toml("3600"),
+        "60",
+        "after a rotation the previous secret is still accepted this long",
+    ),
+];
 
 /// A COOKIE option no server could make sense of: FORMERR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -223,7 +260,7 @@ pub struct CookieJar {
 
 impl CookieJar {
     /// Reads the secret file, or makes a random secret when there is none.
-    pub fn load(settings: &crate::config::CookieSettings) -> Result<CookieJar, SecretError> {
+    pub fn load(settings: &CookieSettings) -> Result<CookieJar, SecretError> {
         let (current, seen) = match &settings.secret_file {
             Some(p) => (read_secret(p)?, file_stamp(p)),
             None => (rand::random::<Secret>(), None),
@@ -392,7 +429,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("secret");
         std::fs::write(&path, "000102030405060708090a0b0c0d0e0f\n").unwrap();
-        let settings = crate::config::CookieSettings { secret_file: Some(path.clone()), grace_secs: 100 };
+        let settings = CookieSettings { secret_file: Some(path.clone()), grace_secs: 100 };
         let jar = CookieJar::load(&settings).unwrap();
         assert_eq!(jar.secrets().current, hex16("000102030405060708090a0b0c0d0e0f"));
         assert!(!jar.reload_if_changed(1000).unwrap());
@@ -407,11 +444,7 @@ mod tests {
         assert!(matches!(jar.reload_if_changed(1200), Err(SecretError::Format { .. })));
         assert_eq!(jar.secrets().current, [9; 16], "a bad file keeps the secret in force");
         assert!(
-            CookieJar::load(&crate::config::CookieSettings {
-                secret_file: Some(dir.path().join("none")),
-                grace_secs: 1
-            })
-            .is_err()
+            CookieJar::load(&CookieSettings { secret_file: Some(dir.path().join("none")), grace_secs: 1 }).is_err()
         );
     }
 }

@@ -10,6 +10,7 @@
 //! - [`counters`]: atomic counters rendered as Prometheus text;
 //! - [`rrl`]: response rate limiting of UDP responses (BIND/Knot semantics);
 //! - [`cookie`]: server cookies (RFC 7873 in the RFC 9018 layout).
+//! - [`settings`]: the `[dns]` and `[tls]` tables of the configuration.
 //!
 //! # What a response looks like (the XDP fast path mirrors this)
 //!
@@ -87,6 +88,7 @@ pub mod ecs;
 pub mod quic;
 pub mod rrl;
 pub mod server;
+pub mod settings;
 pub mod tls;
 
 pub use answer::{AnswerContext, ClientInfo, DropReason, Outcome, Reply, Transport, answer, lookup_key, scheduled_ttl};

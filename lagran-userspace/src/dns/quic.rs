@@ -217,10 +217,10 @@ mod tests {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
 
     use super::*;
-    use crate::config::DnsSettings;
     use crate::dns::cert::write_self_signed;
     use crate::dns::counters::DnsCounters;
     use crate::dns::server::tests_support::table;
+    use crate::dns::settings::DnsSettings;
 
     fn query(id: u16, ecs: Option<(&str, u8)>) -> Vec<u8> {
         let mut m = Message::new();

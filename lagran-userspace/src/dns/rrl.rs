@@ -38,7 +38,78 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::answer::wire::{HEADER_LEN, RCODE_BADCOOKIE, TYPE_OPT};
 use super::answer::{Outcome, skip_name};
-use crate::config::RrlSettings;
+use crate::settings::{InvalidSetting, Key, KeyDefault};
+
+/// Response rate limiting of UDP responses (`[rrl]`), in userspace and in the
+/// XDP program alike.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RrlSettings {
+    /// Responses per second per client prefix and response class; 0 = off (RRL_RPS).
+    pub responses_per_second: u32,
+    /// Every `slip`-th limited response is sent truncated (TC=1); 0 drops all (RRL_SLIP).
+    pub slip: u32,
+    /// A flood drives an account down to `-window_secs × responses_per_second`,
+    /// so the client is limited until its rate has been below the limit for that long.
+    pub window_secs: u32,
+}
+
+impl Default for RrlSettings {
+    fn default() -> Self {
+        RrlSettings { responses_per_second: 0, slip: 2, window_secs: 15 }
+    }
+}
+
+impl RrlSettings {
+    /// Checks the rate and the window against what the credit arithmetic holds.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.responses_per_second > 0 && self.window_secs == 0 {
+            return Err(InvalidSetting::new("rrl.window_secs", "must be > 0 when RRL is on"));
+        }
+        if self.responses_per_second > MAX_RATE {
+            return Err(InvalidSetting::new(
+                "rrl.responses_per_second",
+                format!("{} is above {MAX_RATE}", self.responses_per_second),
+            ));
+        }
+        if self.window_secs > MAX_WINDOW_SECS {
+            return Err(InvalidSetting::new(
+                "rrl.window_secs",
+                format!("{} is above {MAX_WINDOW_SECS}", self.window_secs),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The keys of `[rrl]`.
+pub const RRL_KEYS: &[Key] = &[
+    Key::toml(
+        "rrl.responses_per_second",
+        KeyDefault::Toml("0"),
+        "100",
+        "response rate limiting of UDP responses (BIND/Knot RRL), in userspace and the XDP program alike: \
+         responses per second per client /24 (IPv4) or /56 (IPv6) and response class \
+         (answer, NXDOMAIN, NODATA, referral, error); 0 is off",
+    )
+    .env("RRL_RPS"),
+    Key::toml(
+        "rrl.slip",
+        KeyDefault::Toml("2"),
+        "3",
+        "every Nth limited response goes out anyway, truncated (TC=1, no records) so a real client retries \
+         over TCP — BADCOOKIE with a fresh server cookie when the query had a client cookie; \
+         0 drops every limited response",
+    )
+    .env("RRL_SLIP"),
+    Key::toml(
+        "rrl.window_secs",
+        KeyDefault::Toml("15"),
+        "30",
+        "a flood drives its account down to `-window_secs × rate`: the client stays limited until it has \
+         kept under the rate for up to this long",
+    ),
+];
 
 /// Accounts in the table (about 48 octets each).
 pub const SLOTS: usize = 1 << 14;

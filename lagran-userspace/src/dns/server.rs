@@ -40,7 +40,7 @@ use super::answer::{AnswerContext, Reply, Transport, answer};
 use super::cookie::{self, CookieJar};
 use super::counters::DnsCounters;
 use super::rrl::{self, Decision, RateLimiter, ResponseClass};
-use crate::config::DnsSettings;
+use super::settings::DnsSettings;
 use crate::confirmation::Confirmation;
 use crate::listener::{self, ConnectionHandler, Limits, Permit, Refusal};
 use crate::route_table::SharedRouteTable;
@@ -720,7 +720,7 @@ mod tests {
 
     #[tokio::test]
     async fn rate_limiting_spares_valid_cookies_and_slips_as_configured() {
-        use crate::config::RrlSettings;
+        use crate::dns::rrl::RrlSettings;
         let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = udp.local_addr().unwrap();
         let shared = crate::route_table::empty_shared();

@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::answer::{AnswerContext, DropReason, MAX_ANSWERS, Outcome, Reply, Transport, answer, scheduled_ttl};
-use crate::config::DnsSettings;
+use super::settings::DnsSettings;
 use crate::model::{NsHost, Zone};
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName, ZoneRoutes};

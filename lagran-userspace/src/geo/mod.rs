@@ -12,6 +12,7 @@
 //!   ratio of sampled addresses that change partition; SIGHUP and
 //!   `POST /api/v1/geo/reload`.
 //! - [`bench`]: the lookup timing helper for `cargo xtask bench`.
+//! - [`settings`]: the `[geo]` table of the configuration.
 //! - [`cli`]: `lagran geo …`; [`client`]: its tiny HTTP client for the daemon's API.
 //! - [`GeoDb`]: the optional IPv4 and IPv6 databases a daemon runs with. A missing or
 //!   unreadable file is not fatal (it is logged): that family is scheduled by weight
@@ -21,6 +22,7 @@ pub mod bench;
 mod error;
 pub mod formats;
 pub mod reserved;
+pub mod settings;
 pub mod xdb;
 pub mod xdb_writer;
 

@@ -29,7 +29,6 @@ use std::sync::Arc;
 use incremental::RangesByPartition;
 use rustc_hash::FxHashMap;
 
-use crate::config::ScheduleSettings;
 use crate::engine::planner::Plan;
 use crate::engine::{NodeView, Policy};
 use crate::health::Liveness;
@@ -38,6 +37,7 @@ use crate::model::{AnswerMode, DEFAULT_POOL, Domain, Line, Node, Rule, Zone};
 use crate::partition::PartitionTable;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, NodeHost, RouteTable, ScheduledName, ZoneRoutes};
+use crate::scheduler::settings::ScheduleSettings;
 
 pub(super) use answers::pin;
 use answers::{AnswerShape, Answers, unlocated_answer};

@@ -249,9 +249,9 @@ pub(super) fn moves<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ScheduleSettings;
     use crate::geo::{GeoDb, IpVersion, Xdb, write_xdb};
     use crate::model::{Node, NodeStatus, Rule, RuleKind, Zone};
+    use crate::scheduler::settings::ScheduleSettings;
     use crate::scheduler::{BuildState, Inputs, build_route_table};
     use std::net::Ipv4Addr;
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::build::pin;
 use super::{Scheduler, SchedulerError};
 use crate::clock::now_ms;
-use crate::config::DnsSettings;
+use crate::dns::settings::DnsSettings;
 use crate::engine::{self, Candidate, Family, NodeView, Ranking};
 use crate::location::Location;
 use crate::model::DEFAULT_POOL;
@@ -218,10 +218,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::config::ScheduleSettings;
     use crate::geo::GeoDb;
     use crate::health::HealthMonitor;
     use crate::route_table::empty_shared;
+    use crate::scheduler::settings::ScheduleSettings;
     use crate::store::Store;
 
     async fn demo_scheduler(settings: ScheduleSettings) -> Arc<Scheduler> {

@@ -30,8 +30,8 @@ use crate::geo::{GeoDb, GeoError, Sources};
 use crate::partition::PartitionTable;
 use crate::partition::diff::{DiffOptions, DiffReport, diff_partitions};
 
-/// Default largest accepted ratio of changed sampled addresses (1 % of the sample).
-pub const DEFAULT_MAX_CHANGE_RATIO: f64 = 0.01;
+pub use crate::geo::settings::DEFAULT_MAX_CHANGE_RATIO;
+
 /// The outcome of a reload: the comparison and whether the new data serves.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReloadReport {

@@ -40,6 +40,7 @@ mod node_cache;
 mod pending;
 mod publish;
 mod recompute;
+pub mod settings;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,13 +52,13 @@ pub use forward::Forwarder;
 pub use leadership::Leadership;
 
 use crate::background::Background;
-use crate::config::ScheduleSettings;
 use crate::confirmation::Confirmation;
 use crate::engine::Policy;
 use crate::geo::GeoDb;
 use crate::health::HealthMonitor;
 use crate::partition::{Override, PartitionTable};
 use crate::route_table::SharedRouteTable;
+use crate::scheduler::settings::ScheduleSettings;
 use crate::store::{Store, StoreError};
 use crate::table_stream::TableHistory;
 

@@ -13,11 +13,11 @@ use super::list_cache::Lists;
 use super::node_cache::Load;
 use super::{BuildState, Change, Inputs, Scheduler, SchedulerError, build_route_table_after, forward};
 use crate::clock::now_ms;
-use crate::config::ScheduleSettings;
 use crate::engine::Policy;
 use crate::model::Node;
 use crate::partition::PartitionTable;
 use crate::route_table::RouteTable;
+use crate::scheduler::settings::ScheduleSettings;
 
 /// How the recomputes went: the last one's duration, their count, and
 /// whether the last one succeeded (the run loop confirms only then).

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::clock::now_ms;
-use crate::config::DnsSettings;
+use crate::dns::settings::DnsSettings;
 use crate::model::NodeStatus;
 use crate::route_table::RouteTable;
 use crate::route_table::empty_shared;
@@ -186,16 +186,16 @@ async fn the_freeze_survives_a_restart() {
 async fn a_quiet_table_is_confirmed_not_stale() {
     let s = scheduler(demo_store("sqlite::memory:").await);
     let settings = DnsSettings { stale_secs: 1, ..DnsSettings::default() };
-    assert!(s.confirmation().is_stale(&settings, now_ms()), "nothing confirmed before the first recompute");
+    assert!(s.confirmation().is_stale(settings.stale_secs, now_ms()), "nothing confirmed before the first recompute");
     let t = s.recompute().await.unwrap();
-    assert!(!s.confirmation().is_stale(&settings, now_ms()));
+    assert!(!s.confirmation().is_stale(settings.stale_secs, now_ms()));
     // The run loop keeps confirming an unchanged table, long past its age limit.
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(s.clone().run(shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(s.table().load().version, t.version, "a quiet cluster publishes nothing");
     assert!(now_ms() - t.generated_at_ms > 2_000, "the table is older than DNS_STALE_SECS");
-    assert!(!s.confirmation().is_stale(&settings, now_ms()), "but confirmed, so not stale");
+    assert!(!s.confirmation().is_stale(settings.stale_secs, now_ms()), "but confirmed, so not stale");
     assert!(s.confirmation().ms_ago(now_ms()).unwrap() < 1_500);
     shutdown.cancel();
     running.await.unwrap();

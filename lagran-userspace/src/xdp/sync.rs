@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
-use crate::config::DnsSettings;
 use crate::confirmation::Confirmation;
+use crate::dns::settings::DnsSettings;
 use crate::metrics::Metrics;
 use crate::route_table::SharedRouteTable;
 use crate::xdp::{XdpError, XdpHandle, XdpOptions, object_bytes};
@@ -26,7 +26,7 @@ pub struct Follow {
     /// its clock every second (`None`: the program passes COOKIE queries).
     pub cookies: Option<Arc<crate::dns::cookie::CookieJar>>,
     /// `[rrl]` for the program, and where its limited/slipped counts go for `/metrics`.
-    pub rrl: (crate::config::RrlSettings, Arc<crate::dns::rrl::XdpCounts>),
+    pub rrl: (crate::dns::rrl::RrlSettings, Arc<crate::dns::rrl::XdpCounts>),
 }
 
 /// Attaches to `iface`, answering only DNS addressed to `listen` (the responder's

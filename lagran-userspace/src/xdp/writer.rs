@@ -33,7 +33,7 @@ use super::maps::Maps;
 use super::name_slots::Put;
 use super::route4_flat::{self, FlatRoute, FlatV4};
 use super::wire_name::wire_key;
-use crate::config::DnsSettings;
+use crate::dns::settings::DnsSettings;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, AnswerState, RouteTable, ScheduledName};
 
@@ -172,7 +172,7 @@ impl MapWriter {
     }
 
     /// Sets the program's response rate limiting (`[rrl]`, see `dns::rrl`).
-    pub fn set_rrl(&mut self, settings: &crate::config::RrlSettings) -> Result<(), XdpError> {
+    pub fn set_rrl(&mut self, settings: &crate::dns::rrl::RrlSettings) -> Result<(), XdpError> {
         let (rrl_rate, rrl_slip, rrl_floor) = crate::dns::rrl::kernel_knobs(settings);
         let c = Config { rrl_rate, rrl_slip, rrl_floor, ..self.config };
         self.maps.set_config(&c)?;

@@ -6,8 +6,8 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::config::DnsSettings;
 use crate::dns::cookie::CookieCheck;
+use crate::dns::settings::DnsSettings;
 use crate::route_table::RouteTable;
 
 /// How the query arrived.

@@ -19,8 +19,8 @@ use super::zone_records::{
     fqdn, glue_answer, is_empty_non_terminal, negative, negative_ttl, nodata, ns_answer, nxdomain, soa_answer,
     soa_record_at,
 };
-use crate::config::DnsSettings;
 use crate::dns::ecs::Ecs;
+use crate::dns::settings::DnsSettings;
 use crate::model::Zone;
 use crate::route_table::{Answer, NameLookup, NodeHost, ScheduledName};
 
@@ -32,14 +32,10 @@ pub fn scheduled_ttl(route_ttl: u32, settings: &DnsSettings) -> u32 {
     settings.served_ttl(route_ttl)
 }
 
-/// The one staleness policy (the responder, the XDP staleness switch and
-/// `/metrics` all ask this): the table is stale when the control plane last
-/// confirmed it (`confirmed_at_ms`, this host's clock, 0 = never) more than
-/// DNS_STALE_SECS before `now_ms`. The table's own age plays no part: a quiet,
-/// healthy cluster and a held rollback keep old tables that are not stale.
+/// Whether the table is stale under `settings.stale_secs`
+/// ([`crate::confirmation::is_stale`], the one staleness policy).
 pub fn is_stale(confirmed_at_ms: i64, settings: &DnsSettings, now_ms: i64) -> bool {
-    let limit = i64::try_from(settings.stale_secs.saturating_mul(1000)).unwrap_or(i64::MAX);
-    now_ms.saturating_sub(confirmed_at_ms) > limit
+    crate::confirmation::is_stale(confirmed_at_ms, settings.stale_secs, now_ms)
 }
 
 /// Decides the response to a well-formed QUERY with one question, and

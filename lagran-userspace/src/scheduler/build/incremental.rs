@@ -36,13 +36,13 @@ use rustc_hash::FxHashMap;
 use super::answers::Answers;
 use super::overrides::Overrides;
 use super::rank::PoolRanks;
-use crate::config::ScheduleSettings;
 use crate::engine::planner::Plan;
 use crate::engine::{NodeView, Policy};
 use crate::model::{Domain, Line, Node, Rule, Zone};
 use crate::partition::PartitionTable;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::Answer;
+use crate::scheduler::settings::ScheduleSettings;
 
 /// What changed since the last build, as the writer knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,10 +5,10 @@ use super::NO_CHOICE;
 use super::answers::{AnswerShape, Answers, Pinned, after_region_rules, answer_of};
 use super::incremental::Decided;
 use super::rank::{Ctx, PoolRanks, RegionRule};
-use crate::config::ScheduleSettings;
 use crate::engine::{self, Ranking};
 use crate::model::RuleKind;
 use crate::route_table::AnswerState;
+use crate::scheduler::settings::ScheduleSettings;
 
 /// One scheduled name's build: its answers and how each is made.
 pub(super) struct NameBuild<'a> {

@@ -1,0 +1,99 @@
+//! The configuration table: every key, its environment variable and flags,
+//! its default and meaning. Each subsystem lists its own rows; this module
+//! adds the top-level keys and the command-line options, and renders the
+//! Markdown table that README's "Configuration" section holds.
+
+use crate::settings::{Key, KeyDefault};
+
+/// The keys at the top of the TOML file.
+pub const TOP_LEVEL_KEYS: &[Key] = &[
+    Key::toml(
+        "dns_listen",
+        KeyDefault::Toml("\"127.0.0.1:5353\""),
+        "[\"10.0.0.2:53\", \"[2001:db8::2]:53\"]",
+        "DNS listeners, UDP and TCP: a string or an array (`--dns-listen` repeatable, `DNS_LISTEN` comma-separated, \
+         IPv4 and IPv6); the XDP fast path answers only packets addressed to these",
+    )
+    .env("DNS_LISTEN")
+    .flags(&["--dns-listen"]),
+    Key::toml("api_listen", KeyDefault::Toml("\"127.0.0.1:8080\""), "\"0.0.0.0:8080\"", "control API listener")
+        .env("API_LISTEN")
+        .flags(&["--api-listen"]),
+    Key::toml(
+        "database_url",
+        KeyDefault::Toml("\"sqlite://./lagran-data/lagran.db\""),
+        "\"postgres://lagran@db/lagran\"",
+        "`sqlite://…` or `postgres://…`",
+    )
+    .env("DATABASE_URL"),
+    Key::toml("agent_token", KeyDefault::Described("none"), "\"agent-secret\"", "`x-lagran-agent-token` for API reads")
+        .env("AGENT_TOKEN"),
+    Key::toml(
+        "admin_token",
+        KeyDefault::Described("none"),
+        "\"admin-secret\"",
+        "`Authorization: Bearer …` for API writes",
+    )
+    .env("ADMIN_TOKEN"),
+    Key::toml(
+        "public_resolvers",
+        KeyDefault::Toml("[]"),
+        "[\"192.0.2.0/24\"]",
+        "resolver prefixes (beyond the built-in list of well-known ones) a line may only cover with `force`",
+    ),
+];
+
+/// Options of the command line that have no TOML key.
+pub const COMMAND_LINE_KEYS: &[Key] = &[
+    Key::command_line(&["--config"], "none", "the TOML file; the environment wins over it").env("LAGRAN_CONFIG"),
+    Key::command_line(&["--api"], "`http://<api_listen>`", "operator commands: the control API they talk to")
+        .env("LAGRAN_API"),
+    Key::command_line(
+        &["--control"],
+        "required",
+        "`lagran dns`: the control processes' API URLs, tried in order (the flag repeatable, \
+         the variable comma-separated)",
+    )
+    .env("LAGRAN_CONTROL"),
+    Key::command_line(&["--name"], "host name/DNS address", "`lagran dns`: this NS host's name in its reports"),
+];
+
+/// Every group of rows, in the order of the table.
+pub const KEY_GROUPS: &[&[Key]] = &[
+    TOP_LEVEL_KEYS,
+    crate::dns::settings::DNS_KEYS,
+    crate::dns::settings::TLS_KEYS,
+    crate::redirect::settings::HTTP_REDIRECT_KEYS,
+    crate::dns::rrl::RRL_KEYS,
+    crate::dns::cookie::COOKIE_KEYS,
+    crate::scheduler::settings::SCHEDULE_KEYS,
+    crate::health::HEALTH_KEYS,
+    crate::geo::settings::GEO_KEYS,
+    crate::control_tls::API_TLS_KEYS,
+    crate::control_tls::CLIENT_KEYS,
+    COMMAND_LINE_KEYS,
+];
+
+/// Every row of the table.
+pub fn all_keys() -> impl Iterator<Item = &'static Key> {
+    KEY_GROUPS.iter().flat_map(|group| group.iter())
+}
+
+/// The Markdown table README's "Configuration" section holds.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| TOML key | environment, flags | default | meaning |\n|---|---|---|---|\n");
+    for key in all_keys() {
+        let toml = key.toml.map_or_else(|| "—".to_string(), |t| format!("`{t}`"));
+        let overrides: Vec<String> = key.env.iter().chain(key.flags).map(|n| format!("`{n}`")).collect();
+        let overrides = if overrides.is_empty() { "—".to_string() } else { overrides.join(", ") };
+        let default = match key.default {
+            KeyDefault::Toml(v) => match v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+                Some(text) => format!("`{text}`"),
+                None => v.to_string(),
+            },
+            KeyDefault::Described(text) => text.to_string(),
+        };
+        out.push_str(&format!("| {toml} | {overrides} | {default} | {} |\n", key.meaning));
+    }
+    out
+}
