@@ -2,7 +2,7 @@
 //! per account key (userspace's `dns::rrl::account_key`: client /24 or /56,
 //! response class) found by a keyed hash ([`slot`]); a new key takes over its
 //! slot with a full credit, as in userspace's fixed table. An array lookup
-//! instead of an LRU hash: the per-packet cost with RRL on (issue 11: < 20 ns).
+//! instead of an LRU hash keeps the per-packet cost of RRL under 20 ns.
 //! Written and read by the XDP program only; each CPU keeps its own accounts
 //! (approximate: a client whose packets spread over N CPUs gets up to N times
 //! the rate).

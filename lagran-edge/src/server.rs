@@ -1,5 +1,5 @@
 //! The HTTP(S) front: accept loops, per-connection hyper service and the request flow
-//! of seed 000 §6 — find the site by Host (and SNI), WAF, rate limit, hotlink check,
+//! of an edge node — find the site by Host (and SNI), WAF, rate limit, hotlink check,
 //! cache, origin on a miss. `GET /healthz` answers `ok` on any host for the control
 //! plane's L7 probe. Every response carries `via` and, when it reached the cache
 //! stage, `x-cache: HIT|MISS|BYPASS`.

@@ -512,15 +512,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
         move || {
             let agent_token = agent_token.lock().unwrap_or_else(|e| e.into_inner()).clone();
             crate::nshost::Follower {
-                clients: control
-                    .iter()
-                    .map(|base| crate::api_client::ApiClient {
-                        base: base.clone(),
-                        admin_token: None,
-                        agent_token: agent_token.clone(),
-                        tls: client_tls.clone(),
-                    })
-                    .collect(),
+                clients: agent_clients(&control, &agent_token, &client_tls),
                 host_name: host_name.clone(),
                 counters: counters.clone(),
                 table: table.clone(),
@@ -596,6 +588,23 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
     }
     let _ = guard_task.await;
     result
+}
+
+/// One API client per control URL, in order, reading with the agent token.
+fn agent_clients(
+    control: &[String],
+    agent_token: &Option<String>,
+    tls: &crate::control_tls::ClientTls,
+) -> Vec<crate::api_client::ApiClient> {
+    control
+        .iter()
+        .map(|base| crate::api_client::ApiClient {
+            base: base.clone(),
+            admin_token: None,
+            agent_token: agent_token.clone(),
+            tls: tls.clone(),
+        })
+        .collect()
 }
 
 /// This machine's host name (`localhost` when it has none).
