@@ -19,12 +19,15 @@ use crate::model::RuleKind;
 use crate::partition::UNKNOWN;
 use crate::route_table::AnswerState;
 
+/// The node each (name, partition location) was last answered with, for hysteresis.
+type Choices = HashMap<(String, Location), String>;
+
 /// What the oracle carries from one build to the next.
 #[derive(Clone, Debug, Default)]
 pub(super) struct OracleState {
     pub name_ids: NameIds,
     /// The automatic primary per (name, partition location), for hysteresis.
-    pub choices: HashMap<(String, Location), String>,
+    pub choices: Choices,
 }
 
 /// Does a rule's region filter match a location (canonical comparison)?
@@ -139,7 +142,7 @@ impl Oracle<'_> {
         spec: NameSpec,
         ranked: &[(Ranking, Ranking)],
         state: &mut OracleState,
-        new_choices: &mut HashMap<(String, Location), String>,
+        new_choices: &mut Choices,
     ) -> ScheduledName {
         let settings = self.settings;
         let shape = AnswerShape {
@@ -148,7 +151,7 @@ impl Oracle<'_> {
             per_answer: self.per_answer,
         };
         let mut answers = Answers::default();
-        let by_partition = self.decide_partitions(&spec, ranked, shape, &mut answers, (&state.choices, new_choices));
+        let by_partition = self.decide_partitions(&spec, ranked, shape, &mut answers, &state.choices, new_choices);
         let unknown = (&ranked[0].0, &ranked[0].1);
         let scope = OverrideScope { name: &spec.name, domain: spec.domain, shape, unknown };
         let over = Overrides::collect(&scope, &self.inputs.lines, self.rules, &mut answers, pinned_in(unknown, shape));
@@ -170,7 +173,8 @@ impl Oracle<'_> {
         ranked: &[(Ranking, Ranking)],
         shape: AnswerShape,
         answers: &mut Answers,
-        (choices, new_choices): (&HashMap<(String, Location), String>, &mut HashMap<(String, Location), String>),
+        choices: &Choices,
+        new_choices: &mut Choices,
     ) -> Vec<u32> {
         let settings = self.settings;
         let mut by_partition = Vec::with_capacity(ranked.len());
