@@ -1,13 +1,19 @@
 //! Lagran: an authoritative GeoDNS for CDNs.
 //!
-//! Layers, each depending only on the ones above it:
-//! - [`model`], [`settings`]: plain data.
-//! - [`geo`]: ip2region xdb and other geo files, name canonicalisation.
-//! - [`prefix_map`], [`engine`]: the pure parts (CIDR maps, node ranking).
-//! - [`route_table`]: immutable, versioned answers per (name, client prefix).
-//! - [`store`]: persistence (SQLite or PostgreSQL through sqlx).
-//! - [`dns`]: the authoritative responder.
-//! - [`config`]: the configuration, put together from each subsystem's settings.
+//! Modules import only downward, from the binaries' wiring to plain values
+//! (`cargo xtask house` fails on an import cycle). From the top:
+//! - [`daemon`], [`cli`], [`nshost`], [`entry`]: the roles and commands, wired together.
+//! - [`api`], [`console`], [`cluster`], [`xdp`], [`config`]: the control API,
+//!   the operator console, leadership, the kernel side and the composed configuration.
+//! - [`scheduler`], [`redirect`], [`metrics`]: the route-table service, the HTTP 302
+//!   entry point, Prometheus text.
+//! - [`dns`], [`engine`], [`partition`], [`table_stream`]: the responder, the pure
+//!   ranking, the partition cut, the route-table stream's wire form.
+//! - [`store`], [`geo`], [`health`], [`route_table`], [`control_tls`]: persistence,
+//!   geo file readers, probes and liveness, immutable versioned answers, TLS settings.
+//! - [`model`], [`location`], [`settings`], [`prefix_map`], [`clock`]: plain values.
+//!
+//! `docs/architecture.md` walks a query, a PATCH and a heartbeat through these files.
 
 pub mod api;
 pub mod api_client;

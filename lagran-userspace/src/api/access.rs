@@ -1,6 +1,9 @@
 //! Who may call an endpoint. Every route of the API declares a
 //! [`Requirement`] in the endpoint table; [`enforce`], a route layer, checks
-//! it before the handler runs, so a handler never checks credentials itself.
+//! it before the handler runs, so no handler decides who may call it. (The
+//! heartbeat also writes only where the presented node token matches, in the
+//! same statement, so a token revoked between the check and the write writes
+//! nothing.)
 //!
 //! The checks are [`Auth`]'s: the admin bearer token, the agent token header,
 //! the console cookie carrying either, and the node tokens kept in the store.

@@ -16,8 +16,8 @@
 //!
 //! For the query the fast path takes — one question, `A`, class IN, a
 //! scheduled name, no answer/authority records, at most one OPT carrying at
-//! most an ECS option besides Padding options (which are ignored), and no
-//! COOKIE option — the userspace response is, octet by octet:
+//! most an ECS option and a COOKIE option besides Padding options (which are
+//! ignored) — the userspace response is, octet by octet:
 //!
 //! ```text
 //! header   ID copied | QR=1 OPCODE=0 AA=1 TC=0 RD=copied | RA=0 Z=0 AD=0 CD=copied RCODE=0
@@ -36,7 +36,7 @@
 //! max(512, min(client size, max_udp_payload)) is sent with TC=1 and only the
 //! question and OPT.
 //!
-//! SCOPE is [`ScheduledName::answer_for`]'s prefix length (the matched
+//! SCOPE is [`ScheduledName::served`]'s prefix length (the matched
 //! partition block; at least /24 under a canary split; +96 for an
 //! IPv4-mapped IPv6 ECS address). The TTL and addresses come from the
 //! partition's [`Answer`]; at most [`answer::MAX_ANSWERS`] addresses.

@@ -1,4 +1,4 @@
-//! The control-plane cluster's records (migration 0004): the leadership term,
+//! The control-plane cluster's records (migration 0005): the leadership term,
 //! the published route tables and the NS hosts' reports. The election itself
 //! (advisory lock, LISTEN/NOTIFY on dedicated connections) lives in the
 //! daemon's cluster module, above the store.

@@ -1,4 +1,5 @@
-//! Names in CNAME mode (seed 004 §4.3) and node hostnames (issue 13 item 3).
+//! Names in CNAME mode (answered with a CNAME to the chosen node's hostname)
+//! and node hostnames (answered with the node's own address).
 
 use super::*;
 use crate::route_table::NodeHost;

@@ -1,4 +1,4 @@
-//! Seed 001 §3.4: an ECS address the geo files cannot locate is answered for
+//! An ECS address the geo files cannot locate is answered for
 //! the resolver's address, with the unlocated block's width as SCOPE.
 
 use super::*;
