@@ -259,14 +259,8 @@ impl DnsServer {
             // body), so a client trickling an octet at a time cannot extend it.
             let deadline = tokio::time::Instant::now() + idle;
             let mut len = [0u8; 2];
-            let read = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout_at(deadline, stream.read_exact(&mut len)) => r,
-            };
-            match read {
-                Ok(Ok(_)) => {}
-                Err(_) => return self.idle_closed(),
-                Ok(Err(_)) => return, // EOF or error
+            if !self.read_by(&mut stream, &mut len, deadline, &shutdown).await {
+                return;
             }
             let n = u16::from_be_bytes(len) as usize;
             if n > TCP_MAX_MESSAGE {
@@ -276,14 +270,8 @@ impl DnsServer {
             }
             msg.clear();
             msg.resize(n, 0);
-            let read = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout_at(deadline, stream.read_exact(&mut msg)) => r,
-            };
-            match read {
-                Ok(Ok(_)) => {}
-                Err(_) => return self.idle_closed(),
-                Ok(Err(_)) => return,
+            if !self.read_by(&mut stream, &mut msg, deadline, &shutdown).await {
+                return;
             }
             let reply = self.handle(&msg, peer.ip(), transport);
             let Some(bytes) = reply.bytes else { continue };
@@ -309,8 +297,28 @@ impl DnsServer {
         let _ = tokio::time::timeout(idle, stream.shutdown()).await;
     }
 
-    fn idle_closed(&self) {
-        self.counters.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+    /// Fills `buf` from `stream` before `deadline`; false when the connection
+    /// is to end instead: shutdown, EOF, a read error, or the deadline passing
+    /// (counted as an idle close).
+    async fn read_by<S: AsyncRead + Unpin>(
+        &self,
+        stream: &mut S,
+        buf: &mut [u8],
+        deadline: tokio::time::Instant,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let read = tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            r = tokio::time::timeout_at(deadline, stream.read_exact(buf)) => r,
+        };
+        match read {
+            Ok(Ok(_)) => true,
+            Err(_) => {
+                self.counters.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Ok(Err(_)) => false, // EOF or error
+        }
     }
 }
 
