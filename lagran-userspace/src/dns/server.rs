@@ -375,14 +375,48 @@ pub async fn bind(addr: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
     Err(last_err.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no port free for both UDP and TCP")))
 }
 
-/// The small table the listener tests (UDP, TCP, DoT, DoQ) answer from.
+/// What the listener tests (UDP, TCP, DoT, DoQ) share: the small table they
+/// answer from, a server over it, and the query they ask.
 #[cfg(test)]
 pub(crate) mod tests_support {
     use std::net::Ipv4Addr;
+    use std::sync::Arc;
 
+    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
+    use hickory_proto::rr::{Name, RecordType};
+
+    use super::DnsServer;
+    use crate::confirmation::Confirmation;
+    use crate::dns::counters::DnsCounters;
+    use crate::dns::settings::DnsSettings;
     use crate::model::{NsHost, Zone};
     use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
     use crate::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
+
+    /// A server with default settings answering from [`table`], its table confirmed.
+    pub(crate) fn server() -> Arc<DnsServer> {
+        let shared = crate::route_table::empty_shared();
+        shared.store(Arc::new(table()));
+        let confirmed = Arc::new(Confirmation::new());
+        confirmed.confirm(crate::clock::now_ms());
+        Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed))
+    }
+
+    /// An A query for `edge.lagran.net` with EDNS (payload 1232) and, when
+    /// given, an ECS option (address, source prefix length).
+    pub(crate) fn query(id: u16, ecs: Option<(&str, u8)>) -> Vec<u8> {
+        let mut m = Message::new();
+        m.set_id(id).set_message_type(MessageType::Query).set_op_code(OpCode::Query);
+        m.add_query(Query::query(Name::from_ascii("edge.lagran.net.").unwrap(), RecordType::A));
+        let mut e = Edns::new();
+        e.set_max_payload(1232);
+        if let Some((addr, source)) = ecs {
+            e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(addr.parse().unwrap(), source, 0)));
+        }
+        m.set_edns(e);
+        m.to_vec().unwrap()
+    }
 
     pub(crate) fn table() -> RouteTable {
         let mut zone = Zone::new("edge.lagran.net");
