@@ -396,11 +396,16 @@ pub(crate) mod tests_support {
 
     /// A server with default settings answering from [`table`], its table confirmed.
     pub(crate) fn server() -> Arc<DnsServer> {
+        Arc::new(server_with(DnsSettings::default()))
+    }
+
+    /// A server with `settings` answering from [`table`], its table confirmed.
+    pub(crate) fn server_with(settings: DnsSettings) -> DnsServer {
         let shared = crate::route_table::empty_shared();
         shared.store(Arc::new(table()));
         let confirmed = Arc::new(Confirmation::new());
         confirmed.confirm(crate::clock::now_ms());
-        Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed))
+        DnsServer::new(shared, Arc::new(settings), Arc::new(DnsCounters::new()), confirmed)
     }
 
     /// An A query for `edge.lagran.net` with EDNS (payload 1232) and, when
@@ -452,7 +457,7 @@ mod tests {
 
     use tokio::net::TcpStream;
 
-    use super::tests_support::table;
+    use super::tests_support;
     use super::*;
 
     fn query(id: u16, name: &str, t: RecordType, ecs: Option<(&str, u8)>) -> Vec<u8> {
@@ -491,12 +496,7 @@ mod tests {
         let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = udp.local_addr().unwrap();
         assert_eq!(tcp.local_addr().unwrap(), addr, "same port for UDP and TCP");
-        let shared = crate::route_table::empty_shared();
-        shared.store(Arc::new(table()));
-        let confirmed = Arc::new(Confirmation::new());
-        confirmed.confirm(crate::clock::now_ms());
-        let server =
-            Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed));
+        let server = tests_support::server();
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(server.clone().run(udp, tcp, shutdown.clone()));
 
@@ -569,11 +569,7 @@ mod tests {
     ) -> (SocketAddr, Arc<DnsServer>, CancellationToken, tokio::task::JoinHandle<io::Result<()>>) {
         let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = udp.local_addr().unwrap();
-        let shared = crate::route_table::empty_shared();
-        shared.store(Arc::new(table()));
-        let confirmed = Arc::new(Confirmation::new());
-        confirmed.confirm(crate::clock::now_ms());
-        let server = Arc::new(DnsServer::new(shared, Arc::new(settings), Arc::new(DnsCounters::new()), confirmed));
+        let server = Arc::new(tests_support::server_with(settings));
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(server.clone().run(udp, tcp, shutdown.clone()));
         (addr, server, shutdown, running)
@@ -765,13 +761,9 @@ mod tests {
         use crate::dns::rrl::RrlSettings;
         let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = udp.local_addr().unwrap();
-        let shared = crate::route_table::empty_shared();
-        shared.store(Arc::new(table()));
-        let confirmed = Arc::new(Confirmation::new());
-        confirmed.confirm(crate::clock::now_ms());
         let rrl = RateLimiter::new(&RrlSettings { responses_per_second: 5, slip: 2, window_secs: 15 }).map(Arc::new);
         let server = Arc::new(
-            DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed)
+            tests_support::server_with(DnsSettings::default())
                 .with_rrl(rrl.clone())
                 .with_cookies(Arc::new(CookieJar::fixed([3; 16]))),
         );
