@@ -322,8 +322,7 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
             })
             .collect();
         let zone = Zone::new("bench.lagran.net");
-        let domains =
-            bench_domains(&zone, names_n, |i| if pools { format!("p{i}") } else { DEFAULT_POOL.to_string() });
+        let domains = bench_domains(&zone, names_n, |i| if pools { format!("p{i}") } else { DEFAULT_POOL.to_string() });
         let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
         let mut state = BuildState::default();
         let mut times = Vec::new();
