@@ -19,12 +19,14 @@ use crate::model::RuleKind;
 use crate::partition::UNKNOWN;
 use crate::route_table::AnswerState;
 
+/// The automatic primary per (name, partition location), for hysteresis.
+type Choices = HashMap<(String, Location), String>;
+
 /// What the oracle carries from one build to the next.
 #[derive(Clone, Debug, Default)]
 pub(super) struct OracleState {
     pub name_ids: NameIds,
-    /// The automatic primary per (name, partition location), for hysteresis.
-    pub choices: HashMap<(String, Location), String>,
+    pub choices: Choices,
 }
 
 /// Does a rule's region filter match a location (canonical comparison)?
@@ -139,7 +141,7 @@ impl Oracle<'_> {
         spec: NameSpec,
         ranked: &[(Ranking, Ranking)],
         state: &mut OracleState,
-        new_choices: &mut HashMap<(String, Location), String>,
+        new_choices: &mut Choices,
     ) -> ScheduledName {
         let settings = self.settings;
         let shape = AnswerShape {
@@ -170,7 +172,7 @@ impl Oracle<'_> {
         ranked: &[(Ranking, Ranking)],
         shape: AnswerShape,
         answers: &mut Answers,
-        (choices, new_choices): (&HashMap<(String, Location), String>, &mut HashMap<(String, Location), String>),
+        (choices, new_choices): (&Choices, &mut Choices),
     ) -> Vec<u32> {
         let settings = self.settings;
         let mut by_partition = Vec::with_capacity(ranked.len());
