@@ -242,6 +242,26 @@ struct Report {
     others_moved: usize,
 }
 
+/// The widths of the [`Report::shares`] columns in the printed table.
+const SHARE_WIDTHS: [usize; 7] = [7, 7, 7, 9, 9, 7, 7];
+
+impl Report {
+    /// The percentages, in column order: same province, same carrier, cross
+    /// carrier, same carrier when eligible, within 10%, farther by the
+    /// province term, farther by the load term.
+    fn shares(&self) -> [f64; 7] {
+        [
+            self.same_province,
+            self.same_carrier,
+            self.cross_carrier,
+            self.same_carrier_when_eligible,
+            self.within_10pct,
+            self.farther_province_term,
+            self.farther_load_term,
+        ]
+    }
+}
+
 fn pct(n: usize, d: usize) -> f64 {
     if d == 0 { 0.0 } else { 100.0 * n as f64 / d as f64 }
 }
@@ -452,18 +472,12 @@ fn main() -> anyhow::Result<()> {
         "others"
     );
     for r in &reports {
+        let shares: String = r.shares().iter().zip(SHARE_WIDTHS).map(|(v, w)| format!(" {v:>w$.1}")).collect();
         println!(
-            "{:<7} {:<13} {:>8} {:>7.1} {:>7.1} {:>7.1} {:>9.1} {:>9.1} {:>7.1} {:>7.1} {:>8} {:>8} {:>9.1} {:>7}",
+            "{:<7} {:<13} {:>8}{shares} {:>8} {:>8} {:>9.1} {:>7}",
             r.fleet,
             r.policy,
             r.clients,
-            r.same_province,
-            r.same_carrier,
-            r.cross_carrier,
-            r.same_carrier_when_eligible,
-            r.within_10pct,
-            r.farther_province_term,
-            r.farther_load_term,
             r.noise_changed_clients,
             r.noise_changes,
             r.failed_to_next_best,
@@ -477,18 +491,12 @@ fn main() -> anyhow::Result<()> {
         }
         let mut csv = format!("{header}\n");
         for r in rows {
+            let shares: String = r.shares().iter().map(|v| format!(",{v:.2}")).collect();
             csv.push_str(&format!(
-                "{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{},{:.2},{}\n",
+                "{},{},{}{shares},{},{},{},{},{},{:.2},{}\n",
                 r.fleet,
                 r.policy,
                 r.clients,
-                r.same_province,
-                r.same_carrier,
-                r.cross_carrier,
-                r.same_carrier_when_eligible,
-                r.within_10pct,
-                r.farther_province_term,
-                r.farther_load_term,
                 a.rounds,
                 r.noise_changed_clients,
                 r.noise_changes,

@@ -36,6 +36,20 @@ pub struct Args {
     /// Seconds of sending.
     #[arg(long, default_value_t = 3.0)]
     duration: f64,
+    #[command(flatten)]
+    queries: QuerySet,
+    /// Packets per sendmmsg(2).
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Send plain queries (no OPT/ECS) instead.
+    #[arg(long)]
+    no_ecs: bool,
+}
+
+/// The DNS queries a command sends: one a real client /24 of the geo file,
+/// each with that /24 as its ECS subnet.
+#[derive(clap::Args)]
+pub struct QuerySet {
     /// The real geo file the client subnets are drawn from.
     #[arg(long)]
     xdb: PathBuf,
@@ -44,14 +58,17 @@ pub struct Args {
     subnets: usize,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// The name asked for.
     #[arg(long, default_value = "edge.lagran.net")]
     name: String,
-    /// Packets per sendmmsg(2).
-    #[arg(long, default_value_t = 32)]
-    batch: usize,
-    /// Send plain queries (no OPT/ECS) instead.
-    #[arg(long)]
-    no_ecs: bool,
+}
+
+impl QuerySet {
+    /// The client /24s ([`real_subnets`] of the geo file).
+    fn subnets(&self) -> anyhow::Result<Vec<Ipv4Addr>> {
+        let xdb = lagran::geo::Xdb::open(&self.xdb).with_context(|| format!("opening {}", self.xdb.display()))?;
+        Ok(real_subnets(&xdb, self.subnets, self.seed))
+    }
 }
 
 /// `n` distinct public /24s that the geo file locates (a region other than unknown),
@@ -163,10 +180,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.rate == 0 || a.duration <= 0.0 || a.duration > 30.0 {
         bail!("--rate must be > 0 and --duration in (0, 30] seconds");
     }
-    let xdb = lagran::geo::Xdb::open(&a.xdb).with_context(|| format!("opening {}", a.xdb.display()))?;
-    let subnets = real_subnets(&xdb, a.subnets, a.seed);
+    let subnets = a.queries.subnets()?;
     if subnets.is_empty() {
-        bail!("no located public /24 found in {}", a.xdb.display());
+        bail!("no located public /24 found in {}", a.queries.xdb.display());
     }
     let src_mac = frames::iface_mac(&a.iface)?;
     let dst_mac = frames::parse_mac(&a.dst_mac)?;
@@ -183,7 +199,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 dst_port: a.port,
             };
             let ecs = (!a.no_ecs).then_some((*s, 24));
-            frames::udp_frame(&addrs, &frames::dns_query(&a.name, i as u16, ecs))
+            frames::udp_frame(&addrs, &frames::dns_query(&a.queries.name, i as u16, ecs))
         })
         .collect();
     let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
@@ -243,25 +259,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
 #[derive(clap::Args)]
 pub struct QueriesArgs {
-    #[arg(long)]
-    xdb: PathBuf,
+    #[command(flatten)]
+    queries: QuerySet,
     #[arg(long)]
     out: PathBuf,
-    #[arg(long, default_value_t = 4096)]
-    subnets: usize,
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
-    #[arg(long, default_value = "edge.lagran.net")]
-    name: String,
 }
 
 /// dnsperf `-B`: each query as a 2-byte big-endian length and the DNS message.
 pub fn queries(a: QueriesArgs) -> anyhow::Result<()> {
-    let xdb = lagran::geo::Xdb::open(&a.xdb).with_context(|| format!("opening {}", a.xdb.display()))?;
     let mut out = Vec::new();
-    let subnets = real_subnets(&xdb, a.subnets, a.seed);
+    let subnets = a.queries.subnets()?;
     for (i, s) in subnets.iter().enumerate() {
-        let q = frames::dns_query(&a.name, i as u16, Some((*s, 24)));
+        let q = frames::dns_query(&a.queries.name, i as u16, Some((*s, 24)));
         out.extend_from_slice(&(q.len() as u16).to_be_bytes());
         out.extend_from_slice(&q);
     }

@@ -248,6 +248,37 @@ fn stats(mut v: Vec<f64>) -> (f64, f64) {
 
 /// 1 000 nodes × 5 000 partitions × 10 names through `build_route_table`, with
 /// the names sharing one pool and with ten pools (ten times the rankings).
+/// Bench node `i` at `[country, province, city, isp]`, with a random weight
+/// and load and the public address 10.0.0.0 + `i`.
+fn bench_node(i: usize, [country, province, city, isp]: [&str; 4], rng: &mut StdRng) -> Node {
+    let mut n = Node::new(format!("node-{i:04}"));
+    n.country = country.into();
+    n.province = province.into();
+    n.city = city.into();
+    n.isp = isp.into();
+    n.weight = rng.gen_range(50..150);
+    n.cpu_usage = rng.gen_range(0.0..80.0);
+    n.memory_usage = rng.gen_range(0.0..80.0);
+    n.public_ip = Some(Ipv4Addr::from(0x0a00_0000 + i as u32));
+    n
+}
+
+/// `n` scheduled names in `zone`: the apex, then `n1.`, `n2.`, …; name `i` in
+/// pool `pool(i)`.
+fn bench_domains(zone: &Zone, n: usize, pool: impl Fn(usize) -> String) -> Vec<Domain> {
+    (0..n)
+        .map(|i| Domain {
+            name: if i == 0 { zone.name.clone() } else { format!("n{i}.{}", zone.name) },
+            zone: zone.name.clone(),
+            pool: pool(i),
+            ttl: None,
+            origin_ip: None,
+            answer_mode: Default::default(),
+            ecs: true,
+        })
+        .collect()
+}
+
 fn recompute(a: &Args) -> anyhow::Result<()> {
     let (parts_n, nodes_n, names_n) = (a.partitions, a.nodes, a.names);
     let mut rng = StdRng::seed_from_u64(5000);
@@ -283,15 +314,7 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
         let nodes: Vec<Node> = (0..nodes_n)
             .map(|i| {
                 let (p, c, isp) = &tuples[rng.gen_range(0..parts_n)];
-                let mut n = Node::new(format!("node-{i:04}"));
-                n.country = "CN".into();
-                n.province = p.clone();
-                n.city = c.clone();
-                n.isp = isp.clone();
-                n.weight = rng.gen_range(50..150);
-                n.cpu_usage = rng.gen_range(0.0..80.0);
-                n.memory_usage = rng.gen_range(0.0..80.0);
-                n.public_ip = Some(Ipv4Addr::from(0x0a00_0000 + i as u32));
+                let mut n = bench_node(i, ["CN", p, c, isp], &mut rng);
                 if pools {
                     n.pool = format!("p{}", i % names_n);
                 }
@@ -299,17 +322,7 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
             })
             .collect();
         let zone = Zone::new("bench.lagran.net");
-        let domains: Vec<Domain> = (0..names_n)
-            .map(|i| Domain {
-                name: if i == 0 { zone.name.clone() } else { format!("n{i}.{}", zone.name) },
-                zone: zone.name.clone(),
-                pool: if pools { format!("p{i}") } else { DEFAULT_POOL.to_string() },
-                ttl: None,
-                origin_ip: None,
-                answer_mode: Default::default(),
-                ecs: true,
-            })
-            .collect();
+        let domains = bench_domains(&zone, names_n, |i| if pools { format!("p{i}") } else { DEFAULT_POOL.to_string() });
         let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
         let mut state = BuildState::default();
         let mut times = Vec::new();
@@ -425,30 +438,11 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         let nodes: Vec<Node> = (0..nodes_n)
             .map(|i| {
                 let loc = &locations[rng.gen_range(1..locations.len())];
-                let mut n = Node::new(format!("node-{i:04}"));
-                n.country = loc.country.clone();
-                n.province = loc.province.clone();
-                n.city = loc.city.clone();
-                n.isp = loc.isp.clone();
-                n.weight = rng.gen_range(50..150);
-                n.cpu_usage = rng.gen_range(0.0..80.0);
-                n.memory_usage = rng.gen_range(0.0..80.0);
-                n.public_ip = Some(Ipv4Addr::from(0x0a00_0000 + i as u32));
-                n
+                bench_node(i, [&loc.country, &loc.province, &loc.city, &loc.isp], &mut rng)
             })
             .collect();
         let zone = Zone::new("bench.lagran.net");
-        let domains: Vec<Domain> = (0..a.names)
-            .map(|i| Domain {
-                name: if i == 0 { zone.name.clone() } else { format!("n{i}.{}", zone.name) },
-                zone: zone.name.clone(),
-                pool: DEFAULT_POOL.to_string(),
-                ttl: None,
-                origin_ip: None,
-                answer_mode: Default::default(),
-                ecs: true,
-            })
-            .collect();
+        let domains = bench_domains(&zone, a.names, |_| DEFAULT_POOL.to_string());
         let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
         let mut state = BuildState::default();
         let mut full = Vec::new();

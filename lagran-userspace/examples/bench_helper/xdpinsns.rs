@@ -478,45 +478,28 @@ fn alu(op: u8, is64: bool, r: &mut [u64; 11], dst: usize, src: usize, off: i16, 
         bail!("signed division {op:#x} is not modelled");
     }
     let b = if op & 8 != 0 { r[src] } else { imm as i64 as u64 };
-    let a = r[dst];
-    let v = if is64 {
-        match o {
-            0x00 => a.wrapping_add(b),
-            0x10 => a.wrapping_sub(b),
-            0x20 => a.wrapping_mul(b),
-            0x30 => a.checked_div(b).unwrap_or(0),
-            0x40 => a | b,
-            0x50 => a & b,
-            0x60 => a << (b & 63),
-            0x70 => a >> (b & 63),
-            0x80 => a.wrapping_neg(),
-            0x90 => a.checked_rem(b).unwrap_or(a),
-            0xa0 => a ^ b,
-            0xb0 if off == 0 => b,
-            0xb0 => sign_extend(b, off as usize),
-            0xc0 => ((a as i64) >> (b & 63)) as u64,
-            _ => bail!("unknown ALU64 op {op:#x}"),
-        }
-    } else {
-        let (a, b) = (a as u32, b as u32);
-        (match o {
-            0x00 => a.wrapping_add(b),
-            0x10 => a.wrapping_sub(b),
-            0x20 => a.wrapping_mul(b),
-            0x30 => a.checked_div(b).unwrap_or(0),
-            0x40 => a | b,
-            0x50 => a & b,
-            0x60 => a << (b & 31),
-            0x70 => a >> (b & 31),
-            0x80 => a.wrapping_neg(),
-            0x90 => a.checked_rem(b).unwrap_or(a),
-            0xa0 => a ^ b,
-            0xb0 if off == 0 => b,
-            0xb0 => sign_extend(b as u64, off as usize) as u32,
-            0xc0 => ((a as i32) >> (b & 31)) as u32,
-            _ => bail!("unknown ALU op {op:#x}"),
-        }) as u64
-    };
+    // One table for both widths: ALU works on the low 32 bits and zero-extends
+    // its result, so operands and result are masked to the width.
+    let (bits, mask, class) = if is64 { (64, u64::MAX, "ALU64") } else { (32, u64::from(u32::MAX), "ALU") };
+    let (a, b) = (r[dst] & mask, b & mask);
+    let shift = b & (bits as u64 - 1);
+    let v = match o {
+        0x00 => a.wrapping_add(b),
+        0x10 => a.wrapping_sub(b),
+        0x20 => a.wrapping_mul(b),
+        0x30 => a.checked_div(b).unwrap_or(0),
+        0x40 => a | b,
+        0x50 => a & b,
+        0x60 => a << shift,
+        0x70 => a >> shift,
+        0x80 => a.wrapping_neg(),
+        0x90 => a.checked_rem(b).unwrap_or(a),
+        0xa0 => a ^ b,
+        0xb0 if off == 0 => b,
+        0xb0 => sign_extend(b, off as usize),
+        0xc0 => ((sign_extend(a, bits) as i64) >> shift) as u64,
+        _ => bail!("unknown {class} op {op:#x}"),
+    } & mask;
     r[dst] = v;
     Ok(())
 }

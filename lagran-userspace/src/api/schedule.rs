@@ -35,46 +35,17 @@ pub struct ClientJson {
     pub isp: String,
 }
 
-#[derive(Debug, Serialize)]
-pub struct NodeJson {
-    pub name: String,
-    pub public_ip: Option<String>,
-    pub public_ipv6: Option<String>,
-    pub province: String,
-    pub city: String,
-    pub isp: String,
-    pub weight: i64,
-    pub score: i64,
-    pub reason: String,
-    pub terms: Vec<(String, i64)>,
-}
-
-impl From<&Candidate> for NodeJson {
-    fn from(c: &Candidate) -> Self {
-        NodeJson {
-            name: c.name.clone(),
-            public_ip: c.public_ip.map(|a| a.to_string()),
-            public_ipv6: c.public_ipv6.map(|a| a.to_string()),
-            province: c.province.clone(),
-            city: c.city.clone(),
-            isp: c.isp.clone(),
-            weight: c.weight,
-            score: c.score,
-            reason: c.reason.clone(),
-            terms: c.terms.clone(),
-        }
-    }
-}
-
 /// The response body (`primary`/`backup` are null when no node is eligible).
+/// Each node is a [`Candidate`] as it serializes: name, public_ip,
+/// public_ipv6, province, city, isp, weight, score, reason, terms.
 #[derive(Debug, Serialize)]
 pub struct ScheduleJson {
     pub domain: String,
     pub ttl: u32,
     pub client: ClientJson,
-    pub primary: Option<NodeJson>,
-    pub backup: Option<NodeJson>,
-    pub candidates: Vec<NodeJson>,
+    pub primary: Option<Candidate>,
+    pub backup: Option<Candidate>,
+    pub candidates: Vec<Candidate>,
     pub excluded: Vec<ExcludedJson>,
     pub region: Option<String>,
     pub partition: Option<String>,
@@ -102,9 +73,9 @@ impl From<&Decision> for ScheduleJson {
                 city: d.client.city.clone(),
                 isp: d.client.isp.clone(),
             },
-            primary: d.ranking.primary().map(NodeJson::from),
-            backup: d.ranking.backup().map(NodeJson::from),
-            candidates: d.ranking.candidates.iter().map(NodeJson::from).collect(),
+            primary: d.ranking.primary().cloned(),
+            backup: d.ranking.backup().cloned(),
+            candidates: d.ranking.candidates.clone(),
             excluded: d
                 .ranking
                 .excluded
@@ -198,5 +169,26 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("resolver"), "a resolver without an ECS subnet means nothing");
         let e = resolver_address(Some("nope"), Some("11.0.0.0/24")).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("resolver"));
+    }
+
+    #[test]
+    fn a_node_serializes_with_the_api_fields_in_order() {
+        let c = Candidate {
+            name: "gz-01".into(),
+            public_ip: Some("203.0.113.1".parse().unwrap()),
+            public_ipv6: None,
+            country: "China".into(),
+            province: "Guangdong".into(),
+            city: "Guangzhou".into(),
+            isp: "China Telecom".into(),
+            weight: 100,
+            score: 180,
+            reason: "same-province".into(),
+            terms: vec![("weight".into(), 100), ("same-province".into(), 80)],
+        };
+        assert_eq!(
+            serde_json::to_string(&c).unwrap(),
+            r#"{"name":"gz-01","public_ip":"203.0.113.1","public_ipv6":null,"province":"Guangdong","city":"Guangzhou","isp":"China Telecom","weight":100,"score":180,"reason":"same-province","terms":[["weight",100],["same-province",80]]}"#
+        );
     }
 }

@@ -211,28 +211,18 @@ async fn query_stream(
 mod tests {
     use std::net::Ipv4Addr;
 
-    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query as HQuery};
-    use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
-    use hickory_proto::rr::{Name, RData, RecordType};
+    use hickory_proto::op::Message;
+    use hickory_proto::rr::RData;
+    use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
     use rustls::pki_types::{CertificateDer, pem::PemObject};
 
     use super::*;
     use crate::dns::cert::write_self_signed;
-    use crate::dns::counters::DnsCounters;
-    use crate::dns::server::tests_support::table;
-    use crate::dns::settings::DnsSettings;
+    use crate::dns::server::tests_support::{self, server};
 
+    /// [`tests_support::query`], framed as on a DoQ stream (RFC 9250 §4.2).
     fn query(id: u16, ecs: Option<(&str, u8)>) -> Vec<u8> {
-        let mut m = Message::new();
-        m.set_id(id).set_message_type(MessageType::Query).set_op_code(OpCode::Query);
-        m.add_query(HQuery::query(Name::from_ascii("edge.lagran.net.").unwrap(), RecordType::A));
-        let mut e = Edns::new();
-        e.set_max_payload(1232);
-        if let Some((addr, source)) = ecs {
-            e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(addr.parse().unwrap(), source, 0)));
-        }
-        m.set_edns(e);
-        let q = m.to_vec().unwrap();
+        let q = tests_support::query(id, ecs);
         let mut framed = (q.len() as u16).to_be_bytes().to_vec();
         framed.extend_from_slice(&q);
         framed
@@ -253,12 +243,7 @@ mod tests {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let ep = endpoint(&cert, socket).unwrap();
         let addr = ep.local_addr().unwrap();
-        let shared = crate::route_table::empty_shared();
-        shared.store(Arc::new(table()));
-        let confirmed = Arc::new(crate::confirmation::Confirmation::new());
-        confirmed.confirm(crate::clock::now_ms());
-        let dns =
-            Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed));
+        let dns = server();
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(run(dns.clone(), ep, shutdown.clone()));
 

@@ -259,14 +259,8 @@ impl DnsServer {
             // body), so a client trickling an octet at a time cannot extend it.
             let deadline = tokio::time::Instant::now() + idle;
             let mut len = [0u8; 2];
-            let read = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout_at(deadline, stream.read_exact(&mut len)) => r,
-            };
-            match read {
-                Ok(Ok(_)) => {}
-                Err(_) => return self.idle_closed(),
-                Ok(Err(_)) => return, // EOF or error
+            if !self.read_by(&mut stream, &mut len, deadline, &shutdown).await {
+                return;
             }
             let n = u16::from_be_bytes(len) as usize;
             if n > TCP_MAX_MESSAGE {
@@ -276,14 +270,8 @@ impl DnsServer {
             }
             msg.clear();
             msg.resize(n, 0);
-            let read = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = tokio::time::timeout_at(deadline, stream.read_exact(&mut msg)) => r,
-            };
-            match read {
-                Ok(Ok(_)) => {}
-                Err(_) => return self.idle_closed(),
-                Ok(Err(_)) => return,
+            if !self.read_by(&mut stream, &mut msg, deadline, &shutdown).await {
+                return;
             }
             let reply = self.handle(&msg, peer.ip(), transport);
             let Some(bytes) = reply.bytes else { continue };
@@ -309,8 +297,28 @@ impl DnsServer {
         let _ = tokio::time::timeout(idle, stream.shutdown()).await;
     }
 
-    fn idle_closed(&self) {
-        self.counters.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+    /// Fills `buf` from `stream` before `deadline`; false when the connection
+    /// is to end instead: shutdown, EOF, a read error, or the deadline passing
+    /// (counted as an idle close).
+    async fn read_by<S: AsyncRead + Unpin>(
+        &self,
+        stream: &mut S,
+        buf: &mut [u8],
+        deadline: tokio::time::Instant,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let read = tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            r = tokio::time::timeout_at(deadline, stream.read_exact(buf)) => r,
+        };
+        match read {
+            Ok(Ok(_)) => true,
+            Err(_) => {
+                self.counters.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Ok(Err(_)) => false, // EOF or error
+        }
     }
 }
 
@@ -367,14 +375,53 @@ pub async fn bind(addr: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
     Err(last_err.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no port free for both UDP and TCP")))
 }
 
-/// The small table the listener tests (UDP, TCP, DoT, DoQ) answer from.
+/// What the listener tests (UDP, TCP, DoT, DoQ) share: the small table they
+/// answer from, a server over it, and the query they ask.
 #[cfg(test)]
 pub(crate) mod tests_support {
     use std::net::Ipv4Addr;
+    use std::sync::Arc;
 
+    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
+    use hickory_proto::rr::{Name, RecordType};
+
+    use super::DnsServer;
+    use crate::confirmation::Confirmation;
+    use crate::dns::counters::DnsCounters;
+    use crate::dns::settings::DnsSettings;
     use crate::model::{NsHost, Zone};
     use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
     use crate::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
+
+    /// A server with default settings answering from [`table`], its table confirmed.
+    pub(crate) fn server() -> Arc<DnsServer> {
+        Arc::new(server_with(DnsSettings::default()))
+    }
+
+    /// A server with `settings` answering from [`table`], its table confirmed.
+    pub(crate) fn server_with(settings: DnsSettings) -> DnsServer {
+        let shared = crate::route_table::empty_shared();
+        shared.store(Arc::new(table()));
+        let confirmed = Arc::new(Confirmation::new());
+        confirmed.confirm(crate::clock::now_ms());
+        DnsServer::new(shared, Arc::new(settings), Arc::new(DnsCounters::new()), confirmed)
+    }
+
+    /// An A query for `edge.lagran.net` with EDNS (payload 1232) and, when
+    /// given, an ECS option (address, source prefix length).
+    pub(crate) fn query(id: u16, ecs: Option<(&str, u8)>) -> Vec<u8> {
+        let mut m = Message::new();
+        m.set_id(id).set_message_type(MessageType::Query).set_op_code(OpCode::Query);
+        m.add_query(Query::query(Name::from_ascii("edge.lagran.net.").unwrap(), RecordType::A));
+        let mut e = Edns::new();
+        e.set_max_payload(1232);
+        if let Some((addr, source)) = ecs {
+            e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(addr.parse().unwrap(), source, 0)));
+        }
+        m.set_edns(e);
+        m.to_vec().unwrap()
+    }
 
     pub(crate) fn table() -> RouteTable {
         let mut zone = Zone::new("edge.lagran.net");
@@ -410,7 +457,7 @@ mod tests {
 
     use tokio::net::TcpStream;
 
-    use super::tests_support::table;
+    use super::tests_support;
     use super::*;
 
     fn query(id: u16, name: &str, t: RecordType, ecs: Option<(&str, u8)>) -> Vec<u8> {
@@ -449,12 +496,7 @@ mod tests {
         let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = udp.local_addr().unwrap();
         assert_eq!(tcp.local_addr().unwrap(), addr, "same port for UDP and TCP");
-        let shared = crate::route_table::empty_shared();
-        shared.store(Arc::new(table()));
-        let confirmed = Arc::new(Confirmation::new());
-        confirmed.confirm(crate::clock::now_ms());
-        let server =
-            Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed));
+        let server = tests_support::server();
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(server.clone().run(udp, tcp, shutdown.clone()));
 
@@ -527,11 +569,7 @@ mod tests {
     ) -> (SocketAddr, Arc<DnsServer>, CancellationToken, tokio::task::JoinHandle<io::Result<()>>) {
         let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = udp.local_addr().unwrap();
-        let shared = crate::route_table::empty_shared();
-        shared.store(Arc::new(table()));
-        let confirmed = Arc::new(Confirmation::new());
-        confirmed.confirm(crate::clock::now_ms());
-        let server = Arc::new(DnsServer::new(shared, Arc::new(settings), Arc::new(DnsCounters::new()), confirmed));
+        let server = Arc::new(tests_support::server_with(settings));
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(server.clone().run(udp, tcp, shutdown.clone()));
         (addr, server, shutdown, running)
@@ -723,13 +761,9 @@ mod tests {
         use crate::dns::rrl::RrlSettings;
         let (udp, tcp) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let addr = udp.local_addr().unwrap();
-        let shared = crate::route_table::empty_shared();
-        shared.store(Arc::new(table()));
-        let confirmed = Arc::new(Confirmation::new());
-        confirmed.confirm(crate::clock::now_ms());
         let rrl = RateLimiter::new(&RrlSettings { responses_per_second: 5, slip: 2, window_secs: 15 }).map(Arc::new);
         let server = Arc::new(
-            DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed)
+            tests_support::server_with(DnsSettings::default())
                 .with_rrl(rrl.clone())
                 .with_cookies(Arc::new(CookieJar::fixed([3; 16]))),
         );

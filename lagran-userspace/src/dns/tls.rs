@@ -91,30 +91,15 @@ impl ConnectionHandler for DotConnections {
 mod tests {
     use std::net::Ipv4Addr;
 
-    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query as HQuery};
-    use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsCode, EdnsOption};
-    use hickory_proto::rr::{Name, RData, RecordType};
+    use hickory_proto::op::Message;
+    use hickory_proto::rr::RData;
+    use hickory_proto::rr::rdata::opt::{EdnsCode, EdnsOption};
     use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
     use crate::dns::cert::{ALPN_DOT, Certificate, write_self_signed};
-    use crate::dns::counters::DnsCounters;
-    use crate::dns::server::tests_support::table;
-    use crate::dns::settings::DnsSettings;
-
-    fn query(id: u16, ecs: Option<(&str, u8)>) -> Vec<u8> {
-        let mut m = Message::new();
-        m.set_id(id).set_message_type(MessageType::Query).set_op_code(OpCode::Query);
-        m.add_query(HQuery::query(Name::from_ascii("edge.lagran.net.").unwrap(), RecordType::A));
-        let mut e = Edns::new();
-        e.set_max_payload(1232);
-        if let Some((addr, source)) = ecs {
-            e.options_mut().insert(EdnsOption::Subnet(ClientSubnet::new(addr.parse().unwrap(), source, 0)));
-        }
-        m.set_edns(e);
-        m.to_vec().unwrap()
-    }
+    use crate::dns::server::tests_support::{query, server};
 
     #[tokio::test]
     async fn answers_over_tls_padded_like_tcp() {
@@ -122,12 +107,7 @@ mod tests {
         let (cert_path, key_path) = write_self_signed(dir.path(), &["dns.test"]);
         let cert = Certificate::load(&cert_path, &key_path).unwrap();
         let acceptor = TlsAcceptor::from(Arc::new(cert.server_config(ALPN_DOT).unwrap()));
-        let shared = crate::route_table::empty_shared();
-        shared.store(Arc::new(table()));
-        let confirmed = Arc::new(crate::confirmation::Confirmation::new());
-        confirmed.confirm(crate::clock::now_ms());
-        let dns =
-            Arc::new(DnsServer::new(shared, Arc::new(DnsSettings::default()), Arc::new(DnsCounters::new()), confirmed));
+        let dns = server();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();

@@ -221,6 +221,9 @@ pub struct Candidate {
     pub name: String,
     pub public_ip: Option<Ipv4Addr>,
     pub public_ipv6: Option<Ipv6Addr>,
+    /// Not in the JSON: the node JSON of `GET /api/v1/schedule` (this struct
+    /// as it serializes) names the province, city and ISP only.
+    #[serde(skip_serializing)]
     pub country: String,
     pub province: String,
     pub city: String,

@@ -478,7 +478,7 @@ impl Names<'_> {
                 nb.answers.replay(&mut d, remap);
                 d
             }
-            None => nb.decide_recorded(&self.ctx, pr, self.region, class, prev, &self.node_ids),
+            None => nb.recorded(&self.node_ids, |nb| nb.decide(&self.ctx, pr, self.region, class, prev)),
         }
     }
 

@@ -310,14 +310,18 @@ impl LoadedXdp {
         MapWriter::new(Maps::from_ebpf(&mut self.ebpf)?, dns_port, udp_payload)
     }
 
-    /// Runs the program once on `frame` (`BPF_PROG_TEST_RUN`).
-    pub fn test_run(&self, frame: &[u8]) -> Result<TestRunOutput, XdpError> {
-        let prog: &Xdp = self
-            .ebpf
+    /// The loaded XDP program.
+    fn program(&self) -> Result<&Xdp, XdpError> {
+        self.ebpf
             .program(PROGRAM)
             .ok_or(XdpError::NoProgram(PROGRAM))?
             .try_into()
-            .map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+            .map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })
+    }
+
+    /// Runs the program once on `frame` (`BPF_PROG_TEST_RUN`).
+    pub fn test_run(&self, frame: &[u8]) -> Result<TestRunOutput, XdpError> {
+        let prog = self.program()?;
         // Room for the answers the program appends.
         let mut out = vec![0u8; frame.len() + 512];
         let opts = TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..TestRunOptions::default() };
@@ -333,12 +337,7 @@ impl LoadedXdp {
     /// alone (XDP_PASS): an answered frame is rewritten in place, and the next
     /// repetition sees the response. Time answered frames with `repeat` 1.
     pub fn test_run_repeat(&self, frame: &[u8], repeat: u32) -> Result<(u32, std::time::Duration), XdpError> {
-        let prog: &Xdp = self
-            .ebpf
-            .program(PROGRAM)
-            .ok_or(XdpError::NoProgram(PROGRAM))?
-            .try_into()
-            .map_err(|e| XdpError::Program { name: PROGRAM, source: Box::new(e) })?;
+        let prog = self.program()?;
         let mut out = vec![0u8; frame.len() + 512];
         let opts =
             TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), repeat, ..TestRunOptions::default() };

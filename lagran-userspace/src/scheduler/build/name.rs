@@ -34,26 +34,18 @@ pub(super) fn pinned_in<'a>(
 }
 
 impl NameBuild<'_> {
-    /// [`NameBuild::decide`], recorded for replay: the ids of the answers it
-    /// interns, in order, and its primary as a stable node id.
-    pub fn decide_recorded(
-        &mut self,
-        ctx: &Ctx,
-        pr: &PoolRanks,
-        rules: &[RegionRule],
-        class: u32,
-        prev: Option<&str>,
-        node_ids: &[u32],
-    ) -> Decided {
+    /// `decide` (a [`NameBuild::decide`]) recorded for replay: the ids of the
+    /// answers it interns, in order, and its primary as a stable node id.
+    pub fn recorded(&mut self, node_ids: &[u32], decide: impl FnOnce(&mut Self) -> (u32, Option<usize>)) -> Decided {
         self.answers.log = Some(Vec::with_capacity(1));
-        let (id, primary) = self.decide(ctx, pr, rules, class, prev);
+        let (id, primary) = decide(self);
         let ids = self.answers.log.take().unwrap_or_default();
         Decided { ids, last: id, primary: primary.map_or(NO_CHOICE, |i| node_ids[i]) }
     }
 
     /// The answer of one class (given the previous automatic primary, for
     /// hysteresis): automatic, then region rules. Returns it and the new primary.
-    fn decide(
+    pub fn decide(
         &mut self,
         ctx: &Ctx,
         pr: &PoolRanks,
