@@ -45,6 +45,9 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<()> {
 pub fn run_logged(cmd: &mut Command, log: &Path) -> anyhow::Result<()> {
     let line = display(cmd);
     eprintln!("+ {line} &> {}", log.display());
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let status = cmd
         .stdin(Stdio::null())
