@@ -103,7 +103,7 @@ impl SiteConfig {
 }
 
 /// Reads the table whole, takes out `cert_pem` and `key_pem`, and reads the
-/// rest as a [`Site`]; errors name the offending key (`deny_cidrs[0]: …`).
+/// rest as a [`Site`]; errors name the offending key.
 impl<'de> Deserialize<'de> for SiteConfig {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let mut table = toml::Table::deserialize(de)?;
@@ -112,11 +112,8 @@ impl<'de> Deserialize<'de> for SiteConfig {
             value.map(|v| PathBuf::deserialize(v).map_err(|e| D::Error::custom(format!("{key}: {e}")))).transpose()
         };
         let (cert_pem, key_pem) = (path("cert_pem")?, path("key_pem")?);
-        let site: Site = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let at = e.path().to_string();
-            let inner = e.into_inner();
-            D::Error::custom(if at == "." { inner.to_string() } else { format!("{at}: {inner}") })
-        })?;
+        // toml names the key in its errors ("… in `deny_cidrs`").
+        let site = Site::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
         SiteConfig::new(site, cert_pem, key_pem).map_err(D::Error::custom)
     }
 }
