@@ -1,15 +1,18 @@
 //! The edge's TOML configuration: listeners, the agent's control-plane settings and
-//! one `[[site]]` per customer host. Unknown keys are errors naming the key.
+//! one `[[site]]` per customer host (the shared [`Site`] record, checked by
+//! [`Site::validate`] like the control plane does, plus local certificate
+//! files). Unknown keys are errors naming the key.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipnet::IpNet;
-use serde::Deserialize;
+use lagran_site::Site;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 
 use crate::host;
-use crate::origin::Origin;
+use crate::origin::{Origin, OriginError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -65,36 +68,54 @@ pub struct Config {
     pub sites: Vec<SiteConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One `[[site]]` table: the keys of the shared [`Site`] plus the paths of the
+/// site's certificate files, which only the edge's own file may name. The
+/// origin is parsed once here, for the request path.
+#[derive(Debug, Clone)]
 pub struct SiteConfig {
-    /// `cdn.example.com` or `*.example.com` (one label).
-    pub host: String,
-    pub origin: Origin,
-    pub cert_pem: Option<PathBuf>,
-    pub key_pem: Option<PathBuf>,
-    /// TTL for responses without `max-age`; 0 disables caching for the site.
-    #[serde(default = "default_cache_ttl_secs")]
-    pub cache_ttl_secs: u64,
-    /// When non-empty, only these client networks are served.
-    #[serde(default)]
-    pub allow_cidrs: Vec<IpNet>,
-    #[serde(default)]
-    pub deny_cidrs: Vec<IpNet>,
-    /// Path prefixes answered 403.
-    #[serde(default)]
-    pub deny_paths: Vec<String>,
-    /// Case-insensitive substrings of `User-Agent` answered 403.
-    #[serde(default)]
-    pub deny_user_agents: Vec<String>,
-    /// Requests per second per client address (IPv6: per /64); absent = unlimited.
-    pub rate_limit_rps: Option<f64>,
-    /// Bucket size; defaults to one second's worth (at least 1).
-    pub rate_limit_burst: Option<u32>,
-    /// Hotlink protection: when non-empty, a `Referer` must name one of these host
-    /// patterns or the site itself; requests without `Referer` pass.
-    #[serde(default)]
-    pub referer_allow: Vec<String>,
+    site: Site,
+    origin: Origin,
+    cert_pem: Option<PathBuf>,
+    key_pem: Option<PathBuf>,
+}
+
+impl SiteConfig {
+    pub fn new(site: Site, cert_pem: Option<PathBuf>, key_pem: Option<PathBuf>) -> Result<SiteConfig, OriginError> {
+        let origin = Origin::parse(&site.origin)?;
+        Ok(SiteConfig { site, origin, cert_pem, key_pem })
+    }
+
+    pub fn site(&self) -> &Site {
+        &self.site
+    }
+
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    pub fn cert_pem(&self) -> Option<&Path> {
+        self.cert_pem.as_deref()
+    }
+
+    pub fn key_pem(&self) -> Option<&Path> {
+        self.key_pem.as_deref()
+    }
+}
+
+/// Reads the table whole, takes out `cert_pem` and `key_pem`, and reads the
+/// rest as a [`Site`]; errors name the offending key.
+impl<'de> Deserialize<'de> for SiteConfig {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(de)?;
+        let mut path = |key: &str| {
+            let value = table.remove(key);
+            value.map(|v| PathBuf::deserialize(v).map_err(|e| D::Error::custom(format!("{key}: {e}")))).transpose()
+        };
+        let (cert_pem, key_pem) = (path("cert_pem")?, path("key_pem")?);
+        // toml names the key in its errors ("… in `deny_cidrs`").
+        let site = Site::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
+        SiteConfig::new(site, cert_pem, key_pem).map_err(D::Error::custom)
+    }
 }
 
 fn default_listen_http() -> SocketAddr {
@@ -124,10 +145,6 @@ fn default_max_connections() -> usize {
 fn default_config_poll_secs() -> u64 {
     10
 }
-fn default_cache_ttl_secs() -> u64 {
-    60
-}
-
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text =
@@ -194,34 +211,19 @@ impl Config {
             return err("listen_https", "is set but no [[site]] has cert_pem/key_pem (and there is no control_url)");
         }
         let mut seen = host::HostMap::default();
-        for (i, site) in self.sites.iter().enumerate() {
-            let key = |field: &str| format!("site[{i}].{field}");
-            let fail = |field: &str, reason: String| Err((key(field), format!("{reason} (site {})", site.host)));
-            if !host::valid_pattern(&site.host) {
-                return fail("host", "must be a host name or *.suffix".into());
+        for (i, entry) in self.sites.iter().enumerate() {
+            let site = entry.site();
+            let fail = |field: &str, reason: String| {
+                Err((format!("site[{i}].{field}"), format!("{reason} (site {})", site.host)))
+            };
+            if let Err(e) = site.validate() {
+                return fail(e.field, e.reason);
             }
             if seen.insert(&site.host, ()).is_some() {
                 return fail("host", "is configured twice".into());
             }
-            if site.cert_pem.is_some() != site.key_pem.is_some() {
+            if entry.cert_pem.is_some() != entry.key_pem.is_some() {
                 return fail("cert_pem", "cert_pem and key_pem go together".into());
-            }
-            match (site.rate_limit_rps, site.rate_limit_burst) {
-                (Some(rps), _) if !(rps.is_finite() && rps > 0.0) => {
-                    return fail("rate_limit_rps", "must be a positive number".into());
-                }
-                (None, Some(_)) => return fail("rate_limit_burst", "needs rate_limit_rps".into()),
-                (_, Some(0)) => return fail("rate_limit_burst", "must be at least 1".into()),
-                _ => {}
-            }
-            if let Some(p) = site.deny_paths.iter().find(|p| !p.starts_with('/')) {
-                return fail("deny_paths", format!("{p:?} must start with '/'"));
-            }
-            if site.deny_user_agents.iter().any(|ua| ua.is_empty()) {
-                return fail("deny_user_agents", "an empty pattern would match every client".into());
-            }
-            if let Some(p) = site.referer_allow.iter().find(|p| !host::valid_pattern(p)) {
-                return fail("referer_allow", format!("{p:?} must be a host name or *.suffix"));
             }
         }
         Ok(())
@@ -239,8 +241,8 @@ mod tests {
         let c = Config::parse(EXAMPLE, "example").unwrap();
         assert_eq!(c.sites.len(), 2);
         assert_eq!(c.node_name, "gz-01");
-        assert_eq!(c.sites[0].rate_limit_rps, Some(50.0));
-        assert_eq!(c.sites[1].cache_ttl_secs, 60, "the default TTL applies");
+        assert_eq!(c.sites[0].site().rate_limit_rps, Some(50.0));
+        assert_eq!(c.sites[1].site().cache_ttl_secs, 60, "the default TTL applies");
         assert_eq!(c.rate_limit_max_clients, 100_000);
     }
 

@@ -21,15 +21,8 @@ pub fn normalize(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// Whether `pattern` is a name or `*.suffix` made of non-empty labels of letters,
-/// digits, `-` and `_`.
-pub fn valid_pattern(pattern: &str) -> bool {
-    let name = pattern.strip_prefix("*.").unwrap_or(pattern);
-    !name.is_empty()
-        && name.split('.').all(|label| {
-            !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
-}
+/// Whether `pattern` is a name or `*.suffix` (the site schema's rule).
+pub use lagran_site::valid_host_pattern as valid_pattern;
 
 /// Values keyed by host pattern.
 #[derive(Debug)]
@@ -89,15 +82,5 @@ mod tests {
         assert_eq!(m.get("img.example.com:443"), Some(&"wild"));
         assert_eq!(m.get("example.com"), None, "a wildcard does not cover its own suffix");
         assert_eq!(m.get("a.b.example.com"), None, "a wildcard covers exactly one label");
-    }
-
-    #[test]
-    fn validates_patterns() {
-        assert!(valid_pattern("cdn.example.com"));
-        assert!(valid_pattern("*.example.com"));
-        assert!(!valid_pattern("*"));
-        assert!(!valid_pattern("a..b"));
-        assert!(!valid_pattern("foo.*.com"));
-        assert!(!valid_pattern("http://x"));
     }
 }

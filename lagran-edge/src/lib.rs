@@ -109,14 +109,15 @@ impl Edge {
     /// Serves `sites` from the next request on (rate limiter state starts afresh).
     pub fn replace_sites(&self, sites: &[SiteConfig]) {
         let mut map = HostMap::default();
-        for s in sites {
+        for entry in sites {
+            let s = entry.site();
             let limiter = s.rate_limit_rps.map(|rps| {
                 let burst = s.rate_limit_burst.unwrap_or(rps.ceil() as u32);
                 RateLimiter::new(rps, burst, self.rate_limit_max_clients)
             });
             let site = Site {
                 host: s.host.clone(),
-                origin: s.origin.clone(),
+                origin: entry.origin().clone(),
                 cache_ttl: Duration::from_secs(s.cache_ttl_secs),
                 waf: Waf::new(s),
                 limiter,

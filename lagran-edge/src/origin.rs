@@ -18,13 +18,14 @@ use hyper::{Request, Response, Uri, Version};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use lagran_site::OriginUrl;
 
 use crate::body::EdgeBody;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
     #[error("invalid origin {url:?}: {reason}")]
-    InvalidUrl { url: String, reason: &'static str },
+    InvalidUrl { url: String, reason: lagran_site::OriginError },
     #[error("origin {origin} did not answer within {after:?}")]
     Timeout { origin: Authority, after: Duration },
     #[error("origin {origin} failed")]
@@ -32,28 +33,18 @@ pub enum OriginError {
 }
 
 /// A parsed `http://host[:port][/base]` origin.
-#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(try_from = "String")]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Origin {
     authority: Authority,
     base_path: String,
 }
 
 impl Origin {
+    /// Parses with the site schema's rules ([`OriginUrl`]).
     pub fn parse(url: &str) -> Result<Origin, OriginError> {
-        let bad = |reason| OriginError::InvalidUrl { url: url.to_owned(), reason };
-        let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
-        if uri.scheme() != Some(&Scheme::HTTP) {
-            return Err(bad("only http:// origins are supported"));
-        }
-        let authority = uri.authority().cloned().ok_or_else(|| bad("no host"))?;
-        if authority.as_str().contains('@') {
-            return Err(bad("user info is not allowed"));
-        }
-        if uri.query().is_some() {
-            return Err(bad("a query is not allowed"));
-        }
-        Ok(Origin { authority, base_path: uri.path().trim_end_matches('/').to_owned() })
+        let OriginUrl { authority, base_path } =
+            OriginUrl::parse(url).map_err(|reason| OriginError::InvalidUrl { url: url.to_owned(), reason })?;
+        Ok(Origin { authority, base_path })
     }
 
     pub fn authority(&self) -> &Authority {
@@ -69,13 +60,6 @@ impl Origin {
             .path_and_query(format!("{}{pq}", self.base_path))
             .build()
             .expect("scheme, authority and an origin-form path make a valid URI")
-    }
-}
-
-impl TryFrom<String> for Origin {
-    type Error = OriginError;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        Origin::parse(&s)
     }
 }
 

@@ -26,6 +26,7 @@ use hyper::{Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use lagran_site::Site;
 use rustls::sign::CertifiedKey;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
@@ -88,7 +89,7 @@ pub struct RemoteCertificate {
 }
 
 /// Parses `/api/v1/sites`: the store's timestamps are dropped, the rest must be
-/// exactly the keys of a `[[site]]` (without the certificate file paths).
+/// exactly the keys of a [`Site`] (a `[[site]]` without the certificate file paths).
 pub fn parse_sites(body: &[u8], url: &str) -> Result<Vec<SiteConfig>, RemoteError> {
     let json = |source| RemoteError::Json { url: url.to_owned(), source };
     let mut list: Vec<serde_json::Map<String, serde_json::Value>> = serde_json::from_slice(body).map_err(json)?;
@@ -96,11 +97,13 @@ pub fn parse_sites(body: &[u8], url: &str) -> Result<Vec<SiteConfig>, RemoteErro
     for site in &mut list {
         site.remove("created_at_ms");
         site.remove("updated_at_ms");
-        let site: SiteConfig = serde_json::from_value(serde_json::Value::Object(std::mem::take(site))).map_err(json)?;
-        if site.cert_pem.is_some() || site.key_pem.is_some() {
+        let cert_paths = [site.remove("cert_pem"), site.remove("key_pem")];
+        if cert_paths.iter().flatten().any(|v| !v.is_null()) {
             let e = serde_json::Error::io(std::io::Error::other("cert_pem/key_pem are file paths: local only"));
             return Err(json(e));
         }
+        let site: Site = serde_json::from_value(serde_json::Value::Object(std::mem::take(site))).map_err(json)?;
+        let site = SiteConfig::new(site, None, None).map_err(|e| json(serde::de::Error::custom(e)))?;
         sites.push(site);
     }
     Config::validate_sites(&sites, url).map_err(RemoteError::Sites)?;
@@ -109,9 +112,9 @@ pub fn parse_sites(body: &[u8], url: &str) -> Result<Vec<SiteConfig>, RemoteErro
 
 /// The file's sites with the control plane's laid over them (same host: the control plane's).
 pub fn merge_sites(local: &[SiteConfig], remote: &[SiteConfig]) -> Vec<SiteConfig> {
-    let remote_hosts: Vec<String> = remote.iter().map(|s| crate::host::normalize(&s.host)).collect();
+    let remote_hosts: Vec<String> = remote.iter().map(|s| crate::host::normalize(&s.site().host)).collect();
     let mut out: Vec<SiteConfig> =
-        local.iter().filter(|s| !remote_hosts.contains(&crate::host::normalize(&s.host))).cloned().collect();
+        local.iter().filter(|s| !remote_hosts.contains(&crate::host::normalize(&s.site().host))).cloned().collect();
     out.extend(remote.iter().cloned());
     out
 }
@@ -236,7 +239,7 @@ mod tests {
             "rate_limit_burst":null,"referer_allow":[],"created_at_ms":1,"updated_at_ms":2}]"#;
         let sites = parse_sites(body, "u").unwrap();
         assert_eq!(sites.len(), 1);
-        assert_eq!(sites[0].cache_ttl_secs, 5);
+        assert_eq!(sites[0].site().cache_ttl_secs, 5);
         let unknown = br#"[{"host":"a.test","origin":"http://o","colour":"red"}]"#;
         assert!(crate::error_chain(&parse_sites(unknown, "u").unwrap_err()).contains("colour"));
         let bad_path = br#"[{"host":"a.test","origin":"http://o","deny_paths":["x"]}]"#;
@@ -253,7 +256,7 @@ mod tests {
         let local = vec![site("a.test", "http://1.1.1.1"), site("b.test", "http://2.2.2.2")];
         let remote = vec![site("A.test", "http://3.3.3.3"), site("c.test", "http://4.4.4.4")];
         let merged = merge_sites(&local, &remote);
-        let hosts: Vec<_> = merged.iter().map(|s| (s.host.as_str(), format!("{:?}", s.origin))).collect();
+        let hosts: Vec<_> = merged.iter().map(|s| (s.site().host.as_str(), format!("{:?}", s.origin()))).collect();
         assert_eq!(
             hosts,
             [

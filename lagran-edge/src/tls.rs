@@ -111,8 +111,9 @@ pub fn local_certs(sites: &[SiteConfig]) -> Result<Vec<(String, Arc<CertifiedKey
     let provider = provider();
     let mut out = Vec::new();
     for site in sites {
-        if let (Some(cert), Some(key)) = (&site.cert_pem, &site.key_pem) {
-            out.push((site.host.clone(), Arc::new(load_certified_key(&site.host, cert, key, &provider)?)));
+        if let (Some(cert), Some(key)) = (site.cert_pem(), site.key_pem()) {
+            let host = &site.site().host;
+            out.push((host.clone(), Arc::new(load_certified_key(host, cert, key, &provider)?)));
         }
     }
     Ok(out)

@@ -11,8 +11,8 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+use lagran_site::Site;
 
-use crate::config::SiteConfig;
 use crate::host::{self, HostMap};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub struct Waf {
 }
 
 impl Waf {
-    pub fn new(site: &SiteConfig) -> Waf {
+    pub fn new(site: &Site) -> Waf {
         let referers = (!site.referer_allow.is_empty()).then(|| {
             let mut m = HostMap::default();
             for p in site.referer_allow.iter().chain([&site.host]) {
@@ -148,9 +148,9 @@ pub fn normalize_path(path: &str) -> String {
 mod tests {
     use super::*;
 
-    fn site(toml: &str) -> SiteConfig {
+    fn site(toml: &str) -> Site {
         let text = format!("[[site]]\nhost = \"cdn.example.com\"\norigin = \"http://o\"\n{toml}");
-        crate::config::Config::parse(&text, "test").unwrap().sites.remove(0)
+        crate::config::Config::parse(&text, "test").unwrap().sites.remove(0).site().clone()
     }
 
     fn ip(s: &str) -> IpAddr {

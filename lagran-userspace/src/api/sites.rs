@@ -11,14 +11,16 @@ use axum::http::StatusCode;
 use super::AppState;
 use super::access::KeyQuery;
 use super::error::{ApiError, parse_json};
-use crate::store::Site;
+use lagran_site::Site;
+
+use crate::store::StoredSite;
 
 /// `cdn.Example.com.` → `cdn.example.com`.
 fn normalise(host: &str) -> String {
     host.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
-pub async fn list(State(state): State<AppState>, Query(_): Query<KeyQuery>) -> Result<Json<Vec<Site>>, ApiError> {
+pub async fn list(State(state): State<AppState>, Query(_): Query<KeyQuery>) -> Result<Json<Vec<StoredSite>>, ApiError> {
     Ok(Json(state.store.list_sites().await?))
 }
 
@@ -26,7 +28,7 @@ pub async fn get_one(
     State(state): State<AppState>,
     Path(host): Path<String>,
     Query(_): Query<KeyQuery>,
-) -> Result<Json<Site>, ApiError> {
+) -> Result<Json<StoredSite>, ApiError> {
     match state.store.get_site(&normalise(&host)).await? {
         Some(s) => Ok(Json(s)),
         None => Err(ApiError::not_found(format!("no site {host}"))),
@@ -39,12 +41,15 @@ pub async fn put(
     State(state): State<AppState>,
     Path(host): Path<String>,
     body: Bytes,
-) -> Result<(StatusCode, Json<Site>), ApiError> {
+) -> Result<(StatusCode, Json<StoredSite>), ApiError> {
     let host = normalise(&host);
     let mut value: serde_json::Value = parse_json(&body)?;
     let Some(obj) = value.as_object_mut() else {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "the body must be a JSON object"));
     };
+    // The store's timestamps (as `GET` shows them) are ignored on input.
+    obj.remove("created_at_ms");
+    obj.remove("updated_at_ms");
     match obj.get("host").and_then(|h| h.as_str()).map(normalise) {
         Some(h) if h != host => {
             return Err(ApiError::bad_field("host", format!("the body names {h:?} but the path {host:?}")));
@@ -56,7 +61,7 @@ pub async fn put(
     let site: Site = parse_json(&serde_json::to_vec(&value).expect("a JSON value serializes"))?;
     let existed = state.store.get_site(&host).await?.is_some();
     let stored = state.store.upsert_site(&site).await?;
-    tracing::info!(site = %stored.host, origin = %stored.origin, "site written");
+    tracing::info!(site = %stored.site.host, origin = %stored.site.origin, "site written");
     Ok((if existed { StatusCode::OK } else { StatusCode::CREATED }, Json(stored)))
 }
 

@@ -47,7 +47,7 @@ mod tests;
 pub use certificates::Certificate;
 pub use nodes::{Heartbeat, NodePatch, hash_token, validate_node, verify_token};
 pub use rules::NewRule;
-pub use sites::Site;
+pub use sites::StoredSite;
 pub use validate::double_option;
 
 /// The SQLite migrations, `(version, description, sql)`, compiled in. Add a

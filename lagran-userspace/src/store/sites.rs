@@ -1,54 +1,23 @@
-//! Edge sites: what one `[[site]]` of `lagran-edge`'s TOML holds (host,
-//! origin, cache TTL, WAF lists, rate limit, hotlink rule), kept centrally so
-//! every edge node picks them up from `/api/v1/sites` without a restart. The
-//! site's certificate is the `certificates` row whose domain is the site's host.
-//!
-//! The JSON shape is the edge's `[[site]]` keys (minus the certificate paths)
-//! plus the store's timestamps, so an edge reads it with the same rules as its
-//! own file.
+//! Edge sites kept centrally, so every edge node picks them up from
+//! `/api/v1/sites` without a restart: one row per [`Site`] (the record shared
+//! with `lagran-edge`, whose `[[site]]` tables have the same keys), stamped
+//! with when it was created and last written. The site's certificate is the
+//! `certificates` row whose domain is the site's host.
 
-use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
+use lagran_site::Site;
+use serde::Serialize;
 use sqlx::any::AnyRow;
 
 use super::validate;
 use super::{Cols, DbContext, Store, StoreError, now_ms};
 
-fn default_cache_ttl_secs() -> u64 {
-    60
-}
-
-/// One customer host served by the edge nodes.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Site {
-    /// `cdn.example.com` or `*.example.com` (one label), lowercase.
-    pub host: String,
-    /// `http://host[:port][/base]`.
-    pub origin: String,
-    /// TTL of responses without `max-age`; 0 disables caching for the site.
-    #[serde(default = "default_cache_ttl_secs")]
-    pub cache_ttl_secs: u64,
-    #[serde(default)]
-    pub allow_cidrs: Vec<IpNet>,
-    #[serde(default)]
-    pub deny_cidrs: Vec<IpNet>,
-    #[serde(default)]
-    pub deny_paths: Vec<String>,
-    #[serde(default)]
-    pub deny_user_agents: Vec<String>,
-    /// Requests per second per client address; absent = unlimited.
-    #[serde(default)]
-    pub rate_limit_rps: Option<f64>,
-    #[serde(default)]
-    pub rate_limit_burst: Option<u32>,
-    #[serde(default)]
-    pub referer_allow: Vec<String>,
-    /// Set by the store; ignored on input.
-    #[serde(default)]
+/// A site as the store keeps it: the shared record plus when it was written.
+/// Serializes as the site's keys followed by the two timestamps.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StoredSite {
+    #[serde(flatten)]
+    pub site: Site,
     pub created_at_ms: i64,
-    /// Set by the store; ignored on input.
-    #[serde(default)]
     pub updated_at_ms: i64,
 }
 
@@ -57,62 +26,30 @@ fn host_pattern(field: &'static str, value: &str) -> Result<(), StoreError> {
     validate::dns_name(field, value.strip_prefix("*.").unwrap_or(value))
 }
 
-impl Site {
-    /// Checks the values with the edge's own rules, so whatever the store
-    /// accepts the edge accepts too.
-    pub fn validate(&self) -> Result<(), StoreError> {
-        host_pattern("host", &self.host)?;
-        let uri: hyper::Uri = self
-            .origin
-            .parse()
-            .map_err(|_| StoreError::invalid("origin", format!("{:?} is not a URL", self.origin)))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(StoreError::invalid("origin", "only http:// origins are supported"));
-        }
-        match uri.authority() {
-            None => return Err(StoreError::invalid("origin", "has no host")),
-            Some(a) if a.as_str().contains('@') => {
-                return Err(StoreError::invalid("origin", "user info is not allowed"));
-            }
-            Some(_) => {}
-        }
-        if uri.query().is_some() {
-            return Err(StoreError::invalid("origin", "a query is not allowed"));
-        }
-        match (self.rate_limit_rps, self.rate_limit_burst) {
-            (Some(rps), _) if !(rps.is_finite() && rps > 0.0) => {
-                return Err(StoreError::invalid("rate_limit_rps", "must be a positive number"));
-            }
-            (None, Some(_)) => return Err(StoreError::invalid("rate_limit_burst", "needs rate_limit_rps")),
-            (_, Some(0)) => return Err(StoreError::invalid("rate_limit_burst", "must be at least 1")),
-            _ => {}
-        }
-        if i64::try_from(self.cache_ttl_secs).is_err() {
-            return Err(StoreError::invalid("cache_ttl_secs", "is too large"));
-        }
-        if let Some(p) = self.deny_paths.iter().find(|p| !p.starts_with('/')) {
-            return Err(StoreError::invalid("deny_paths", format!("{p:?} must start with '/'")));
-        }
-        if self.deny_user_agents.iter().any(String::is_empty) {
-            return Err(StoreError::invalid("deny_user_agents", "an empty pattern would match every client"));
-        }
-        for p in &self.referer_allow {
-            host_pattern("referer_allow", p)?;
-        }
-        Ok(())
+/// The site's rules ([`Site::validate`], the edge's too) after the store's
+/// own: host patterns in canonical form (lowercase, DNS label lengths) and a
+/// TTL that fits the database's signed column.
+fn validate_site(site: &Site) -> Result<(), StoreError> {
+    host_pattern("host", &site.host)?;
+    for p in &site.referer_allow {
+        host_pattern("referer_allow", p)?;
     }
+    if i64::try_from(site.cache_ttl_secs).is_err() {
+        return Err(StoreError::invalid("cache_ttl_secs", "is too large"));
+    }
+    site.validate().map_err(|e| StoreError::invalid(e.field, e.reason))
 }
 
 const SITE_COLUMNS: &str = "host, origin, cache_ttl_secs, allow_cidrs, deny_cidrs, deny_paths, deny_user_agents, \
                             rate_limit_rps, rate_limit_burst, referer_allow, created_at_ms, updated_at_ms";
 
-fn site_from_row(row: &AnyRow) -> Result<Site, StoreError> {
+fn site_from_row(row: &AnyRow) -> Result<StoredSite, StoreError> {
     let c = Cols::keyed(row, "site", "host")?;
     fn list<T: serde::de::DeserializeOwned>(c: &Cols<'_>, col: &str) -> Result<Vec<T>, StoreError> {
         let text: String = c.get(col)?;
         serde_json::from_str(&text).map_err(|e| c.corrupt(col, format!("{text:?} is not a JSON list: {e}")))
     }
-    Ok(Site {
+    let site = Site {
         host: c.key().to_string(),
         origin: c.get("origin")?,
         cache_ttl_secs: c.int("cache_ttl_secs")?,
@@ -123,9 +60,8 @@ fn site_from_row(row: &AnyRow) -> Result<Site, StoreError> {
         rate_limit_rps: c.get("rate_limit_rps")?,
         rate_limit_burst: c.int_opt("rate_limit_burst")?,
         referer_allow: list(&c, "referer_allow")?,
-        created_at_ms: c.get("created_at_ms")?,
-        updated_at_ms: c.get("updated_at_ms")?,
-    })
+    };
+    Ok(StoredSite { site, created_at_ms: c.get("created_at_ms")?, updated_at_ms: c.get("updated_at_ms")? })
 }
 
 fn json<T: Serialize>(v: &T) -> String {
@@ -134,18 +70,18 @@ fn json<T: Serialize>(v: &T) -> String {
 
 impl Store {
     /// Every site, ordered by host.
-    pub async fn list_sites(&self) -> Result<Vec<Site>, StoreError> {
+    pub async fn list_sites(&self) -> Result<Vec<StoredSite>, StoreError> {
         let rows = sqlx::query(&format!("SELECT {SITE_COLUMNS} FROM sites"))
             .fetch_all(self.pool())
             .await
             .ctx(|| "listing sites".to_string())?;
         let mut out = rows.iter().map(site_from_row).collect::<Result<Vec<_>, _>>()?;
-        out.sort_by(|a, b| a.host.cmp(&b.host));
+        out.sort_by(|a, b| a.site.host.cmp(&b.site.host));
         Ok(out)
     }
 
     /// The site for exactly `host`, `None` when there is none.
-    pub async fn get_site(&self, host: &str) -> Result<Option<Site>, StoreError> {
+    pub async fn get_site(&self, host: &str) -> Result<Option<StoredSite>, StoreError> {
         let row = sqlx::query(&format!("SELECT {SITE_COLUMNS} FROM sites WHERE host = $1"))
             .bind(host)
             .fetch_optional(self.pool())
@@ -155,8 +91,8 @@ impl Store {
     }
 
     /// Creates or replaces the site for its host; returns it as stored.
-    pub async fn upsert_site(&self, site: &Site) -> Result<Site, StoreError> {
-        site.validate()?;
+    pub async fn upsert_site(&self, site: &Site) -> Result<StoredSite, StoreError> {
+        validate_site(site)?;
         let now = now_ms();
         let rate_limit_burst = site.rate_limit_burst.map(i64::from);
         let cache_ttl_secs = i64::try_from(site.cache_ttl_secs).unwrap_or(i64::MAX);

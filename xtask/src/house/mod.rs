@@ -56,6 +56,7 @@ pub const ALLOWED_LONG_FNS: &[AllowedLongFn] = &[AllowedLongFn {
 const SOURCE_ROOTS: &[(&str, RootKind)] = &[
     ("lagran-userspace/src", RootKind::Crate),
     ("lagran-edge/src", RootKind::Crate),
+    ("lagran-site/src", RootKind::Crate),
     ("lagran-ebpf/src", RootKind::Crate),
     ("lagran-common/src", RootKind::Crate),
     ("xtask/src", RootKind::Crate),
