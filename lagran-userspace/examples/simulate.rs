@@ -28,7 +28,7 @@ use lagran::location::coords::{coordinates, haversine_km};
 use lagran::model::{DEFAULT_POOL, Domain, Node, NodeStatus, Zone};
 use lagran::partition::PartitionTable;
 use lagran::route_table::RouteTable;
-use lagran::scheduler::{BuildState, Inputs, build_route_table};
+use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -214,7 +214,7 @@ fn build(
     }];
     let inputs =
         Inputs { nodes: nodes.to_vec(), zones: vec![zone], domains, now_ms: 1_700_000_000_000, ..Inputs::default() };
-    build_route_table(v, &inputs, partitions, settings, &settings.policy(), state)
+    build_route_table(v, &inputs, partitions, settings, &settings.policy(), state, &Change::Everything)
 }
 
 #[derive(Default)]

@@ -15,7 +15,7 @@ use lagran::model::{DEFAULT_POOL, Domain, Node, Zone};
 use lagran::partition::PartitionTable;
 use lagran::prefix_map::PrefixMapV4;
 use lagran::route_table::{Answer, ScheduledName};
-use lagran::scheduler::{BuildState, Change, Inputs, build_route_table, build_route_table_after};
+use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 
 mod kernel;
@@ -112,7 +112,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let settings = ScheduleSettings::default();
     let policy = settings.policy();
     let t = Instant::now();
-    let table = build_route_table(1, &inputs, &partitions, &settings, &policy, &mut BuildState::default());
+    let table =
+        build_route_table(1, &inputs, &partitions, &settings, &policy, &mut BuildState::default(), &Change::Everything);
     let route = t.elapsed();
     result("route_build_ms", ms(route));
     let edge = table.scheduled(lagran::demo::DEMO_ZONE).context("the demo zone apex is not scheduled")?;
@@ -329,8 +330,9 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
         let mut costs = Vec::new();
         for v in 0..a.builds.max(1) as u64 {
             let t = Instant::now();
-            let (table, c) =
-                cost::measure(|| build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state));
+            let (table, c) = cost::measure(|| {
+                build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state, &Change::Everything)
+            });
             times.push(t.elapsed().as_secs_f64() * 1e3);
             costs.push(c);
             if table.scheduled_names().count() != names_n {
@@ -351,12 +353,12 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
             let change = Change::Node(inputs.nodes[i].name.clone());
             let t = Instant::now();
             let (_, c) = cost::measure(|| {
-                build_route_table_after(100 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change)
+                build_route_table(100 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change)
             });
             down.push(t.elapsed().as_secs_f64() * 1e3);
             down_costs.push(c);
             inputs.nodes[i].status = lagran::model::NodeStatus::Online;
-            build_route_table_after(200 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
+            build_route_table(200 + j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
         }
         let (_, down_median) = stats(down.clone());
         result(&format!("{label}_one_down_ms"), format!("{down_median:.1}"));
@@ -389,7 +391,7 @@ fn one_down_grown(
     let mut version = 1;
     for end in (STEP..=all.len()).step_by(STEP) {
         inputs.nodes = all[..end].to_vec();
-        build_route_table_after(version, &inputs, partitions, settings, policy, &mut state, &Change::Everything);
+        build_route_table(version, &inputs, partitions, settings, policy, &mut state, &Change::Everything);
         version += 1;
     }
     let (mut downs, mut costs) = (Vec::new(), Vec::new());
@@ -404,7 +406,7 @@ fn one_down_grown(
         downs.push(t0.elapsed().as_secs_f64() * 1e3);
         costs.push(c);
         inputs.nodes[i].status = lagran::model::NodeStatus::Online;
-        build_route_table_after(version + 1, &inputs, partitions, settings, policy, &mut state, &change);
+        build_route_table(version + 1, &inputs, partitions, settings, policy, &mut state, &change);
         version += 2;
     }
     Ok((downs, costs))
@@ -422,7 +424,7 @@ fn grown_down_build(
     state: &mut BuildState,
     change: &Change,
 ) -> lagran::route_table::RouteTable {
-    build_route_table_after(version, inputs, partitions, settings, policy, state, change)
+    build_route_table(version, inputs, partitions, settings, policy, state, change)
 }
 
 /// The real xdb's partitions with `n` nodes placed at real client locations
@@ -449,13 +451,14 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         let mut costs = Vec::new();
         for v in 0..a.builds.max(3) as u64 {
             let t = Instant::now();
-            let (_, c) =
-                cost::measure(|| build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state));
+            let (_, c) = cost::measure(|| {
+                build_route_table(v + 1, &inputs, &partitions, &settings, &policy, &mut state, &Change::Everything)
+            });
             full.push(t.elapsed().as_secs_f64() * 1e3);
             costs.push(c);
         }
         // One node down: the primary for Shenzhen China Telecom goes offline.
-        let t = build_route_table(100, &inputs, &partitions, &settings, &policy, &mut state);
+        let t = build_route_table(100, &inputs, &partitions, &settings, &policy, &mut state, &Change::Everything);
         let probe: IpAddr = "58.60.1.1".parse()?;
         let before = t.scheduled("bench.lagran.net").context("no apex")?.answer_for(probe).0.node.clone();
         let down = before.clone().context("no answer for the probe")?;
@@ -463,9 +466,8 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         inputs.nodes[i].status = lagran::model::NodeStatus::Offline;
         let t0 = Instant::now();
         let change = Change::Node(down.clone());
-        let (t, down_cost) = cost::measure(|| {
-            build_route_table_after(101, &inputs, &partitions, &settings, &policy, &mut state, &change)
-        });
+        let (t, down_cost) =
+            cost::measure(|| build_route_table(101, &inputs, &partitions, &settings, &policy, &mut state, &change));
         let one_down = t0.elapsed().as_secs_f64() * 1e3;
         let after = t.scheduled("bench.lagran.net").context("no apex")?.answer_for(probe).0.node.clone();
         if after == before {
@@ -476,27 +478,19 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         let mut downs = vec![one_down];
         let mut down_costs = vec![down_cost];
         inputs.nodes[i].status = lagran::model::NodeStatus::Online;
-        build_route_table_after(102, &inputs, &partitions, &settings, &policy, &mut state, &change);
+        build_route_table(102, &inputs, &partitions, &settings, &policy, &mut state, &change);
         for j in 1..a.builds.max(3) * 2 {
             let n = (i + j * 97) % nodes_n;
             inputs.nodes[n].status = lagran::model::NodeStatus::Offline;
             let change = Change::Node(inputs.nodes[n].name.clone());
             let t0 = Instant::now();
             let (_, c) = cost::measure(|| {
-                build_route_table_after(
-                    200 + 2 * j as u64,
-                    &inputs,
-                    &partitions,
-                    &settings,
-                    &policy,
-                    &mut state,
-                    &change,
-                )
+                build_route_table(200 + 2 * j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change)
             });
             downs.push(t0.elapsed().as_secs_f64() * 1e3);
             down_costs.push(c);
             inputs.nodes[n].status = lagran::model::NodeStatus::Online;
-            build_route_table_after(201 + 2 * j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
+            build_route_table(201 + 2 * j as u64, &inputs, &partitions, &settings, &policy, &mut state, &change);
         }
         let (grown_downs, grown_costs) = one_down_grown(&inputs, &partitions, &settings, &policy, a.builds.max(3) * 2)?;
         let (_, median) = stats(full.clone());

@@ -25,7 +25,7 @@ use lagran::geo::{GeoDb, Xdb};
 use lagran::partition::PartitionTable;
 use lagran::prefix_map::PrefixMapV4;
 use lagran::route_table::{Answer, RouteTable, ScheduledName, ZoneRoutes};
-use lagran::scheduler::{BuildState, Inputs, build_route_table};
+use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
 use lagran::xdp::{MapWriter, Maps};
 use lagran_common::names::NameValue;
 
@@ -206,7 +206,15 @@ fn measured_tables(geo: &GeoDb) -> anyhow::Result<Vec<(&'static str, ScheduledNa
         ..Inputs::default()
     };
     let settings = ScheduleSettings::default();
-    let real = build_route_table(1, &inputs, &partitions, &settings, &settings.policy(), &mut BuildState::default());
+    let real = build_route_table(
+        1,
+        &inputs,
+        &partitions,
+        &settings,
+        &settings.policy(),
+        &mut BuildState::default(),
+        &Change::Everything,
+    );
     let edge = real.scheduled(lagran::demo::DEMO_ZONE).context("the demo zone apex is not scheduled")?.clone();
     let tiny = one_entry(&edge);
     Ok(vec![("full", edge), ("tiny", tiny)])

@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::model::Node;
 use crate::partition::PartitionTable;
 use crate::route_table::RouteTable;
-use crate::scheduler::{BuildState, Inputs, Scheduler, SchedulerError, build_route_table};
+use crate::scheduler::{BuildState, Change, Inputs, Scheduler, SchedulerError, build_route_table};
 use matrix::{Cell, Move};
 use nshosts::NsHostSource;
 use traffic::{Sample, TrafficHistory};
@@ -118,8 +118,15 @@ impl Console {
         tokio::task::spawn_blocking(move || {
             let before = job.live(&table, &inputs)?;
             let mut state = state;
-            let after_table =
-                build_route_table(table.version + 1, &changed, &partitions, &job.settings, &job.policy, &mut state);
+            let after_table = build_route_table(
+                table.version + 1,
+                &changed,
+                &partitions,
+                &job.settings,
+                &job.policy,
+                &mut state,
+                &Change::Everything,
+            );
             let after = job.live(&after_table, &changed)?;
             let moves = matrix::moves(&before.cells, &after.cells);
             Some(WhatIf { domain: job.domain.clone(), version: table.version, moves, published: false })
@@ -176,6 +183,7 @@ impl MatrixJob {
             &self.settings,
             &self.policy,
             &mut BuildState::default(),
+            &Change::Everything,
         );
         let address = self.address_cells(table, name);
         let cells = matrix::matrix_with(&address, province_table.scheduled(&self.domain));

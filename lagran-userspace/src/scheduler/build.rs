@@ -172,20 +172,11 @@ fn rule_domain(rule: &Rule) -> Option<String> {
 ///
 /// Rankings come from the numeric [`Plan`]: one per (pool, effective location
 /// class), not per partition; `engine::rank` is the oracle the tests hold it to.
+///
+/// `change` says what differs from the last build recorded in `state`: the
+/// same table comes out, computed from that record where the change allows
+/// ([`incremental`]); [`Change::Everything`] builds from scratch.
 pub fn build_route_table(
-    version: u64,
-    inputs: &Inputs,
-    partitions: &PartitionTable,
-    settings: &ScheduleSettings,
-    policy: &Policy,
-    state: &mut BuildState,
-) -> RouteTable {
-    build_route_table_after(version, inputs, partitions, settings, policy, state, &Change::Everything)
-}
-
-/// [`build_route_table`] after `change`: the same table, computed from the
-/// last build's record where the change allows ([`incremental`]).
-pub fn build_route_table_after(
     version: u64,
     inputs: &Inputs,
     partitions: &PartitionTable,

@@ -252,7 +252,7 @@ mod tests {
     use crate::geo::{GeoDb, IpVersion, Xdb, write_xdb};
     use crate::model::{Node, NodeStatus, Rule, RuleKind, Zone};
     use crate::scheduler::settings::ScheduleSettings;
-    use crate::scheduler::{BuildState, Inputs, build_route_table};
+    use crate::scheduler::{BuildState, Change, Inputs, build_route_table};
     use std::net::Ipv4Addr;
 
     fn partitions() -> PartitionTable {
@@ -313,9 +313,9 @@ mod tests {
         inputs.nodes[2].country = "HK".into();
         inputs.nodes[2].weight = 150;
         let mut state = BuildState::default();
-        let t1 = build_route_table(1, &inputs, &p, &s, &s.policy(), &mut state);
+        let t1 = build_route_table(1, &inputs, &p, &s, &s.policy(), &mut state, &Change::Everything);
         inputs.nodes[0].status = NodeStatus::Offline;
-        let t2 = build_route_table(2, &inputs, &p, &s, &s.policy(), &mut state);
+        let t2 = build_route_table(2, &inputs, &p, &s, &s.policy(), &mut state, &Change::Everything);
         let (a, b) = (t1.scheduled("edge.lagran.net").unwrap(), t2.scheduled("edge.lagran.net").unwrap());
         let m = moves(&p, &a.v4, &b.v4, &a.answers, &b.answers, |x, y| x.node != y.node);
         assert_eq!(m.len(), 1, "{m:?}");
@@ -344,7 +344,7 @@ mod tests {
             created_at_ms: 0,
         };
         inputs.rules.push(r);
-        let t3 = build_route_table(3, &inputs, &p, &s, &s.policy(), &mut state);
+        let t3 = build_route_table(3, &inputs, &p, &s, &s.policy(), &mut state, &Change::Everything);
         let c = t3.scheduled("edge.lagran.net").unwrap();
         let m = moves(&p, &b.v4, &c.v4, &b.answers, &c.answers, |x, y| x.node != y.node);
         assert_eq!(m.len(), 1, "{m:?}");

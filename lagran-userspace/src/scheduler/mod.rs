@@ -45,7 +45,7 @@ pub mod settings;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use build::{BuildState, Change, Inputs, NameIds, build_route_table, build_route_table_after};
+pub use build::{BuildState, Change, Inputs, NameIds, build_route_table};
 pub use changes::{ChangeEvent, ChangeLog};
 pub use decide::{ClientQuery, Decision, ServedAnswer};
 pub use forward::Forwarder;

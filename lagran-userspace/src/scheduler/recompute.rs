@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::build_lock::BuildGuard;
 use super::list_cache::Lists;
 use super::node_cache::Load;
-use super::{BuildState, Change, Inputs, Scheduler, SchedulerError, build_route_table_after, forward};
+use super::{BuildState, Change, Inputs, Scheduler, SchedulerError, build_route_table, forward};
 use crate::clock::now_ms;
 use crate::engine::Policy;
 use crate::model::Node;
@@ -273,7 +273,7 @@ struct Built {
 impl BuildJob {
     fn run(mut self) -> Built {
         let (wall, cpu) = (Instant::now(), thread_cpu_time());
-        let table = build_route_table_after(
+        let table = build_route_table(
             self.version,
             &self.inputs,
             &self.partitions,

@@ -69,7 +69,15 @@ fn partitions() -> PartitionTable {
 }
 
 fn build(inputs: &Inputs, settings: &ScheduleSettings) -> RouteTable {
-    build_route_table(1, inputs, &partitions(), settings, &settings.policy(), &mut BuildState::default())
+    build_route_table(
+        1,
+        inputs,
+        &partitions(),
+        settings,
+        &settings.policy(),
+        &mut BuildState::default(),
+        &Change::Everything,
+    )
 }
 
 fn answer(t: &RouteTable, name: &str, ip: &str) -> (Answer, u8) {
@@ -189,13 +197,13 @@ fn pool_names_answer_from_their_pool_and_keep_their_ids() {
     });
     let mut state = BuildState::default();
     let s = ScheduleSettings::default();
-    let t = build_route_table(1, &inputs, &partitions(), &s, &s.policy(), &mut state);
+    let t = build_route_table(1, &inputs, &partitions(), &s, &s.policy(), &mut state, &Change::Everything);
     let n = t.scheduled("pool-a.edge.lagran.net").unwrap();
     let (a, _) = n.answer_for("58.60.1.1".parse().unwrap());
     assert_eq!(a.node.as_deref(), Some("kr-01"));
     assert_eq!(a.ttl, 10);
     let id = n.id;
-    let t2 = build_route_table(2, &inputs, &partitions(), &s, &s.policy(), &mut state);
+    let t2 = build_route_table(2, &inputs, &partitions(), &s, &s.policy(), &mut state, &Change::Everything);
     assert_eq!(t2.scheduled("pool-a.edge.lagran.net").unwrap().id, id);
 }
 
@@ -287,17 +295,17 @@ fn hysteresis_holds_under_10_percent_and_moves_under_30() {
     ];
     let mut state = BuildState::default();
     let policy = settings.policy();
-    let t = build_route_table(1, &inputs, &partitions(), &settings, &policy, &mut state);
+    let t = build_route_table(1, &inputs, &partitions(), &settings, &policy, &mut state, &Change::Everything);
     assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("a"));
     // b is now 10 % better than a: keep a
     inputs.nodes[1].weight = 110;
-    let t = build_route_table(2, &inputs, &partitions(), &settings, &policy, &mut state);
+    let t = build_route_table(2, &inputs, &partitions(), &settings, &policy, &mut state, &Change::Everything);
     let (a, _) = answer(&t, APEX, "8.8.8.8");
     assert_eq!(a.node.as_deref(), Some("a"), "a 10 % swing holds");
     assert!(a.reason.contains("hysteresis"), "{}", a.reason);
     // b is now 30 % better: move
     inputs.nodes[1].weight = 130;
-    let t = build_route_table(3, &inputs, &partitions(), &settings, &policy, &mut state);
+    let t = build_route_table(3, &inputs, &partitions(), &settings, &policy, &mut state, &Change::Everything);
     assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("b"), "a 30 % swing moves");
 }
 
@@ -313,16 +321,16 @@ fn hysteresis_holds_a_swing_of_a_few_points_where_scores_are_small() {
         let policy = settings.policy();
         let mut state = BuildState::default();
         inputs.nodes[1].weight = 8;
-        let t = build_route_table(1, &inputs, &partitions(), &settings, &policy, &mut state);
+        let t = build_route_table(1, &inputs, &partitions(), &settings, &policy, &mut state, &Change::Everything);
         assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("a"));
         // b is now 40 % better, by 4 points: load jitter on small scores.
         inputs.nodes[1].weight = 14;
-        let t = build_route_table(2, &inputs, &partitions(), &settings, &policy, &mut state);
+        let t = build_route_table(2, &inputs, &partitions(), &settings, &policy, &mut state, &Change::Everything);
         let expect = if moves { "b" } else { "a" };
         assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some(expect), "4 points, floor {points}");
         // By more than 20 points (and 15 %), b takes over under either floor.
         inputs.nodes[1].weight = 31;
-        let t = build_route_table(3, &inputs, &partitions(), &settings, &policy, &mut state);
+        let t = build_route_table(3, &inputs, &partitions(), &settings, &policy, &mut state, &Change::Everything);
         assert_eq!(answer(&t, APEX, "8.8.8.8").0.node.as_deref(), Some("b"), "21 points, floor {points}");
     }
 }

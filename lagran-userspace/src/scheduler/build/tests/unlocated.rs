@@ -23,8 +23,15 @@ fn partitions_with_a_hole() -> PartitionTable {
 #[test]
 fn unlocated_public_blocks_are_flagged_and_reserved_ones_are_not() {
     let s = ScheduleSettings::default();
-    let t =
-        build_route_table(1, &seed_inputs(), &partitions_with_a_hole(), &s, &s.policy(), &mut BuildState::default());
+    let t = build_route_table(
+        1,
+        &seed_inputs(),
+        &partitions_with_a_hole(),
+        &s,
+        &s.policy(),
+        &mut BuildState::default(),
+        &Change::Everything,
+    );
     let (a, scope) = answer(&t, APEX, "11.1.2.3");
     assert_eq!(a.state, AnswerState::Resolver, "public and unlocated: the resolver decides");
     assert_eq!(scope, 8, "the block's own width, not merged with 10/8");
@@ -44,7 +51,15 @@ fn a_prefix_rule_beats_the_resolver_fallback() {
     r.prefix = Some("11.1.0.0/16".parse().unwrap());
     inputs.rules.push(r);
     let s = ScheduleSettings::default();
-    let t = build_route_table(1, &inputs, &partitions_with_a_hole(), &s, &s.policy(), &mut BuildState::default());
+    let t = build_route_table(
+        1,
+        &inputs,
+        &partitions_with_a_hole(),
+        &s,
+        &s.policy(),
+        &mut BuildState::default(),
+        &Change::Everything,
+    );
     let (a, _) = answer(&t, APEX, "11.1.2.3");
     assert_eq!(a.node.as_deref(), Some("kr-01"));
     assert_ne!(a.state, AnswerState::Resolver, "the operator named this prefix");
@@ -56,7 +71,8 @@ fn a_prefix_rule_beats_the_resolver_fallback() {
 fn nothing_is_flagged_when_every_client_gets_the_same_answer() {
     let s = ScheduleSettings::default();
     let none = PartitionTable::default();
-    let t = build_route_table(1, &seed_inputs(), &none, &s, &s.policy(), &mut BuildState::default());
+    let t =
+        build_route_table(1, &seed_inputs(), &none, &s, &s.policy(), &mut BuildState::default(), &Change::Everything);
     let (a, scope) = answer(&t, APEX, "11.1.2.3");
     assert_ne!(a.state, AnswerState::Resolver, "no geo file: the resolver would get the same answer");
     assert_eq!(scope, 0, "one answer for all");
