@@ -17,32 +17,35 @@ pub fn demo_zone() -> Zone {
     z
 }
 
+/// A node at a place with a carrier, weight, CPU and memory usage and
+/// address: one row of a node table, in its column order.
+#[expect(clippy::too_many_arguments, reason = "one call per row of the example table, in its column order")]
+pub fn node(
+    name: &str,
+    country: &str,
+    province: &str,
+    city: &str,
+    isp: &str,
+    weight: i64,
+    cpu: f64,
+    mem: f64,
+    ip: [u8; 4],
+) -> Node {
+    let mut n = Node::new(name);
+    n.country = country.into();
+    n.province = province.into();
+    n.city = city.into();
+    n.isp = isp.into();
+    n.weight = weight;
+    n.cpu_usage = cpu;
+    n.memory_usage = mem;
+    n.public_ip = Some(ip.into());
+    n
+}
+
 /// The reference design's example table, exactly: name, location, carrier,
 /// weight, CPU and memory usage, address.
 pub fn demo_nodes() -> Vec<Node> {
-    #[expect(clippy::too_many_arguments, reason = "one call per row of the example table, in its column order")]
-    fn node(
-        name: &str,
-        country: &str,
-        province: &str,
-        city: &str,
-        isp: &str,
-        weight: i64,
-        cpu: f64,
-        mem: f64,
-        ip: [u8; 4],
-    ) -> Node {
-        let mut n = Node::new(name);
-        n.country = country.into();
-        n.province = province.into();
-        n.city = city.into();
-        n.isp = isp.into();
-        n.weight = weight;
-        n.cpu_usage = cpu;
-        n.memory_usage = mem;
-        n.public_ip = Some(ip.into());
-        n
-    }
     vec![
         node("gz-01", "CN", "广东", "深圳", "电信", 100, 20.0, 30.0, [203, 0, 113, 21]),
         node("hk-01", "HK", "香港", "", "BGP", 120, 10.0, 10.0, [203, 0, 113, 22]),

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context as _;
@@ -11,7 +10,6 @@ use super::resolver::ResolverShare;
 use super::search::{Best, Run, cpu_per_answer};
 use super::servers::Server;
 use super::{Bench, Measured, Results, num};
-use crate::util;
 
 pub(super) struct Row {
     pub(super) metric: String,
@@ -422,8 +420,7 @@ pub(super) fn write(b: &Bench, gens: &[String], mut m: Measured, started: Instan
     }
     let args: String = std::env::args().skip(2).map(|a| format!(" {a}")).collect();
     let mut summary = format!(
-        "Measured {} on {} CPUs, kernel {}; `cargo xtask bench{args}` ({secs:.0} s).\n\n{md}",
-        date(),
+        "Measured on {} CPUs, kernel {}; `cargo xtask bench{args}` ({secs:.0} s).\n\n{md}",
         cpus(),
         kernel_release(),
     );
@@ -480,8 +477,4 @@ pub(super) fn cpus() -> usize {
 
 pub(super) fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or("?".into(), |s| s.trim().to_string())
-}
-
-pub(super) fn date() -> String {
-    util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).map_or("?".into(), |s| s.trim().to_string())
 }

@@ -4,6 +4,7 @@
 use std::net::Ipv4Addr;
 
 use super::*;
+use crate::demo::node;
 use crate::geo::GeoDb;
 use crate::health::ProbeState;
 use crate::model::{LineAnswer, NodeStatus, NsHost, RuleKind};
@@ -14,30 +15,6 @@ mod cname;
 mod unlocated;
 
 const APEX: &str = "edge.lagran.net";
-
-#[expect(clippy::too_many_arguments, reason = "one call per row of a node table, in its column order")]
-fn node(
-    name: &str,
-    country: &str,
-    province: &str,
-    city: &str,
-    isp: &str,
-    w: i64,
-    cpu: f64,
-    mem: f64,
-    ip: [u8; 4],
-) -> Node {
-    let mut n = Node::new(name);
-    n.country = country.into();
-    n.province = province.into();
-    n.city = city.into();
-    n.isp = isp.into();
-    n.weight = w;
-    n.cpu_usage = cpu;
-    n.memory_usage = mem;
-    n.public_ip = Some(ip.into());
-    n
-}
 
 fn seed_inputs() -> Inputs {
     let mut zone = Zone::new(APEX);
