@@ -416,6 +416,29 @@ impl TempPostgres {
         self.database_url(&name)
     }
 
+    /// SIGKILLs the server's postmaster, as a crash would (no shutdown
+    /// checkpoint; its backends exit when they notice). For fault injection.
+    pub fn kill(&mut self) -> Result<(), TestkitError> {
+        let pid_file = self.dir.join("data").join("postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file).map_err(io_err(format!("reading {}", pid_file.display())))?;
+        let pid: i32 = text.lines().next().and_then(|l| l.trim().parse().ok()).unwrap_or(0);
+        if pid <= 0 {
+            return Err(TestkitError::NotInstalled);
+        }
+        // SAFETY: kill(2) on the postmaster's pid, read from its own pid file.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        self.stopped = true;
+        Ok(())
+    }
+
+    /// Starts the server again on the same port and data directory (after
+    /// [`TempPostgres::kill`] or [`TempPostgres::stop`]): crash recovery runs first.
+    pub fn restart(&mut self) -> Result<(), TestkitError> {
+        self.pg_ctl_start()?;
+        self.stopped = false;
+        Ok(())
+    }
+
     /// Stops the server now (also done on drop).
     pub fn stop(&mut self) {
         if !self.stopped {

@@ -3,6 +3,7 @@
 
 mod aaaa;
 mod api;
+mod chaos;
 mod cli;
 mod cname;
 mod console;

@@ -167,7 +167,8 @@ impl Daemon {
                 cmd.args(["control", "--api-listen", api]);
             }
             Role::Dns { control, state_file } => {
-                cmd.args(["dns", "--control", control, "--dns-listen", "127.0.0.1:0", "--api-listen", api])
+                let dns = opts.dns_listen.as_deref().unwrap_or("127.0.0.1:0");
+                cmd.args(["dns", "--control", control, "--dns-listen", dns, "--api-listen", api])
                     .arg("--state-file")
                     .arg(state_file);
             }

@@ -6,6 +6,7 @@
 mod bench;
 mod build_ebpf;
 mod busy;
+mod chaos;
 mod fuzz;
 mod house;
 mod integration_test;
@@ -47,6 +48,9 @@ enum Subcommand {
     /// Scheduling quality at fleet scale: real xdb, 100 000 client /24s with
     /// ECS, dense and sparse fleets; a table and target/simulate/*.csv.
     Simulate(simulate::Options),
+    /// Fault injection at full length: the production topology under load, one
+    /// fault at a time; a row per fault (root, ~15 min); writes target/chaos/latest.md.
+    Chaos(chaos::Options),
     /// Check the structure rules of the product code: file and function lengths,
     /// import cycles between sibling modules, comments citing outside documents.
     House(house::Options),
@@ -57,6 +61,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Subcommand::Setup(opts) => setup::exec(opts),
         Subcommand::BuildEbpf(opts) => build_ebpf::exec(opts),
+        Subcommand::Chaos(opts) => chaos::exec(opts),
         Subcommand::Run(opts) => run::exec(opts),
         Subcommand::Test(opts) => test::exec(opts),
         Subcommand::Bench(opts) => bench::exec(opts),
