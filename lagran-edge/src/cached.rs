@@ -38,7 +38,7 @@ use crate::freshness::{self, Freshness, State};
 use crate::origin::{Forward, RequestHead};
 use crate::outcome::CacheResult;
 use crate::range::{self, ByteRange};
-use crate::request::{self, origin_failed, text, with_outcome};
+use crate::reply::{self, origin_failed, text, with_outcome};
 use crate::{Edge, Site};
 
 /// What the client asked, kept for the answer.
@@ -69,7 +69,7 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
         *req.method_mut() = Method::HEAD;
         *req.uri_mut() = asked.uri;
         *req.headers_mut() = asked.headers;
-        return request::proxy(site, req, forward, CacheResult::Miss).await;
+        return reply::proxy(site, req, forward, CacheResult::Miss).await;
     }
     match edge.collapser.turn(&key) {
         Turn::Lead(_leader) => fetch(edge, site, &asked, stored, forward).await,
@@ -189,6 +189,31 @@ async fn fetch(
         }
         return with_outcome(resp, CacheResult::Miss, Some(took));
     };
+    let exchange = Exchange { request_time, response_time, took };
+    fill(edge, site, asked, forward, resp, freshness, exchange).await
+}
+
+/// When an origin exchange happened and how long it took to its response head.
+#[derive(Debug, Clone, Copy)]
+struct Exchange {
+    request_time: SystemTime,
+    response_time: SystemTime,
+    took: Duration,
+}
+
+/// Reads a storable `200`, stores it and answers from it; a body past
+/// `cache_max_object_bytes` streams through instead.
+async fn fill(
+    edge: &Edge,
+    site: &Site,
+    asked: &Asked,
+    forward: Forward<'_>,
+    resp: Response<EdgeBody>,
+    freshness: Freshness,
+    exchange: Exchange,
+) -> Response<EdgeBody> {
+    let Exchange { request_time, response_time, took } = exchange;
+    let ranged = asked.headers.contains_key(header::RANGE);
     let (mut parts, incoming) = resp.into_parts();
     match body::read_up_to(incoming, edge.cache.max_object_bytes()).await {
         Ok(Read::Whole(bytes)) => {
@@ -260,7 +285,7 @@ async fn range_from_origin(site: &Site, asked: &Asked, forward: Forward<'_>) -> 
     let mut req = Request::new(body::empty());
     *req.uri_mut() = asked.uri.clone();
     *req.headers_mut() = asked.headers.clone();
-    request::proxy(site, req, forward, CacheResult::Miss).await
+    reply::proxy(site, req, forward, CacheResult::Miss).await
 }
 
 /// Whether the client's own validators match `object` (RFC 9110 §13.1.1, §13.1.3).

@@ -20,6 +20,7 @@ pub mod outcome;
 pub mod range;
 pub mod rate_limit;
 pub mod remote;
+pub mod reply;
 pub mod request;
 pub mod server;
 pub mod tls;

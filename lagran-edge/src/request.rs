@@ -19,17 +19,18 @@ use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
 use http_body_util::BodyExt;
-use hyper::body::{Body, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::http::uri::Scheme;
 use hyper::{Method, Request, Response, StatusCode, Version};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::access_log::{self, Line};
 use crate::body::{self, Counted, EdgeBody, OnDone};
-use crate::origin::{Forward, OriginError};
+use crate::origin::Forward;
 use crate::outcome::{CacheResult, Outcome};
-use crate::{Edge, Site, cached, host};
+use crate::reply::{proxy, text};
+use crate::{Edge, cached, host};
 
 /// What the handler knows about the connection a request came on.
 #[derive(Debug)]
@@ -85,14 +86,6 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
         }
     };
     resp.map(|b| Counted::new(b, edge.stats.clone(), on_done).boxed())
-}
-
-pub fn text(status: StatusCode, msg: impl Into<String>) -> Response<EdgeBody> {
-    let mut resp = Response::new(body::full(msg.into()));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
 }
 
 /// The request's host: the URI authority (HTTP/2, absolute-form) or the Host header.
@@ -211,49 +204,4 @@ async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Respon
     }
     let (parts, _) = req.into_parts();
     cached::serve(edge, &site, parts, forward).await
-}
-
-/// Passes `req` to the origin and its answer back, uncached.
-pub async fn proxy(
-    site: &Site,
-    req: Request<EdgeBody>,
-    forward: Forward<'_>,
-    result: CacheResult,
-) -> Response<EdgeBody> {
-    let sent = match req.body().is_end_stream() {
-        true => {
-            let (parts, _) = req.into_parts();
-            let head = crate::origin::RequestHead { method: parts.method, uri: parts.uri, headers: parts.headers };
-            site.origins.fetch(&head, forward).await
-        }
-        false => site.origins.send(req, forward).await,
-    };
-    match sent {
-        Ok((resp, took)) => {
-            site.metrics.origin_answered(took);
-            with_outcome(resp, result, Some(took))
-        }
-        Err(e) => origin_failed(site, forward.host, e),
-    }
-}
-
-/// `resp` marked with its cache result (header and extension).
-pub fn with_outcome(
-    mut resp: Response<EdgeBody>,
-    cache: CacheResult,
-    origin_time: Option<std::time::Duration>,
-) -> Response<EdgeBody> {
-    cache.set(resp.headers_mut());
-    resp.extensions_mut().insert(Outcome { cache, origin_time });
-    resp
-}
-
-pub fn origin_failed(site: &Site, host: &str, e: OriginError) -> Response<EdgeBody> {
-    site.metrics.origin_failed();
-    warn!(%host, error = %crate::error_chain(&e), "origin fetch failed");
-    let resp = match e {
-        OriginError::Timeout { .. } => text(StatusCode::GATEWAY_TIMEOUT, "origin timed out\n"),
-        _ => text(StatusCode::BAD_GATEWAY, "origin unreachable\n"),
-    };
-    with_outcome(resp, CacheResult::Miss, None)
 }
