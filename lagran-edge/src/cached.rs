@@ -18,7 +18,9 @@
 //! - Bodies over `cache_max_object_bytes` stream through to the client as they
 //!   arrive and are not stored.
 //! - A client's own `If-None-Match` / `If-Modified-Since` is answered `304` from a
-//!   stored object that matches.
+//!   stored object that matches. A client's `Cache-Control` is not obeyed: the
+//!   origin's says how long objects are good for, and one client's `no-cache`
+//!   would otherwise send every such request to the origin.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -53,7 +55,12 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
     let asked = Asked { head_only: parts.method == Method::HEAD, uri: parts.uri, headers: parts.headers };
     let primary = cache::key(forward.host, &asked.uri);
     let key = edge.cache.key_for(&primary, &asked.headers);
-    let stored = edge.cache.get(&key).await;
+    let mut stored = edge.cache.get(&key).await;
+    // Past every stale window and nothing to revalidate with: of no more use.
+    if stored.as_ref().is_some_and(|o| o.is_dead(SystemTime::now())) {
+        edge.cache.remove(&key);
+        stored = None;
+    }
     if let Some(object) = &stored {
         match object.state(SystemTime::now()) {
             State::Fresh => return from_cache(object, &asked, CacheResult::Hit, None),

@@ -97,7 +97,8 @@ pub struct Config {
 /// One `[[site]]` table: the keys of the shared [`Site`] plus what only the
 /// edge's own file may say: the site's certificate files, and its origins
 /// beyond one (`origins`, tried in order, instead of `origin`), the `Host` sent
-/// to them (`origin_host`), the CA its `https://` origins are verified with
+/// to them (`origin_host`), their weights (`origin_weights`, one per origin;
+/// without: in order), the CA its `https://` origins are verified with
 /// (`origin_ca`, a PEM file) and the path health checks ask
 /// (`origin_health_path`, default `/`). Origins are parsed once here.
 #[derive(Debug, Clone)]
@@ -110,6 +111,8 @@ pub struct SiteConfig {
     /// The contents of `origin_ca`.
     pub origin_ca_pem: Option<Arc<[u8]>>,
     pub origin_health_path: String,
+    /// One per origin; empty: the origins are tried in order.
+    pub origin_weights: Vec<u32>,
 }
 
 impl SiteConfig {
@@ -123,6 +126,7 @@ impl SiteConfig {
             origin_host: None,
             origin_ca_pem: None,
             origin_health_path: "/".to_owned(),
+            origin_weights: Vec::new(),
         })
     }
 
@@ -167,6 +171,7 @@ impl<'de> Deserialize<'de> for SiteConfig {
         let origin_host: Option<String> = take(&mut table, "origin_host")?;
         let origin_ca: Option<PathBuf> = take(&mut table, "origin_ca")?;
         let health_path: Option<String> = take(&mut table, "origin_health_path")?;
+        let weights: Option<Vec<u32>> = take(&mut table, "origin_weights")?;
         if let Some(origins) = &origins {
             match (origins.first(), table.contains_key("origin")) {
                 (_, true) => return Err(D::Error::custom("origins: give `origin` or `origins`, not both")),
@@ -187,6 +192,7 @@ impl<'de> Deserialize<'de> for SiteConfig {
             entry.origin_ca_pem = Some(pem.into());
         }
         entry.origin_host = origin_host;
+        entry.origin_weights = weights.unwrap_or_default();
         entry.origin_health_path = health_path.unwrap_or(entry.origin_health_path);
         Ok(entry)
     }
@@ -335,6 +341,10 @@ impl Config {
             if entry.origin_host.as_ref().is_some_and(|h| h.is_empty() || HeaderValue::from_str(h).is_err()) {
                 return fail("origin_host", "must be a host name, with an optional :port".into());
             }
+            let weights = &entry.origin_weights;
+            if !weights.is_empty() && (weights.len() != entry.origins.len() || weights.iter().all(|&w| w == 0)) {
+                return fail("origin_weights", "needs one weight per origin, not all 0".into());
+            }
             if !entry.origin_health_path.starts_with('/') || entry.origin_health_path.parse::<hyper::Uri>().is_err() {
                 return fail("origin_health_path", "must be a path starting with '/'".into());
             }
@@ -401,6 +411,8 @@ mod tests {
         assert!(e.contains("not both"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigins = [\"http://p\", \"gopher://q\"]\n");
         assert!(e.contains("origins"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigins = [\"http://p\", \"http://q\"]\norigin_weights = [1]\n");
+        assert!(e.contains("site[0].origin_weights"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"https://o\"\norigin_ca = \"/nonexistent/ca.pem\"\n");
         assert!(e.contains("origin_ca") && e.contains("/nonexistent/ca.pem"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\ndeny_cidrs = [\"10.0.0.0/33\"]\n");

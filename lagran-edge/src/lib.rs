@@ -177,6 +177,7 @@ impl Edge {
                 origins: entry.origins().to_vec(),
                 host_header: entry.origin_host.as_deref().and_then(|h| h.parse().ok()),
                 health_path: entry.origin_health_path.clone(),
+                weights: entry.origin_weights.clone(),
             };
             let site = Site {
                 host: s.host.clone(),

@@ -1,6 +1,10 @@
 //! A site's origins in the order they are tried, each marked up or down.
 //!
-//! A request goes to the first origin that is up. When an origin cannot be
+//! A request goes to the first origin that is up, or, when the site gives
+//! weights, to the origin that is up picked by smooth weighted round-robin (the
+//! one nginx uses: every pick adds each weight to its origin's running score,
+//! takes the highest and subtracts the total from it, so 3:1 sends a,a,b,a…),
+//! then to the others in order. When an origin cannot be
 //! reached (no connection, no answer in time) it is marked down and, for a
 //! request without a body, the next origin is asked at once, so clients see no
 //! error while another origin answers; an idempotent request that failed on
@@ -8,6 +12,7 @@
 //! mark origins up again, and down when they stop answering. When every origin
 //! is down they are still tried, in order: a health check may be behind.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -27,6 +32,8 @@ pub struct OriginSetConfig {
     pub host_header: Option<HeaderValue>,
     /// Path the health checks ask with `GET`.
     pub health_path: String,
+    /// One weight per origin; empty: in order.
+    pub weights: Vec<u32>,
 }
 
 #[derive(Debug)]
@@ -41,6 +48,9 @@ pub struct OriginSet {
     host_header: Option<HeaderValue>,
     health_path: String,
     client: OriginClient,
+    weights: Vec<u32>,
+    /// Smooth weighted round-robin scores, one per origin.
+    scores: Mutex<Vec<i64>>,
 }
 
 /// The request line and headers of a request, to send to one origin after another.
@@ -63,14 +73,50 @@ impl RequestHead {
 
 impl OriginSet {
     pub fn new(config: OriginSetConfig, client: OriginClient) -> OriginSet {
-        let members = config.origins.into_iter().map(|origin| Member { origin, up: AtomicBool::new(true) }).collect();
-        OriginSet { members, host_header: config.host_header, health_path: config.health_path, client }
+        let members: Vec<Member> =
+            config.origins.into_iter().map(|origin| Member { origin, up: AtomicBool::new(true) }).collect();
+        let scores = Mutex::new(vec![0; members.len()]);
+        let (host_header, health_path, weights) = (config.host_header, config.health_path, config.weights);
+        OriginSet { members, host_header, health_path, client, weights, scores }
     }
 
-    /// The origins in the order to try them: those up, then those down.
-    fn in_order(&self) -> impl Iterator<Item = &Member> {
-        let up = self.members.iter().filter(|m| m.up.load(Ordering::Relaxed));
-        up.chain(self.members.iter().filter(|m| !m.up.load(Ordering::Relaxed)))
+    /// The origins in the order to try them: the weighted pick, those up, then those down.
+    fn in_order(&self) -> Vec<&Member> {
+        let picked = self.weighted_pick();
+        let mut order = Vec::with_capacity(self.members.len());
+        order.extend(picked.map(|i| &self.members[i]));
+        for up in [true, false] {
+            let rest = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(i, m)| m.up.load(Ordering::Relaxed) == up && Some(*i) != picked);
+            order.extend(rest.map(|(_, m)| m));
+        }
+        order
+    }
+
+    /// The next origin by smooth weighted round-robin among those up.
+    fn weighted_pick(&self) -> Option<usize> {
+        if self.weights.is_empty() {
+            return None;
+        }
+        let mut scores = self.scores.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut total, mut best) = (0, None::<usize>);
+        for (i, member) in self.members.iter().enumerate() {
+            let weight = i64::from(self.weights[i]);
+            if weight == 0 || !member.up.load(Ordering::Relaxed) {
+                continue;
+            }
+            scores[i] += weight;
+            total += weight;
+            if best.is_none_or(|b| scores[i] > scores[b]) {
+                best = Some(i);
+            }
+        }
+        let best = best?;
+        scores[best] -= total;
+        Some(best)
     }
 
     fn mark(&self, member: &Member, up: bool) {
@@ -119,7 +165,7 @@ impl OriginSet {
         req: Request<EdgeBody>,
         forward: Forward<'_>,
     ) -> Result<(Response<EdgeBody>, Duration), OriginError> {
-        let member = self.in_order().next().expect("a site has at least one origin");
+        let member = *self.in_order().first().expect("a site has at least one origin");
         let start = Instant::now();
         match self.client.send(&member.origin, req, forward, self.host_header.as_ref()).await {
             Ok(resp) => Ok((resp, start.elapsed())),

@@ -92,6 +92,25 @@ async fn a_killed_primary_fails_over_to_the_second_and_comes_back() {
 }
 
 #[tokio::test]
+async fn weights_share_requests_among_origins() {
+    let (a, b) = (plain("a", "no-store").await, plain("b", "no-store").await);
+    let edge = start_edge(&format!(
+        "[[site]]\nhost = \"w.test\"\norigins = [\"http://{}\", \"http://{}\"]\norigin_weights = [3, 1]\n",
+        a.addr, b.addr
+    ))
+    .await;
+    let mut bodies = String::new();
+    for _ in 0..8 {
+        bodies += get(edge.addr, "w.test", "/", &[]).await.text();
+    }
+    assert_eq!(bodies, "aabaaaba", "smooth weighted round-robin, 3:1");
+    b.kill();
+    for _ in 0..4 {
+        assert_eq!(get(edge.addr, "w.test", "/", &[]).await.text(), "a", "a dead origin's turns go to the others");
+    }
+}
+
+#[tokio::test]
 async fn stale_if_error_serves_the_stored_object_when_the_origin_is_down() {
     let origin = scripted(
         "127.0.0.1:0",
