@@ -1,8 +1,10 @@
 //! Response bodies: one boxed type for everything the edge sends, a body that replays
-//! what was already read from the origin before the rest, and a byte counter feeding
-//! the agent's bandwidth figure.
+//! what was already read from the origin before the rest, a body cut off at a
+//! deadline, and a byte counter feeding the agent's bandwidth figure and, when the
+//! body is done, the request's access log line and metrics.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -39,7 +41,7 @@ pub enum Read {
 }
 
 /// Reads `body` until it ends or passes `limit` bytes.
-pub async fn read_up_to(mut body: Incoming, limit: usize) -> Result<Read, hyper::Error> {
+pub async fn read_up_to(mut body: EdgeBody, limit: usize) -> Result<Read, BoxError> {
     let mut chunks = VecDeque::new();
     let mut len = 0;
     while let Some(frame) = body.frame().await {
@@ -58,14 +60,14 @@ pub async fn read_up_to(mut body: Incoming, limit: usize) -> Result<Read, hyper:
 
 pub struct Replay {
     head: VecDeque<Bytes>,
-    rest: Incoming,
+    rest: EdgeBody,
 }
 
 impl Body for Replay {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         match this.head.pop_front() {
             Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
@@ -78,15 +80,68 @@ impl Body for Replay {
     }
 }
 
-/// Adds the data it passes on to `Stats::bytes_served`.
+/// The body was not done by the deadline of the whole origin exchange.
+#[derive(Debug, thiserror::Error)]
+#[error("the origin's body did not end in time")]
+pub struct BodyTimeout;
+
+/// `inner`, failing with [`BodyTimeout`] once `deadline` passes.
+pub fn until(inner: EdgeBody, deadline: tokio::time::Instant) -> EdgeBody {
+    Until { inner, sleep: Box::pin(tokio::time::sleep_until(deadline)) }.boxed()
+}
+
+struct Until {
+    inner: EdgeBody,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Body for Until {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        match this.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimeout.into()))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Called once with the body bytes sent when a response body is done or dropped.
+pub type OnDone = Box<dyn FnOnce(u64) + Send + Sync>;
+
+/// Adds the data it passes on to `Stats::bytes_served`, and tells `on_done` the
+/// total when the body ends or is dropped (a client that went away).
 pub struct Counted {
     inner: EdgeBody,
     stats: Arc<Stats>,
+    sent: u64,
+    on_done: Option<OnDone>,
 }
 
 impl Counted {
-    pub fn new(inner: EdgeBody, stats: Arc<Stats>) -> Counted {
-        Counted { inner, stats }
+    pub fn new(inner: EdgeBody, stats: Arc<Stats>, on_done: Option<OnDone>) -> Counted {
+        Counted { inner, stats, sent: 0, on_done }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(done) = self.on_done.take() {
+            done(self.sent);
+        }
     }
 }
 
@@ -101,6 +156,7 @@ impl Body for Counted {
             && let Some(data) = frame.data_ref()
         {
             this.stats.bytes_served.fetch_add(data.len() as u64, Ordering::Relaxed);
+            this.sent += data.len() as u64;
         }
         polled
     }

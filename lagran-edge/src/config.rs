@@ -5,14 +5,16 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::header::HeaderValue;
 use lagran_site::Site;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
 use crate::host;
-use crate::origin::{Origin, OriginError};
+use crate::origin::{Origin, OriginClient, OriginError, Timeouts};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -47,12 +49,36 @@ pub struct Config {
     /// Memory budget of the response cache (bodies, headers and keys).
     #[serde(default = "default_cache_max_bytes")]
     pub cache_max_bytes: usize,
+    /// Directory of the cache's disk tier; without it the cache is in memory only.
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// Byte budget of the disk tier; 0 keeps the cache in memory only.
+    #[serde(default = "default_cache_disk_max_bytes")]
+    pub cache_disk_max_bytes: u64,
     /// Larger responses are streamed through and not stored.
     #[serde(default = "default_cache_max_object_bytes")]
     pub cache_max_object_bytes: usize,
-    /// Deadline for connecting to an origin and receiving its response head.
+    /// Deadline for an origin's response head (TLS handshake included).
     #[serde(default = "default_origin_timeout_secs")]
     pub origin_timeout_secs: u64,
+    /// Deadline for the TCP connection to an origin.
+    #[serde(default = "default_origin_connect_timeout_secs")]
+    pub origin_connect_timeout_secs: u64,
+    /// Deadline for a whole origin exchange, body included.
+    #[serde(default = "default_origin_total_timeout_secs")]
+    pub origin_total_timeout_secs: u64,
+    /// How often sites with several origins have each one health-checked.
+    #[serde(default = "default_origin_health_secs")]
+    pub origin_health_secs: u64,
+    /// File of the access log (JSON lines); none: no access log.
+    #[serde(default)]
+    pub access_log: Option<PathBuf>,
+    /// Size past which the access log is rotated to `<access_log>.1`.
+    #[serde(default = "default_access_log_max_bytes")]
+    pub access_log_max_bytes: u64,
+    /// Bearer token that opens `GET /metrics` to non-loopback clients.
+    #[serde(default)]
+    pub metrics_token: Option<String>,
     /// Client addresses each site's rate limiter remembers at most.
     #[serde(default = "default_rate_limit_max_clients")]
     pub rate_limit_max_clients: usize,
@@ -68,29 +94,54 @@ pub struct Config {
     pub sites: Vec<SiteConfig>,
 }
 
-/// One `[[site]]` table: the keys of the shared [`Site`] plus the paths of the
-/// site's certificate files, which only the edge's own file may name. The
-/// origin is parsed once here, for the request path.
+/// One `[[site]]` table: the keys of the shared [`Site`] plus what only the
+/// edge's own file may say: the site's certificate files, and its origins
+/// beyond one (`origins`, tried in order, instead of `origin`), the `Host` sent
+/// to them (`origin_host`), their weights (`origin_weights`, one per origin;
+/// without: in order), the CA its `https://` origins are verified with
+/// (`origin_ca`, a PEM file) and the path health checks ask
+/// (`origin_health_path`, default `/`). Origins are parsed once here.
 #[derive(Debug, Clone)]
 pub struct SiteConfig {
     site: Site,
-    origin: Origin,
+    origins: Vec<Origin>,
     cert_pem: Option<PathBuf>,
     key_pem: Option<PathBuf>,
+    pub origin_host: Option<String>,
+    /// The contents of `origin_ca`.
+    pub origin_ca_pem: Option<Arc<[u8]>>,
+    pub origin_health_path: String,
+    /// One per origin; empty: the origins are tried in order.
+    pub origin_weights: Vec<u32>,
 }
 
 impl SiteConfig {
     pub fn new(site: Site, cert_pem: Option<PathBuf>, key_pem: Option<PathBuf>) -> Result<SiteConfig, OriginError> {
         let origin = Origin::parse(&site.origin)?;
-        Ok(SiteConfig { site, origin, cert_pem, key_pem })
+        Ok(SiteConfig {
+            site,
+            origins: vec![origin],
+            cert_pem,
+            key_pem,
+            origin_host: None,
+            origin_ca_pem: None,
+            origin_health_path: "/".to_owned(),
+            origin_weights: Vec::new(),
+        })
     }
 
     pub fn site(&self) -> &Site {
         &self.site
     }
 
+    /// The first origin.
     pub fn origin(&self) -> &Origin {
-        &self.origin
+        &self.origins[0]
+    }
+
+    /// Every origin, in order of preference.
+    pub fn origins(&self) -> &[Origin] {
+        &self.origins
     }
 
     pub fn cert_pem(&self) -> Option<&Path> {
@@ -102,19 +153,48 @@ impl SiteConfig {
     }
 }
 
-/// Reads the table whole, takes out `cert_pem` and `key_pem`, and reads the
-/// rest as a [`Site`]; errors name the offending key.
+/// Reads the table whole, takes out the edge's own keys, and reads the rest as
+/// a [`Site`] (with the first of `origins` as its `origin`); errors name the
+/// offending key.
 impl<'de> Deserialize<'de> for SiteConfig {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let mut table = toml::Table::deserialize(de)?;
-        let mut path = |key: &str| {
+        fn take<'de, T: Deserialize<'de>, E: serde::de::Error>(
+            table: &mut toml::Table,
+            key: &str,
+        ) -> Result<Option<T>, E> {
             let value = table.remove(key);
-            value.map(|v| PathBuf::deserialize(v).map_err(|e| D::Error::custom(format!("{key}: {e}")))).transpose()
-        };
-        let (cert_pem, key_pem) = (path("cert_pem")?, path("key_pem")?);
+            value.map(|v| T::deserialize(v).map_err(|e| E::custom(format!("{key}: {e}")))).transpose()
+        }
+        let (cert_pem, key_pem) = (take::<PathBuf, D::Error>(&mut table, "cert_pem")?, take(&mut table, "key_pem")?);
+        let origins: Option<Vec<String>> = take(&mut table, "origins")?;
+        let origin_host: Option<String> = take(&mut table, "origin_host")?;
+        let origin_ca: Option<PathBuf> = take(&mut table, "origin_ca")?;
+        let health_path: Option<String> = take(&mut table, "origin_health_path")?;
+        let weights: Option<Vec<u32>> = take(&mut table, "origin_weights")?;
+        if let Some(origins) = &origins {
+            match (origins.first(), table.contains_key("origin")) {
+                (_, true) => return Err(D::Error::custom("origins: give `origin` or `origins`, not both")),
+                (None, false) => return Err(D::Error::custom("origins: must name at least one origin")),
+                (Some(first), false) => _ = table.insert("origin".into(), toml::Value::String(first.clone())),
+            }
+        }
         // toml names the key in its errors ("… in `deny_cidrs`").
         let site = Site::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
-        SiteConfig::new(site, cert_pem, key_pem).map_err(D::Error::custom)
+        let mut entry = SiteConfig::new(site, cert_pem, key_pem).map_err(D::Error::custom)?;
+        for url in origins.iter().flatten().skip(1) {
+            let origin = Origin::parse(url).map_err(|e| D::Error::custom(format!("origins: {e}")))?;
+            entry.origins.push(origin);
+        }
+        if let Some(path) = origin_ca {
+            let pem = std::fs::read(&path)
+                .map_err(|e| D::Error::custom(format!("origin_ca: cannot read {}: {e}", path.display())))?;
+            entry.origin_ca_pem = Some(pem.into());
+        }
+        entry.origin_host = origin_host;
+        entry.origin_weights = weights.unwrap_or_default();
+        entry.origin_health_path = health_path.unwrap_or(entry.origin_health_path);
+        Ok(entry)
     }
 }
 
@@ -135,6 +215,21 @@ fn default_cache_max_object_bytes() -> usize {
 }
 fn default_origin_timeout_secs() -> u64 {
     10
+}
+fn default_origin_connect_timeout_secs() -> u64 {
+    5
+}
+fn default_origin_total_timeout_secs() -> u64 {
+    300
+}
+fn default_origin_health_secs() -> u64 {
+    5
+}
+fn default_cache_disk_max_bytes() -> u64 {
+    1 << 30
+}
+fn default_access_log_max_bytes() -> u64 {
+    100 << 20
 }
 fn default_rate_limit_max_clients() -> usize {
     100_000
@@ -164,8 +259,13 @@ impl Config {
         Duration::from_secs(self.heartbeat_secs)
     }
 
-    pub fn origin_timeout(&self) -> Duration {
-        Duration::from_secs(self.origin_timeout_secs)
+    /// The deadline of each phase of an origin exchange.
+    pub fn origin_timeouts(&self) -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(self.origin_connect_timeout_secs),
+            first_byte: Duration::from_secs(self.origin_timeout_secs),
+            total: Duration::from_secs(self.origin_total_timeout_secs),
+        }
     }
 
     /// Checks sites received from the control plane with the rules of the file.
@@ -180,8 +280,21 @@ impl Config {
         if self.heartbeat_secs == 0 {
             return err("heartbeat_secs", "must be at least 1");
         }
-        if self.origin_timeout_secs == 0 {
-            return err("origin_timeout_secs", "must be at least 1");
+        for (key, secs) in [
+            ("origin_timeout_secs", self.origin_timeout_secs),
+            ("origin_connect_timeout_secs", self.origin_connect_timeout_secs),
+            ("origin_total_timeout_secs", self.origin_total_timeout_secs),
+            ("origin_health_secs", self.origin_health_secs),
+        ] {
+            if secs == 0 {
+                return err(key, "must be at least 1");
+            }
+        }
+        if self.origin_total_timeout_secs < self.origin_timeout_secs {
+            return err("origin_total_timeout_secs", "must not be less than origin_timeout_secs");
+        }
+        if self.metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return err("metrics_token", "must be at least 16 characters");
         }
         if self.rate_limit_max_clients == 0 {
             return err("rate_limit_max_clients", "must be at least 1");
@@ -225,6 +338,21 @@ impl Config {
             if entry.cert_pem.is_some() != entry.key_pem.is_some() {
                 return fail("cert_pem", "cert_pem and key_pem go together".into());
             }
+            if entry.origin_host.as_ref().is_some_and(|h| h.is_empty() || HeaderValue::from_str(h).is_err()) {
+                return fail("origin_host", "must be a host name, with an optional :port".into());
+            }
+            let weights = &entry.origin_weights;
+            if !weights.is_empty() && (weights.len() != entry.origins.len() || weights.iter().all(|&w| w == 0)) {
+                return fail("origin_weights", "needs one weight per origin, not all 0".into());
+            }
+            if !entry.origin_health_path.starts_with('/') || entry.origin_health_path.parse::<hyper::Uri>().is_err() {
+                return fail("origin_health_path", "must be a path starting with '/'".into());
+            }
+            if let Some(pem) = &entry.origin_ca_pem
+                && let Err(e) = OriginClient::new(self.origin_timeouts(), Some(pem))
+            {
+                return fail("origin_ca", e.to_string());
+            }
         }
         Ok(())
     }
@@ -247,6 +375,19 @@ mod tests {
     }
 
     #[test]
+    fn several_origins_in_order() {
+        let c = Config::parse(
+            "[[site]]\nhost = \"a.test\"\norigins = [\"https://o1\", \"http://o2:8080\"]\norigin_host = \"www.a.test\"\n",
+            "t",
+        )
+        .unwrap();
+        let origins: Vec<String> = c.sites[0].origins().iter().map(|o| format!("{o:?}")).collect();
+        assert_eq!(origins, ["https://o1", "http://o2:8080"]);
+        assert_eq!(c.sites[0].site().origin, "https://o1", "the control plane's single origin is the first");
+        assert_eq!(c.sites[0].origin_host.as_deref(), Some("www.a.test"));
+    }
+
+    #[test]
     fn defaults_need_nothing() {
         let c = Config::parse("", "empty").unwrap();
         assert_eq!(c.listen_http, "127.0.0.1:8081".parse().unwrap());
@@ -264,8 +405,16 @@ mod tests {
         assert!(e.contains("listen_htp"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\ncache_tll = 1\n");
         assert!(e.contains("cache_tll"), "{e}");
-        let e = error("[[site]]\nhost = \"a.test\"\norigin = \"https://o\"\n");
+        let e = error("[[site]]\nhost = \"a.test\"\norigin = \"ftp://o\"\n");
         assert!(e.contains("origin") && e.contains("only http://"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\norigins = [\"http://p\"]\n");
+        assert!(e.contains("not both"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigins = [\"http://p\", \"gopher://q\"]\n");
+        assert!(e.contains("origins"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigins = [\"http://p\", \"http://q\"]\norigin_weights = [1]\n");
+        assert!(e.contains("site[0].origin_weights"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigin = \"https://o\"\norigin_ca = \"/nonexistent/ca.pem\"\n");
+        assert!(e.contains("origin_ca") && e.contains("/nonexistent/ca.pem"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\ndeny_cidrs = [\"10.0.0.0/33\"]\n");
         assert!(e.contains("deny_cidrs"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\nrate_limit_burst = 5\n");

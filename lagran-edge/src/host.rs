@@ -56,6 +56,11 @@ impl<T> HostMap<T> {
         })
     }
 
+    /// Every value, exact entries first.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.exact.values().chain(self.wildcard.values())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.wildcard.is_empty()
     }

@@ -1,18 +1,27 @@
 //! `lagran-edge`: the CDN edge node clients reach after Lagran's GeoDNS answered.
 //!
 //! A request goes Host/SNI → site → WAF → rate limit → hotlink check → cache → origin
-//! (see [`server`]); the [`agent`] reports the node's load to the control plane, and
+//! (see [`request`] and [`cached`]); the [`agent`] reports the node's load to the control plane, and
 //! [`remote`] reads the sites and certificates kept there, swapping them in without a
 //! restart (the TOML's own sites stay, for standalone use).
 
+pub mod access_log;
 pub mod agent;
 pub mod body;
 pub mod cache;
+pub mod cached;
+pub mod collapse;
 pub mod config;
+pub mod freshness;
 pub mod host;
+pub mod metrics;
 pub mod origin;
+pub mod outcome;
+pub mod range;
 pub mod rate_limit;
 pub mod remote;
+pub mod reply;
+pub mod request;
 pub mod server;
 pub mod tls;
 pub mod waf;
@@ -28,10 +37,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::access_log::AccessLog;
 use crate::cache::Cache;
+use crate::collapse::Collapser;
 use crate::config::{Config, ConfigError, SiteConfig};
 use crate::host::HostMap;
-use crate::origin::{Origin, OriginClient};
+use crate::metrics::{Metrics, SiteMetrics};
+use crate::origin::{OriginClient, OriginSet, OriginSetConfig, Timeouts};
 use crate::rate_limit::RateLimiter;
 use crate::tls::{SniResolver, TlsError};
 use crate::waf::Waf;
@@ -46,6 +58,12 @@ pub enum EdgeError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("a listener failed")]
     Serve(#[source] std::io::Error),
+    #[error("cannot open the cache directory {path}")]
+    CacheDir { path: std::path::PathBuf, source: std::io::Error },
+    #[error("cannot open the access log {path}")]
+    AccessLog { path: std::path::PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Origin(#[from] origin::OriginError),
 }
 
 /// `error: cause: cause…` — an error with its whole `source()` chain, for logs.
@@ -72,10 +90,11 @@ pub struct Stats {
 #[derive(Debug)]
 pub struct Site {
     pub host: String,
-    pub origin: Origin,
+    pub origins: OriginSet,
     pub cache_ttl: Duration,
     pub waf: Waf,
     pub limiter: Option<RateLimiter>,
+    pub metrics: Arc<SiteMetrics>,
 }
 
 /// Everything a request handler needs.
@@ -85,28 +104,57 @@ pub struct Edge {
     /// The HTTPS listener's certificates, by SNI name.
     pub certs: Arc<SniResolver>,
     pub cache: Cache,
-    pub origin: OriginClient,
+    pub collapser: Collapser,
+    /// The origin client of sites without a CA of their own.
+    origin_client: OriginClient,
+    origin_timeouts: Timeouts,
     pub stats: Arc<Stats>,
+    pub metrics: Metrics,
+    pub access_log: Option<AccessLog>,
+    pub metrics_token: Option<String>,
     /// Slots for client connections, HTTP and HTTPS together (`max_connections`).
     pub conn_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Edge {
-    pub fn new(config: &Config) -> Edge {
+    /// The edge of `config`: its cache (reading the disk tier's objects back), its
+    /// access log and its sites.
+    pub fn new(config: &Config) -> Result<Edge, EdgeError> {
+        let (max, max_object) = (config.cache_max_bytes, config.cache_max_object_bytes);
+        let cache = match &config.cache_dir {
+            Some(dir) if config.cache_disk_max_bytes > 0 => {
+                Cache::with_disk(max, max_object, dir, config.cache_disk_max_bytes)
+                    .map_err(|source| EdgeError::CacheDir { path: dir.clone(), source })?
+            }
+            _ => Cache::new(max, max_object),
+        };
+        let access_log = match &config.access_log {
+            Some(path) => Some(
+                AccessLog::open(path, config.access_log_max_bytes)
+                    .map_err(|source| EdgeError::AccessLog { path: path.clone(), source })?,
+            ),
+            None => None,
+        };
         let edge = Edge {
             sites: ArcSwap::default(),
             rate_limit_max_clients: config.rate_limit_max_clients,
             certs: Arc::default(),
-            cache: Cache::new(config.cache_max_bytes, config.cache_max_object_bytes),
-            origin: OriginClient::new(config.origin_timeout()),
+            cache,
+            collapser: Collapser::default(),
+            origin_client: OriginClient::new(config.origin_timeouts(), None)?,
+            origin_timeouts: config.origin_timeouts(),
             stats: Arc::default(),
+            metrics: Metrics::default(),
+            access_log,
+            metrics_token: config.metrics_token.clone(),
             conn_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
         };
         edge.replace_sites(&config.sites);
-        edge
+        Ok(edge)
     }
 
-    /// Serves `sites` from the next request on (rate limiter state starts afresh).
+    /// Serves `sites` from the next request on (rate limiter and origin health
+    /// state start afresh). A site whose origin CA cannot be used is left out.
     pub fn replace_sites(&self, sites: &[SiteConfig]) {
         let mut map = HostMap::default();
         for entry in sites {
@@ -115,16 +163,38 @@ impl Edge {
                 let burst = s.rate_limit_burst.unwrap_or(rps.ceil() as u32);
                 RateLimiter::new(rps, burst, self.rate_limit_max_clients)
             });
+            let client = match &entry.origin_ca_pem {
+                Some(pem) => match OriginClient::new(self.origin_timeouts, Some(pem)) {
+                    Ok(client) => client,
+                    Err(e) => {
+                        tracing::error!(site = %s.host, error = %e, "site not served: its origin CA is unusable");
+                        continue;
+                    }
+                },
+                None => self.origin_client.clone(),
+            };
+            let origins = OriginSetConfig {
+                origins: entry.origins().to_vec(),
+                host_header: entry.origin_host.as_deref().and_then(|h| h.parse().ok()),
+                health_path: entry.origin_health_path.clone(),
+                weights: entry.origin_weights.clone(),
+            };
             let site = Site {
                 host: s.host.clone(),
-                origin: entry.origin().clone(),
+                origins: OriginSet::new(origins, client),
                 cache_ttl: Duration::from_secs(s.cache_ttl_secs),
                 waf: Waf::new(s),
                 limiter,
+                metrics: self.metrics.site(&s.host),
             };
             map.insert(&s.host, Arc::new(site));
         }
         self.sites.store(Arc::new(map));
+    }
+
+    /// Every site served now.
+    pub fn sites(&self) -> Vec<Arc<Site>> {
+        self.sites.load().values().cloned().collect()
     }
 
     /// The site serving `host` (any case, port ignored).
@@ -140,7 +210,7 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, EdgeError> {
 /// Runs the HTTP listener, the HTTPS listener when configured and the heartbeat
 /// agent until `shutdown`, then drains connections.
 pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), EdgeError> {
-    let edge = Arc::new(Edge::new(&config));
+    let edge = Arc::new(Edge::new(&config)?);
     let local_certs = tls::local_certs(&config.sites)?;
     let mut certs = tls::CertMap::default();
     for (host, key) in &local_certs {
@@ -163,6 +233,12 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Ed
         info!(%addr, "serving https");
         tasks.spawn(server::run_tls(https, acceptor, edge.clone(), shutdown.clone()));
     }
+    let health =
+        origin::run_health_checks(edge.clone(), Duration::from_secs(config.origin_health_secs), shutdown.clone());
+    tasks.spawn(async move {
+        health.await;
+        Ok(())
+    });
     match agent::AgentConfig::from_config(&config) {
         Some(agent) => {
             let (stats, shutdown) = (edge.stats.clone(), shutdown.clone());
@@ -189,5 +265,6 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Ed
             result = result.and(Err(EdgeError::Serve(e)));
         }
     }
+    edge.cache.flush().await;
     result
 }

@@ -1,4 +1,4 @@
-//! The origin URL of a site: `http://host[:port][/base]`, nothing else.
+//! The origin URL of a site: `http://` or `https://host[:port][/base]`, nothing else.
 
 use http::Uri;
 use http::uri::{Authority, Scheme};
@@ -8,7 +8,7 @@ use http::uri::{Authority, Scheme};
 pub enum OriginError {
     #[error("is not a URL")]
     NotAUrl,
-    #[error("only http:// origins are supported")]
+    #[error("only http:// and https:// origins are supported")]
     NotHttp,
     #[error("has no host")]
     NoHost,
@@ -18,10 +18,12 @@ pub enum OriginError {
     Query,
 }
 
-/// An origin URL split into the parts a proxy needs: where to connect and the
-/// path prefix put before every request path (no trailing `/`).
+/// An origin URL split into the parts a proxy needs: how and where to connect
+/// and the path prefix put before every request path (no trailing `/`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OriginUrl {
+    /// `http` or `https`.
+    pub scheme: Scheme,
     pub authority: Authority,
     pub base_path: String,
 }
@@ -29,9 +31,10 @@ pub struct OriginUrl {
 impl OriginUrl {
     pub fn parse(url: &str) -> Result<OriginUrl, OriginError> {
         let uri: Uri = url.parse().map_err(|_| OriginError::NotAUrl)?;
-        if uri.scheme() != Some(&Scheme::HTTP) {
-            return Err(OriginError::NotHttp);
-        }
+        let scheme = match uri.scheme() {
+            Some(s) if *s == Scheme::HTTP || *s == Scheme::HTTPS => s.clone(),
+            _ => return Err(OriginError::NotHttp),
+        };
         let authority = uri.authority().cloned().ok_or(OriginError::NoHost)?;
         if authority.as_str().contains('@') {
             return Err(OriginError::UserInfo);
@@ -39,7 +42,7 @@ impl OriginUrl {
         if uri.query().is_some() {
             return Err(OriginError::Query);
         }
-        Ok(OriginUrl { authority, base_path: uri.path().trim_end_matches('/').to_owned() })
+        Ok(OriginUrl { scheme, authority, base_path: uri.path().trim_end_matches('/').to_owned() })
     }
 }
 
@@ -48,10 +51,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_plain_http_without_user_or_query() {
+    fn http_or_https_without_user_or_query() {
         let o = OriginUrl::parse("http://10.0.0.6:8000/static/").unwrap();
         assert_eq!((o.authority.as_str(), o.base_path.as_str()), ("10.0.0.6:8000", "/static"));
-        assert_eq!(OriginUrl::parse("https://o"), Err(OriginError::NotHttp));
+        assert_eq!(OriginUrl::parse("https://o").unwrap().scheme, Scheme::HTTPS);
+        assert_eq!(OriginUrl::parse("ftp://o"), Err(OriginError::NotHttp));
         assert_eq!(OriginUrl::parse("http://u@o"), Err(OriginError::UserInfo));
         assert_eq!(OriginUrl::parse("http://o/?q"), Err(OriginError::Query));
         assert_eq!(OriginUrl::parse("/path"), Err(OriginError::NotHttp));

@@ -17,7 +17,7 @@ fn default_cache_ttl_secs() -> u64 {
 pub struct Site {
     /// `cdn.example.com` or `*.example.com` (one label).
     pub host: String,
-    /// `http://host[:port][/base]` (see [`crate::OriginUrl`]).
+    /// `http(s)://host[:port][/base]` (see [`crate::OriginUrl`]).
     pub origin: String,
     /// TTL of responses without `max-age`; 0 disables caching for the site.
     #[serde(default = "default_cache_ttl_secs")]

@@ -81,7 +81,7 @@ mod tests {
     fn each_rule_names_its_field() {
         assert_eq!(site().validate(), Ok(()));
         assert_eq!(field(Site { host: "a..b".into(), ..site() }), "host");
-        assert_eq!(field(Site { origin: "https://o".into(), ..site() }), "origin");
+        assert_eq!(field(Site { origin: "ftp://o".into(), ..site() }), "origin");
         assert_eq!(field(Site { rate_limit_rps: Some(f64::NAN), ..site() }), "rate_limit_rps");
         assert_eq!(field(Site { rate_limit_rps: None, rate_limit_burst: Some(2), ..site() }), "rate_limit_burst");
         assert_eq!(field(Site { rate_limit_burst: Some(0), ..site() }), "rate_limit_burst");
@@ -92,7 +92,10 @@ mod tests {
 
     #[test]
     fn the_error_names_site_field_and_reason() {
-        let e = Site { origin: "https://o".into(), ..site() }.validate().unwrap_err();
-        assert_eq!(e.to_string(), "site *.a.test: `origin` \"https://o\" only http:// origins are supported");
+        let e = Site { origin: "ftp://o".into(), ..site() }.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "site *.a.test: `origin` \"ftp://o\" only http:// and https:// origins are supported"
+        );
     }
 }

@@ -1,10 +1,10 @@
 //! Arbitrary `Range` header values and object lengths into
-//! `lagran_edge::cache::byte_range`: never a panic, and a partial range always
+//! `lagran_edge::range::byte_range`: never a panic, and a partial range always
 //! lies inside the object (first <= last < len), so slicing the body with it
 //! cannot panic either.
 #![no_main]
 
-use lagran_edge::cache::{ByteRange, byte_range};
+use lagran_edge::range::{ByteRange, byte_range};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

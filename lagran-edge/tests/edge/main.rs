@@ -1,7 +1,11 @@
 //! Black-box tests of the edge over real sockets on 127.0.0.1: a small hyper origin,
-//! the edge's own `server::run`/`run_tls`, and a fake control plane for heartbeats.
+//! the edge's own `server::run`/`run_tls`, and a fake control plane for heartbeats;
+//! the restart test runs the `lagran-edge` binary itself.
 
 mod agent;
+mod cdn;
 mod flow;
+mod origins;
+mod restart;
 mod support;
 mod tls;

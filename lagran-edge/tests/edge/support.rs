@@ -120,7 +120,7 @@ pub struct TestEdge {
 
 pub async fn start_edge(config: &str) -> TestEdge {
     let config = Config::parse(config, "test config").expect("the test config is valid");
-    let edge = Arc::new(Edge::new(&config));
+    let edge = Arc::new(Edge::new(&config).expect("the test edge starts"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();

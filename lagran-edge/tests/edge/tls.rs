@@ -83,7 +83,7 @@ async fn certificate_follows_sni() {
     )
     .unwrap();
     let acceptor = lagran_edge::tls::acceptor(&config.sites).expect("certificates load");
-    let edge = Arc::new(Edge::new(&config));
+    let edge = Arc::new(Edge::new(&config).expect("the test edge starts"));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();

@@ -727,7 +727,7 @@ async fn sites_crud(store: Store) {
     assert_eq!(changed_stored.created_at_ms, stored.created_at_ms, "a replace keeps the creation time");
     assert_eq!(store.get_site(&site.host).await.unwrap(), Some(changed_stored));
 
-    assert_invalid(store.upsert_site(&Site { origin: "https://o".into(), ..site.clone() }).await, "origin");
+    assert_invalid(store.upsert_site(&Site { origin: "ftp://o".into(), ..site.clone() }).await, "origin");
     assert_invalid(store.upsert_site(&Site { host: "a..b".into(), ..site.clone() }).await, "host");
     assert_invalid(store.upsert_site(&Site { deny_paths: vec!["admin".into()], ..site.clone() }).await, "deny_paths");
     assert_invalid(store.upsert_site(&Site { rate_limit_rps: None, ..site.clone() }).await, "rate_limit_burst");

@@ -1,0 +1,322 @@
+//! The disk tier: one file per object under `cache_dir`, bounded by bytes, least
+//! recently used out first, found again after a restart.
+//!
+//! A file is `LGC1`, the length of a JSON record (key, headers, times), the record,
+//! then the body; its name is the SHA-256 of the key. Files are written to a
+//! temporary name and renamed, so a crash leaves whole files or none. Writes and
+//! deletions go, in order, to one writer thread through a bounded queue: the
+//! request path never waits for the disk to store, and when the queue is full
+//! the object is simply not written. Reads run on tokio's blocking pool.
+//!
+//! Written by hand rather than with `foyer`: purging by prefix and by tag needs
+//! the keys of every stored object, and foyer's hybrid cache offers no way to
+//! list them; the index here is a map of keys in memory, rebuilt at start by
+//! reading each file's record.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tracing::{debug, warn};
+
+use super::CachedObject;
+use crate::freshness::Freshness;
+
+const MAGIC: &[u8; 4] = b"LGC1";
+/// Objects queued for the writer thread at most.
+const WRITE_QUEUE: usize = 1024;
+
+/// Everything of an object but its body, as stored on disk.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    key: String,
+    primary: String,
+    vary: Vec<String>,
+    headers: Vec<(String, Vec<u8>)>,
+    response_time_ms: u64,
+    initial_age_ms: u64,
+    lifetime_ms: u64,
+    stale_while_revalidate_ms: u64,
+    stale_if_error_ms: u64,
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+impl Record {
+    fn of(key: &str, o: &CachedObject) -> Record {
+        Record {
+            key: key.to_owned(),
+            primary: o.primary.clone(),
+            vary: o.vary.iter().map(|n| n.as_str().to_owned()).collect(),
+            headers: o.headers.iter().map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec())).collect(),
+            response_time_ms: ms(o.response_time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default()),
+            initial_age_ms: ms(o.initial_age),
+            lifetime_ms: ms(o.freshness.lifetime),
+            stale_while_revalidate_ms: ms(o.freshness.stale_while_revalidate),
+            stale_if_error_ms: ms(o.freshness.stale_if_error),
+        }
+    }
+
+    fn into_object(self, body: Bytes) -> Option<CachedObject> {
+        let mut headers = HeaderMap::new();
+        for (k, v) in self.headers {
+            headers.append(HeaderName::from_bytes(k.as_bytes()).ok()?, HeaderValue::from_bytes(&v).ok()?);
+        }
+        let vary = self.vary.iter().map(|n| HeaderName::from_bytes(n.as_bytes()).ok()).collect::<Option<_>>()?;
+        Some(CachedObject {
+            headers,
+            body,
+            response_time: SystemTime::UNIX_EPOCH + Duration::from_millis(self.response_time_ms),
+            initial_age: Duration::from_millis(self.initial_age_ms),
+            freshness: Freshness {
+                lifetime: Duration::from_millis(self.lifetime_ms),
+                stale_while_revalidate: Duration::from_millis(self.stale_while_revalidate_ms),
+                stale_if_error: Duration::from_millis(self.stale_if_error_ms),
+            },
+            primary: self.primary,
+            vary,
+        })
+    }
+}
+
+enum Op {
+    Write { path: PathBuf, bytes: Vec<u8> },
+    Delete(PathBuf),
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    entries: HashMap<String, Entry>,
+    lru: BTreeMap<u64, String>,
+    tick: u64,
+    bytes: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    tick: u64,
+    size: u64,
+}
+
+#[derive(Debug)]
+pub struct DiskTier {
+    dir: PathBuf,
+    max_bytes: u64,
+    index: Mutex<Index>,
+    ops: mpsc::SyncSender<Op>,
+}
+
+/// A stored object's key and the request headers its variants depend on, for
+/// rebuilding the Vary table at start.
+pub type Found = (String, Vec<HeaderName>);
+
+impl DiskTier {
+    /// Opens `dir` (created if missing), indexes the objects already there and
+    /// returns the Vary lists found.
+    pub fn open(dir: &Path, max_bytes: u64) -> io::Result<(DiskTier, Vec<Found>)> {
+        fs::create_dir_all(dir)?;
+        let mut found = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.ends_with(".tmp") {
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            if !name.ends_with(".obj") {
+                continue;
+            }
+            match read_record(&path) {
+                Ok((record, size)) => found.push((record, size)),
+                Err(e) => {
+                    warn!(path = %path.display(), error = %e, "unreadable cache file removed");
+                    let _ = fs::remove_file(&path);
+                }
+            }
+        }
+        found.sort_by_key(|(r, _)| r.response_time_ms);
+        let (tx, rx) = mpsc::sync_channel(WRITE_QUEUE);
+        std::thread::Builder::new().name("cache-disk".into()).spawn(move || writer(rx))?;
+        let tier = DiskTier { dir: dir.to_owned(), max_bytes, index: Mutex::default(), ops: tx };
+        let mut varies = Vec::new();
+        for (record, size) in found {
+            tier.admit(&record.key, size);
+            if !record.vary.is_empty() {
+                let names = record.vary.iter().filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok()).collect();
+                varies.push((record.primary, names));
+            }
+        }
+        Ok((tier, varies))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{}.obj", hex::encode(Sha256::digest(key.as_bytes()))))
+    }
+
+    /// Counts `key` in, evicting least recently used files beyond the budget.
+    fn admit(&self, key: &str, size: u64) -> bool {
+        if size > self.max_bytes {
+            return false;
+        }
+        let mut index = self.lock();
+        if let Some(old) = index.entries.remove(key) {
+            index.lru.remove(&old.tick);
+            index.bytes -= old.size;
+        }
+        while index.bytes + size > self.max_bytes {
+            let Some((_, oldest)) = index.lru.pop_first() else { break };
+            if let Some(e) = index.entries.remove(&oldest) {
+                index.bytes -= e.size;
+                let _ = self.ops.try_send(Op::Delete(self.path(&oldest)));
+            }
+        }
+        index.tick += 1;
+        let tick = index.tick;
+        index.lru.insert(tick, key.to_owned());
+        index.entries.insert(key.to_owned(), Entry { tick, size });
+        index.bytes += size;
+        true
+    }
+
+    /// Queues `object` for writing under `key`.
+    pub fn put(&self, key: &str, object: &CachedObject) {
+        let record = serde_json::to_vec(&Record::of(key, object)).expect("a record serializes");
+        let mut bytes = Vec::with_capacity(8 + record.len() + object.body.len());
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&(record.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&record);
+        bytes.extend_from_slice(&object.body);
+        if !self.admit(key, bytes.len() as u64) {
+            return;
+        }
+        if self.ops.try_send(Op::Write { path: self.path(key), bytes }).is_err() {
+            debug!(key, "disk write queue full; object kept in memory only");
+            self.forget(key);
+        }
+    }
+
+    fn forget(&self, key: &str) -> bool {
+        let mut index = self.lock();
+        match index.entries.remove(key) {
+            Some(e) => {
+                index.lru.remove(&e.tick);
+                index.bytes -= e.size;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn remove(&self, key: &str) {
+        if self.forget(key) {
+            let _ = self.ops.try_send(Op::Delete(self.path(key)));
+        }
+    }
+
+    /// Marks `key` most recently used; `None` when it is not on disk.
+    fn touch(&self, key: &str) -> Option<()> {
+        let mut index = self.lock();
+        let index = &mut *index;
+        let entry = index.entries.get_mut(key)?;
+        index.lru.remove(&entry.tick);
+        index.tick += 1;
+        entry.tick = index.tick;
+        index.lru.insert(index.tick, key.to_owned());
+        Some(())
+    }
+
+    /// The object under `key`, read from its file.
+    pub async fn get(self: &Arc<Self>, key: &str) -> Option<CachedObject> {
+        self.touch(key)?;
+        let path = self.path(key);
+        let read = tokio::task::spawn_blocking(move || read_object(&path)).await;
+        match read {
+            Ok(Ok((stored_key, object))) if stored_key == key => Some(object),
+            _ => {
+                self.remove(key);
+                None
+            }
+        }
+    }
+
+    /// Waits until every write queued so far is on disk.
+    pub async fn flush(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.ops.send(Op::Flush(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+}
+
+fn writer(ops: mpsc::Receiver<Op>) {
+    for op in ops {
+        match op {
+            Op::Write { path, bytes } => {
+                let tmp = path.with_extension("tmp");
+                let written =
+                    fs::File::create(&tmp).and_then(|mut f| f.write_all(&bytes)).and_then(|()| fs::rename(&tmp, &path));
+                if let Err(e) = written {
+                    warn!(path = %path.display(), error = %e, "cache file not written");
+                    let _ = fs::remove_file(&tmp);
+                }
+            }
+            Op::Delete(path) => {
+                let _ = fs::remove_file(&path);
+            }
+            Op::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+fn read_head(file: &mut fs::File) -> io::Result<Record> {
+    let mut head = [0u8; 8];
+    file.read_exact(&mut head)?;
+    if &head[..4] != MAGIC {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a cache file"));
+    }
+    let len = u32::from_le_bytes(head[4..].try_into().expect("four bytes")) as usize;
+    let mut record = vec![0; len];
+    file.read_exact(&mut record)?;
+    serde_json::from_slice(&record).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn read_record(path: &Path) -> io::Result<(Record, u64)> {
+    let mut file = fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    Ok((read_head(&mut file)?, size))
+}
+
+fn read_object(path: &Path) -> io::Result<(String, CachedObject)> {
+    let mut file = fs::File::open(path)?;
+    let record = read_head(&mut file)?;
+    let mut body = Vec::new();
+    file.read_to_end(&mut body)?;
+    let key = record.key.clone();
+    let object =
+        record.into_object(body.into()).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad header"))?;
+    Ok((key, object))
+}

@@ -1,0 +1,304 @@
+//! The response cache: a memory tier in front of an optional disk tier, both
+//! bounded by bytes, with variants by `Vary`.
+//!
+//! Keys are host + path + query. Only complete `200` responses to `GET` are stored
+//! (a `HEAD` is answered from them); [`crate::freshness`] says which and for how
+//! long. Objects are kept past their lifetime while they may still be revalidated
+//! or served stale; the handler decides what a stored object is good for.
+//!
+//! Vary (RFC 9111 §4.1): a response with `Vary` is stored under its URL key plus
+//! the values the request had for the listed headers, and the URL remembers the
+//! list, so the next request is looked up under its own values ("the selecting
+//! header fields nominated by the stored response … match").
+//!
+//! Every object goes to both tiers when stored; an object found only on disk is
+//! read back into memory.
+
+mod disk;
+mod memory;
+
+use std::collections::HashMap;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use hyper::Uri;
+use hyper::header::{self, HeaderMap, HeaderName};
+
+use crate::freshness::{Freshness, State};
+use disk::DiskTier;
+use memory::MemoryTier;
+
+#[derive(Debug, Clone)]
+pub struct CachedObject {
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// When the response arrived, or was last revalidated.
+    pub response_time: SystemTime,
+    /// Its age on arrival.
+    pub initial_age: Duration,
+    pub freshness: Freshness,
+    /// The URL key the object's variants share.
+    pub primary: String,
+    /// The request headers its `Vary` names.
+    pub vary: Vec<HeaderName>,
+}
+
+impl CachedObject {
+    /// What the object is charged against the memory budget.
+    fn cost(&self, key: &str) -> usize {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 32).sum();
+        self.body.len() + headers + key.len() + 128
+    }
+
+    /// Its current age (RFC 9111 §4.2.3: initial age plus resident time).
+    pub fn age(&self, now: SystemTime) -> Duration {
+        self.initial_age + now.duration_since(self.response_time).unwrap_or(Duration::ZERO)
+    }
+
+    pub fn state(&self, now: SystemTime) -> State {
+        self.freshness.state(self.age(now))
+    }
+
+    /// Whether it may be revalidated with a conditional request.
+    pub fn has_validator(&self) -> bool {
+        self.headers.contains_key(header::ETAG) || self.headers.contains_key(header::LAST_MODIFIED)
+    }
+
+    /// Whether it is of no use any more: stale past every window, nothing to revalidate with.
+    pub fn is_dead(&self, now: SystemTime) -> bool {
+        !self.has_validator() && self.age(now) >= self.freshness.keep_for()
+    }
+}
+
+/// The URL part of a cache key.
+pub fn key(host: &str, uri: &Uri) -> String {
+    format!("{host}{}", uri.path_and_query().map_or("/", |pq| pq.as_str()))
+}
+
+/// The header names a response's `Vary` lists (lower-case, in order).
+pub fn vary_names(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect()
+}
+
+/// `primary` plus the request's values of `names`.
+fn variant_key(primary: &str, names: &[HeaderName], request: &HeaderMap) -> String {
+    let mut key = primary.to_owned();
+    for name in names {
+        key.push('\n');
+        key.push_str(name.as_str());
+        key.push(':');
+        for (i, v) in request.get_all(name).iter().enumerate() {
+            if i > 0 {
+                key.push(',');
+            }
+            key.push_str(&String::from_utf8_lossy(v.as_bytes()));
+        }
+    }
+    key
+}
+
+#[derive(Debug)]
+pub struct Cache {
+    max_object_bytes: usize,
+    memory: MemoryTier,
+    disk: Option<Arc<DiskTier>>,
+    /// URL key → the request headers its variants differ by.
+    varies: Mutex<HashMap<String, Vec<HeaderName>>>,
+}
+
+impl Cache {
+    /// A memory-only cache.
+    pub fn new(max_bytes: usize, max_object_bytes: usize) -> Cache {
+        Cache { max_object_bytes, memory: MemoryTier::new(max_bytes), disk: None, varies: Mutex::default() }
+    }
+
+    /// A cache with a disk tier in `dir`, holding the objects stored there before.
+    pub fn with_disk(max_bytes: usize, max_object_bytes: usize, dir: &Path, disk_max_bytes: u64) -> io::Result<Cache> {
+        let (disk, found) = DiskTier::open(dir, disk_max_bytes)?;
+        let cache = Cache { disk: Some(Arc::new(disk)), ..Cache::new(max_bytes, max_object_bytes) };
+        cache.lock_varies().extend(found);
+        Ok(cache)
+    }
+
+    /// Bodies larger than this are not stored.
+    pub fn max_object_bytes(&self) -> usize {
+        self.max_object_bytes
+    }
+
+    fn lock_varies(&self) -> MutexGuard<'_, HashMap<String, Vec<HeaderName>>> {
+        self.varies.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The key a request for `primary` with `request` headers is stored under.
+    pub fn key_for(&self, primary: &str, request: &HeaderMap) -> String {
+        match self.lock_varies().get(primary) {
+            Some(names) => variant_key(primary, names, request),
+            None => primary.to_owned(),
+        }
+    }
+
+    /// The object under `key`, from memory or else from disk.
+    pub async fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        if let Some(object) = self.memory.get(key) {
+            return Some(object);
+        }
+        let object = Arc::new(self.disk.as_ref()?.get(key).await?);
+        self.memory.insert(key.to_owned(), object.clone());
+        Some(object)
+    }
+
+    /// Stores `object` (a response to a request with `request` headers) in both
+    /// tiers; returns the key it is stored under.
+    pub fn insert(&self, request: &HeaderMap, object: Arc<CachedObject>) -> String {
+        let key = if object.vary.is_empty() {
+            self.lock_varies().remove(&object.primary);
+            object.primary.clone()
+        } else {
+            self.lock_varies().insert(object.primary.clone(), object.vary.clone());
+            variant_key(&object.primary, &object.vary, request)
+        };
+        if object.body.len() > self.max_object_bytes {
+            return key;
+        }
+        if let Some(disk) = &self.disk {
+            disk.put(&key, &object);
+        }
+        self.memory.insert(key.clone(), object);
+        key
+    }
+
+    pub fn remove(&self, key: &str) {
+        self.memory.remove(key);
+        if let Some(disk) = &self.disk {
+            disk.remove(key);
+        }
+    }
+
+    /// Waits until every object stored so far is on disk.
+    pub async fn flush(&self) {
+        if let Some(disk) = &self.disk {
+            disk.flush().await;
+        }
+    }
+
+    /// Objects in memory.
+    pub fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes charged in memory.
+    pub fn bytes(&self) -> usize {
+        self.memory.bytes()
+    }
+
+    /// Objects and bytes on disk (zeros without a disk tier).
+    pub fn disk_usage(&self) -> (usize, u64) {
+        self.disk.as_ref().map_or((0, 0), |d| (d.len(), d.bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    fn object(primary: &str, body: &'static str, vary: &[&'static str]) -> Arc<CachedObject> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ETAG, HeaderValue::from_static("\"v1\""));
+        Arc::new(CachedObject {
+            headers,
+            body: Bytes::from_static(body.as_bytes()),
+            response_time: SystemTime::now(),
+            initial_age: Duration::ZERO,
+            freshness: Freshness {
+                lifetime: Duration::from_secs(60),
+                stale_while_revalidate: Duration::ZERO,
+                stale_if_error: Duration::ZERO,
+            },
+            primary: primary.to_owned(),
+            vary: vary.iter().map(|n| HeaderName::from_static(n)).collect(),
+        })
+    }
+
+    fn request(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs.iter().map(|(k, v)| (HeaderName::from_static(k), HeaderValue::from_static(v))).collect()
+    }
+
+    #[tokio::test]
+    async fn bounded_by_bytes_evicting_least_recently_used() {
+        let one = object("k0", "x", &[]).cost("k0");
+        let cache = Cache::new(one * 3, 1024);
+        for k in ["k0", "k1", "k2"] {
+            cache.insert(&HeaderMap::new(), object(k, "x", &[]));
+        }
+        assert!(cache.get("k0").await.is_some(), "touch k0 so k1 is the oldest");
+        cache.insert(&HeaderMap::new(), object("k3", "x", &[]));
+        assert!(cache.bytes() <= one * 3);
+        assert!(cache.get("k1").await.is_none(), "the least recently used went first");
+        assert!(cache.get("k0").await.is_some() && cache.get("k3").await.is_some());
+    }
+
+    #[tokio::test]
+    async fn too_large_objects_are_not_stored() {
+        let cache = Cache::new(1 << 20, 4);
+        cache.insert(&HeaderMap::new(), object("k", "12345", &[]));
+        assert!(cache.is_empty());
+    }
+
+    #[tokio::test]
+    async fn variants_by_vary() {
+        let cache = Cache::new(1 << 20, 1 << 16);
+        let (fr, de) = (request(&[("accept-language", "fr")]), request(&[("accept-language", "de")]));
+        cache.insert(&fr, object("a/x", "bonjour", &["accept-language"]));
+        cache.insert(&de, object("a/x", "hallo", &["accept-language"]));
+        let body = async |h: &HeaderMap| cache.get(&cache.key_for("a/x", h)).await.map(|o| o.body.clone());
+        assert_eq!(body(&fr).await.as_deref(), Some(&b"bonjour"[..]));
+        assert_eq!(body(&de).await.as_deref(), Some(&b"hallo"[..]));
+        assert_eq!(body(&request(&[("accept-language", "en")])).await, None);
+    }
+
+    #[tokio::test]
+    async fn the_disk_tier_outlives_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let en = request(&[("accept-language", "en")]);
+        {
+            let cache = Cache::with_disk(1 << 20, 1 << 16, dir.path(), 1 << 20).unwrap();
+            cache.insert(&en, object("a/x", "hello", &["accept-language"]));
+            cache.insert(&HeaderMap::new(), object("a/y", "plain", &[]));
+            cache.flush().await;
+        }
+        let cache = Cache::with_disk(1 << 20, 1 << 16, dir.path(), 1 << 20).unwrap();
+        assert!(cache.is_empty() && cache.disk_usage().0 == 2);
+        let x = cache.get(&cache.key_for("a/x", &en)).await.expect("the variant is found on disk");
+        assert_eq!((&x.body[..], x.headers.get(header::ETAG).unwrap().as_bytes()), (&b"hello"[..], &b"\"v1\""[..]));
+        assert_eq!(x.freshness.lifetime, Duration::from_secs(60));
+        assert!(cache.get("a/y").await.is_some() && cache.len() == 2, "read back into memory");
+    }
+
+    #[tokio::test]
+    async fn the_disk_tier_is_bounded_by_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::with_disk(1 << 20, 1 << 16, dir.path(), 700).unwrap();
+        for k in ["k0", "k1", "k2", "k3"] {
+            cache.insert(&HeaderMap::new(), object(k, "some body bytes", &[]));
+        }
+        cache.flush().await;
+        let (objects, bytes) = cache.disk_usage();
+        assert!(bytes <= 700 && objects < 4, "{objects} objects, {bytes} bytes");
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(files, objects, "evicted files are deleted");
+    }
+}

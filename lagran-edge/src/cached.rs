@@ -1,0 +1,359 @@
+//! The cache stage of a `GET` or `HEAD`: answer from the cache when the stored
+//! object is fresh, revalidate or refetch when it is not, store what the origin
+//! sends when it may be stored.
+//!
+//! - Fresh: served (`HIT`). Stale within `stale-while-revalidate`: served
+//!   (`STALE`) while one background request revalidates it. Otherwise the origin
+//!   is asked, conditionally (`If-None-Match`, `If-Modified-Since`) when the object
+//!   has validators; a `304` refreshes the stored object's headers and freshness
+//!   (RFC 9111 §4.3.4) and it is served (`REVALIDATED`). When the origin cannot be
+//!   reached or answers 5xx and the object is within `stale-if-error`, it is served
+//!   (`STALE`).
+//! - Misses for one object at the same time make one origin request
+//!   ([`crate::collapse`]); the others are answered from what it stored.
+//! - A `Range` request that misses fetches the whole object to fill the cache and
+//!   cuts the range from it; when the object turns out too large to store, or not
+//!   storable, that fetch is abandoned and the range itself is asked from the
+//!   origin, so the client never receives more than it asked for.
+//! - Bodies over `cache_max_object_bytes` stream through to the client as they
+//!   arrive and are not stored.
+//! - A client's own `If-None-Match` / `If-Modified-Since` is answered `304` from a
+//!   stored object that matches. A client's `Cache-Control` is not obeyed: the
+//!   origin's says how long objects are good for, and one client's `no-cache`
+//!   would otherwise send every such request to the origin.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http_body_util::BodyExt;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::http::uri::Scheme;
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use tracing::{debug, warn};
+
+use crate::body::{self, EdgeBody, Read};
+use crate::cache::{self, CachedObject};
+use crate::collapse::Turn;
+use crate::freshness::{self, Freshness, State};
+use crate::origin::{Forward, RequestHead};
+use crate::outcome::CacheResult;
+use crate::range::{self, ByteRange};
+use crate::reply::{self, origin_failed, text, with_outcome};
+use crate::{Edge, Site};
+
+/// What the client asked, kept for the answer.
+#[derive(Debug, Clone)]
+struct Asked {
+    head_only: bool,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Forward<'_>) -> Response<EdgeBody> {
+    let asked = Asked { head_only: parts.method == Method::HEAD, uri: parts.uri, headers: parts.headers };
+    let primary = cache::key(forward.host, &asked.uri);
+    let key = edge.cache.key_for(&primary, &asked.headers);
+    let mut stored = edge.cache.get(&key).await;
+    // Past every stale window and nothing to revalidate with: of no more use.
+    if stored.as_ref().is_some_and(|o| o.is_dead(SystemTime::now())) {
+        edge.cache.remove(&key);
+        stored = None;
+    }
+    if let Some(object) = &stored {
+        match object.state(SystemTime::now()) {
+            State::Fresh => return from_cache(object, &asked, CacheResult::Hit, None),
+            State::StaleWhileRevalidate => {
+                revalidate_in_background(edge, site, &asked, forward, key);
+                return from_cache(object, &asked, CacheResult::Stale, None);
+            }
+            State::Stale { .. } => {}
+        }
+    }
+    if stored.is_none() && asked.head_only {
+        let mut req = Request::new(body::empty());
+        *req.method_mut() = Method::HEAD;
+        *req.uri_mut() = asked.uri;
+        *req.headers_mut() = asked.headers;
+        return reply::proxy(site, req, forward, CacheResult::Miss).await;
+    }
+    match edge.collapser.turn(&key) {
+        Turn::Lead(_leader) => fetch(edge, site, &asked, stored, forward).await,
+        Turn::Follow(follower) => {
+            follower.wait().await;
+            let key = edge.cache.key_for(&primary, &asked.headers);
+            if let Some(object) = edge.cache.get(&key).await
+                && object.state(SystemTime::now()) == State::Fresh
+            {
+                return from_cache(&object, &asked, CacheResult::Hit, None);
+            }
+            fetch(edge, site, &asked, stored, forward).await
+        }
+    }
+}
+
+fn revalidate_in_background(edge: &Arc<Edge>, site: &Arc<Site>, asked: &Asked, forward: Forward<'_>, key: String) {
+    let (edge, site, asked) = (edge.clone(), site.clone(), asked.clone());
+    let (host, client_ip, scheme): (String, IpAddr, Scheme) =
+        (forward.host.to_owned(), forward.client_ip, forward.scheme.clone());
+    tokio::spawn(async move {
+        let Turn::Lead(_leader) = edge.collapser.turn(&key) else {
+            return;
+        };
+        let stored = edge.cache.get(&key).await;
+        let forward = Forward { host: &host, client_ip, scheme: &scheme };
+        let asked = Asked { head_only: true, ..asked };
+        let resp = fetch(&edge, &site, &asked, stored, forward).await;
+        debug!(%host, status = %resp.status(), "revalidated in the background");
+    });
+}
+
+/// A stored object that may be served because the origin failed.
+fn usable_on_error(stored: &Option<Arc<CachedObject>>) -> Option<&Arc<CachedObject>> {
+    stored.as_ref().filter(|o| {
+        matches!(
+            o.state(SystemTime::now()),
+            State::Stale { if_error: true } | State::Fresh | State::StaleWhileRevalidate
+        )
+    })
+}
+
+/// Asks the origin for the object (conditionally when `stored` has validators),
+/// stores what may be stored and answers.
+async fn fetch(
+    edge: &Edge,
+    site: &Site,
+    asked: &Asked,
+    stored: Option<Arc<CachedObject>>,
+    forward: Forward<'_>,
+) -> Response<EdgeBody> {
+    let mut head = RequestHead { method: Method::GET, uri: asked.uri.clone(), headers: asked.headers.clone() };
+    for name in [
+        header::RANGE,
+        header::IF_RANGE,
+        header::IF_NONE_MATCH,
+        header::IF_MODIFIED_SINCE,
+        header::IF_MATCH,
+        header::IF_UNMODIFIED_SINCE,
+    ] {
+        head.headers.remove(name);
+    }
+    let validated = stored.as_ref().filter(|o| o.has_validator());
+    if let Some(o) = validated {
+        for (from, to) in [(header::ETAG, header::IF_NONE_MATCH), (header::LAST_MODIFIED, header::IF_MODIFIED_SINCE)] {
+            if let Some(v) = o.headers.get(from) {
+                head.headers.insert(to, v.clone());
+            }
+        }
+    }
+    let request_time = SystemTime::now();
+    let (resp, took) = match site.origins.fetch(&head, forward).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            return match usable_on_error(&stored) {
+                Some(o) => {
+                    site.metrics.origin_failed();
+                    warn!(host = forward.host, error = %crate::error_chain(&e), "origin failed; serving stale");
+                    from_cache(o, asked, CacheResult::Stale, None)
+                }
+                None => origin_failed(site, forward.host, e),
+            };
+        }
+    };
+    site.metrics.origin_answered(took);
+    let response_time = SystemTime::now();
+    let status = resp.status();
+    if let (StatusCode::NOT_MODIFIED, Some(old)) = (status, validated) {
+        let refreshed = refresh(old, resp.headers(), request_time, response_time, site.cache_ttl);
+        let Some(object) = refreshed.map(Arc::new) else {
+            edge.cache.remove(&edge.cache.key_for(&old.primary, &asked.headers));
+            return from_cache(old, asked, CacheResult::Revalidated, Some(took));
+        };
+        edge.cache.insert(&asked.headers, object.clone());
+        return from_cache(&object, asked, CacheResult::Revalidated, Some(took));
+    }
+    if status.is_server_error()
+        && let Some(o) = usable_on_error(&stored)
+    {
+        warn!(host = forward.host, %status, "origin answered an error; serving stale");
+        return from_cache(o, asked, CacheResult::Stale, Some(took));
+    }
+    let freshness = if status == StatusCode::OK { Freshness::of(resp.headers(), site.cache_ttl) } else { None };
+    let too_large = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|len| len > edge.cache.max_object_bytes() as u64);
+    let ranged = asked.headers.contains_key(header::RANGE);
+    let Some(freshness) = freshness.filter(|_| !too_large || !ranged) else {
+        if let Some(old) = &stored {
+            edge.cache.remove(&edge.cache.key_for(&old.primary, &asked.headers));
+        }
+        if ranged && status == StatusCode::OK {
+            drop(resp);
+            return range_from_origin(site, asked, forward).await;
+        }
+        return with_outcome(resp, CacheResult::Miss, Some(took));
+    };
+    let exchange = Exchange { request_time, response_time, took };
+    fill(edge, site, asked, forward, resp, freshness, exchange).await
+}
+
+/// When an origin exchange happened and how long it took to its response head.
+#[derive(Debug, Clone, Copy)]
+struct Exchange {
+    request_time: SystemTime,
+    response_time: SystemTime,
+    took: Duration,
+}
+
+/// Reads a storable `200`, stores it and answers from it; a body past
+/// `cache_max_object_bytes` streams through instead.
+async fn fill(
+    edge: &Edge,
+    site: &Site,
+    asked: &Asked,
+    forward: Forward<'_>,
+    resp: Response<EdgeBody>,
+    freshness: Freshness,
+    exchange: Exchange,
+) -> Response<EdgeBody> {
+    let Exchange { request_time, response_time, took } = exchange;
+    let ranged = asked.headers.contains_key(header::RANGE);
+    let (mut parts, incoming) = resp.into_parts();
+    match body::read_up_to(incoming, edge.cache.max_object_bytes()).await {
+        Ok(Read::Whole(bytes)) => {
+            site.metrics.origin_bytes(bytes.len() as u64);
+            let initial_age = freshness::initial_age(&parts.headers, request_time, response_time);
+            parts.headers.remove(header::AGE);
+            let object = Arc::new(CachedObject {
+                vary: cache::vary_names(&parts.headers),
+                headers: parts.headers,
+                body: bytes,
+                response_time,
+                initial_age,
+                freshness,
+                primary: cache::key(forward.host, &asked.uri),
+            });
+            edge.cache.insert(&asked.headers, object.clone());
+            from_cache(&object, asked, CacheResult::Miss, Some(took))
+        }
+        Ok(Read::Partial(rest)) => {
+            if ranged {
+                drop(rest);
+                return range_from_origin(site, asked, forward).await;
+            }
+            with_outcome(Response::from_parts(parts, rest.boxed()), CacheResult::Miss, Some(took))
+        }
+        Err(e) => {
+            warn!(host = forward.host, error = %crate::error_chain(&*e), "origin body failed");
+            site.metrics.origin_failed();
+            text(StatusCode::BAD_GATEWAY, "origin response failed\n")
+        }
+    }
+}
+
+/// `old` with the headers of a `304` answering its revalidation; `None` when the
+/// refreshed response may no longer be stored.
+fn refresh(
+    old: &CachedObject,
+    not_modified: &HeaderMap,
+    request_time: SystemTime,
+    response_time: SystemTime,
+    default_ttl: Duration,
+) -> Option<CachedObject> {
+    let mut headers = old.headers.clone();
+    // "The cache MUST … replace each stored header field with the corresponding
+    // header field received in the 304", except the framing of the body.
+    for name in not_modified.keys() {
+        if name == header::CONTENT_LENGTH || name == header::AGE {
+            continue;
+        }
+        headers.remove(name);
+        for v in not_modified.get_all(name) {
+            headers.append(name.clone(), v.clone());
+        }
+    }
+    let freshness = Freshness::of(&headers, default_ttl)?;
+    Some(CachedObject {
+        headers,
+        body: old.body.clone(),
+        response_time,
+        initial_age: freshness::initial_age(not_modified, request_time, response_time),
+        freshness,
+        primary: old.primary.clone(),
+        vary: old.vary.clone(),
+    })
+}
+
+/// Asks the origin for just the range a client wants, passed through uncached.
+async fn range_from_origin(site: &Site, asked: &Asked, forward: Forward<'_>) -> Response<EdgeBody> {
+    let mut req = Request::new(body::empty());
+    *req.uri_mut() = asked.uri.clone();
+    *req.headers_mut() = asked.headers.clone();
+    reply::proxy(site, req, forward, CacheResult::Miss).await
+}
+
+/// Whether the client's own validators match `object` (RFC 9110 §13.1.1, §13.1.3).
+fn not_modified_for(object: &CachedObject, asked: &HeaderMap) -> bool {
+    if let Some(inm) = asked.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) {
+        let Some(etag) = object.headers.get(header::ETAG).and_then(|v| v.to_str().ok()) else { return false };
+        let weak = |t: &str| t.trim().trim_start_matches("W/").to_owned();
+        return inm.split(',').any(|t| t.trim() == "*" || weak(t) == weak(etag));
+    }
+    let date = |h: &HeaderMap, name| httpdate::parse_http_date(h.get(name)?.to_str().ok()?).ok();
+    match (date(asked, header::IF_MODIFIED_SINCE), date(&object.headers, header::LAST_MODIFIED)) {
+        (Some(since), Some(modified)) => modified <= since,
+        _ => false,
+    }
+}
+
+/// The answer from a stored object: whole, a range of it, or `304`.
+fn from_cache(
+    object: &CachedObject,
+    asked: &Asked,
+    result: CacheResult,
+    origin_time: Option<Duration>,
+) -> Response<EdgeBody> {
+    let len = object.body.len();
+    let age = HeaderValue::from(object.age(SystemTime::now()).as_secs());
+    if not_modified_for(object, &asked.headers) {
+        let mut resp = Response::new(body::empty());
+        *resp.status_mut() = StatusCode::NOT_MODIFIED;
+        for name in
+            [header::ETAG, header::LAST_MODIFIED, header::CACHE_CONTROL, header::EXPIRES, header::VARY, header::DATE]
+        {
+            if let Some(v) = object.headers.get(&name) {
+                resp.headers_mut().insert(name, v.clone());
+            }
+        }
+        resp.headers_mut().insert(header::AGE, age);
+        return with_outcome(resp, result, origin_time);
+    }
+    let (status, body, content_range) = match range::resolve(&asked.headers, &object.headers, len as u64) {
+        ByteRange::Full => (StatusCode::OK, object.body.clone(), None),
+        ByteRange::Part(first, last) => {
+            let part = object.body.slice(first as usize..=last as usize);
+            (StatusCode::PARTIAL_CONTENT, part, Some(format!("bytes {first}-{last}/{len}")))
+        }
+        ByteRange::Unsatisfiable => {
+            let mut resp = text(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable\n");
+            let cr = HeaderValue::from_str(&format!("bytes */{len}")).expect("digits are a valid header value");
+            resp.headers_mut().insert(header::CONTENT_RANGE, cr);
+            return with_outcome(resp, result, origin_time);
+        }
+    };
+    let body_len = body.len();
+    let mut resp = Response::new(if asked.head_only { body::empty() } else { body::full(body) });
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    *headers = object.headers.clone();
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    headers.insert(header::AGE, age);
+    if let Some(cr) = content_range {
+        headers.insert(header::CONTENT_RANGE, HeaderValue::from_str(&cr).expect("digits are a valid header value"));
+    }
+    with_outcome(resp, result, origin_time)
+}

@@ -1,0 +1,50 @@
+//! What became of a request, as the access log and the metrics record it.
+
+use std::time::Duration;
+
+use hyper::header::{HeaderMap, HeaderValue};
+
+/// How the cache took part in an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheResult {
+    /// Served fresh from the cache.
+    Hit,
+    /// Fetched from the origin.
+    Miss,
+    /// Served stale: while revalidating, or because the origin failed.
+    Stale,
+    /// Stale, revalidated with the origin (`304`), served from the cache.
+    Revalidated,
+    /// Not cacheable, passed to the origin.
+    Bypass,
+    /// Answered before the cache stage (blocked, bad request, no site).
+    None,
+}
+
+impl CacheResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheResult::Hit => "HIT",
+            CacheResult::Miss => "MISS",
+            CacheResult::Stale => "STALE",
+            CacheResult::Revalidated => "REVALIDATED",
+            CacheResult::Bypass => "BYPASS",
+            CacheResult::None => "NONE",
+        }
+    }
+
+    /// Sets `x-cache` (nothing for [`CacheResult::None`]).
+    pub fn set(self, headers: &mut HeaderMap) {
+        if self != CacheResult::None {
+            headers.insert("x-cache", HeaderValue::from_static(self.as_str()));
+        }
+    }
+}
+
+/// Put in a response's extensions by the handler.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    pub cache: CacheResult,
+    /// Time to the origin's response head, when the origin was asked.
+    pub origin_time: Option<Duration>,
+}

@@ -1,0 +1,207 @@
+//! The request flow of an edge node: find the site by Host (and SNI), WAF, rate
+//! limit, hotlink check, then the cache ([`crate::cached`]) or straight to the
+//! origin. `GET /healthz` answers `ok` on any host for the control plane's L7
+//! probe; `GET /metrics` answers the edge's metrics to loopback clients and to
+//! holders of the metrics token (see [`crate::metrics`]). Every response carries
+//! `via` and, when it reached the cache stage, `x-cache`
+//! (`HIT|MISS|STALE|REVALIDATED|BYPASS`); each is logged when its body is done.
+//!
+//! - A path with a `.` or `..` segment (also percent-encoded, also after `\`) is
+//!   answered 400 and never reaches the WAF or the origin: RFC 3986 §5.2.4 would
+//!   resolve it, but origins differ in whether and how they do, and a deny rule
+//!   must see the path the origin will serve.
+//! - Requests with a `Cookie` or `Authorization` are not answered from the cache
+//!   nor stored (`x-cache: BYPASS`): what the origin sends them may be personal.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime};
+
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::http::uri::Scheme;
+use hyper::{Method, Request, Response, StatusCode, Version};
+use tracing::debug;
+
+use crate::access_log::{self, Line};
+use crate::body::{self, Counted, EdgeBody, OnDone};
+use crate::origin::Forward;
+use crate::outcome::{CacheResult, Outcome};
+use crate::reply::{proxy, text};
+use crate::{Edge, cached, host};
+
+/// What the handler knows about the connection a request came on.
+#[derive(Debug)]
+pub struct Conn {
+    pub peer: SocketAddr,
+    /// Normalized TLS server name, for HTTPS connections that sent one.
+    pub sni: Option<String>,
+    pub scheme: Scheme,
+    /// `TLSv1.3` or `TLSv1.2` on HTTPS connections.
+    pub tls_version: Option<&'static str>,
+}
+
+/// Answers `req`, then counts and logs it when its body is done.
+pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
+    edge.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let start = Instant::now();
+    let version = req.version();
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let site = request_host(&req).and_then(|h| edge.site(&h));
+    let mut resp = handle(edge, conn, req).await;
+    let via = match version {
+        Version::HTTP_2 => "2 lagran-edge",
+        Version::HTTP_10 => "1.0 lagran-edge",
+        _ => "1.1 lagran-edge",
+    };
+    resp.headers_mut().append(header::VIA, HeaderValue::from_static(via));
+    let outcome =
+        resp.extensions_mut().remove::<Outcome>().unwrap_or(Outcome { cache: CacheResult::None, origin_time: None });
+    let status = resp.status().as_u16();
+    let on_done: Option<OnDone> = match site.is_none() && edge.access_log.is_none() {
+        true => None,
+        false => {
+            let (edge, client, tls) = (edge.clone(), conn.peer.ip().to_canonical(), conn.tls_version);
+            Some(Box::new(move |bytes| {
+                if let Some(site) = &site {
+                    site.metrics.request(outcome.cache, bytes);
+                }
+                let Some(log) = &edge.access_log else { return };
+                log.log(&Line {
+                    time: access_log::rfc3339(SystemTime::now()),
+                    site: site.as_ref().map_or("-", |s| s.host.as_str()),
+                    client: client.to_string(),
+                    method: method.as_str(),
+                    path: &path,
+                    status,
+                    bytes,
+                    cache: outcome.cache.as_str(),
+                    origin_ms: outcome.origin_time.map(|t| t.as_secs_f64() * 1e3),
+                    tls,
+                    duration_ms: start.elapsed().as_secs_f64() * 1e3,
+                });
+            }))
+        }
+    };
+    resp.map(|b| Counted::new(b, edge.stats.clone(), on_done).boxed())
+}
+
+/// The request's host: the URI authority (HTTP/2, absolute-form) or the Host header.
+fn request_host(req: &Request<Incoming>) -> Option<String> {
+    let host = match req.uri().host() {
+        Some(h) => h,
+        None => req.headers().get(header::HOST)?.to_str().ok()?,
+    };
+    Some(host::normalize(host)).filter(|h| !h.is_empty())
+}
+
+/// Whether a path has a `.` or `..` segment, also percent-encoded or split by `\\`.
+pub fn has_dot_segment(path: &str) -> bool {
+    let decoded = percent_decode(path);
+    decoded.split(['/', '\\']).any(|seg| seg == "." || seg == "..")
+}
+
+/// `%XX` decoded (twice, so `%252e` is caught too); invalid escapes stay as they are.
+fn percent_decode(path: &str) -> String {
+    fn once(s: &str) -> String {
+        let b = s.as_bytes();
+        let mut out = Vec::with_capacity(b.len());
+        let mut i = 0;
+        while i < b.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if b[i] == b'%'
+                && let (Some(h), Some(l)) = (b.get(i + 1).and_then(|&c| hex(c)), b.get(i + 2).and_then(|&c| hex(c)))
+            {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            } else {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    once(&once(path))
+}
+
+/// Whether the client may read `/metrics`: on loopback, or with the token.
+fn may_read_metrics(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> bool {
+    if conn.peer.ip().to_canonical().is_loopback() {
+        return true;
+    }
+    let Some(token) = &edge.metrics_token else { return false };
+    let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    presented.is_some_and(|p| subtle::ConstantTimeEq::ct_eq(p, token.as_bytes()).into())
+}
+
+fn metrics(edge: &Edge) -> Response<EdgeBody> {
+    let dropped = edge.access_log.as_ref().map_or(0, |l| l.dropped());
+    let (disk_objects, disk_bytes) = edge.cache.disk_usage();
+    let extra = [
+        ("lagran_edge_access_log_dropped", "Access log lines dropped because the writer fell behind.", dropped),
+        ("lagran_edge_cache_memory_bytes", "Bytes charged in the memory tier.", edge.cache.bytes() as u64),
+        ("lagran_edge_cache_memory_objects", "Objects in the memory tier.", edge.cache.len() as u64),
+        ("lagran_edge_cache_disk_bytes", "Bytes of the disk tier's files.", disk_bytes),
+        ("lagran_edge_cache_disk_objects", "Objects in the disk tier.", disk_objects as u64),
+    ];
+    let mut resp = Response::new(body::full(edge.metrics.render(&extra)));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    resp
+}
+
+async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
+    if req.uri().path() == "/healthz" {
+        return text(StatusCode::OK, "ok");
+    }
+    if req.uri().path() == "/metrics" && req.method() == Method::GET && may_read_metrics(edge, conn, &req) {
+        return metrics(edge);
+    }
+    if has_dot_segment(req.uri().path()) {
+        return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n");
+    }
+    let Some(host) = request_host(&req) else {
+        return text(StatusCode::BAD_REQUEST, "missing Host header\n");
+    };
+    let Some(site) = edge.site(&host) else {
+        return text(StatusCode::MISDIRECTED_REQUEST, format!("no site is configured for host {host}\n"));
+    };
+    // A connection's certificate vouches for its SNI's site only (no domain fronting).
+    if let Some(sni) = &conn.sni
+        && edge.site(sni).is_none_or(|s| s.host != site.host)
+    {
+        return text(StatusCode::MISDIRECTED_REQUEST, format!("host {host} does not match TLS server name {sni}\n"));
+    }
+
+    let ip = conn.peer.ip().to_canonical();
+    let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok());
+    if let Err(block) = site.waf.check(ip, req.uri().path(), user_agent) {
+        debug!(%ip, %host, path = req.uri().path(), %block, "waf block");
+        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n"));
+    }
+    if let Some(limiter) = &site.limiter
+        && !limiter.allow(ip, Instant::now())
+    {
+        debug!(%ip, %host, "rate limited");
+        let mut resp = text(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return resp;
+    }
+    if let Err(block) = site.waf.check_referer(req.headers().get(header::REFERER).map(HeaderValue::as_bytes)) {
+        debug!(%ip, %host, "hotlink block");
+        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n"));
+    }
+
+    let method = req.method().clone();
+    let cacheable = (method == Method::GET || method == Method::HEAD)
+        && !site.cache_ttl.is_zero()
+        && !req.headers().contains_key(header::AUTHORIZATION)
+        && !req.headers().contains_key(header::COOKIE);
+    let forward = Forward { host: &host, client_ip: ip, scheme: &conn.scheme };
+    if !cacheable {
+        return proxy(&site, req.map(body::incoming), forward, CacheResult::Bypass).await;
+    }
+    let (parts, _) = req.into_parts();
+    cached::serve(edge, &site, parts, forward).await
+}
