@@ -14,6 +14,9 @@
 //!   cuts the range from it; when the object turns out too large to store, or not
 //!   storable, that fetch is abandoned and the range itself is asked from the
 //!   origin, so the client never receives more than it asked for.
+//! - `/.well-known/lagran/*` (real-user measurement, see [`crate::rum`]) is
+//!   answered on any host, before site routing; every connection's RTT is read
+//!   from the kernel when it ends (see [`crate::measured_conn`]).
 //! - At most `max_connections` client connections are open at once (HTTP and HTTPS
 //!   together); a connection past it is closed at once.
 
@@ -44,7 +47,7 @@ use tracing::{debug, info, warn};
 use crate::body::{self, Counted, EdgeBody, Read};
 use crate::cache::{self, ByteRange, CachedObject};
 use crate::origin::OriginError;
-use crate::{Edge, Site, Stats, host};
+use crate::{Edge, Site, Stats, host, rum};
 
 /// How long open connections may finish their requests after shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -66,7 +69,7 @@ pub async fn run(listener: TcpListener, state: Arc<Edge>, shutdown: Cancellation
     let slots = state.conn_slots.clone();
     accept_loop(listener, &token, slots, move |stream, peer| {
         let conn = Conn { peer, sni: None, scheme: Scheme::HTTP };
-        serve_conn(stream, conn, state.clone(), shutdown.clone())
+        serve_conn(state.measure(stream, peer), conn, state.clone(), shutdown.clone())
     })
     .await
 }
@@ -83,6 +86,7 @@ pub async fn run_tls(
     accept_loop(listener, &token, slots, move |stream, peer| {
         let (acceptor, state, shutdown) = (acceptor.clone(), state.clone(), shutdown.clone());
         async move {
+            let stream = state.measure(stream, peer);
             let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
@@ -269,6 +273,10 @@ fn percent_decode(path: &str) -> String {
 async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
     if req.uri().path() == "/healthz" {
         return text(StatusCode::OK, "ok");
+    }
+    if let Some(name) = req.uri().path().strip_prefix(rum::PREFIX) {
+        let name = name.to_owned();
+        return edge.rum.respond(&name, conn.peer.ip(), req).await.map(body::full);
     }
     if has_dot_segment(req.uri().path()) {
         return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n");
