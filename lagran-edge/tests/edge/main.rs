@@ -1,7 +1,9 @@
 //! Black-box tests of the edge over real sockets on 127.0.0.1: a small hyper origin,
-//! the edge's own `server::run`/`run_tls`, and a fake control plane for heartbeats.
+//! the edge's own `server::run`/`run_tls` (or the `lagran-edge` binary), and a fake
+//! control plane for heartbeats and measurements.
 
 mod agent;
 mod flow;
+mod measurements;
 mod support;
 mod tls;
