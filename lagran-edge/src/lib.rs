@@ -101,7 +101,8 @@ pub struct Edge {
     pub stats: Arc<Stats>,
     /// Slots for client connections, HTTP and HTTPS together (`max_connections`).
     pub conn_slots: Arc<tokio::sync::Semaphore>,
-    /// Client connections' RTTs per subnet, when `[agent] report_rtt` is on.
+    /// Client connections' RTTs per subnet, when `[agent] report_rtt` is on and
+    /// there is a control plane to report them to.
     pub subnet_rtts: Option<Arc<measured_conn::SubnetRtts>>,
     /// The `/.well-known/lagran/` paths.
     pub rum: rum::Rum,
@@ -117,7 +118,8 @@ impl Edge {
             origin: OriginClient::new(config.origin_timeout()),
             stats: Arc::default(),
             conn_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
-            subnet_rtts: config.agent.report_rtt.then(|| Arc::new(rtt::RttTable::new(MAX_RTT_SUBNETS))),
+            subnet_rtts: (config.agent.report_rtt && config.control_url.is_some())
+                .then(|| Arc::new(rtt::RttTable::new(MAX_RTT_SUBNETS))),
             rum: rum::Rum::default(),
         };
         edge.replace_sites(&config.sites);

@@ -5,7 +5,10 @@
 //! - `ping`: an empty, uncacheable answer any origin may fetch and time
 //!   (`Access-Control-Allow-Origin: *`, `Timing-Allow-Origin: *`);
 //! - `candidates`: the control plane's candidate nodes for the connection's own
-//!   address, remembered per client subnet for [`CANDIDATES_TTL`];
+//!   address, remembered per client subnet for [`CANDIDATES_TTL`]; a subnet
+//!   whose answer is not remembered may ask the control plane
+//!   [`BEACONS_PER_MINUTE`] times a minute, so a spread of addresses cannot turn
+//!   the edge into a load on the control plane;
 //! - `beacon`: `POST`ed times (see [`crate::beacon`]). The subnet is the
 //!   connection's source /24 (/48), never the body's; each subnet may post
 //!   [`BEACONS_PER_MINUTE`] a minute (a token bucket of that many, refilled at
@@ -50,6 +53,8 @@ pub struct Rum {
     control: OnceLock<Arc<ControlApi>>,
     candidates: Mutex<HashMap<ClientSubnet, (Instant, Arc<Candidates>)>>,
     limiter: RateLimiter,
+    /// Candidates asked of the control plane, per subnet.
+    asked: RateLimiter,
     /// Accepted beacon times, until the next report takes them.
     pub rtts: Arc<RumRtts>,
 }
@@ -59,10 +64,16 @@ impl Default for Rum {
         Rum {
             control: OnceLock::new(),
             candidates: Mutex::default(),
-            limiter: RateLimiter::new(f64::from(BEACONS_PER_MINUTE) / 60.0, BEACONS_PER_MINUTE, MAX_LIMITED_SUBNETS),
+            limiter: per_minute(BEACONS_PER_MINUTE),
+            asked: per_minute(BEACONS_PER_MINUTE),
             rtts: Arc::new(RttTable::new(MAX_RUM_ENTRIES)),
         }
     }
+}
+
+/// `n` a minute per subnet, `n` at once.
+fn per_minute(n: u32) -> RateLimiter {
+    RateLimiter::new(f64::from(n) / 60.0, n, MAX_LIMITED_SUBNETS)
 }
 
 /// A plain answer for a RUM path.
@@ -136,6 +147,11 @@ impl Rum {
         let Some(api) = self.control.get() else {
             return Err(refuse(StatusCode::SERVICE_UNAVAILABLE, "this edge has no control plane"));
         };
+        if !self.asked.allow(subnet.network(), now) {
+            let mut resp = refuse(StatusCode::TOO_MANY_REQUESTS, "too many candidate requests from this network");
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            return Err(resp);
+        }
         let mut answer = match api.candidates(peer.to_canonical()).await {
             Ok(c) => c,
             Err(e) => {
