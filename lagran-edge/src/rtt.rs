@@ -121,7 +121,7 @@ impl<K: Hash + Eq + Clone> RttTable<K> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut all: Vec<(K, RttSummary)> = inner.map.drain().collect();
         drop(inner);
-        all.sort_unstable_by(|a, b| b.1.samples.cmp(&a.1.samples));
+        all.sort_unstable_by_key(|(_, s)| std::cmp::Reverse(s.samples));
         all.truncate(max);
         all.into_iter().map(|(key, s)| RttEntry { key, samples: s.samples, median: s.median() }).collect()
     }
