@@ -42,9 +42,9 @@ pub enum AgentError {
 
 /// The HTTPS-capable client: an `https://` control URL is spoken over TLS
 /// only (never cleartext), trusting `ca` (PEM) or the system's store.
-type AgentClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type AgentClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-fn client(ca: Option<&std::path::Path>) -> Result<AgentClient, AgentError> {
+pub(crate) fn client(ca: Option<&std::path::Path>) -> Result<AgentClient, AgentError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let tls = |e: &dyn std::fmt::Display| AgentError::Tls(e.to_string());

@@ -90,8 +90,27 @@ pub struct Config {
     /// (`/api/v1/sites`, `/api/v1/certificates`) when `control_url` is set.
     #[serde(default = "default_config_poll_secs")]
     pub config_poll_secs: u64,
+    /// `[agent]`: what the node reports besides its heartbeats.
+    #[serde(default)]
+    pub agent: AgentSection,
     #[serde(default, rename = "site")]
     pub sites: Vec<SiteConfig>,
+}
+
+/// The `[agent]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    /// Report client connections' RTTs per /24 (/48) to the control plane, on
+    /// the heartbeat cadence (`POST /api/v1/measurements`, source `edge`).
+    #[serde(default = "default_true")]
+    pub report_rtt: bool,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        AgentSection { report_rtt: true }
+    }
 }
 
 /// One `[[site]]` table: the keys of the shared [`Site`] plus what only the
@@ -198,6 +217,9 @@ impl<'de> Deserialize<'de> for SiteConfig {
     }
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_listen_http() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8081))
 }
@@ -392,7 +414,12 @@ mod tests {
         let c = Config::parse("", "empty").unwrap();
         assert_eq!(c.listen_http, "127.0.0.1:8081".parse().unwrap());
         assert_eq!(c.heartbeat_secs, 10);
+        assert!(c.agent.report_rtt, "RTTs are reported by default");
         assert!(c.sites.is_empty());
+        let off = Config::parse("[agent]\nreport_rtt = false\n", "off").unwrap();
+        assert!(!off.agent.report_rtt);
+        let e = error("[agent]\nreport_rt = true\n");
+        assert!(e.contains("report_rt"), "{e}");
     }
 
     fn error(text: &str) -> String {

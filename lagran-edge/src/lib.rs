@@ -7,13 +7,18 @@
 
 pub mod access_log;
 pub mod agent;
+pub mod beacon;
 pub mod body;
 pub mod cache;
 pub mod cached;
+pub mod client_subnet;
 pub mod collapse;
 pub mod config;
+pub mod control_api;
 pub mod freshness;
 pub mod host;
+pub mod measured_conn;
+pub mod measurement_report;
 pub mod metrics;
 pub mod origin;
 pub mod outcome;
@@ -22,7 +27,11 @@ pub mod rate_limit;
 pub mod remote;
 pub mod reply;
 pub mod request;
+pub mod rtt;
+pub mod rum;
 pub mod server;
+#[cfg(unix)]
+pub mod tcp_info;
 pub mod tls;
 pub mod waf;
 
@@ -32,7 +41,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -78,6 +87,9 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
+/// Client subnets whose connection RTTs are gathered between two reports.
+pub const MAX_RTT_SUBNETS: usize = 20_000;
+
 /// Counters shared by the servers and the agent.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -114,6 +126,11 @@ pub struct Edge {
     pub metrics_token: Option<String>,
     /// Slots for client connections, HTTP and HTTPS together (`max_connections`).
     pub conn_slots: Arc<tokio::sync::Semaphore>,
+    /// Client connections' RTTs per subnet, when `[agent] report_rtt` is on and
+    /// there is a control plane to report them to.
+    pub subnet_rtts: Option<Arc<measured_conn::SubnetRtts>>,
+    /// The `/.well-known/lagran/` paths.
+    pub rum: rum::Rum,
 }
 
 impl Edge {
@@ -148,6 +165,9 @@ impl Edge {
             access_log,
             metrics_token: config.metrics_token.clone(),
             conn_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
+            subnet_rtts: (config.agent.report_rtt && config.control_url.is_some())
+                .then(|| Arc::new(rtt::RttTable::new(MAX_RTT_SUBNETS))),
+            rum: rum::Rum::default(),
         };
         edge.replace_sites(&config.sites);
         Ok(edge)
@@ -201,10 +221,36 @@ impl Edge {
     pub fn site(&self, host: &str) -> Option<Arc<Site>> {
         self.sites.load().get(host).cloned()
     }
+
+    /// Wraps an accepted client connection so its RTT is recorded when it ends.
+    pub fn measure(&self, stream: TcpStream, peer: SocketAddr) -> measured_conn::Measured {
+        measured_conn::Measured::new(stream, client_subnet::ClientSubnet::of(peer.ip()), self.subnet_rtts.clone())
+    }
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, EdgeError> {
     TcpListener::bind(addr).await.map_err(|source| EdgeError::Bind { addr, source })
+}
+
+/// Connects the RUM paths to the control plane and starts the measurement reporter.
+fn start_measurements(
+    config: &Config,
+    edge: &Arc<Edge>,
+    tasks: &mut JoinSet<std::io::Result<()>>,
+    shutdown: &CancellationToken,
+) {
+    let api = match control_api::ControlApi::from_config(config) {
+        None => return info!("no control_url: measurements are not reported"),
+        Some(Err(e)) => return tracing::error!(error = %e, "measurement reporter cannot start"),
+        Some(Ok(api)) => Arc::new(api),
+    };
+    edge.rum.connect(api.clone());
+    let sources = measurement_report::Sources { edge: edge.subnet_rtts.clone(), rum: edge.rum.rtts.clone() };
+    let (interval, shutdown) = (config.heartbeat_interval(), shutdown.clone());
+    tasks.spawn(async move {
+        measurement_report::run(api, sources, interval, shutdown).await;
+        Ok(())
+    });
 }
 
 /// Runs the HTTP listener, the HTTPS listener when configured and the heartbeat
@@ -249,6 +295,7 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Ed
         }
         None => info!("no control_url: heartbeats are off"),
     }
+    start_measurements(&config, &edge, &mut tasks, &shutdown);
     if let Some(remote) = remote::RemoteConfig::from_config(&config) {
         let layers = remote::Local { sites: config.sites.clone(), certs: local_certs };
         let (edge, shutdown) = (edge.clone(), shutdown.clone());

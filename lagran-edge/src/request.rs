@@ -30,7 +30,7 @@ use crate::body::{self, Counted, EdgeBody, OnDone};
 use crate::origin::Forward;
 use crate::outcome::{CacheResult, Outcome};
 use crate::reply::{proxy, text};
-use crate::{Edge, cached, host};
+use crate::{Edge, cached, host, rum};
 
 /// What the handler knows about the connection a request came on.
 #[derive(Debug)]
@@ -157,6 +157,10 @@ async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Respon
     }
     if req.uri().path() == "/metrics" && req.method() == Method::GET && may_read_metrics(edge, conn, &req) {
         return metrics(edge);
+    }
+    if let Some(name) = req.uri().path().strip_prefix(rum::PREFIX) {
+        let name = name.to_owned();
+        return edge.rum.respond(&name, conn.peer.ip(), req).await.map(body::full);
     }
     if has_dot_segment(req.uri().path()) {
         return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n");

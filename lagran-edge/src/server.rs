@@ -1,6 +1,9 @@
 //! The HTTP(S) front: accept loops and the per-connection hyper service of an edge
 //! node; each request goes to [`crate::request::respond`].
 //!
+//! - `/.well-known/lagran/*` (real-user measurement, see [`crate::rum`]) is
+//!   answered on any host, before site routing; every connection's RTT is read
+//!   from the kernel when it ends (see [`crate::measured_conn`]).
 //! - At most `max_connections` client connections are open at once (HTTP and HTTPS
 //!   together); a connection past it is closed at once.
 
@@ -40,7 +43,7 @@ pub async fn run(listener: TcpListener, state: Arc<Edge>, shutdown: Cancellation
     let slots = state.conn_slots.clone();
     accept_loop(listener, &token, slots, move |stream, peer| {
         let conn = Conn { peer, sni: None, scheme: Scheme::HTTP, tls_version: None };
-        serve_conn(stream, conn, state.clone(), shutdown.clone())
+        serve_conn(state.measure(stream, peer), conn, state.clone(), shutdown.clone())
     })
     .await
 }
@@ -57,6 +60,7 @@ pub async fn run_tls(
     accept_loop(listener, &token, slots, move |stream, peer| {
         let (acceptor, state, shutdown) = (acceptor.clone(), state.clone(), shutdown.clone());
         async move {
+            let stream = state.measure(stream, peer);
             let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),

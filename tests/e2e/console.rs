@@ -17,7 +17,7 @@ const GD_TELECOM: &str = r#"td.cell[data-province="广东"][data-isp="电信"]"#
 
 /// Whether `chromium` and `chromedriver` run; panics when tools are required,
 /// else prints a note and returns false.
-fn have_browser(test: &str) -> bool {
+pub(crate) fn have_browser(test: &str) -> bool {
     for tool in ["chromium", "chromedriver"] {
         let ok = Command::new(tool)
             .arg("--version")
@@ -35,13 +35,13 @@ fn have_browser(test: &str) -> bool {
 }
 
 /// A chromedriver on a free loopback port, killed on drop.
-struct Driver {
+pub(crate) struct Driver {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Driver {
-    fn start() -> Driver {
+    pub(crate) fn start() -> Driver {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new("chromedriver")
             .arg(format!("--port={port}"))
@@ -81,7 +81,7 @@ async fn screenshot(c: &Client, name: &str) {
 }
 
 /// Waits (bounded) until `f` returns `Some`, re-running it every 200 ms.
-async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut f: F) -> T
+pub(crate) async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -101,7 +101,7 @@ async fn attr(c: &Client, css: &str, name: &str) -> Option<String> {
     e.attr(name).await.ok().flatten()
 }
 
-async fn js(c: &Client, script: &str) -> Value {
+pub(crate) async fn js(c: &Client, script: &str) -> Value {
     c.execute(script, vec![]).await.expect("running a script in the page")
 }
 

@@ -16,6 +16,7 @@ mod nshost;
 mod postgres;
 mod publish;
 mod real_geo;
+mod rum;
 mod scheduling;
 mod support;
 mod topology;
