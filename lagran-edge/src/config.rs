@@ -33,13 +33,18 @@ pub struct Config {
     /// The node's name in the control plane; heartbeats go to `/api/v1/nodes/{node_name}`.
     #[serde(default = "default_node_name")]
     pub node_name: String,
-    /// Control plane base URL (`http://host:port` or `https://host:port`); without it
-    /// no heartbeats are sent. An `https://` URL is spoken over TLS only.
+    /// Control plane base URL (`https://host:port`, or `http://` to a loopback address
+    /// unless `insecure_control`); without it no heartbeats are sent. An `https://` URL
+    /// is spoken over TLS only ([`crate::control`]).
     pub control_url: Option<String>,
     /// PEM CA bundle trusted for an `https://` control_url (`--ca`, `LAGRAN_CA` win);
     /// none: the system's certificate store.
     #[serde(default)]
     pub ca: Option<std::path::PathBuf>,
+    /// Accept an `http://` control_url to a non-loopback address (the token and
+    /// the sites' keys then cross the network in cleartext; warned at every start).
+    #[serde(default)]
+    pub insecure_control: bool,
     /// Sent as `x-lagran-agent-token`; the `AGENT_TOKEN` environment variable wins.
     pub agent_token: Option<String>,
     #[serde(default = "default_heartbeat_secs")]

@@ -9,6 +9,7 @@ pub mod agent;
 pub mod body;
 pub mod cache;
 pub mod config;
+pub mod control;
 pub mod host;
 pub mod origin;
 pub mod rate_limit;
