@@ -65,6 +65,12 @@ pub struct Config {
     /// connections are closed at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Client connections open at once from one client (an IPv6 client by its /64).
+    #[serde(default = "default_max_connections_per_client")]
+    pub max_connections_per_client: usize,
+    /// A client connection on which no byte moves either way for this long is closed.
+    #[serde(default = "default_idle_timeout_secs")]
+    pub idle_timeout_secs: u64,
     /// How often the sites and certificates are read from the control plane
     /// (`/api/v1/sites`, `/api/v1/certificates`) when `control_url` is set.
     #[serde(default = "default_config_poll_secs")]
@@ -147,6 +153,12 @@ fn default_rate_limit_max_clients() -> usize {
 fn default_max_connections() -> usize {
     10_000
 }
+fn default_max_connections_per_client() -> usize {
+    64
+}
+fn default_idle_timeout_secs() -> u64 {
+    60
+}
 fn default_config_poll_secs() -> u64 {
     10
 }
@@ -193,6 +205,12 @@ impl Config {
         }
         if self.max_connections == 0 {
             return err("max_connections", "must be at least 1");
+        }
+        if self.max_connections_per_client == 0 {
+            return err("max_connections_per_client", "must be at least 1");
+        }
+        if self.idle_timeout_secs == 0 {
+            return err("idle_timeout_secs", "must be at least 1");
         }
         if self.config_poll_secs == 0 {
             return err("config_poll_secs", "must be at least 1");

@@ -9,8 +9,10 @@ pub mod agent;
 pub mod body;
 pub mod cache;
 pub mod config;
+pub mod conn_limit;
 pub mod control;
 pub mod host;
+pub mod idle;
 pub mod origin;
 pub mod rate_limit;
 pub mod remote;
@@ -31,6 +33,7 @@ use tracing::info;
 
 use crate::cache::Cache;
 use crate::config::{Config, ConfigError, SiteConfig};
+use crate::conn_limit::ConnLimit;
 use crate::host::HostMap;
 use crate::origin::{Origin, OriginClient};
 use crate::rate_limit::RateLimiter;
@@ -88,9 +91,19 @@ pub struct Edge {
     pub cache: Cache,
     pub origin: OriginClient,
     pub stats: Arc<Stats>,
-    /// Slots for client connections, HTTP and HTTPS together (`max_connections`).
-    pub conn_slots: Arc<tokio::sync::Semaphore>,
+    /// Slots for client connections, HTTP and HTTPS together (`max_connections`,
+    /// `max_connections_per_client`).
+    pub conn_slots: Arc<ConnLimit>,
+    /// A connection without traffic for this long is closed (`idle_timeout_secs`).
+    pub idle_timeout: Duration,
+    /// `/healthz`, answered on any host, is limited per client by this (besides a site's own).
+    pub healthz_limiter: RateLimiter,
 }
+
+/// Requests per second (and burst) one client may make to `/healthz`: ample
+/// for the control plane's probe every few seconds.
+pub const HEALTHZ_RPS: f64 = 5.0;
+pub const HEALTHZ_BURST: u32 = 10;
 
 impl Edge {
     pub fn new(config: &Config) -> Edge {
@@ -101,7 +114,9 @@ impl Edge {
             cache: Cache::new(config.cache_max_bytes, config.cache_max_object_bytes),
             origin: OriginClient::new(config.origin_timeout()),
             stats: Arc::default(),
-            conn_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
+            conn_slots: Arc::new(ConnLimit::new(config.max_connections, config.max_connections_per_client)),
+            idle_timeout: Duration::from_secs(config.idle_timeout_secs),
+            healthz_limiter: RateLimiter::new(HEALTHZ_RPS, HEALTHZ_BURST, config.rate_limit_max_clients),
         };
         edge.replace_sites(&config.sites);
         edge

@@ -15,7 +15,12 @@
 //!   storable, that fetch is abandoned and the range itself is asked from the
 //!   origin, so the client never receives more than it asked for.
 //! - At most `max_connections` client connections are open at once (HTTP and HTTPS
-//!   together); a connection past it is closed at once.
+//!   together), and `max_connections_per_client` from one client; a connection past
+//!   either is closed at once ([`crate::conn_limit`]). A connection, HTTP/1 or
+//!   HTTP/2, on which nothing moves for `idle_timeout_secs` is closed ([`crate::idle`]).
+//! - `GET /healthz` is rate-limited per client like every request: by the site's
+//!   limiter when the host is a site, and by the edge's own ([`crate::HEALTHZ_RPS`]),
+//!   since it is answered on any host.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -35,7 +40,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -43,6 +47,8 @@ use tracing::{debug, info, warn};
 
 use crate::body::{self, Counted, EdgeBody, Read};
 use crate::cache::{self, ByteRange, CachedObject};
+use crate::conn_limit::ConnLimit;
+use crate::idle::{Activity, Watched};
 use crate::origin::OriginError;
 use crate::{Edge, Site, Stats, host};
 
@@ -98,7 +104,7 @@ pub async fn run_tls(
 async fn accept_loop<F, Fut>(
     listener: TcpListener,
     shutdown: &CancellationToken,
-    slots: Arc<Semaphore>,
+    slots: Arc<ConnLimit>,
     mut on_conn: F,
 ) -> io::Result<()>
 where
@@ -115,13 +121,16 @@ where
         };
         match accepted {
             Ok((stream, peer)) => {
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    if refused.is_multiple_of(1000) {
-                        warn!(%local, %peer, refused, "max_connections reached; closing new connections");
+                let permit = match slots.claim(peer.ip()) {
+                    Ok(permit) => permit,
+                    Err(why) => {
+                        if refused.is_multiple_of(1000) {
+                            warn!(%local, %peer, refused, ?why, "connection caps reached; closing new connections");
+                        }
+                        refused += 1;
+                        drop(stream);
+                        continue;
                     }
-                    refused += 1;
-                    drop(stream);
-                    continue;
                 };
                 let _ = stream.set_nodelay(true);
                 let conn = on_conn(stream, peer);
@@ -169,6 +178,8 @@ where
     let _open = OpenConn::new(&edge.stats);
     let peer = conn.peer;
     let conn = Arc::new(conn);
+    let (activity, idle_timeout) = (Activity::new(), edge.idle_timeout);
+    let io = Watched::new(io, activity.clone());
     let service = service_fn(move |req| {
         let (edge, conn) = (edge.clone(), conn.clone());
         async move { Ok::<_, Infallible>(respond(&edge, &conn, req).await) }
@@ -182,6 +193,10 @@ where
         () = shutdown.cancelled() => {
             served.as_mut().graceful_shutdown();
             served.await
+        }
+        () = activity.idle(idle_timeout) => {
+            debug!(%peer, idle = ?idle_timeout, "connection idle; closed");
+            return;
         }
     };
     if let Err(e) = result {
@@ -268,7 +283,7 @@ fn percent_decode(path: &str) -> String {
 
 async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
     if req.uri().path() == "/healthz" {
-        return text(StatusCode::OK, "ok");
+        return healthz(edge, conn, &req);
     }
     if has_dot_segment(req.uri().path()) {
         return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n");
@@ -371,6 +386,19 @@ async fn handle(edge: &Edge, conn: &Conn, req: Request<Incoming>) -> Response<Ed
             text(StatusCode::BAD_GATEWAY, "origin response failed\n")
         }
     }
+}
+
+/// `ok`, unless this client asks too often (the site's limiter, then the edge's).
+fn healthz(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> Response<EdgeBody> {
+    let (ip, now) = (conn.peer.ip().to_canonical(), Instant::now());
+    let site = request_host(req).and_then(|h| edge.site(&h));
+    let site_allows = site.as_ref().and_then(|s| s.limiter.as_ref()).is_none_or(|l| l.allow(ip, now));
+    if !site_allows || !edge.healthz_limiter.allow(ip, now) {
+        let mut resp = text(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return resp;
+    }
+    text(StatusCode::OK, "ok")
 }
 
 async fn proxy(

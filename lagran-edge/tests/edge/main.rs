@@ -3,5 +3,6 @@
 
 mod agent;
 mod flow;
+mod limits;
 mod support;
 mod tls;
