@@ -3,6 +3,7 @@
 
 mod aaaa;
 mod api;
+mod cleartext;
 mod cli;
 mod cname;
 mod console;
