@@ -12,15 +12,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::Stats;
 use crate::config::Config;
+use crate::control::{self, ControlClient};
 
 pub const TOKEN_HEADER: &str = "x-lagran-agent-token";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,40 +34,6 @@ pub enum AgentError {
     Status { url: String, status: StatusCode, body: String },
     #[error("heartbeat URL {url} is invalid")]
     Url { url: String, source: hyper::http::Error },
-    #[error("the TLS settings for the control plane: {0}")]
-    Tls(String),
-}
-
-/// The HTTPS-capable client: an `https://` control URL is spoken over TLS
-/// only (never cleartext), trusting `ca` (PEM) or the system's store.
-pub(crate) type AgentClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-pub(crate) fn client(ca: Option<&std::path::Path>) -> Result<AgentClient, AgentError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let tls = |e: &dyn std::fmt::Display| AgentError::Tls(e.to_string());
-    let mut roots = rustls::RootCertStore::empty();
-    match ca {
-        Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| tls(&format!("{}: {e}", path.display())))?;
-            for c in certs {
-                roots.add(c).map_err(|e| tls(&e))?;
-            }
-        }
-        None => {
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        }
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls(&e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector =
-        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http().enable_http1().build();
-    Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
 #[derive(Debug, Clone)]
@@ -185,7 +149,7 @@ impl Sampler {
     }
 }
 
-async fn send(client: &AgentClient, cfg: &AgentConfig, beat: &Heartbeat) -> Result<(), AgentError> {
+async fn send(client: &ControlClient, cfg: &AgentConfig, beat: &Heartbeat) -> Result<(), AgentError> {
     let url = &cfg.url;
     let body = serde_json::to_vec(beat).expect("a heartbeat serializes");
     let req = Request::builder()
@@ -211,7 +175,7 @@ async fn send(client: &AgentClient, cfg: &AgentConfig, beat: &Heartbeat) -> Resu
 
 /// Reports until `shutdown`; the first report goes out at once.
 pub async fn run(cfg: AgentConfig, stats: Arc<Stats>, shutdown: CancellationToken) {
-    let client = match client(cfg.ca.as_deref()) {
+    let client = match control::client(cfg.ca.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "heartbeat agent cannot start");

@@ -35,13 +35,18 @@ pub struct Config {
     /// The node's name in the control plane; heartbeats go to `/api/v1/nodes/{node_name}`.
     #[serde(default = "default_node_name")]
     pub node_name: String,
-    /// Control plane base URL (`http://host:port` or `https://host:port`); without it
-    /// no heartbeats are sent. An `https://` URL is spoken over TLS only.
+    /// Control plane base URL (`https://host:port`, or `http://` to a loopback address
+    /// unless `insecure_control`); without it no heartbeats are sent. An `https://` URL
+    /// is spoken over TLS only ([`crate::control`]).
     pub control_url: Option<String>,
     /// PEM CA bundle trusted for an `https://` control_url (`--ca`, `LAGRAN_CA` win);
     /// none: the system's certificate store.
     #[serde(default)]
     pub ca: Option<std::path::PathBuf>,
+    /// Accept an `http://` control_url to a non-loopback address (the token and
+    /// the sites' keys then cross the network in cleartext; warned at every start).
+    #[serde(default)]
+    pub insecure_control: bool,
     /// Sent as `x-lagran-agent-token`; the `AGENT_TOKEN` environment variable wins.
     pub agent_token: Option<String>,
     #[serde(default = "default_heartbeat_secs")]
@@ -86,6 +91,12 @@ pub struct Config {
     /// connections are closed at once.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Client connections open at once from one client (an IPv6 client by its /64).
+    #[serde(default = "default_max_connections_per_client")]
+    pub max_connections_per_client: usize,
+    /// A client connection on which no byte moves either way for this long is closed.
+    #[serde(default = "default_idle_timeout_secs")]
+    pub idle_timeout_secs: u64,
     /// How often the sites and certificates are read from the control plane
     /// (`/api/v1/sites`, `/api/v1/certificates`) when `control_url` is set.
     #[serde(default = "default_config_poll_secs")]
@@ -259,6 +270,12 @@ fn default_rate_limit_max_clients() -> usize {
 fn default_max_connections() -> usize {
     10_000
 }
+fn default_max_connections_per_client() -> usize {
+    64
+}
+fn default_idle_timeout_secs() -> u64 {
+    60
+}
 fn default_config_poll_secs() -> u64 {
     10
 }
@@ -323,6 +340,12 @@ impl Config {
         }
         if self.max_connections == 0 {
             return err("max_connections", "must be at least 1");
+        }
+        if self.max_connections_per_client == 0 {
+            return err("max_connections_per_client", "must be at least 1");
+        }
+        if self.idle_timeout_secs == 0 {
+            return err("idle_timeout_secs", "must be at least 1");
         }
         if self.config_poll_secs == 0 {
             return err("config_poll_secs", "must be at least 1");

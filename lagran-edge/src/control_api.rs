@@ -14,8 +14,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{self, AgentClient, AgentError};
+use crate::agent;
 use crate::config::Config;
+use crate::control::{self, ControlClient, ControlError};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// A candidates answer larger than this is refused (three nodes fit in far less).
@@ -62,7 +63,7 @@ pub struct Candidates {
 }
 
 pub struct ControlApi {
-    client: AgentClient,
+    client: ControlClient,
     base: String,
     token: String,
     /// This node's name, as reports name it.
@@ -71,9 +72,9 @@ pub struct ControlApi {
 
 impl ControlApi {
     /// `None` without a `control_url`; an error when the CA bundle is unusable.
-    pub fn from_config(config: &Config) -> Option<Result<ControlApi, AgentError>> {
+    pub fn from_config(config: &Config) -> Option<Result<ControlApi, ControlError>> {
         let base = config.control_url.as_deref()?.trim_end_matches('/').to_owned();
-        Some(agent::client(config.ca.as_deref()).map(|client| ControlApi {
+        Some(control::client(config.ca.as_deref()).map(|client| ControlApi {
             client,
             base,
             token: config.agent_token.clone().unwrap_or_default(),

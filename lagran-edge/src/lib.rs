@@ -14,9 +14,12 @@ pub mod cached;
 pub mod client_subnet;
 pub mod collapse;
 pub mod config;
+pub mod conn_limit;
+pub mod control;
 pub mod control_api;
 pub mod freshness;
 pub mod host;
+pub mod idle;
 pub mod measured_conn;
 pub mod measurement_report;
 pub mod metrics;
@@ -50,6 +53,7 @@ use crate::access_log::AccessLog;
 use crate::cache::Cache;
 use crate::collapse::Collapser;
 use crate::config::{Config, ConfigError, SiteConfig};
+use crate::conn_limit::ConnLimit;
 use crate::host::HostMap;
 use crate::metrics::{Metrics, SiteMetrics};
 use crate::origin::{OriginClient, OriginSet, OriginSetConfig, Timeouts};
@@ -124,14 +128,24 @@ pub struct Edge {
     pub metrics: Metrics,
     pub access_log: Option<AccessLog>,
     pub metrics_token: Option<String>,
-    /// Slots for client connections, HTTP and HTTPS together (`max_connections`).
-    pub conn_slots: Arc<tokio::sync::Semaphore>,
+    /// Slots for client connections, HTTP and HTTPS together (`max_connections`,
+    /// `max_connections_per_client`).
+    pub conn_slots: Arc<ConnLimit>,
+    /// A connection without traffic for this long is closed (`idle_timeout_secs`).
+    pub idle_timeout: Duration,
+    /// `/healthz`, answered on any host, is limited per client by this (besides a site's own).
+    pub healthz_limiter: RateLimiter,
     /// Client connections' RTTs per subnet, when `[agent] report_rtt` is on and
     /// there is a control plane to report them to.
     pub subnet_rtts: Option<Arc<measured_conn::SubnetRtts>>,
     /// The `/.well-known/lagran/` paths.
     pub rum: rum::Rum,
 }
+
+/// Requests per second (and burst) one client may make to `/healthz`: ample
+/// for the control plane's probe every few seconds.
+pub const HEALTHZ_RPS: f64 = 5.0;
+pub const HEALTHZ_BURST: u32 = 10;
 
 impl Edge {
     /// The edge of `config`: its cache (reading the disk tier's objects back), its
@@ -164,7 +178,9 @@ impl Edge {
             metrics: Metrics::default(),
             access_log,
             metrics_token: config.metrics_token.clone(),
-            conn_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
+            conn_slots: Arc::new(ConnLimit::new(config.max_connections, config.max_connections_per_client)),
+            idle_timeout: Duration::from_secs(config.idle_timeout_secs),
+            healthz_limiter: RateLimiter::new(HEALTHZ_RPS, HEALTHZ_BURST, config.rate_limit_max_clients),
             subnet_rtts: (config.agent.report_rtt && config.control_url.is_some())
                 .then(|| Arc::new(rtt::RttTable::new(MAX_RTT_SUBNETS))),
             rum: rum::Rum::default(),

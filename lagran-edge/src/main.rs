@@ -21,6 +21,10 @@ struct Args {
     /// PEM CA bundle trusted for an https:// control_url (TOML `ca`).
     #[arg(long, env = "LAGRAN_CA")]
     ca: Option<PathBuf>,
+    /// Accept an http:// control_url to a non-loopback address: the agent token and the
+    /// sites' private keys then cross the network in cleartext (TOML `insecure_control`).
+    #[arg(long)]
+    insecure_control: bool,
 }
 
 #[tokio::main]
@@ -36,6 +40,17 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(ca) = args.ca.clone() {
         config.ca = Some(ca);
+    }
+    config.insecure_control |= args.insecure_control;
+    if let Some(url) = &config.control_url {
+        lagran_edge::control::check_url(url, config.insecure_control)
+            .with_context(|| format!("{}", args.config.display()))?;
+    }
+    if config.insecure_control {
+        tracing::warn!(
+            "insecure_control is on: an http:// control_url to another machine is accepted, and the agent token \
+             and the sites' private keys may cross the network in cleartext"
+        );
     }
     if args.check {
         if config.listen_https.is_some() {

@@ -13,19 +13,19 @@
 //! reached or sends something unusable, the last set applied stays and the error is
 //! logged; one bad certificate is skipped (logged), the others are served.
 //!
+//! Both are read with the heartbeats' client ([`crate::control`]): over TLS only
+//! for an `https://` `control_url`, trusting `ca`.
+//!
 //! The control plane shows private keys only to a node's own token (or the admin
-//! token); with the global agent token the certificates arrive without `key_pem`
-//! and are skipped with a warning saying so.
+//! token), and only over TLS or to loopback; otherwise the certificates arrive
+//! without `key_pem` and are skipped with a warning saying so.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use lagran_site::Site;
 use rustls::sign::CertifiedKey;
 use serde::Deserialize;
@@ -35,6 +35,7 @@ use tracing::{info, warn};
 use crate::Edge;
 use crate::agent::TOKEN_HEADER;
 use crate::config::{Config, SiteConfig};
+use crate::control::{self, ControlClient};
 use crate::tls::{self, CertMap};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,6 +59,8 @@ pub struct RemoteConfig {
     pub certificates_url: String,
     pub token: String,
     pub interval: Duration,
+    /// The CA bundle trusted for an `https://` URL (as the heartbeats').
+    pub ca: Option<std::path::PathBuf>,
 }
 
 impl RemoteConfig {
@@ -69,6 +72,7 @@ impl RemoteConfig {
             certificates_url: format!("{base}/api/v1/certificates?node={}", config.node_name),
             token: config.agent_token.clone().unwrap_or_default(),
             interval: Duration::from_secs(config.config_poll_secs),
+            ca: config.ca.clone(),
         })
     }
 }
@@ -131,8 +135,8 @@ pub fn merge_certs(local: &[(String, Arc<CertifiedKey>)], remote: &[RemoteCertif
         let Some(key_pem) = &c.key_pem else {
             warn!(
                 domain = %c.domain,
-                "the control plane sent this certificate without its private key: give this node its own \
-                 auth_token (the global agent token may not read keys); skipped"
+                "the control plane sent this certificate without its private key: it sends keys only to a \
+                 node's own auth_token (not the global agent token), over https:// or to loopback; skipped"
             );
             continue;
         };
@@ -147,11 +151,9 @@ pub fn merge_certs(local: &[(String, Arc<CertifiedKey>)], remote: &[RemoteCertif
     (map, used)
 }
 
-type HttpClient = Client<HttpConnector, Empty<Bytes>>;
-
-async fn fetch(client: &HttpClient, url: &str, token: &str) -> Result<Bytes, RemoteError> {
+async fn fetch(client: &ControlClient, url: &str, token: &str) -> Result<Bytes, RemoteError> {
     let fail = |reason: String| RemoteError::Fetch { url: url.to_owned(), reason };
-    let req = Request::get(url).header(TOKEN_HEADER, token).body(Empty::new()).map_err(|e| fail(e.to_string()))?;
+    let req = Request::get(url).header(TOKEN_HEADER, token).body(Full::default()).map_err(|e| fail(e.to_string()))?;
     let exchange = async {
         let resp = client.request(req).await.map_err(|e| fail(crate::error_chain(&e)))?;
         let status = resp.status();
@@ -169,7 +171,13 @@ async fn fetch(client: &HttpClient, url: &str, token: &str) -> Result<Bytes, Rem
 
 /// Reads, and applies when changed, until `shutdown`; the first read is at once.
 pub async fn run(cfg: RemoteConfig, local: Local, edge: Arc<Edge>, shutdown: CancellationToken) {
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let client = match control::client(cfg.ca.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot read sites and certificates from the control plane");
+            return;
+        }
+    };
     let mut applied: Option<(Bytes, Bytes)> = None;
     let mut failures: u32 = 0;
     info!(url = %cfg.sites_url, interval = ?cfg.interval, "reading sites and certificates from the control plane");

@@ -151,9 +151,22 @@ fn metrics(edge: &Edge) -> Response<EdgeBody> {
     resp
 }
 
+/// `ok`, unless this client asks too often (the site's limiter, then the edge's).
+fn healthz(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> Response<EdgeBody> {
+    let (ip, now) = (conn.peer.ip().to_canonical(), Instant::now());
+    let site = request_host(req).and_then(|h| edge.site(&h));
+    let site_allows = site.as_ref().and_then(|s| s.limiter.as_ref()).is_none_or(|l| l.allow(ip, now));
+    if !site_allows || !edge.healthz_limiter.allow(ip, now) {
+        let mut resp = text(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return resp;
+    }
+    text(StatusCode::OK, "ok")
+}
+
 async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
     if req.uri().path() == "/healthz" {
-        return text(StatusCode::OK, "ok");
+        return healthz(edge, conn, &req);
     }
     if req.uri().path() == "/metrics" && req.method() == Method::GET && may_read_metrics(edge, conn, &req) {
         return metrics(edge);

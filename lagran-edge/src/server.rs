@@ -5,7 +5,12 @@
 //!   answered on any host, before site routing; every connection's RTT is read
 //!   from the kernel when it ends (see [`crate::measured_conn`]).
 //! - At most `max_connections` client connections are open at once (HTTP and HTTPS
-//!   together); a connection past it is closed at once.
+//!   together), and `max_connections_per_client` from one client; a connection past
+//!   either is closed at once ([`crate::conn_limit`]). A connection, HTTP/1 or
+//!   HTTP/2, on which nothing moves for `idle_timeout_secs` is closed ([`crate::idle`]).
+//! - `GET /healthz` is rate-limited per client like every request: by the site's
+//!   limiter when the host is a site, and by the edge's own ([`crate::HEALTHZ_RPS`]),
+//!   since it is answered on any host.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,12 +26,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::conn_limit::ConnLimit;
+use crate::idle::{Activity, Watched};
 use crate::request::{self, Conn};
 use crate::{Edge, Stats, host};
 
@@ -78,7 +84,7 @@ pub async fn run_tls(
 async fn accept_loop<F, Fut>(
     listener: TcpListener,
     shutdown: &CancellationToken,
-    slots: Arc<Semaphore>,
+    slots: Arc<ConnLimit>,
     mut on_conn: F,
 ) -> io::Result<()>
 where
@@ -95,13 +101,16 @@ where
         };
         match accepted {
             Ok((stream, peer)) => {
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    if refused.is_multiple_of(1000) {
-                        warn!(%local, %peer, refused, "max_connections reached; closing new connections");
+                let permit = match slots.claim(peer.ip()) {
+                    Ok(permit) => permit,
+                    Err(why) => {
+                        if refused.is_multiple_of(1000) {
+                            warn!(%local, %peer, refused, ?why, "connection caps reached; closing new connections");
+                        }
+                        refused += 1;
+                        drop(stream);
+                        continue;
                     }
-                    refused += 1;
-                    drop(stream);
-                    continue;
                 };
                 let _ = stream.set_nodelay(true);
                 let conn = on_conn(stream, peer);
@@ -149,6 +158,8 @@ where
     let _open = OpenConn::new(&edge.stats);
     let peer = conn.peer;
     let conn = Arc::new(conn);
+    let (activity, idle_timeout) = (Activity::new(), edge.idle_timeout);
+    let io = Watched::new(io, activity.clone());
     let service = service_fn(move |req| {
         let (edge, conn) = (edge.clone(), conn.clone());
         async move { Ok::<_, Infallible>(request::respond(&edge, &conn, req).await) }
@@ -162,6 +173,10 @@ where
         () = shutdown.cancelled() => {
             served.as_mut().graceful_shutdown();
             served.await
+        }
+        () = activity.idle(idle_timeout) => {
+            debug!(%peer, idle = ?idle_timeout, "connection idle; closed");
+            return;
         }
     };
     if let Err(e) = result {

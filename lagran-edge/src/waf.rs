@@ -6,6 +6,14 @@
 //! with a non-empty allow list an address matching neither is denied. Paths are
 //! compared after percent-decoding and dot-segment removal, so `/%61dmin` and
 //! `/x/../admin` meet a `/admin` rule.
+//!
+//! Path rules match regardless of ASCII case: `/ADMIN` and `/Admin` meet a
+//! `/admin` rule. Many origins fold case (IIS, Windows and macOS file systems,
+//! routers configured case-insensitive), and the edge cannot know which one
+//! sits behind a site; a deny rule a client defeats by changing one letter's
+//! case would protect nothing there. On a case-sensitive origin the price is
+//! that a path differing from a denied one only in case is refused too: a deny
+//! rule errs toward refusing. So there is no per-site switch for it.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -56,7 +64,7 @@ impl Waf {
         Waf {
             allow: site.allow_cidrs.clone(),
             deny: site.deny_cidrs.clone(),
-            deny_paths: site.deny_paths.clone(),
+            deny_paths: site.deny_paths.iter().map(|p| p.to_ascii_lowercase()).collect(),
             deny_user_agents: site.deny_user_agents.iter().map(|s| s.to_lowercase()).collect(),
             referers,
         }
@@ -72,7 +80,8 @@ impl Waf {
             _ => {}
         }
         if !self.deny_paths.is_empty() {
-            let path = normalize_path(path);
+            let mut path = normalize_path(path);
+            path.make_ascii_lowercase();
             if self.deny_paths.iter().any(|p| path.starts_with(p.as_str())) {
                 return Err(Block::Path);
             }
@@ -175,6 +184,15 @@ mod tests {
             assert_eq!(waf.check(ip("192.0.2.1"), p, None), Err(Block::Path), "{p}");
         }
         assert_eq!(waf.check(ip("192.0.2.1"), "/public/admin", None), Ok(()));
+    }
+
+    #[test]
+    fn path_rules_ignore_case() {
+        let waf = Waf::new(&site("deny_paths = [\"/Admin\", \"/private/\"]"));
+        for p in ["/admin", "/ADMIN/x", "/aDmIn", "/%41dmin", "/PRIVATE/a", "/Private/"] {
+            assert_eq!(waf.check(ip("192.0.2.1"), p, None), Err(Block::Path), "{p}");
+        }
+        assert_eq!(waf.check(ip("192.0.2.1"), "/privateer", None), Ok(()));
         assert_eq!(normalize_path("/a/b/../c/"), "/a/c/");
         assert_eq!(normalize_path("/%zz"), "/%zz");
     }

@@ -27,7 +27,9 @@ pub struct Site {
     pub allow_cidrs: Vec<IpNet>,
     #[serde(default)]
     pub deny_cidrs: Vec<IpNet>,
-    /// Path prefixes answered 403.
+    /// Path prefixes answered 403, matched regardless of ASCII case (the edge
+    /// cannot know whether the origin folds case; a rule defeated by `/ADMIN`
+    /// would protect nothing).
     #[serde(default)]
     pub deny_paths: Vec<String>,
     /// Case-insensitive substrings of `User-Agent` answered 403.

@@ -2,7 +2,8 @@
 //! (`lagran rule …`, `lagran routes …`) so that changes go through the running
 //! daemon and reach the DNS answers at once; also the NS hosts' route-table
 //! stream. `https://` URLs are spoken over TLS only ([`crate::control_tls`]):
-//! never sent in cleartext.
+//! never sent in cleartext; `http://` ones only to a loopback address unless
+//! `insecure_control` ([`crate::control_url`]).
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -20,6 +21,8 @@ pub enum ClientError {
     Url { url: String, reason: String },
     #[error("cannot reach the control API at {url}: {reason} (is `lagran serve` running? --api / LAGRAN_API)")]
     Connect { url: String, reason: String },
+    #[error(transparent)]
+    Cleartext(#[from] crate::control_url::ControlUrlError),
     #[error("TLS with {url} failed: {reason}")]
     Tls { url: String, reason: String },
     #[error("{method} {url}: {status}: {message}")]
@@ -99,6 +102,7 @@ impl ApiClient {
 
     async fn send(&self, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Bytes, String), ClientError> {
         let url = format!("{}{}", self.base.trim_end_matches('/'), path);
+        crate::control_url::check(&url, self.tls.insecure_control)?;
         let uri: hyper::Uri = url
             .parse()
             .map_err(|e: hyper::http::uri::InvalidUri| ClientError::Url { url: url.clone(), reason: e.to_string() })?;
@@ -194,5 +198,15 @@ mod tests {
         assert_eq!(seen[0].first(), Some(&0x16), "a TLS handshake record, not HTTP");
         let text = String::from_utf8_lossy(&seen[0]);
         assert!(!text.contains("secret-admin-token") && !text.contains("GET "), "nothing in cleartext");
+    }
+
+    /// An `http://` URL to another machine is refused before any connection
+    /// (the address is in TEST-NET-1: nothing would answer anyway).
+    #[tokio::test]
+    async fn cleartext_to_another_machine_is_refused_unless_allowed() {
+        let client = ApiClient { base: "http://192.0.2.1:8080".into(), ..ApiClient::default() };
+        let e = client.call("GET", "/api/v1/nodes", None).await.unwrap_err();
+        assert!(matches!(e, ClientError::Cleartext(_)), "{e}");
+        assert!(e.to_string().contains("--insecure-control"), "{e}");
     }
 }

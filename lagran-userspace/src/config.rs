@@ -68,6 +68,8 @@ pub struct Config {
     /// A client certificate presented to an `https://` control API.
     pub client_cert: Option<PathBuf>,
     pub client_key: Option<PathBuf>,
+    /// `http://` control URLs to non-loopback addresses are accepted ([`crate::control_url`]).
+    pub insecure_control: bool,
     pub rrl: RrlSettings,
     pub cookies: CookieSettings,
 }
@@ -91,6 +93,7 @@ impl Default for Config {
             ca: None,
             client_cert: None,
             client_key: None,
+            insecure_control: false,
             rrl: RrlSettings::default(),
             cookies: CookieSettings::default(),
         }
@@ -200,6 +203,7 @@ impl Config {
             ca: self.ca.clone(),
             cert: self.client_cert.clone(),
             key: self.client_key.clone(),
+            insecure_control: self.insecure_control,
         }
     }
 

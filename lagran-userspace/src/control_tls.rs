@@ -86,6 +86,8 @@ pub struct ClientTls {
     /// A client certificate chain and its key (both or neither).
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
+    /// `http://` URLs to other machines are allowed ([`crate::control_url`]).
+    pub insecure_control: bool,
 }
 
 impl ClientTls {
@@ -214,6 +216,14 @@ pub const CLIENT_KEYS: &[Key] = &[
         "the private key of `client_cert`",
     )
     .flags(&["--client-key"]),
+    Key::toml(
+        "insecure_control",
+        KeyDefault::Toml("false"),
+        "true",
+        "accept `http://` control URLs to non-loopback addresses (`lagran dns`, operator commands; the edge's \
+         `insecure_control`): tokens, route tables and keys then cross the network in cleartext; warned at every start",
+    )
+    .flags(&["--insecure-control"]),
 ];
 
 #[cfg(test)]
@@ -274,11 +284,12 @@ mod tests {
 
         // Client certificates required: only a client presenting one the CA signed gets in.
         let mtls = server_config(&cert, &key, Some(&other_ca)).unwrap();
-        let with_cert = ClientTls { ca: Some(ca.clone()), cert: Some(client_cert), key: Some(client_key) };
+        let with_cert =
+            ClientTls { ca: Some(ca.clone()), cert: Some(client_cert), key: Some(client_key), ..ClientTls::default() };
         handshake(mtls.clone(), with_cert.config().unwrap(), "127.0.0.1").await.expect("a client certificate");
         assert!(handshake(mtls, trusting.config().unwrap(), "127.0.0.1").await.is_err(), "no client certificate");
 
-        let half = ClientTls { ca: Some(ca), cert: Some(cert), key: None };
+        let half = ClientTls { ca: Some(ca), cert: Some(cert), ..ClientTls::default() };
         assert!(half.config().unwrap_err().to_string().contains("--client-key"));
     }
 }

@@ -25,6 +25,7 @@ pub mod config;
 pub mod confirmation;
 pub mod console;
 pub mod control_tls;
+pub mod control_url;
 pub mod daemon;
 pub mod demo;
 pub mod dns;

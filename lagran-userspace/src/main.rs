@@ -16,9 +16,14 @@ struct Cli {
     /// TOML configuration file; environment variables (DNS_TTL, DATABASE_URL, …) win over it.
     #[arg(long, short, global = true, env = "LAGRAN_CONFIG")]
     config: Option<PathBuf>,
-    /// The control API the operator commands talk to (default: http://<api_listen>).
+    /// The control API the operator commands talk to, e.g. https://control.example:8443
+    /// (default: <api_listen> on this machine, https:// when [api.tls] is set).
     #[arg(long, global = true, env = "LAGRAN_API")]
     api: Option<String>,
+    /// Accept http:// control URLs to non-loopback addresses (tokens, route tables and keys
+    /// then cross the network in cleartext; warned at every start). TOML `insecure_control`.
+    #[arg(long, global = true)]
+    insecure_control: bool,
     /// PEM CA bundle trusted for https:// control URLs (operator commands, `lagran dns`);
     /// default: the system store. TOML `ca`.
     #[arg(long, global = true, env = "LAGRAN_CA")]
@@ -150,8 +155,9 @@ enum Command {
     },
     /// An NS host: answers DNS from the route tables a control plane streams.
     Dns {
-        /// A control process's API, e.g. http://10.0.0.1:8080; repeat for each process of
-        /// the cluster (LAGRAN_CONTROL: comma-separated). The NS host fails over between them.
+        /// A control process's API, e.g. https://10.0.0.1:8443 (with --ca); repeat for each
+        /// process of the cluster (LAGRAN_CONTROL: comma-separated). The NS host fails over
+        /// between them. http:// only to a loopback address, or with --insecure-control.
         #[arg(long, env = "LAGRAN_CONTROL", value_delimiter = ',', required = true)]
         control: Vec<String>,
         /// This NS host's name in its reports (GET /api/v1/nshosts); default: host name and DNS address.
@@ -277,6 +283,8 @@ async fn main() -> Result<()> {
     if let Some(ca) = cli.ca.clone() {
         config.ca = Some(ca);
     }
+    config.insecure_control |= cli.insecure_control;
+    lagran::control_url::warn_if_insecure(config.insecure_control);
     match cli.command {
         Command::Serve { dns_listen, xdp, entry, control } => {
             entry.apply(&mut config)?;
@@ -296,6 +304,9 @@ async fn main() -> Result<()> {
             config.client_cert = client_cert.or(config.client_cert.take());
             config.client_key = client_key.or(config.client_key.take());
             config.validate().context("--client-cert/--client-key")?;
+            for url in &control {
+                lagran::control_url::check(url, config.insecure_control).context("--control")?;
+            }
             if !dns_listen.is_empty() {
                 config.dns_listen = dns_listen;
                 config.validate().context("--dns-listen")?;
@@ -366,8 +377,21 @@ async fn main() -> Result<()> {
 }
 
 fn client(api: &Option<String>, config: &Config) -> lagran::api_client::ApiClient {
+    // The configured listen address, reached on this machine (0.0.0.0 and :: mean loopback here).
+    let default_base = || {
+        let mut addr = config.api_listen;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(if addr.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        let scheme = if config.api.tls.cert.is_some() { "https" } else { "http" };
+        format!("{scheme}://{addr}")
+    };
     lagran::api_client::ApiClient {
-        base: api.clone().unwrap_or_else(|| format!("http://{}", config.api_listen)),
+        base: api.clone().unwrap_or_else(default_base),
         admin_token: config.admin_token.clone(),
         agent_token: config.agent_token.clone(),
         tls: config.client_tls(),

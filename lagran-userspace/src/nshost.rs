@@ -11,7 +11,10 @@
 //! behind. Tables are taken only from the current epoch moving forward, as
 //! deltas when the control process still has this host's table; the wire
 //! format is [`crate::table_stream`]. Each request carries this host's
-//! report (version, epoch, queries, confirmation age).
+//! report (version, epoch, queries, confirmation age). A table whose epoch
+//! jumps further than the control plane can have gone since the last
+//! confirmation is refused ([`crate::table_stream::max_epoch`]), so one forged
+//! table cannot fence out the real control plane.
 //!
 //! Every answer of the stream — a new table, or 304 "yours is still current" —
 //! is a confirmation, recorded on this host's own clock
@@ -31,7 +34,7 @@ use crate::api_client::ApiClient;
 use crate::clock::now_ms;
 use crate::confirmation::Confirmation;
 use crate::route_table::{RouteTable, SharedRouteTable};
-use crate::table_stream::{TableUpdate, accepts};
+use crate::table_stream::{TableUpdate, accepts, max_epoch};
 
 /// What the follower has seen, for `/metrics`.
 #[derive(Debug, Default)]
@@ -39,7 +42,8 @@ pub struct FollowerStats {
     /// Unix ms of the last successful exchange with the control plane (0 = never).
     pub last_contact_ms: AtomicI64,
     pub tables_received: AtomicU64,
-    /// Tables refused: an older epoch, or a version that does not move forward.
+    /// Tables refused: an older epoch, an epoch beyond [`max_epoch`], or a
+    /// version that does not move forward.
     pub tables_rejected: AtomicU64,
     pub failures: AtomicU64,
     /// The highest leadership epoch seen (tables of older epochs are refused).
@@ -283,6 +287,17 @@ impl Follower {
             return Exchange::Failed(format!(
                 "offered table {}/{} (epoch/version), not newer than {}/{} (highest epoch seen {highest})",
                 table.epoch, table.version, current.epoch, current.version
+            ));
+        }
+        let confirmed_at = Some(self.confirmation.last_ms()).filter(|&ms| ms > 0);
+        let bound = max_epoch(highest.max(current.epoch), confirmed_at, now_ms());
+        if table.epoch > bound {
+            self.stats.tables_rejected.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(epoch = table.epoch, bound, control = %client.base, "route table refused: its epoch is beyond what the control plane can have issued (forged?)");
+            return Exchange::Failed(format!(
+                "offered table epoch {} is beyond {bound}, the most the control plane can have issued since epoch {} was confirmed",
+                table.epoch,
+                highest.max(current.epoch)
             ));
         }
         let (v, epoch) = (table.version, table.epoch);

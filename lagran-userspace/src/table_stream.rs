@@ -38,6 +38,33 @@
 //! as a new, higher version). A table from a higher epoch is taken whatever
 //! its version: the new leader's first table.
 //!
+//! # How far an epoch may jump ([`max_epoch`])
+//!
+//! Since a higher epoch fences every lower one, a single forged table with a
+//! huge epoch (from whoever sits on an `http://` path, or a compromised
+//! control URL) would make the NS host refuse every legitimate table for good
+//! — the saved state file carries the epoch across restarts. So a table is
+//! also refused when its epoch is higher than the control plane can have
+//! issued. The control plane starts at most one leadership term per election
+//! round, and a process tries for the lead once a second; the NS host knows the
+//! epoch in force at its last confirmation (any answer of the stream, kept
+//! across restarts as the saved table's modification time). So an epoch is
+//! refused above `known + EPOCH_SLACK + seconds since that confirmation`
+//! ([`EPOCH_SLACK`] covers several processes trying in the same second),
+//! measured on the NS host's own clock (a clock stepped back counts as no time
+//! passed). With no table yet, the bound is the seconds since 1970: more terms
+//! than seconds cannot have been started. A legitimate jump past the bound
+//! (a long-absent host, a flapping cluster) is only delayed: the bound grows
+//! while the host waits, and the next answer after that is taken.
+//!
+//! The bound is chosen over tying epochs to the control plane's identity
+//! (signed tables) because that identity already exists where it matters:
+//! over `https://` with `--ca` the table comes only from a certified control
+//! plane; the bound limits what one forged table can do where that is not so.
+//! A forged table within the bound fences the legitimate leader only until the
+//! cluster's epoch passes it (as many leadership changes); removing the state
+//! file and restarting the NS host clears it at once.
+//!
 //! # Delta
 //!
 //! A [`TableDelta`] names the base `(base_epoch, base_version)` it applies to
@@ -169,6 +196,20 @@ pub fn accepts(current: (u64, u64), highest_epoch: u64, offered: (u64, u64)) -> 
     epoch > current.0 || version > current.1
 }
 
+/// Leadership terms allowed beyond one per second since the last confirmation.
+pub const EPOCH_SLACK: u64 = 16;
+
+/// The highest epoch an NS host takes, knowing that `known` was in force when
+/// the control plane last confirmed its table, at `confirmed_at_ms` (unix ms on
+/// this host's clock; `None` or epoch 0: nothing known), at `now_ms`.
+pub fn max_epoch(known: u64, confirmed_at_ms: Option<i64>, now_ms: i64) -> u64 {
+    let secs = |ms: i64| u64::try_from(ms.max(0) / 1000).unwrap_or(0);
+    match confirmed_at_ms {
+        Some(at) if known > 0 => known.saturating_add(EPOCH_SLACK).saturating_add(secs(now_ms.saturating_sub(at))),
+        _ => secs(now_ms).max(EPOCH_SLACK),
+    }
+}
+
 /// `(epoch, version)` of a table.
 type Position = (u64, u64);
 
@@ -294,6 +335,17 @@ mod tests {
         let other = table(3, 9, vec![]);
         let d = TableDelta::between(&base, &table(3, 11, vec![name("a.example.test", [192, 0, 2, 1])]));
         assert!(d.apply(&other).unwrap_err().contains("applies to table 3/10"));
+    }
+
+    #[test]
+    fn epochs_jump_no_further_than_the_control_plane_can_have_gone() {
+        let now = 1_700_000_000_000;
+        assert_eq!(max_epoch(7, Some(now), now), 7 + EPOCH_SLACK, "just confirmed: the slack only");
+        assert_eq!(max_epoch(7, Some(now - 60_000), now), 7 + EPOCH_SLACK + 60, "one term per second since");
+        assert_eq!(max_epoch(7, Some(now + 3_600_000), now), 7 + EPOCH_SLACK, "a clock stepped back adds nothing");
+        assert_eq!(max_epoch(0, None, now), 1_700_000_000, "nothing known: no more terms than seconds since 1970");
+        assert_eq!(max_epoch(u64::MAX - 1, Some(0), now), u64::MAX, "no overflow");
+        assert!(max_epoch(7, Some(now - 1000), now) < u64::MAX / 2, "a huge forged epoch is out of bounds");
     }
 
     #[test]

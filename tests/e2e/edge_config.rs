@@ -21,12 +21,12 @@ const AGENT: &str = "global-agent-token";
 const OWN: &str = "gz-01-own-token";
 
 /// A free loopback port (bound, then released for the edge to take).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// An origin answering every request `200 origin says hi` (one thread, bounded by the test).
-fn start_origin() -> u16 {
+pub(crate) fn start_origin() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -46,14 +46,14 @@ fn start_origin() -> u16 {
     port
 }
 
-struct Edge {
-    child: Child,
+pub(crate) struct Edge {
+    pub(crate) child: Child,
     log: Arc<Mutex<String>>,
     _dir: tempfile::TempDir,
 }
 
 impl Edge {
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 }
@@ -65,7 +65,7 @@ impl Drop for Edge {
     }
 }
 
-fn start_edge(config: &str) -> Edge {
+pub(crate) fn start_edge(config: &str) -> Edge {
     let bin = lagran_bin().with_file_name("lagran-edge");
     assert!(bin.is_file(), "{} is not built: run `cargo build --bins`", bin.display());
     let dir = tempfile::tempdir().unwrap();
@@ -96,7 +96,7 @@ fn start_edge(config: &str) -> Edge {
 }
 
 /// `curl --resolve NAME:PORT:127.0.0.1 --cacert CA https://NAME:PORT/path`: `(ok, body or error)`.
-fn curl(name: &str, port: u16, ca: &Path) -> (bool, String) {
+pub(crate) fn curl(name: &str, port: u16, ca: &Path) -> (bool, String) {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "5", "--resolve", &format!("{name}:{port}:127.0.0.1"), "--cacert"])
         .arg(ca)
@@ -126,7 +126,7 @@ fn pem_body(pem: &str) -> String {
     pem.lines().filter(|l| !l.starts_with("-----")).collect()
 }
 
-fn certificate(name: &str, dir: &Path) -> (String, String, PathBuf) {
+pub(crate) fn certificate(name: &str, dir: &Path) -> (String, String, PathBuf) {
     let ck = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
     let (cert, key) = (ck.cert.pem(), ck.key_pair.serialize_pem());
     let path = dir.join(format!("{}-{}.pem", name, rand::random::<u32>()));
@@ -134,7 +134,12 @@ fn certificate(name: &str, dir: &Path) -> (String, String, PathBuf) {
     (cert, key, path)
 }
 
-fn wait_for<T>(what: &str, within: Duration, mut probe: impl FnMut() -> Option<T>, log: impl Fn() -> String) -> T {
+pub(crate) fn wait_for<T>(
+    what: &str,
+    within: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+    log: impl Fn() -> String,
+) -> T {
     let deadline = Instant::now() + within;
     loop {
         if let Some(v) = probe() {

@@ -4,6 +4,7 @@
 mod aaaa;
 mod api;
 mod chaos;
+mod cleartext;
 mod cli;
 mod cname;
 mod console;

@@ -5,6 +5,7 @@
 mod agent;
 mod cdn;
 mod flow;
+mod limits;
 mod measurements;
 mod origins;
 mod restart;

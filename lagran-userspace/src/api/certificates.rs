@@ -4,11 +4,22 @@
 //! with `?node=NAME` and that node's token in `x-lagran-agent-token`, so a
 //! leaked global agent token does not leak every site's key. Without them,
 //! `key_pem` is absent from the answer.
+//!
+//! A key also never crosses the network in cleartext: it is in the answer only
+//! when the request came over TLS (`[api.tls]`) or from a loopback address.
+//!
+//! An answer for a node (`?node=`) lists only the certificates of the sites
+//! that node serves. Sites are not assigned to nodes — every node serves every
+//! site in `/api/v1/sites` — so that is the certificates whose domain is a
+//! site's host, or a name a wildcard site covers; a certificate kept for
+//! anything else is not sent to any node.
 
 use axum::Extension;
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
@@ -52,27 +63,81 @@ fn normalise(domain: &str) -> String {
     domain.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
+/// How a request reached the API: whether a private key may travel on it.
+pub struct Channel {
+    /// The connection is TLS ([`crate::listener::http::OverTls`]).
+    pub tls: bool,
+    /// The client's address, when the listener recorded it.
+    pub peer: Option<SocketAddr>,
+}
+
+impl Channel {
+    /// Over TLS, or from this machine: the key does not cross a network in cleartext.
+    pub fn private(&self) -> bool {
+        self.tls || self.peer.is_some_and(|p| p.ip().to_canonical().is_loopback())
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Channel {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Channel {
+            tls: parts.extensions.get::<crate::listener::http::OverTls>().is_some(),
+            peer: parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0),
+        })
+    }
+}
+
+/// Whether `domain` (normalised) is served by one of `site_hosts`: the same
+/// name, or one label under a `*.` site.
+pub fn served_by_a_site(domain: &str, site_hosts: &[String]) -> bool {
+    site_hosts.iter().any(|h| {
+        let h = normalise(h);
+        h == domain
+            || h.strip_prefix("*.").is_some_and(|suffix| {
+                domain
+                    .strip_suffix(suffix)
+                    .and_then(|l| l.strip_suffix('.'))
+                    .is_some_and(|l| !l.is_empty() && !l.contains('.'))
+            })
+    })
+}
+
+async fn site_hosts(state: &AppState) -> Result<Vec<String>, ApiError> {
+    Ok(state.store.list_sites().await?.into_iter().map(|s| s.site.host).collect())
+}
+
 /// `GET /api/v1/certificates`; `?node=` is read by [`Requirement::ReadOrQueriedNode`].
 ///
 /// [`Requirement::ReadOrQueriedNode`]: super::access::Requirement::ReadOrQueriedNode
 pub async fn list(
     State(state): State<AppState>,
     Extension(KeyAccess(keys)): Extension<KeyAccess>,
-    Query(_): Query<KeyQuery>,
+    channel: Channel,
+    Query(query): Query<KeyQuery>,
 ) -> Result<Json<Vec<CertificateView>>, ApiError> {
-    let certs = state.store.list_certificates().await?;
+    let mut certs = state.store.list_certificates().await?;
+    if query.node.is_some() {
+        let hosts = site_hosts(&state).await?;
+        certs.retain(|c| served_by_a_site(&c.domain, &hosts));
+    }
+    let keys = keys && channel.private();
     Ok(Json(certs.into_iter().map(|c| CertificateView::new(c, keys)).collect()))
 }
 
 pub async fn get_one(
     State(state): State<AppState>,
     Extension(KeyAccess(keys)): Extension<KeyAccess>,
+    channel: Channel,
     Path(domain): Path<String>,
-    Query(_): Query<KeyQuery>,
+    Query(query): Query<KeyQuery>,
 ) -> Result<Json<CertificateView>, ApiError> {
-    match state.store.get_certificate(&normalise(&domain)).await? {
-        Some(c) => Ok(Json(CertificateView::new(c, keys))),
-        None => Err(ApiError::not_found(format!("no certificate for {domain}"))),
+    let domain = normalise(&domain);
+    let for_node_without_site = query.node.is_some() && !served_by_a_site(&domain, &site_hosts(&state).await?);
+    match state.store.get_certificate(&domain).await? {
+        Some(c) if !for_node_without_site => Ok(Json(CertificateView::new(c, keys && channel.private()))),
+        _ => Err(ApiError::not_found(format!("no certificate for {domain}"))),
     }
 }
 
@@ -102,4 +167,31 @@ pub async fn delete(State(state): State<AppState>, Path(domain): Path<String>) -
     }
     tracing::info!(domain = %domain, "certificate deleted");
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_travel_over_tls_or_loopback_only() {
+        let at = |ip: &str| Some(SocketAddr::new(ip.parse().unwrap(), 40000));
+        assert!(Channel { tls: false, peer: at("127.0.0.1") }.private());
+        assert!(Channel { tls: false, peer: at("::1") }.private());
+        assert!(Channel { tls: false, peer: at("::ffff:127.0.0.1") }.private());
+        assert!(Channel { tls: true, peer: at("10.0.0.2") }.private());
+        assert!(!Channel { tls: false, peer: at("10.0.0.2") }.private());
+        assert!(!Channel { tls: false, peer: None }.private(), "unknown: not private");
+    }
+
+    #[test]
+    fn a_node_gets_the_certificates_of_sites_only() {
+        let hosts = vec!["shop.test".to_string(), "*.img.test".to_string()];
+        assert!(served_by_a_site("shop.test", &hosts));
+        assert!(served_by_a_site("a.img.test", &hosts));
+        assert!(served_by_a_site("*.img.test", &hosts), "the wildcard certificate itself");
+        assert!(!served_by_a_site("a.b.img.test", &hosts), "a wildcard covers one label");
+        assert!(!served_by_a_site("img.test", &hosts));
+        assert!(!served_by_a_site("bank.test", &hosts), "a certificate no site uses");
+    }
 }

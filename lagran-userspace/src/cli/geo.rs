@@ -91,7 +91,7 @@ pub enum GeoCommand {
     Override {
         #[command(subcommand)]
         command: OverrideCommand,
-        /// The daemon's API, e.g. http://127.0.0.1:8080 (default: the configured api_listen).
+        /// The daemon's API, e.g. https://control.example:8443 (default: the configured api_listen on this machine).
         #[arg(long, env = "LAGRAN_API", global = true)]
         api: Option<String>,
     },

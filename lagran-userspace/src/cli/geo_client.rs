@@ -1,6 +1,7 @@
 //! The operator commands' view of the daemon's API (`lagran geo override …`,
 //! `lagran geo reload`): any status is an answer (a refused reload's 409 carries
-//! its report). The transport is [`crate::api_client`]; plain `http://` only.
+//! its report). The transport is [`crate::api_client`]: `https://` with `--ca`,
+//! `http://` only to this machine unless `--insecure-control`.
 
 use std::time::Duration;
 

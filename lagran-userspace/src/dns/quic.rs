@@ -7,14 +7,19 @@
 //! FIN, answered with [`answer()`] ([`Transport::Doq`], padded, RFC 8467) and
 //! finished.
 //!
-//! - at most [`DOQ_MAX_CONNECTIONS`] handshaking or open connections (more
-//!   are refused), and, once a handshake completes, the shared listener's
-//!   caps ([`crate::listener::Slots`]): [`DOQ_MAX_CONNECTIONS`] in all and
-//!   `tcp_max_per_client` from one client (more are closed with
-//!   DOQ_EXCESSIVE_LOAD); both refusals are counted in
-//!   `lagran_dns_tls_rejected_total`; [`DOQ_MAX_STREAMS`] concurrent
-//!   query streams per connection (QUIC flow control holds back the rest),
-//!   no unidirectional streams, [`DOQ_IDLE_TIMEOUT`] idle timeout;
+//! - a client's address is validated before its connection costs anything:
+//!   an Initial without a Retry token is answered with a QUIC Retry (RFC 9000
+//!   §8.1.2: "a server can request that the client perform address validation
+//!   ... by sending a Retry packet"), so a flood of spoofed Initials gets
+//!   stateless Retries and takes no slot; a second retry for the same attempt
+//!   (a token not answered) is refused;
+//! - a validated connection then takes a slot of the shared listener's caps
+//!   ([`crate::listener::Slots`]) before its handshake: [`DOQ_MAX_CONNECTIONS`]
+//!   handshaking or open in all, `tcp_max_per_client` from one client; past
+//!   them it is refused (counted in `lagran_dns_tls_rejected_total`);
+//!   [`DOQ_MAX_STREAMS`] concurrent query streams per connection (QUIC flow
+//!   control holds back the rest), no unidirectional streams,
+//!   [`DOQ_IDLE_TIMEOUT`] idle timeout;
 //! - a handshake has [`HANDSHAKE_TIMEOUT`], a stream [`STREAM_TIMEOUT`] to
 //!   deliver its query;
 //! - a message with a wrong length prefix or a non-zero ID closes the
@@ -36,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use super::answer::Transport;
 use super::cert::{ALPN_DOQ, CertError, Certificate};
 use super::server::{DnsServer, TCP_MAX_MESSAGE};
-use crate::listener::Slots;
+use crate::listener::{Permit, Slots};
 
 /// Concurrent DoQ connections; more are refused.
 pub const DOQ_MAX_CONNECTIONS: usize = 256;
@@ -54,9 +59,6 @@ const DOQ_NO_ERROR: u32 = 0x0;
 /// RFC 9250 §4.3: "DOQ_PROTOCOL_ERROR (0x2): The DoQ implementation
 /// encountered a protocol error and is forcibly aborting the connection."
 const DOQ_PROTOCOL_ERROR: u32 = 0x2;
-/// RFC 9250 §4.3: "DOQ_EXCESSIVE_LOAD (0x4): The DoQ implementation is
-/// closing the connection due to excessive load."
-const DOQ_EXCESSIVE_LOAD: u32 = 0x4;
 /// RFC 9250 §4.3: "DOQ_REQUEST_CANCELLED (0x3): A DoQ client uses this to
 /// signal that it wants to cancel an outstanding transaction." Used for
 /// streams whose query gets no response (dropped).
@@ -104,18 +106,44 @@ pub async fn run(dns: Arc<DnsServer>, endpoint: Endpoint, shutdown: Cancellation
             },
         };
         while conns.try_join_next().is_some() {}
-        if conns.len() >= DOQ_MAX_CONNECTIONS {
-            dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
-            incoming.refuse();
-            continue;
-        }
-        conns.spawn(connection(dns.clone(), incoming, slots.clone(), shutdown.clone()));
+        let Some(permit) = admit(&dns, &slots, incoming) else { continue };
+        conns.spawn(connection(dns.clone(), permit, shutdown.clone()));
     }
     endpoint.close(VarInt::from_u32(DOQ_NO_ERROR), b"shutting down");
     while conns.join_next().await.is_some() {}
 }
 
-async fn connection(dns: Arc<DnsServer>, incoming: Incoming, slots: Slots, shutdown: CancellationToken) {
+/// A connection attempt with a validated address and its slot.
+struct Admitted {
+    incoming: Incoming,
+    _permit: Permit,
+}
+
+/// Retries an attempt whose address is not validated yet; gives a validated
+/// one its slot, or refuses it when the caps are reached.
+fn admit(dns: &DnsServer, slots: &Slots, incoming: Incoming) -> Option<Admitted> {
+    if !incoming.remote_address_validated() {
+        if incoming.may_retry() {
+            // Stateless: quinn answers with a Retry and forgets the attempt.
+            let _ = incoming.retry();
+        } else {
+            incoming.refuse();
+        }
+        return None;
+    }
+    match slots.claim(incoming.remote_address().ip()) {
+        Ok(permit) => Some(Admitted { incoming, _permit: permit }),
+        Err(why) => {
+            dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %incoming.remote_address(), ?why, "dns over quic connection refused");
+            incoming.refuse();
+            None
+        }
+    }
+}
+
+async fn connection(dns: Arc<DnsServer>, admitted: Admitted, shutdown: CancellationToken) {
+    let Admitted { incoming, _permit } = admitted;
     let peer = incoming.remote_address();
     let handshake = tokio::select! {
         _ = shutdown.cancelled() => return,
@@ -133,12 +161,6 @@ async fn connection(dns: Arc<DnsServer>, incoming: Incoming, slots: Slots, shutd
             tracing::debug!(peer = %peer, "dns over quic handshake timed out");
             return;
         }
-    };
-    // Counted once the handshake has completed, when the address has answered.
-    let Ok(_permit) = slots.claim(peer.ip()) else {
-        dns.counters.tls_rejected.fetch_add(1, Ordering::Relaxed);
-        conn.close(VarInt::from_u32(DOQ_EXCESSIVE_LOAD), b"too many connections");
-        return;
     };
     let mut streams = JoinSet::new();
     loop {
@@ -235,6 +257,58 @@ mod tests {
         recv.read_to_end(70_000).await.map_err(|e| e.to_string())
     }
 
+    /// A QUIC client trusting the certificate at `cert_path`, offering ALPN `doq`.
+    fn client_endpoint(cert_path: &std::path::Path) -> Endpoint {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_file(cert_path).unwrap()).unwrap();
+        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![ALPN_DOQ.to_vec()];
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+        let mut client = Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        client.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+        client
+    }
+
+    /// Addresses are validated with a Retry first (quinn's client follows it),
+    /// and one client gets `tcp_max_per_client` connections, no more; closing
+    /// one frees its slot.
+    #[tokio::test]
+    async fn a_client_gets_its_share_of_connections_after_a_retry() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_path, key_path) = write_self_signed(dir.path(), &["dns.test"]);
+        let cert = Certificate::load(&cert_path, &key_path).unwrap();
+        let ep = endpoint(&cert, std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).unwrap();
+        let addr = ep.local_addr().unwrap();
+        let settings = crate::dns::settings::DnsSettings { tcp_max_per_client: 2, ..Default::default() };
+        let dns = Arc::new(tests_support::server_with(settings));
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(run(dns.clone(), ep, shutdown.clone()));
+        let client = client_endpoint(&cert_path);
+        let connect = || async { client.connect(addr, "dns.test").unwrap().await };
+        let first = connect().await.expect("the first connection");
+        let second = connect().await.expect("the second connection");
+        ask(&second, &query(0, None)).await.expect("an answer on a validated connection");
+        connect().await.expect_err("the third from the same client is refused");
+        let snap: std::collections::HashMap<_, _> = dns.counters.snapshot().into_iter().collect();
+        assert_eq!(snap["tls_rejected"], 1, "the refusal is counted");
+        first.close(VarInt::from_u32(0), b"done");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let third = loop {
+            match connect().await {
+                Ok(c) => break c,
+                Err(e) => assert!(tokio::time::Instant::now() < deadline, "the slot was not freed: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        ask(&third, &query(0, None)).await.expect("an answer once a slot is free");
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), running).await.unwrap().unwrap();
+    }
+
     #[tokio::test]
     async fn answers_one_query_per_stream_and_closes_on_a_nonzero_id() {
         let dir = tempfile::tempdir().unwrap();
@@ -247,17 +321,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(run(dns.clone(), ep, shutdown.clone()));
 
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from_pem_file(&cert_path).unwrap()).unwrap();
-        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tls.alpn_protocols = vec![ALPN_DOQ.to_vec()];
-        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
-        let mut client = Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-        client.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
+        let client = client_endpoint(&cert_path);
         let conn = client.connect(addr, "dns.test").unwrap().await.unwrap();
 
         for (ecs, want, scope) in [(None, 10u8, None), (Some(("10.1.2.0", 24)), 1, Some(16u8))] {

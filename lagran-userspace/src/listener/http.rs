@@ -16,7 +16,8 @@
 //!   [`TLS_HANDSHAKE_TIMEOUT`]. A client speaking cleartext fails its
 //!   handshake: there is no fallback.
 //!
-//! Handlers can read the peer's address with `ConnectInfo<SocketAddr>`.
+//! Handlers can read the peer's address with `ConnectInfo<SocketAddr>`, and
+//! find [`OverTls`] in a request's extensions when its connection is TLS.
 
 use std::io;
 use std::net::SocketAddr;
@@ -52,6 +53,10 @@ pub const API_LIMITS: Limits = Limits {
 /// A TLS handshake slower than this is dropped (a stalled client holds nothing).
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// In a request's extensions when it came over TLS ([`serve_tls`]).
+#[derive(Clone, Copy, Debug)]
+pub struct OverTls;
+
 /// The answer to a connection past a cap.
 fn over_capacity(service: &str) -> Vec<u8> {
     let body = format!(r#"{{"error":"too many connections to the {service}; try again later"}}"#);
@@ -76,10 +81,10 @@ impl ConnectionHandler for HttpConnections {
     async fn serve(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, permit: Permit, shutdown: CancellationToken) {
         let _permit = permit;
         let Some(acceptor) = &self.tls else {
-            return serve_connection(stream, peer, self.app.clone(), self.limits, shutdown).await;
+            return serve_connection(stream, peer, false, self.app.clone(), self.limits, shutdown).await;
         };
         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-            Ok(Ok(stream)) => serve_connection(stream, peer, self.app.clone(), self.limits, shutdown).await,
+            Ok(Ok(stream)) => serve_connection(stream, peer, true, self.app.clone(), self.limits, shutdown).await,
             Ok(Err(e)) => tracing::debug!(service = self.service, %peer, error = %e, "TLS handshake failed"),
             Err(_) => tracing::debug!(service = self.service, %peer, "TLS handshake timed out"),
         }
@@ -125,9 +130,15 @@ pub async fn serve_tls(
     Ok(())
 }
 
-/// Serves one connection under the header-read and idle timeouts.
-pub async fn serve_connection<I>(io: I, peer: SocketAddr, app: Router, limits: Limits, shutdown: CancellationToken)
-where
+/// Serves one connection under the header-read and idle timeouts; `tls`: it is a TLS stream.
+pub async fn serve_connection<I>(
+    io: I,
+    peer: SocketAddr,
+    tls: bool,
+    app: Router,
+    limits: Limits,
+    shutdown: CancellationToken,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let started = Instant::now();
@@ -138,6 +149,9 @@ where
     builder.http2().timer(TokioTimer::new());
     let app = app.map_request(move |mut r: axum::http::Request<_>| {
         r.extensions_mut().insert(ConnectInfo(peer));
+        if tls {
+            r.extensions_mut().insert(OverTls);
+        }
         r
     });
     let served = builder.serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(app));
