@@ -30,6 +30,7 @@ pub mod demo;
 pub mod dns;
 pub mod engine;
 pub mod entry;
+pub mod fail_static;
 pub mod geo;
 pub mod health;
 pub mod listener;

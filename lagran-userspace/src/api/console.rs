@@ -148,7 +148,7 @@ pub async fn nodes(State(state): State<AppState>) -> Result<Json<Vec<NodeRow>>, 
             NodeRow {
                 probe: liveness.probes.get(&n.name).cloned(),
                 dead: liveness.verdict(&n, now),
-                heartbeat_age_ms: n.last_heartbeat_ms.map(|t| (now - t).max(0)),
+                heartbeat_age_ms: liveness.last_heard(&n).map(|t| (now - t).max(0)),
                 cap_ratio: view.cap_ratio(),
                 drained: view.drained(),
                 node: n,
@@ -156,6 +156,13 @@ pub async fn nodes(State(state): State<AppState>) -> Result<Json<Vec<NodeRow>>, 
         })
         .collect();
     Ok(Json(rows))
+}
+
+/// `GET /api/v1/console/faults`: the control plane's own faults the page
+/// shows as a banner (`null`: none): the store refusing writes, nodes held
+/// in the answers by the withdrawal guard.
+pub async fn faults(State(state): State<AppState>) -> Json<Option<crate::fail_static::FailStaticReport>> {
+    Json(state.scheduler.health().fail_static().report())
 }
 
 /// `GET /api/v1/console/traffic`: rates, answer changes and NS hosts.
