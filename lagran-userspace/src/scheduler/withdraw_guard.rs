@@ -8,10 +8,15 @@
 //! it out. A held node without anything to probe stays until one of the
 //! latter two.
 //!
+//! Agents report at different moments, so a pool falling silent at once
+//! times out over a little while, possibly across several recomputes: the
+//! nodes withdrawn for silence within the last heartbeat timeout count with
+//! those going now, and are brought back and held with them.
+//!
 //! The first recompute of a process takes the nodes already timed out as
 //! the starting point: a restart does not bring back nodes that were gone.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use crate::health::Liveness;
@@ -22,8 +27,9 @@ use crate::model::{Node, NodeStatus};
 pub struct GuardState {
     /// A recompute has run: `timed_out` is known.
     seen: bool,
-    /// Nodes out of the answers for their heartbeats after the last recompute.
-    timed_out: HashSet<String>,
+    /// Nodes out of the answers for their heartbeats after the last
+    /// recompute, and since when (`i64::MIN`: before this process's first recompute).
+    timed_out: HashMap<String, i64>,
     /// Nodes timed out by heartbeat but kept in the answers.
     held: HashSet<String>,
 }
@@ -49,8 +55,10 @@ impl GuardState {
             .map(|n| n.name.as_str())
             .collect();
         self.held.retain(|name| silent.contains(name.as_str()));
+        let recent_since = now_ms.saturating_sub(liveness.heartbeat_timeout_ms);
         let mut newly = BTreeMap::new();
         if self.seen {
+            // Per pool: online nodes, those going now or gone within the window, those held.
             let mut pools: BTreeMap<&str, (usize, Vec<&str>, usize)> = BTreeMap::new();
             for n in nodes.iter().filter(|n| n.status == NodeStatus::Online) {
                 let pool = pools.entry(n.pool.as_str()).or_default();
@@ -58,21 +66,27 @@ impl GuardState {
                 let name = n.name.as_str();
                 if self.held.contains(name) {
                     pool.2 += 1;
-                } else if silent.contains(name) && !self.timed_out.contains(name) {
+                } else if silent.contains(name) && self.timed_out.get(name).is_none_or(|&t| t >= recent_since) {
                     pool.1.push(name);
                 }
             }
             for (pool, (size, going, held)) in pools {
-                // "More than max_ratio of a pool's nodes would go down": those going now and
-                // those already held (they are in the answers too).
-                if !going.is_empty() && (going.len() + held) as f64 > max_ratio * size as f64 {
+                // "More than max_ratio of a pool's nodes would go down": those going now,
+                // those gone within the window and those already held (in the answers too).
+                let fresh = going.iter().filter(|n| !self.timed_out.contains_key(**n)).count();
+                if fresh > 0 && (going.len() + held) as f64 > max_ratio * size as f64 {
                     self.held.extend(going.iter().map(|n| n.to_string()));
                     newly.insert(pool.to_string(), going.iter().map(|n| n.to_string()).collect());
                 }
             }
         }
+        let first = !self.seen;
         self.seen = true;
-        self.timed_out = silent.iter().filter(|n| !self.held.contains(**n)).map(|n| n.to_string()).collect();
+        let before = std::mem::take(&mut self.timed_out);
+        for name in silent.iter().filter(|n| !self.held.contains(**n)) {
+            let since = before.get(*name).copied().unwrap_or(if first { i64::MIN } else { now_ms });
+            self.timed_out.insert(name.to_string(), since);
+        }
         newly
     }
 
@@ -177,6 +191,34 @@ mod tests {
         l.held = g.held.clone();
         assert_eq!(g.held().len(), 3);
         assert!(l.verdict(&nodes[3], now + 12_000).is_none(), "still held");
+    }
+
+    #[test]
+    fn a_pool_falling_silent_over_several_recomputes_is_held_whole() {
+        let mut nodes = fleet(10, "eu", 0);
+        let mut g = GuardState::default();
+        let mut l = liveness();
+        g.apply(&nodes, &l, 1_000, 0.5);
+        // Their last reports were spread over a second: three time out first, then the rest.
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.last_heartbeat_ms = Some(if i < 3 { 10_000 } else { 10_500 });
+        }
+        assert!(g.apply(&nodes, &l, 10_000 + TIMEOUT + 1, 0.5).is_empty(), "three of ten may go");
+        l.held = g.held.clone();
+        assert_eq!(dead(&nodes, &l, 10_000 + TIMEOUT + 1), 3);
+        let newly = g.apply(&nodes, &l, 10_500 + TIMEOUT + 1, 0.5);
+        assert_eq!(newly.get("eu").map(Vec::len), Some(10), "the three gone a moment ago come back: {newly:?}");
+        l.held = g.held.clone();
+        assert_eq!(dead(&nodes, &l, 10_500 + TIMEOUT + 1), 0);
+        // Gone longer than a timeout ago: not part of a later event.
+        let mut g = GuardState::default();
+        g.apply(&fleet(10, "eu", 0), &l, 1_000, 0.5);
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.last_heartbeat_ms = Some(if i < 3 { 10_000 } else { 10_000 + 2 * TIMEOUT });
+        }
+        g.apply(&nodes, &l, 10_000 + TIMEOUT + 1, 0.5);
+        let newly = g.apply(&nodes, &l, 10_000 + 3 * TIMEOUT + 1, 0.5);
+        assert_eq!(newly.get("eu").map(Vec::len), Some(7), "only the seven going now: {newly:?}");
     }
 
     #[test]
