@@ -18,6 +18,7 @@ pub mod nodes;
 pub mod routes;
 pub mod rules;
 pub mod schedule;
+pub mod sessions;
 pub mod sites;
 pub mod zones;
 
@@ -92,6 +93,8 @@ pub async fn run(
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    // Console cookies carry `Secure` when the API is served over TLS.
+    state.auth.sessions.set_secure(tls.is_some());
     let guard = browser_guard::BrowserGuard {
         listen: listener.local_addr()?,
         open: state.auth.writes_open() || state.auth.reads_open(),
