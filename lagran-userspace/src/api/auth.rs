@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+pub use super::sessions::Grants;
 use super::sessions::Sessions;
 use crate::clock::now_ms;
 
@@ -20,13 +21,6 @@ pub const AGENT_TOKEN_HEADER: &str = "x-lagran-agent-token";
 
 /// The console's cookie: a session id given at login.
 pub const SESSION_COOKIE: &str = "lagran_session";
-
-/// What a presented token may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Grants {
-    pub read: bool,
-    pub write: bool,
-}
 
 /// SHA-256 of a token (node tokens are stored hex-encoded by `store::hash_token`).
 pub fn token_hash(token: &str) -> [u8; 32] {

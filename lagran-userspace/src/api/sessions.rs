@@ -10,7 +10,19 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::auth::{Grants, token_hash};
+use sha2::{Digest, Sha256};
+
+/// What a presented token, or a session opened with it, may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Grants {
+    pub read: bool,
+    pub write: bool,
+}
+
+/// Sessions are kept by the SHA-256 of their id: a copy of the map holds no usable id.
+fn token_hash(id: &str) -> [u8; 32] {
+    Sha256::digest(id.as_bytes()).into()
+}
 
 /// How long a console session lasts after login.
 pub const SESSION_TTL_MS: i64 = 12 * 3600 * 1000;

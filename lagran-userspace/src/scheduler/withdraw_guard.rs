@@ -50,7 +50,7 @@ impl GuardState {
         let silent: HashSet<&str> = nodes
             .iter()
             .filter(|n| n.status == NodeStatus::Online)
-            .filter(|n| !liveness.probes.get(&n.name).is_some_and(|p| !p.up))
+            .filter(|n| liveness.probes.get(&n.name).is_none_or(|p| p.up))
             .filter(|n| !liveness.timeouts_suspended && unguarded.heartbeat_timed_out(n, now_ms))
             .map(|n| n.name.as_str())
             .collect();

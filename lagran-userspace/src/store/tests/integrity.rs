@@ -16,9 +16,10 @@ async fn one_hostname_one_node(store: Store) {
         let patch = |h: &str| NodePatch { hostname: Some(Some(h.to_string())), ..Default::default() };
         let (pa, pb) = (patch(&spellings[0]), patch(&spellings[1]));
         let (a, b) = tokio::join!(store.update_node("a-01", &pa), store.update_node("b-01", &pb));
-        let won = [a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count();
-        assert_eq!(won, 1, "round {round}: exactly one of two racing writes holds the hostname: {a:?} / {b:?}");
-        let lost = if a.is_ok() { b.unwrap_err() } else { a.unwrap_err() };
+        let lost = match (a, b) {
+            (Ok(_), Err(e)) | (Err(e), Ok(_)) => e,
+            (a, b) => panic!("round {round}: exactly one of two racing writes holds the hostname: {a:?} / {b:?}"),
+        };
         assert!(
             matches!(&lost, StoreError::Conflict { what: "node hostname", .. }),
             "the loser is told the hostname is taken: {lost:?}"
