@@ -154,6 +154,8 @@ fn setup(d: &Daemon, nodes: usize) {
 }
 
 #[test]
+#[ignore = "chattr +i does not make the running daemon's SQLite writes fail on this machine's kernel \
+            (writes through descriptors opened before the flag still succeed): needs another fault injection"]
 fn a_store_that_refuses_writes_withdraws_no_node() {
     if !have_tool("chattr", "fail_static") {
         return;
