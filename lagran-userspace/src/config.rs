@@ -210,6 +210,8 @@ impl Config {
     /// Checks the top-level keys, then asks each subsystem to check its own.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.api.validate()?;
+        tokens::check_token("agent_token", self.agent_token.as_deref())?;
+        tokens::check_token("admin_token", self.admin_token.as_deref())?;
         self.client_tls().validate()?;
         if self.dns_listen.is_empty() {
             return Err(InvalidSetting::new("dns_listen", "needs at least one address").into());
@@ -236,3 +238,4 @@ impl Config {
 mod keys_tests;
 #[cfg(test)]
 mod tests;
+mod tokens;

@@ -12,7 +12,7 @@
 //! The verdicts are an input of the pure engine ([`Liveness`]); this module
 //! only observes and reports changes to the scheduler.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::fail_static::FailStatic;
 use crate::model::Node;
 use crate::settings::{InvalidSetting, Key, KeyDefault};
 
@@ -37,11 +38,22 @@ pub struct HealthSettings {
     pub heartbeat_timeout_secs: u64,
     /// PEM CA certificates trusted for `https://` agent URLs besides the system's.
     pub ca: Option<PathBuf>,
+    /// Above this share of a pool's nodes timing out by heartbeat in one
+    /// recompute, none of them is withdrawn until a probe confirms it.
+    pub max_withdraw_ratio: f64,
 }
 
 impl Default for HealthSettings {
     fn default() -> Self {
-        HealthSettings { interval_secs: 5, timeout_ms: 2000, fall: 3, rise: 2, heartbeat_timeout_secs: 60, ca: None }
+        HealthSettings {
+            interval_secs: 5,
+            timeout_ms: 2000,
+            fall: 3,
+            rise: 2,
+            heartbeat_timeout_secs: 60,
+            ca: None,
+            max_withdraw_ratio: 0.5,
+        }
     }
 }
 
@@ -50,6 +62,9 @@ impl HealthSettings {
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         if self.fall == 0 || self.rise == 0 || self.interval_secs == 0 {
             return Err(InvalidSetting::new("health", "interval_secs, fall and rise must be > 0"));
+        }
+        if !(0.0..=1.0).contains(&self.max_withdraw_ratio) {
+            return Err(InvalidSetting::new("health.max_withdraw_ratio", "must be between 0 and 1"));
         }
         Ok(())
     }
@@ -79,6 +94,13 @@ pub const HEALTH_KEYS: &[Key] = &[
         "\"/etc/lagran/agents-ca.pem\"",
         "PEM CA certificates trusted for `https://` agent URLs besides the system's \
          (an unreadable file stops the start)",
+    ),
+    Key::toml(
+        "health.max_withdraw_ratio",
+        KeyDefault::Toml("0.5"),
+        "0.3",
+        "when more than this share of a pool's nodes time out by heartbeat in one recompute, none is withdrawn \
+         until a probe confirms it (1: no guard)",
     ),
 ];
 
@@ -149,11 +171,18 @@ impl ProbeState {
     }
 }
 
-/// Liveness verdicts the engine reads: probe states by node name.
+/// Liveness verdicts the engine reads: probe states by node name, and what
+/// the heartbeats say ([`crate::fail_static`]).
 #[derive(Clone, Debug, Default)]
 pub struct Liveness {
     pub probes: HashMap<String, ProbeState>,
     pub heartbeat_timeout_ms: i64,
+    /// When this process last heard from each node, whatever the store did with it.
+    pub heard: HashMap<String, i64>,
+    /// The store refuses writes: no node times out by heartbeat.
+    pub timeouts_suspended: bool,
+    /// Nodes timed out by heartbeat that stay in the answers until a probe confirms them down.
+    pub held: HashSet<String>,
 }
 
 /// Why a node is not alive, if it is not.
@@ -168,13 +197,24 @@ impl Liveness {
         if self.probes.get(&node.name).is_some_and(|p| !p.up) {
             return Some(Dead::ProbeDown);
         }
-        if self.heartbeat_timeout_ms > 0
-            && let Some(t) = node.last_heartbeat_ms
-            && now_ms - t > self.heartbeat_timeout_ms
-        {
+        if !self.timeouts_suspended && !self.held.contains(&node.name) && self.heartbeat_timed_out(node, now_ms) {
             return Some(Dead::HeartbeatTimeout);
         }
         None
+    }
+
+    /// When the node was last heard from: the newer of its stored
+    /// `last_heartbeat_ms` and this process's record (`None`: never).
+    pub fn last_heard(&self, node: &Node) -> Option<i64> {
+        let heard = self.heard.get(&node.name).copied();
+        node.last_heartbeat_ms.max(heard)
+    }
+
+    /// Whether the node reported and then stayed silent longer than the
+    /// timeout, whatever the suspension and the guard say.
+    pub fn heartbeat_timed_out(&self, node: &Node, now_ms: i64) -> bool {
+        self.heartbeat_timeout_ms > 0
+            && self.last_heard(node).is_some_and(|t| now_ms.saturating_sub(t) > self.heartbeat_timeout_ms)
     }
 
     /// When the next of `nodes` alive by its heartbeats at `now_ms` times out
@@ -182,12 +222,12 @@ impl Liveness {
     /// any: the scheduler builds again then, so a silent node leaves the
     /// answers when its timeout ends, not at the next periodic recompute.
     pub fn next_timeout_ms<'a>(&self, nodes: impl IntoIterator<Item = &'a Node>, now_ms: i64) -> Option<i64> {
-        if self.heartbeat_timeout_ms <= 0 {
+        if self.heartbeat_timeout_ms <= 0 || self.timeouts_suspended {
             return None;
         }
         nodes
             .into_iter()
-            .filter_map(|n| n.last_heartbeat_ms)
+            .filter_map(|n| self.last_heard(n))
             .map(|t| t.saturating_add(self.heartbeat_timeout_ms).saturating_add(1))
             .filter(|&at| at > now_ms)
             .min()
@@ -275,6 +315,8 @@ pub struct HealthMonitor {
     states: Mutex<HashMap<String, ProbeState>>,
     /// The TLS client of `https://` agent URLs.
     tls: Arc<rustls::ClientConfig>,
+    /// What was heard from the agents and whether the store writes.
+    fail_static: FailStatic,
 }
 
 impl HealthMonitor {
@@ -285,18 +327,32 @@ impl HealthMonitor {
             tracing::error!(error = %e, "https:// probes trust the system's CA certificates only");
             probe_tls_config(None).expect("a TLS client with the system's roots builds")
         });
-        Arc::new(HealthMonitor { settings, states: Mutex::new(HashMap::new()), tls })
+        Arc::new(HealthMonitor {
+            settings,
+            states: Mutex::new(HashMap::new()),
+            tls,
+            fail_static: FailStatic::default(),
+        })
     }
 
     pub fn settings(&self) -> &HealthSettings {
         &self.settings
     }
 
-    /// The current verdicts, for the engine.
+    /// The in-memory record of heartbeats and the store's write state.
+    pub fn fail_static(&self) -> &FailStatic {
+        &self.fail_static
+    }
+
+    /// The current verdicts, for the engine, with the nodes the scheduler's
+    /// guard held at its last recompute.
     pub fn liveness(&self) -> Liveness {
         Liveness {
             probes: self.states.lock().expect("health lock poisoned").clone(),
             heartbeat_timeout_ms: (self.settings.heartbeat_timeout_secs * 1000) as i64,
+            heard: self.fail_static.heard_times(),
+            timeouts_suspended: !self.fail_static.writes.writable(),
+            held: self.fail_static.held().into_iter().collect(),
         }
     }
 
@@ -406,7 +462,7 @@ mod tests {
 
     #[test]
     fn heartbeat_timeout_only_for_nodes_that_reported() {
-        let l = Liveness { probes: HashMap::new(), heartbeat_timeout_ms: 60_000 };
+        let l = Liveness { heartbeat_timeout_ms: 60_000, ..Default::default() };
         let mut n = Node::new("a");
         assert_eq!(l.verdict(&n, 1_000_000), None, "never had an agent");
         n.last_heartbeat_ms = Some(1_000_000);
@@ -416,7 +472,7 @@ mod tests {
 
     #[test]
     fn the_next_timeout_is_the_first_millisecond_a_reporting_node_is_dead() {
-        let l = Liveness { probes: HashMap::new(), heartbeat_timeout_ms: 60_000 };
+        let l = Liveness { heartbeat_timeout_ms: 60_000, ..Default::default() };
         let at = |name: &str, t: Option<i64>| {
             let mut n = Node::new(name.to_string());
             n.last_heartbeat_ms = t;
@@ -434,10 +490,38 @@ mod tests {
     }
 
     #[test]
+    fn liveness_takes_the_heartbeats_heard_in_memory_and_suspends_timeouts_while_the_store_fails() {
+        let mut n = Node::new("a");
+        n.last_heartbeat_ms = Some(1_000_000);
+        let mut l = Liveness { heartbeat_timeout_ms: 60_000, ..Default::default() };
+        assert_eq!(l.verdict(&n, 1_100_000), Some(Dead::HeartbeatTimeout), "the stored time alone: timed out");
+        l.heard.insert("a".into(), 1_090_000);
+        assert_eq!(l.verdict(&n, 1_100_000), None, "heard in memory 10 s ago, whatever the store holds");
+        assert_eq!(l.next_timeout_ms([&n], 1_100_000), Some(1_150_001), "the timeout runs from the time heard");
+        let mut never_stored = Node::new("b");
+        never_stored.last_heartbeat_ms = None;
+        l.heard.insert("b".into(), 1_000_000);
+        assert_eq!(l.verdict(&never_stored, 1_100_000), Some(Dead::HeartbeatTimeout), "heard, never stored, silent");
+        l.timeouts_suspended = true;
+        assert_eq!(l.verdict(&never_stored, 9_999_999), None, "no timeout while the store refuses writes");
+        assert_eq!(l.verdict(&n, 9_999_999), None);
+        assert_eq!(l.next_timeout_ms([&n], 1_100_000), None, "and no timeout to wake up for");
+        let mut probes = HashMap::new();
+        probes.insert("a".to_string(), ProbeState { up: false, ..Default::default() });
+        l.probes = probes;
+        assert_eq!(l.verdict(&n, 1_100_000), Some(Dead::ProbeDown), "probes still take a node out at once");
+        l.probes.clear();
+        l.timeouts_suspended = false;
+        l.held.insert("b".into());
+        assert_eq!(l.verdict(&never_stored, 1_100_000), None, "a held node stays");
+        assert!(l.heartbeat_timed_out(&never_stored, 1_100_000), "though its heartbeats timed out");
+    }
+
+    #[test]
     fn a_failed_probe_wins_over_a_fresh_heartbeat() {
         let mut probes = HashMap::new();
         probes.insert("a".to_string(), ProbeState { up: false, ..Default::default() });
-        let l = Liveness { probes, heartbeat_timeout_ms: 60_000 };
+        let l = Liveness { probes, heartbeat_timeout_ms: 60_000, ..Default::default() };
         let mut n = Node::new("a");
         n.last_heartbeat_ms = Some(1_000);
         assert_eq!(l.verdict(&n, 1_001), Some(Dead::ProbeDown));

@@ -9,8 +9,9 @@
 //!   entry point, Prometheus text.
 //! - [`dns`], [`engine`], [`partition`], [`table_stream`]: the responder, the pure
 //!   ranking, the partition cut, the route-table stream's wire form.
-//! - [`store`], [`geo`], [`health`], [`route_table`], [`control_tls`]: persistence,
-//!   geo file readers, probes and liveness, immutable versioned answers, TLS settings.
+//! - [`store`], [`geo`], [`health`], [`fail_static`], [`route_table`], [`control_tls`]: persistence,
+//!   geo file readers, probes and liveness, what keeps nodes in the answers when the
+//!   store fails, immutable versioned answers, TLS settings.
 //! - [`model`], [`location`], [`settings`], [`prefix_map`], [`clock`]: plain values.
 //!
 //! `docs/architecture.md` walks a query, a PATCH and a heartbeat through these files.
@@ -31,6 +32,7 @@ pub mod demo;
 pub mod dns;
 pub mod engine;
 pub mod entry;
+pub mod fail_static;
 pub mod geo;
 pub mod health;
 pub mod listener;

@@ -102,10 +102,13 @@ fn partitions_are_readable_over_the_api_and_schedule_takes_a_node_token() {
 #[test]
 fn schedule_accepts_a_nodes_own_token_for_reads() {
     let d = Daemon::start(Options {
-        env: vec![("AGENT_TOKEN".into(), "agent-secret".into()), ("ADMIN_TOKEN".into(), "admin-secret".into())],
+        env: vec![
+            ("AGENT_TOKEN".into(), "agent-secret-0123456".into()),
+            ("ADMIN_TOKEN".into(), "admin-secret-0123456".into()),
+        ],
         ..Options::default()
     });
-    let admin = [("authorization", "Bearer admin-secret")];
+    let admin = [("authorization", "Bearer admin-secret-0123456")];
     let (s, v) = d.http("PATCH", "/api/v1/nodes/hk-01", Some(json!({"auth_token": "hk-01-secret"})), &admin);
     assert_eq!(s, 200, "{v}");
     let path = "/api/v1/schedule?domain=edge.lagran.net&ip=58.60.0.1";

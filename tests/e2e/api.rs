@@ -99,21 +99,27 @@ fn node_crud_and_errors_that_name_the_field() {
 #[test]
 fn tokens_guard_reads_and_writes() {
     let d = Daemon::start(Options {
-        env: vec![("ADMIN_TOKEN".into(), "admin-secret".into()), ("AGENT_TOKEN".into(), "agent-secret".into())],
+        env: vec![
+            ("ADMIN_TOKEN".into(), "admin-secret-0123456".into()),
+            ("AGENT_TOKEN".into(), "agent-secret-0123456".into()),
+        ],
         ..Options::default()
     });
     let path = "/api/v1/schedule?domain=edge.lagran.net&ip=1.2.3.4";
     assert_eq!(d.get(path).0, 401, "reads need the agent token");
     assert_eq!(d.http("GET", path, None, &[("x-lagran-agent-token", "wrong")]).0, 401);
-    assert_eq!(d.http("GET", path, None, &[("x-lagran-agent-token", "agent-secret")]).0, 200);
+    assert_eq!(d.http("GET", path, None, &[("x-lagran-agent-token", "agent-secret-0123456")]).0, 200);
     let body = Some(json!({"weight": 5}));
     assert_eq!(d.http("PATCH", "/api/v1/nodes/gz-01", body.clone(), &[]).0, 401, "writes need the admin token");
     assert_eq!(
-        d.http("PATCH", "/api/v1/nodes/gz-01", body.clone(), &[("authorization", "Bearer agent-secret")]).0,
+        d.http("PATCH", "/api/v1/nodes/gz-01", body.clone(), &[("authorization", "Bearer agent-secret-0123456")]).0,
         401,
         "the agent token does not write"
     );
-    assert_eq!(d.http("PATCH", "/api/v1/nodes/gz-01", body, &[("authorization", "Bearer admin-secret")]).0, 200);
+    assert_eq!(
+        d.http("PATCH", "/api/v1/nodes/gz-01", body, &[("authorization", "Bearer admin-secret-0123456")]).0,
+        200
+    );
     assert_eq!(d.get("/healthz").0, 200, "healthz is open");
 }
 

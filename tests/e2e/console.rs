@@ -291,7 +291,7 @@ async fn drive(c: &Client, d: &Daemon) {
 /// The console's authentication over plain HTTP: the login form, the cookie,
 /// and what each token may do with it.
 #[test]
-fn console_login_keeps_the_token_in_a_strict_http_only_cookie() {
+fn console_login_keeps_a_session_in_a_strict_http_only_cookie() {
     let d = Daemon::start(Options {
         env: vec![("ADMIN_TOKEN".into(), ADMIN.into()), ("AGENT_TOKEN".into(), AGENT.into())],
         ..Options::default()
@@ -317,6 +317,12 @@ fn console_login_keeps_the_token_in_a_strict_http_only_cookie() {
         let r = login(ADMIN);
         r.header("set-cookie").unwrap().split(';').next().unwrap().to_string()
     };
+    for (cookie, token) in [(&agent_cookie, AGENT), (&admin_cookie, ADMIN)] {
+        assert!(
+            cookie.starts_with("lagran_session=") && !cookie.contains(token),
+            "a session id, not the token: {cookie}"
+        );
+    }
 
     let call = |method: &str, path: &str, cookie: Option<&str>, body: Option<Value>| {
         let mut req = agent.request(method, &format!("{base}{path}"));
@@ -385,10 +391,18 @@ fn console_login_keeps_the_token_in_a_strict_http_only_cookie() {
         Some(json!({"domain": "nope.example", "changes": [{"node": "gz-01", "weight": 5}]})),
     );
     assert_eq!((s, e["field"].clone()), (422, json!("domain")), "{e}");
-    // Logging out clears the cookie.
-    let r = agent.post(&format!("{base}/ui/logout")).call().unwrap_or_else(|e| match e {
+    // Logging out clears the cookie and ends the session on the server.
+    let r = agent.post(&format!("{base}/ui/logout")).set("cookie", &admin_cookie).call().unwrap_or_else(|e| match e {
         ureq::Error::Status(_, r) => r,
         e => panic!("{e}"),
     });
     assert!(r.header("set-cookie").unwrap().contains("Max-Age=0"));
+    let (s, _) = call("PATCH", "/api/v1/nodes/gz-01", Some(&admin_cookie), Some(json!({"weight": 100})));
+    assert_eq!(s, 401, "a signed-out session no longer writes");
+    // Failed logins are throttled per address: the sixth within a minute waits, even with the right token.
+    for _ in 0..4 {
+        assert_eq!(login("wrong").status(), 401);
+    }
+    assert_eq!(login("wrong").status(), 429, "the sixth failure");
+    assert_eq!(login(ADMIN).status(), 429, "the address waits, whatever it sends");
 }

@@ -11,6 +11,7 @@ mod console;
 mod dns;
 mod edge_config;
 mod entry;
+mod fail_static;
 mod geo;
 mod hostile;
 mod nshost;

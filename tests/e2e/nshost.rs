@@ -119,11 +119,11 @@ fn sighup_reloads_the_ns_hosts_configuration_and_never_kills_it() {
     }
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("routes.json");
-    let env = vec![("AGENT_TOKEN".to_string(), "the-right-token".to_string())];
+    let env = vec![("AGENT_TOKEN".to_string(), "the-right-token-0123".to_string())];
     let control = Daemon::start(Options { role: Role::Control, env, ..Options::default() });
     let ns = Daemon::start(Options {
         role: Role::Dns { control: format!("http://{}", control.api), state_file: state },
-        config: Some("agent_token = \"a-wrong-token\"\n".to_string()),
+        config: Some("agent_token = \"a-wrong-token-0123\"\n".to_string()),
         ..Options::default()
     });
     // With the wrong token the stream is refused: no table.
@@ -135,7 +135,7 @@ fn sighup_reloads_the_ns_hosts_configuration_and_never_kills_it() {
     assert!(ns.dig(&SHENZHEN).answers("A").is_empty());
 
     // The operator fixes the file and sends SIGHUP: the table arrives, nothing restarted.
-    std::fs::write(ns.config_path(), "agent_token = \"the-right-token\"\n").unwrap();
+    std::fs::write(ns.config_path(), "agent_token = \"the-right-token-0123\"\n").unwrap();
     assert!(signal(ns.pid(), "-HUP"));
     let r = ns.dig_until(&SHENZHEN, Duration::from_secs(10), |r| !r.answers("A").is_empty());
     assert_eq!(r.answers("A"), vec!["203.0.113.21"], "the reloaded token works\n{}", ns.log());

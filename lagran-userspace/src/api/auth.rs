@@ -2,29 +2,25 @@
 //! reads by DNS hosts and agents. Tokens are kept only as SHA-256
 //! hashes and compared in constant time.
 //!
-//! The console (`/ui`) keeps the token it was given at login in an HttpOnly,
-//! SameSite=Strict cookie ([`SESSION_COOKIE`]); every check below accepts it
-//! where it accepts the header, since a browser's live connection cannot send
-//! headers.
+//! The console (`/ui`) keeps a random session id in an HttpOnly,
+//! SameSite=Strict cookie ([`SESSION_COOKIE`], [`super::sessions`]); every
+//! check below accepts what the session grants where it accepts the header,
+//! since a browser's live connection cannot send headers.
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
+pub use super::sessions::Grants;
+use super::sessions::Sessions;
+use crate::clock::now_ms;
 
 /// The header agents and DNS hosts authenticate with.
 pub const AGENT_TOKEN_HEADER: &str = "x-lagran-agent-token";
 
-/// The console's cookie: the token given at login.
-pub const SESSION_COOKIE: &str = "lagran_token";
-
-/// What a presented token may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Grants {
-    pub read: bool,
-    pub write: bool,
-}
+/// The console's cookie: a session id given at login.
+pub const SESSION_COOKIE: &str = "lagran_session";
 
 /// SHA-256 of a token (node tokens are stored hex-encoded by `store::hash_token`).
 pub fn token_hash(token: &str) -> [u8; 32] {
@@ -41,11 +37,19 @@ pub fn token_matches(presented: &str, stored: &[u8; 32]) -> bool {
 pub struct Auth {
     agent: Option<[u8; 32]>,
     admin: Option<[u8; 32]>,
+    /// The console's sessions.
+    pub sessions: std::sync::Arc<Sessions>,
 }
 
 impl Auth {
     pub fn new(agent_token: Option<&str>, admin_token: Option<&str>) -> Self {
-        Auth { agent: agent_token.map(token_hash), admin: admin_token.map(token_hash) }
+        Auth { agent: agent_token.map(token_hash), admin: admin_token.map(token_hash), sessions: Default::default() }
+    }
+
+    /// What the request's console session grants (nothing without one).
+    fn session(&self, headers: &HeaderMap) -> Grants {
+        let none = Grants { read: false, write: false };
+        Self::cookie(headers).and_then(|id| self.sessions.grants(id, now_ms())).unwrap_or(none)
     }
 
     pub fn writes_open(&self) -> bool {
@@ -61,7 +65,7 @@ impl Auth {
         v.strip_prefix("Bearer ").map(str::trim)
     }
 
-    /// The console cookie's token, if one was sent.
+    /// The console cookie's session id, if one was sent.
     pub fn cookie(headers: &HeaderMap) -> Option<&str> {
         headers
             .get_all(axum::http::header::COOKIE)
@@ -82,14 +86,11 @@ impl Auth {
         Grants { read: self.reads_open() || admin || agent, write: self.writes_open() || admin }
     }
 
-    /// What the request's credentials (bearer token, agent header or console cookie) grant.
+    /// What the request's credentials (bearer token, agent header or console session) grant.
     pub fn grants(&self, headers: &HeaderMap) -> Grants {
-        let mut g = Grants { read: self.reads_open(), write: self.writes_open() };
-        let presented = [
-            Self::bearer(headers),
-            headers.get(AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok()),
-            Self::cookie(headers),
-        ];
+        let session = self.session(headers);
+        let mut g = Grants { read: self.reads_open() || session.read, write: self.writes_open() || session.write };
+        let presented = [Self::bearer(headers), headers.get(AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok())];
         for t in presented.into_iter().flatten() {
             let x = self.grants_of(Some(t));
             g.read |= x.read;
@@ -106,7 +107,7 @@ impl Auth {
     /// Writes: `Authorization: Bearer <ADMIN_TOKEN>`.
     pub fn check_admin(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(admin) = &self.admin else { return Ok(()) };
-        if Self::cookie(headers).is_some_and(|t| token_matches(t, admin)) {
+        if self.session(headers).write {
             return Ok(());
         }
         match Self::bearer(headers) {
@@ -126,9 +127,7 @@ impl Auth {
         {
             return Ok(());
         }
-        if let Some(t) = Self::cookie(headers)
-            && self.grants_of(Some(t)).read
-        {
+        if self.session(headers).read {
             return Ok(());
         }
         let presented = headers.get(AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok());
@@ -177,19 +176,23 @@ mod tests {
     }
 
     #[test]
-    fn the_console_cookie_carries_either_token() {
+    fn the_console_cookie_carries_a_session_not_a_token() {
         let a = Auth::new(Some("agent"), Some("admin"));
-        let admin = headers(&[("cookie", "theme=dark; lagran_token=admin")]);
+        let rw = a.sessions.open(a.grants_of(Some("admin")), now_ms());
+        let ro = a.sessions.open(a.grants_of(Some("agent")), now_ms());
+        let admin = headers(&[("cookie", &format!("theme=dark; lagran_session={rw}"))]);
         assert!(a.check_admin(&admin).is_ok());
         assert!(a.check_agent(&admin).is_ok());
         assert_eq!(a.grants(&admin), Grants { read: true, write: true });
-        let agent = headers(&[("cookie", "lagran_token=agent")]);
+        let agent = headers(&[("cookie", &format!("lagran_session={ro}"))]);
         assert!(a.check_agent(&agent).is_ok());
-        assert!(a.check_admin(&agent).is_err(), "the agent token never writes");
+        assert!(a.check_admin(&agent).is_err(), "the agent token's session never writes");
         assert_eq!(a.grants(&agent), Grants { read: true, write: false });
-        let wrong = headers(&[("cookie", "lagran_token=nope")]);
-        assert!(a.check_agent(&wrong).is_err());
-        assert_eq!(a.grants(&wrong), Grants { read: false, write: false });
+        let raw = headers(&[("cookie", "lagran_session=admin")]);
+        assert!(a.check_admin(&raw).is_err(), "the token itself is no session");
+        assert_eq!(a.grants(&raw), Grants { read: false, write: false });
+        a.sessions.revoke(&rw);
+        assert!(a.check_admin(&admin).is_err(), "a revoked session grants nothing");
         assert_eq!(Auth::new(None, None).grants(&HeaderMap::new()), Grants { read: true, write: true });
         // Only an agent token: reads need it, writes are open.
         let a = Auth::new(Some("agent"), None);

@@ -7,7 +7,9 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Form, Query, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Form, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
@@ -40,11 +42,25 @@ pub struct LoginForm {
     token: String,
 }
 
-/// `POST /ui/login`: keeps a token that reads in the console cookie.
-pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+/// `POST /ui/login`: a token that reads opens a console session, kept in the
+/// console cookie (its random id, never the token). Failed logins from one
+/// address beyond the limit wait a minute (429).
+pub async fn login(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let sessions = &state.auth.sessions;
+    let now = now_ms();
+    if !sessions.login_allowed(peer.ip(), now) {
+        tracing::warn!(client = %peer.ip(), "console login refused: too many failed attempts");
+        let text = "Too many failed sign-ins from this address: wait a minute.";
+        return (StatusCode::TOO_MANY_REQUESTS, Html(page::login(Some(text)))).into_response();
+    }
     let token = form.token.trim();
     let grants = state.auth.grants_of(Some(token));
-    if token.is_empty() || !grants.read || token.contains([';', ',', ' ', '"', '\\']) {
+    if token.is_empty() || !grants.read {
+        sessions.login_failed(peer.ip(), now);
         return (
             StatusCode::UNAUTHORIZED,
             Html(page::login(Some("That token is neither the admin nor the agent token."))),
@@ -52,7 +68,9 @@ pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -
             .into_response();
     }
     tracing::info!(write = grants.write, "console login");
-    let cookie = format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+    let id = sessions.open(grants, now);
+    let max_age = crate::api::sessions::SESSION_TTL_MS / 1000;
+    let cookie = format!("{SESSION_COOKIE}={id}; {}; Max-Age={max_age}", sessions.cookie_attributes());
     let mut r = Redirect::to("/ui").into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().insert(header::SET_COOKIE, v);
@@ -60,10 +78,13 @@ pub async fn login(State(state): State<AppState>, Form(form): Form<LoginForm>) -
     r
 }
 
-/// `POST /ui/logout`: forgets the cookie.
-pub async fn logout() -> Response {
+/// `POST /ui/logout`: ends the session and forgets the cookie.
+pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(id) = super::Auth::cookie(&headers) {
+        state.auth.sessions.revoke(id);
+    }
     let mut r = Redirect::to("/ui").into_response();
-    let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    let cookie = format!("{SESSION_COOKIE}=; {}; Max-Age=0", state.auth.sessions.cookie_attributes());
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().insert(header::SET_COOKIE, v);
     }
@@ -148,7 +169,7 @@ pub async fn nodes(State(state): State<AppState>) -> Result<Json<Vec<NodeRow>>, 
             NodeRow {
                 probe: liveness.probes.get(&n.name).cloned(),
                 dead: liveness.verdict(&n, now),
-                heartbeat_age_ms: n.last_heartbeat_ms.map(|t| (now - t).max(0)),
+                heartbeat_age_ms: liveness.last_heard(&n).map(|t| (now - t).max(0)),
                 cap_ratio: view.cap_ratio(),
                 drained: view.drained(),
                 node: n,
@@ -156,6 +177,13 @@ pub async fn nodes(State(state): State<AppState>) -> Result<Json<Vec<NodeRow>>, 
         })
         .collect();
     Ok(Json(rows))
+}
+
+/// `GET /api/v1/console/faults`: the control plane's own faults the page
+/// shows as a banner (`null`: none): the store refusing writes, nodes held
+/// in the answers by the withdrawal guard.
+pub async fn faults(State(state): State<AppState>) -> Json<Option<crate::fail_static::FailStaticReport>> {
+    Json(state.scheduler.health().fail_static().report())
 }
 
 /// `GET /api/v1/console/traffic`: rates, answer changes and NS hosts.

@@ -79,6 +79,7 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/api/v1/console/matrix", Read, console::matrix)
         .at(GET, "/api/v1/console/nodes", Read, console::nodes)
         .at(GET, "/api/v1/console/traffic", Read, console::traffic)
+        .at(GET, "/api/v1/console/faults", Read, console::faults)
         .at(GET, "/api/v1/nodes", Read, nodes::list)
         .at(POST, "/api/v1/nodes", Admin, nodes::create)
         .at(GET, "/api/v1/nodes/{name}", Read, nodes::get_one)

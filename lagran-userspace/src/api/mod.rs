@@ -18,6 +18,7 @@ pub mod nodes;
 pub mod routes;
 pub mod rules;
 pub mod schedule;
+pub mod sessions;
 pub mod sites;
 pub mod zones;
 
@@ -92,6 +93,8 @@ pub async fn run(
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    // Console cookies carry `Secure` when the API is served over TLS.
+    state.auth.sessions.set_secure(tls.is_some());
     let guard = browser_guard::BrowserGuard {
         listen: listener.local_addr()?,
         open: state.auth.writes_open() || state.auth.reads_open(),
@@ -107,13 +110,17 @@ pub async fn run(
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     let table = state.scheduler.table().load();
     let panicked = state.tasks.recent_panics();
+    // The store refusing writes, nodes held by the withdrawal guard: degraded, and why.
+    let fail_static = state.scheduler.health().fail_static().report();
+    let fine = panicked.is_empty() && fail_static.is_none();
     let body = serde_json::json!({
-        "status": if table.version == 0 { "starting" } else if panicked.is_empty() { "ok" } else { "degraded" },
+        "status": if table.version == 0 { "starting" } else if fine { "ok" } else { "degraded" },
         "route_table_version": table.version,
         "generated_at_ms": table.generated_at_ms,
         "panicked_tasks": panicked,
+        "fail_static": fail_static,
     });
-    let healthy = table.version != 0 && panicked.is_empty();
+    let healthy = table.version != 0 && fine;
     let status = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, axum::Json(body))
 }
@@ -122,6 +129,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let table = state.scheduler.table().load_full();
     let (last_recompute_us, recomputes) = state.scheduler.stats();
     let nodes = state.store.list_nodes().await.ok();
-    let body = state.metrics.render(&table, Some(&ControlStats { last_recompute_us, recomputes, nodes }));
+    let mut body = state.metrics.render(&table, Some(&ControlStats { last_recompute_us, recomputes, nodes }));
+    state.scheduler.health().fail_static().render_metrics(&mut body);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
 }

@@ -27,6 +27,9 @@ pub fn apply_patch(n: &mut Node, p: &NodePatch) {
     if let Some(v) = p.public_ipv6 {
         n.public_ipv6 = v;
     }
+    if let Some(v) = &p.hostname {
+        n.hostname = v.clone();
+    }
     let text = |dst: &mut String, src: &Option<String>| {
         if let Some(v) = src {
             *dst = v.clone();
@@ -138,6 +141,13 @@ pub async fn delete(State(state): State<AppState>, Path(name): Path<String>) -> 
 
 /// `POST /api/v1/nodes/{name}/heartbeat`: an agent reports its load. Authenticated
 /// by that node's own token (or the global agent token) in `x-lagran-agent-token`.
+///
+/// An authenticated heartbeat is noted in memory whatever the store does
+/// with it ([`crate::fail_static`]): when the store refuses the write, the
+/// node is read instead (its own token checked against the stored hash),
+/// the report laid over it and passed to the scheduler, and the agent
+/// answered as usual. A failing store must not make a fleet of live nodes
+/// look silent.
 pub async fn heartbeat(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -150,13 +160,35 @@ pub async fn heartbeat(
         || ApiError::unauthorized(format!("heartbeats need the node's own token in `{AGENT_TOKEN_HEADER}`"));
     let Some(presented) = presented else { return Err(unauthorized()) };
     let hb: Heartbeat = parse_json(&body)?;
-    let store = &state.store;
-    let node = if state.auth.agent_token_matches(presented) {
-        store.record_heartbeat(&name, &hb, now_ms()).await?
+    hb.validate()?;
+    let (store, now) = (&state.store, now_ms());
+    let global = state.auth.agent_token_matches(presented);
+    let fail_static = state.scheduler.health().fail_static();
+    if global {
+        fail_static.heard(&name, now);
+    }
+    let written = if global {
+        store.record_heartbeat(&name, &hb, now).await.map(Some)
     } else {
         // The node's own token is checked in the statement that writes the heartbeat.
-        store.record_heartbeat_of_token(&name, &hb, now_ms(), presented).await?.ok_or_else(unauthorized)?
+        store.record_heartbeat_of_token(&name, &hb, now, presented).await
     };
+    let node = match written {
+        Ok(node) => {
+            state.scheduler.store_write_outcome(Ok(()));
+            node
+        }
+        Err(e) if e.is_database_fault() => {
+            state.scheduler.store_write_outcome(Err(&e));
+            let token = (!global).then_some(presented);
+            let node = store.heartbeat_unwritten(&name, &hb, now, token).await?;
+            tracing::debug!(node = %name, error = %e, "heartbeat noted in memory only: the store refuses writes");
+            node
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let node = node.ok_or_else(unauthorized)?;
+    fail_static.heard(&name, now);
     tracing::debug!(node = %name, cpu = hb.cpu_usage, memory = hb.memory_usage, "heartbeat");
     state.scheduler.notify_load(&node);
     Ok(Json(node))
@@ -180,5 +212,7 @@ mod tests {
             parse_create(br#"{"name": "a", "public_ip": "192.0.2.1", "auth_token": "t0k3n-long-enough"}"#).unwrap();
         assert_eq!(n.public_ip, Some("192.0.2.1".parse().unwrap()));
         assert_eq!(tok.as_deref(), Some("t0k3n-long-enough"));
+        let (n, _) = parse_create(br#"{"name": "a", "hostname": "a-01.edge.lagran.net"}"#).unwrap();
+        assert_eq!(n.hostname.as_deref(), Some("a-01.edge.lagran.net"), "a created node keeps its hostname");
     }
 }

@@ -26,12 +26,17 @@ pub const TOP_LEVEL_KEYS: &[Key] = &[
         "`sqlite://…` or `postgres://…`",
     )
     .env("DATABASE_URL"),
-    Key::toml("agent_token", KeyDefault::Described("none"), "\"agent-secret\"", "`x-lagran-agent-token` for API reads")
-        .env("AGENT_TOKEN"),
+    Key::toml(
+        "agent_token",
+        KeyDefault::Described("none"),
+        "\"agent-secret-0123456789\"",
+        "`x-lagran-agent-token` for API reads",
+    )
+    .env("AGENT_TOKEN"),
     Key::toml(
         "admin_token",
         KeyDefault::Described("none"),
-        "\"admin-secret\"",
+        "\"admin-secret-0123456789\"",
         "`Authorization: Bearer …` for API writes",
     )
     .env("ADMIN_TOKEN"),

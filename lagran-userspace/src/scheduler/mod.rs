@@ -21,6 +21,8 @@
 //! - [`pending`]: what the next recompute must do: the queued changes and the
 //!   store reads they call for ([`node_cache`], [`list_cache`]).
 //! - [`forward`]: a standby's heartbeats on their way to the leader.
+//! - [`withdraw_guard`]: no pool loses most of its nodes at once to heartbeat
+//!   timeouts alone; [`store_writes`]: whether the store accepts writes.
 //! - [`geography`]: the geo data, overrides and their partitions.
 //! - [`decide`]: the decide/explain query ([`Scheduler::decide`]).
 //! - [`changes`]: the change log, computed from the partition diff after each
@@ -41,6 +43,8 @@ mod pending;
 mod publish;
 mod recompute;
 pub mod settings;
+mod store_writes;
+mod withdraw_guard;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,6 +102,8 @@ pub struct Scheduler {
     pending: pending::Pending,
     forwarder: Forwarder,
     stats: recompute::RecomputeStats,
+    /// Holds heartbeat timeouts of too much of a pool at once.
+    guard: withdraw_guard::WithdrawGuard,
     /// Stamped while the scheduler runs and its recomputes succeed: the DNS
     /// responder and the NS hosts stop answering from a table nobody confirms.
     confirmation: Arc<Confirmation>,
@@ -125,6 +131,7 @@ impl Scheduler {
             pending: pending::Pending::default(),
             forwarder: Forwarder::default(),
             stats: recompute::RecomputeStats::default(),
+            guard: withdraw_guard::WithdrawGuard::default(),
             confirmation: Arc::new(Confirmation::new()),
             builder: Background::start("lagran-build").expect("starting the route-table build thread"),
         }

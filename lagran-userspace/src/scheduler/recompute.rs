@@ -83,6 +83,12 @@ impl Scheduler {
     /// cache already (or the node is marked to be read again), and a node
     /// change by name would make the build read that node once more.
     fn hear(&self, heard: impl IntoIterator<Item = forward::Heard>) {
+        let fail_static = self.health.fail_static();
+        let heard = heard.into_iter().inspect(|(name, load)| {
+            if let Some(load) = load {
+                fail_static.heard(name, load.at_ms());
+            }
+        });
         if self.pending.hear(heard) {
             self.pending.enqueue(Change::Liveness, true);
         }
@@ -189,7 +195,12 @@ impl Scheduler {
         let Lists { zones, domains, rules, lines } = self.pending.lists(&self.store, change, now).await?;
         self.pending.note_written(change);
         let nodes = self.pending.nodes(&self.store).await?;
-        let inputs = Inputs { nodes, zones, domains, rules, lines, liveness: self.health.liveness(), now_ms: now };
+        let fail_static = self.health.fail_static();
+        fail_static.retain_heard(|name| nodes.binary_search_by(|n| n.name.as_str().cmp(name)).is_ok());
+        let mut liveness = self.health.liveness();
+        let ratio = self.health.settings().max_withdraw_ratio;
+        fail_static.set_held(self.guard.apply(&nodes, &mut liveness, now, ratio));
+        let inputs = Inputs { nodes, zones, domains, rules, lines, liveness, now_ms: now };
         self.pending.set_next_timeout(inputs.liveness.next_timeout_ms(&inputs.nodes, now));
         Ok(inputs)
     }
@@ -209,9 +220,15 @@ impl Scheduler {
         // last recompute succeeded, whether or not anything was published.
         let mut confirm = tokio::time::interval(Duration::from_secs(1));
         confirm.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut write_probe = tokio::time::interval(Duration::from_secs(self.health.settings().interval_secs.max(1)));
+        write_probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                _ = write_probe.tick() => {
+                    self.probe_store_writes().await;
+                    continue;
+                }
                 _ = tick.tick() => {
                     // The periodic full recompute: the safety net under incremental ones.
                     if let Err(e) = self.recompute().await {

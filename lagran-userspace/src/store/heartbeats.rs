@@ -104,6 +104,29 @@ impl Store {
         self.record_heartbeat_alone(name, hb, now_ms, token_hash.as_deref()).await
     }
 
+    /// A heartbeat the store could not write: the node as read, with the
+    /// heartbeat laid over it in memory (nothing is written). With `token`,
+    /// only a node holding it (`None` otherwise, as for a node that does not exist).
+    pub async fn heartbeat_unwritten(
+        &self,
+        name: &str,
+        hb: &Heartbeat,
+        now_ms: i64,
+        token: Option<&str>,
+    ) -> Result<Option<Node>, StoreError> {
+        hb.validate()?;
+        if let Some(token) = token {
+            let held = self.node_token_hash(name).await?;
+            if !held.is_some_and(|h| super::nodes::verify_token(&h, token)) {
+                return Ok(None);
+            }
+        }
+        Ok(self.get_node(name).await?.map(|mut node| {
+            hb.lay_over(&mut node, now_ms);
+            node
+        }))
+    }
+
     /// Transactions the heartbeat writer has committed (each holds one or more heartbeats).
     pub fn heartbeat_commits(&self) -> u64 {
         self.heartbeats.commits.load(Ordering::Relaxed)

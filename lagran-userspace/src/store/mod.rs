@@ -61,6 +61,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (3, "answer modes", include_str!("../../../migrations/sqlite/0003_answer_modes.sql")),
     (4, "sites", include_str!("../../../migrations/sqlite/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/sqlite/0005_cluster.sql")),
+    (6, "integrity", include_str!("../../../migrations/sqlite/0006_integrity.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -70,6 +71,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (3, "answer modes", include_str!("../../../migrations/postgres/0003_answer_modes.sql")),
     (4, "sites", include_str!("../../../migrations/postgres/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/postgres/0005_cluster.sql")),
+    (6, "integrity", include_str!("../../../migrations/postgres/0006_integrity.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
@@ -191,6 +193,13 @@ impl StoreError {
         StoreError::Conflict { what, key: key.into() }
     }
 
+    /// Whether the database itself failed (not the request: a missing or
+    /// conflicting record, a bad field).
+    pub fn is_database_fault(&self) -> bool {
+        matches!(self, StoreError::Db { .. } | StoreError::Io { .. })
+            && self.db_kind().is_none_or(|k| k == ErrorKind::Other)
+    }
+
     /// The database's classification of the underlying error, if it came from the server.
     pub(crate) fn db_kind(&self) -> Option<ErrorKind> {
         match self {
@@ -273,6 +282,20 @@ impl Store {
     /// Checks that the database answers (for `/healthz`).
     pub async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await.ctx(|| "pinging the database".to_string())?;
+        Ok(())
+    }
+
+    /// Writes one row (`store_write_probe`), to learn whether the database
+    /// accepts writes when nothing else is written.
+    pub async fn probe_write(&self, now_ms: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO store_write_probe (id, written_at_ms) VALUES (1, $1) \
+             ON CONFLICT (id) DO UPDATE SET written_at_ms = excluded.written_at_ms",
+        )
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .ctx(|| "writing the store's write probe".to_string())?;
         Ok(())
     }
 

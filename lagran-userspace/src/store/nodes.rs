@@ -243,6 +243,15 @@ impl Heartbeat {
         validate::non_negative_i64("conns", self.conns)?;
         Ok(())
     }
+
+    /// Sets the columns the heartbeat writes on `node`, in memory.
+    pub fn lay_over(&self, node: &mut Node, now_ms: i64) {
+        node.cpu_usage = self.cpu_usage;
+        node.memory_usage = self.memory_usage;
+        node.bandwidth_mbps = self.bandwidth_mbps;
+        node.conns = self.conns;
+        node.last_heartbeat_ms = Some(now_ms);
+    }
 }
 
 /// A value for a dynamically built `UPDATE`.
@@ -290,6 +299,13 @@ pub(super) fn node_from_row(row: &AnyRow) -> Result<Node, StoreError> {
         created_at_ms: c.get("created_at_ms")?,
         updated_at_ms: c.get("updated_at_ms")?,
     })
+}
+
+/// Whether a write failed on the unique index of node hostnames (another
+/// node holds the name): the index decides, so two concurrent writes of one
+/// hostname cannot both succeed.
+fn hostname_taken(e: &StoreError) -> bool {
+    e.db_kind() == Some(ErrorKind::UniqueViolation) && e.to_string().contains("nodes_hostname_normal")
 }
 
 impl Store {
@@ -358,6 +374,9 @@ impl Store {
         .ctx(|| format!("creating node {:?}", node.name));
         match row {
             Ok(row) => node_from_row(&row),
+            Err(e) if hostname_taken(&e) => {
+                Err(StoreError::conflict("node hostname", node.hostname.as_deref().unwrap_or_default()))
+            }
             Err(e) if e.db_kind() == Some(ErrorKind::UniqueViolation) => Err(StoreError::conflict("node", &node.name)),
             Err(e) => Err(e),
         }
@@ -378,12 +397,15 @@ impl Store {
         for (_, v) in assignments {
             query = bind_val(query, v);
         }
-        let row = query
-            .bind(now_ms())
-            .bind(name)
-            .fetch_optional(self.pool())
-            .await
-            .ctx(|| format!("updating node {name:?}"))?;
+        let row =
+            query.bind(now_ms()).bind(name).fetch_optional(self.pool()).await.ctx(|| format!("updating node {name:?}"));
+        let row = match row {
+            Err(e) if hostname_taken(&e) => {
+                let hostname = patch.hostname.clone().flatten().unwrap_or_default();
+                return Err(StoreError::conflict("node hostname", hostname));
+            }
+            row => row?,
+        };
         match row {
             Some(row) => node_from_row(&row),
             None => Err(StoreError::not_found("node", name)),

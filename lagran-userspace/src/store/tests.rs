@@ -74,7 +74,7 @@ fn full_node(name: &str) -> Node {
         status: NodeStatus::Online,
         public_ip: Some(Ipv4Addr::new(203, 0, 113, 10)),
         public_ipv6: Some("2001:db8::10".parse().unwrap()),
-        hostname: Some("gz-01.edge.lagran.net".into()),
+        hostname: Some(format!("{name}.edge.lagran.net")),
         country: "中国".into(),
         province: "广东".into(),
         city: "广州".into(),
@@ -812,3 +812,5 @@ fn sqlite_urls_create_the_file() {
     assert_eq!(url("sqlite::memory:"), ("sqlite::memory:".to_string(), true));
     assert_eq!(url("sqlite://:memory:"), ("sqlite::memory:".to_string(), true));
 }
+
+mod integrity;
