@@ -42,7 +42,7 @@ pub async fn run(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: 
             .map(|z| z.name.clone())
             .ok_or_else(|| ExplainError::Input("no zone configured; pass --domain".into()))?,
     };
-    let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
+    let geo = GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo));
     let health = crate::health::HealthMonitor::new(config.health.clone());
     let scheduler = Scheduler::new(store, config.schedule.clone(), health, geo, empty_shared());
     // The same table the daemon serves (rules, lines, canaries applied), computed here.

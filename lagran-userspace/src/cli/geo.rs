@@ -172,7 +172,7 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
         GeoCommand::Lookup { ips, raw, file } => {
             let geo = match &file {
                 Some(f) => GeoDb::try_load(Some(f), None)?,
-                None => GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref()),
+                None => GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo)),
             };
             Ok(lookup(&geo, &ips, raw))
         }
@@ -201,7 +201,7 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
         GeoCommand::Bench { file, n } => {
             let geo = match &file {
                 Some(f) => GeoDb::try_load(Some(f), None)?,
-                None => GeoDb::try_load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref())?,
+                None => GeoDb::try_load_sources(&crate::geo::Sources::of_settings(&config.geo))?,
             };
             let mut out = String::new();
             for x in [geo.v4(), geo.v6()].into_iter().flatten() {
@@ -303,7 +303,7 @@ pub fn build(from: &Path, out: &Path, out_v6: Option<&Path>, format: Option<Form
 }
 
 async fn partitions(config: &Config, top: usize, no_overrides: bool) -> Result<String, GeoError> {
-    let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
+    let geo = GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo));
     let mut out = String::new();
     let mut overrides: Vec<Override> = Vec::new();
     if !no_overrides {
