@@ -63,17 +63,23 @@ pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
     let mut out = String::new();
     let c = &d.client;
     let show = |s: &str| if s.is_empty() { "?".to_string() } else { s.to_string() };
+    let coords = crate::location::coords::coordinates(c).map_or("?".to_string(), |(a, b)| format!("{a:.2},{b:.2}"));
     let _ = writeln!(
         out,
-        "client    {}  ->  country={} province={} city={} isp={}",
+        "client    {}  ->  country={} province={} city={} isp={} continent={} coords={coords}",
         address.map_or("-".to_string(), |a| a.to_string()),
         show(&c.country),
         show(&c.province),
         show(&c.city),
-        show(&c.isp)
+        show(&c.isp),
+        show(c.continent()),
     );
     if let Some(r) = &d.region {
         let _ = writeln!(out, "region    {r}");
+    }
+    let sources = crate::location::sources::FieldSources::of_decision(d.region.as_deref(), c);
+    if !c.is_unknown() {
+        let _ = writeln!(out, "sources   {}", sources.summary());
     }
     if let Some(p) = &d.partition {
         let _ = writeln!(out, "partition {p}");

@@ -236,10 +236,19 @@ fn lookup(geo: &GeoDb, ips: &[IpAddr], raw: bool) -> String {
         let hit = geo.lookup(*ip);
         match hit {
             Some(h) => {
+                let l = &h.location;
+                let coords = crate::location::coords::coordinates(l)
+                    .map_or(String::new(), |(a, b)| format!(" coords={a:.2},{b:.2}"));
+                let sources = crate::location::sources::FieldSources::of_region(&h.region, l).summary();
                 let _ = writeln!(
                     out,
-                    "{ip}\tcountry={} province={} city={} isp={}\t({})",
-                    h.location.country, h.location.province, h.location.city, h.location.isp, h.region
+                    "{ip}\tcountry={} province={} city={} isp={} continent={}{coords}\tsources: {sources}\t({})",
+                    l.country,
+                    l.province,
+                    l.city,
+                    l.isp,
+                    l.continent(),
+                    h.region
                 );
             }
             None => {
@@ -536,6 +545,12 @@ mod tests {
         );
         // raw lookup prints the region exactly as stored
         assert_eq!(lookup(&db, &["58.60.0.1".parse().unwrap()], true), "58.60.0.1\t中国|0|广东省|深圳市|电信\n");
+        assert_eq!(
+            lookup(&db, &["58.60.0.1".parse().unwrap()], false),
+            "58.60.0.1\tcountry=CN province=广东 city=深圳 isp=电信 continent=AS coords=22.54,114.06\t\
+             sources: country=ip2region province=ip2region city=ip2region isp=ip2region coords=table\t\
+             (中国|0|广东省|深圳市|电信)\n"
+        );
         // reserved ranges too: --raw shows the file, not the scheduling view
         assert_eq!(lookup(&db, &["244.210.111.72".parse().unwrap()], true), "244.210.111.72\t美国|0|0|0|0\n");
         assert_eq!(lookup(&db, &["244.210.111.72".parse().unwrap()], false), "244.210.111.72\tunknown\n");

@@ -36,8 +36,9 @@ pub enum Family {
 }
 
 /// The score term of a drained node (weight ≤ 0): larger than any spread the
-/// other terms can make (weight ≤ 1000, bonuses ≤ 145, penalties ≥ −1000), so a
-/// drained node ranks after every node that is not.
+/// other terms can make (weight ≤ 1000, bonuses ≤ 148, load and cap penalties ≥
+/// −1000, the default distance cap −4000), so a drained node ranks after every
+/// node that is not.
 pub const DRAINED_PENALTY: i64 = 1_000_000;
 
 /// Bonuses and penalty factors of the score: +5 same country, +80 same province,
@@ -82,7 +83,15 @@ impl Default for CapPolicy {
     }
 }
 
-/// A penalty growing with the great-circle distance between node and client.
+/// A penalty growing with the great-circle distance between node and client, and
+/// a bonus for a node on the client's continent (in another country): the level
+/// between country and world, for clients the distance cannot place.
+///
+/// The defaults make distance outweigh load and the location bonuses beyond a few
+/// hundred km (−200 per 1000 km: the province bonus is worth 400 km, the city
+/// bonus 100 km, a 10 % load spread well under 100 km), capped only beyond half
+/// the Earth's circumference (−4000 at 20 000 km), so a farther node always costs
+/// more, on any continent.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DistancePolicy {
@@ -90,12 +99,38 @@ pub struct DistancePolicy {
     pub per_1000km: f64,
     /// Upper bound of the penalty.
     pub max_penalty: i64,
+    /// Bonus for a node on the client's continent but not in its country.
+    pub same_continent: i64,
 }
+
+/// [`DistancePolicy::per_1000km`]'s default.
+pub const DEFAULT_PER_1000KM: f64 = 200.0;
+/// [`DistancePolicy::max_penalty`]'s default.
+pub const DEFAULT_MAX_DISTANCE_PENALTY: i64 = 4000;
+/// [`DistancePolicy::same_continent`]'s default.
+pub const DEFAULT_SAME_CONTINENT: i64 = 3;
 
 impl Default for DistancePolicy {
     fn default() -> Self {
-        DistancePolicy { per_1000km: 10.0, max_penalty: 100 }
+        DistancePolicy {
+            per_1000km: DEFAULT_PER_1000KM,
+            max_penalty: DEFAULT_MAX_DISTANCE_PENALTY,
+            same_continent: DEFAULT_SAME_CONTINENT,
+        }
     }
+}
+
+impl Policy {
+    /// The same-continent bonus in force (0 without the distance policy).
+    pub fn same_continent(&self) -> i64 {
+        self.distance.as_ref().map_or(0, |d| d.same_continent)
+    }
+}
+
+/// Whether the client and node are in different countries on one continent.
+pub fn same_continent_only(node: &Location, client: &Location) -> bool {
+    let c = node.continent();
+    !c.is_empty() && c == client.continent() && !(node.country == client.country && !node.country.is_empty())
 }
 
 /// When the best node is overloaded, answer the next best node of the client's ISP.
@@ -294,6 +329,9 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
     if same_isp {
         terms.push(("same-isp".into(), policy.same_isp));
     }
+    if policy.same_continent() != 0 && same_continent_only(loc, client) {
+        terms.push(("same-continent".into(), policy.same_continent()));
+    }
     // floor() of a non-negative product; usage is validated to 0..=100 on the way in.
     let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
     let mem = (n.memory_usage.max(0.0) * policy.memory_factor).floor() as i64;
@@ -360,6 +398,12 @@ pub fn reason(view: &NodeView, client: &Location, policy: &Policy) -> String {
         && same(&loc.country, &client.country)
     {
         add(&mut r, format_args!("same-country"));
+    }
+    if policy.same_continent() != 0
+        && same_continent_only(loc, client)
+        && !(same(&loc.province, &client.province) || same(&loc.city, &client.city) || same(&loc.isp, &client.isp))
+    {
+        add(&mut r, format_args!("same-continent"));
     }
     let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
     let mem = (n.memory_usage.max(0.0) * policy.memory_factor).floor() as i64;

@@ -50,10 +50,7 @@ impl Default for GeoSettings {
 impl GeoSettings {
     /// The operator's ASN → carrier entries by number (keys checked by [`validate`](Self::validate)).
     pub fn asn_carriers(&self) -> BTreeMap<u32, String> {
-        self.asn_carriers
-            .iter()
-            .filter_map(|(k, v)| Some((crate::geo::world::parse_asn(k)?, v.clone())))
-            .collect()
+        self.asn_carriers.iter().filter_map(|(k, v)| Some((crate::geo::world::parse_asn(k)?, v.clone()))).collect()
     }
 
     /// The ratio is a fraction; ASN keys are numbers.

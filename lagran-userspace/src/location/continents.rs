@@ -27,10 +27,7 @@ const CONTINENTS: &[(&str, &str)] = &[
         "AG AI AW BB BL BM BQ BS BZ CA CR CU CW DM DO GD GL GP GT HN HT JM KN KY LC MF MQ MS MX NI PA PM PR SV SX \
          TC TT US VC VG VI",
     ),
-    (
-        "OC",
-        "AS AU CK FJ FM GU KI MH MP NC NF NR NU NZ PF PG PN PW SB TK TO TV UM VU WF WS",
-    ),
+    ("OC", "AS AU CK FJ FM GU KI MH MP NC NF NR NU NZ PF PG PN PW SB TK TO TV UM VU WF WS"),
     ("SA", "AR BO BR CL CO EC FK GF GY PE PY SR UY VE"),
 ];
 
@@ -39,10 +36,14 @@ pub fn continent(country: &str) -> &'static str {
     if country.len() != 2 {
         return "";
     }
-    CONTINENTS
-        .iter()
-        .find(|(_, list)| list.split_ascii_whitespace().any(|c| c == country))
-        .map_or("", |(code, _)| code)
+    CONTINENTS.iter().find(|(_, list)| list.split_ascii_whitespace().any(|c| c == country)).map_or("", |(code, _)| code)
+}
+
+/// A small number per continent (1..=7, in the table's order), 0 when unknown: for
+/// the numeric planner.
+pub fn continent_id(country: &str) -> u8 {
+    let c = continent(country);
+    CONTINENTS.iter().position(|(code, _)| *code == c).map_or(0, |i| i as u8 + 1)
 }
 
 #[cfg(test)]
@@ -68,5 +69,8 @@ mod tests {
         }
         assert_eq!(continent("ZZ"), "");
         assert_eq!(continent(""), "");
+        assert_eq!(continent_id("DE"), continent_id("FR"));
+        assert_ne!(continent_id("DE"), continent_id("US"));
+        assert_eq!(continent_id("ZZ"), 0);
     }
 }

@@ -75,6 +75,17 @@ impl FieldSources {
         }
     }
 
+    /// The sources of a decision's client location: from the region string when
+    /// the location is the one it gives, else (an operator's override laid over the
+    /// data) from the override.
+    pub fn of_decision(region: Option<&str>, loc: &Location) -> FieldSources {
+        match region {
+            Some(r) if Location::from_region(r) == *loc => FieldSources::of_region(r, loc),
+            _ if loc.is_unknown() => FieldSources::default(),
+            _ => FieldSources::of_override(loc),
+        }
+    }
+
     /// `country=mmdb province=mmdb …`, known fields only.
     pub fn summary(&self) -> String {
         [
@@ -101,14 +112,14 @@ mod tests {
         let region = "DE|Hesse|Frankfurt am Main|Deutsche Telekom AG|DE|50.11,8.68|country=mmdb,province=mmdb,city=mmdb,coords=mmdb,isp=asn";
         let loc = Location::from_region(region);
         let s = FieldSources::of_region(region, &loc);
-        assert_eq!(
-            s.summary(),
-            "country=mmdb province=mmdb city=mmdb isp=asn coords=mmdb"
-        );
+        assert_eq!(s.summary(), "country=mmdb province=mmdb city=mmdb isp=asn coords=mmdb");
         let region = "中国|0|广东省|深圳市|电信";
         let s = FieldSources::of_region(region, &Location::from_region(region));
         assert_eq!(s.summary(), "country=ip2region province=ip2region city=ip2region isp=ip2region coords=table");
         let s = FieldSources::of_override(&Location::new("CN", "北京", "", "联通"));
         assert_eq!(s.summary(), "country=override province=override isp=override coords=table");
+        let overridden = Location::new("CN", "北京", "", "联通");
+        assert_eq!(FieldSources::of_decision(Some(region), &overridden), s);
+        assert_eq!(FieldSources::of_decision(None, &Location::default()).summary(), "");
     }
 }

@@ -76,7 +76,8 @@ pub async fn reload(
     force: bool,
     max_change_ratio: f64,
 ) -> Result<ReloadReport, GeoError> {
-    let sources = Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf), ..scheduler.geo().sources().clone() };
+    let sources =
+        Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf), ..scheduler.geo().sources().clone() };
     reload_sources(scheduler, sources, force, max_change_ratio).await
 }
 

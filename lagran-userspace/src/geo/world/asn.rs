@@ -36,9 +36,11 @@ pub fn parse(text: &str) -> Result<RangeTable<AsnRecord>, GeoError> {
         if n == 0 && fields[2].trim().parse::<u32>().is_err() {
             continue; // a header
         }
-        let (v6a, start) = address(&fields[0]).ok_or_else(|| bad(format!("start {:?} is not an address", fields[0])))?;
+        let (v6a, start) =
+            address(&fields[0]).ok_or_else(|| bad(format!("start {:?} is not an address", fields[0])))?;
         let (v6b, end) = address(&fields[1]).ok_or_else(|| bad(format!("end {:?} is not an address", fields[1])))?;
-        let asn: u32 = fields[2].trim().trim_start_matches("AS").parse().map_err(|_| bad(format!("asn {:?}", fields[2])))?;
+        let asn: u32 =
+            fields[2].trim().trim_start_matches("AS").parse().map_err(|_| bad(format!("asn {:?}", fields[2])))?;
         let v6 = v6a || v6b || start > u128::from(u32::MAX) || end > u128::from(u32::MAX);
         if start > end {
             return Err(bad(format!("start {} after end {}", fields[0], fields[1])));

@@ -257,4 +257,6 @@ pub fn merged_xdb(
 }
 
 #[cfg(test)]
+mod real_data_tests;
+#[cfg(test)]
 mod tests;

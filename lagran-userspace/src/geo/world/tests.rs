@@ -2,10 +2,10 @@
 //! sources.
 
 use super::*;
-use std::collections::BTreeMap;
 use crate::geo::{GeoDb, IpVersion, write_xdb};
 use crate::location::sources::FieldSources;
 use crate::partition::PartitionTable;
+use std::collections::BTreeMap;
 
 fn ip(s: &str) -> u128 {
     u128::from(u32::from(s.parse::<std::net::Ipv4Addr>().unwrap()))
