@@ -180,8 +180,9 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
             build(&from, &out, out_v6.as_deref(), format.map(Format::from))
         }
         GeoCommand::Diff { old, new, sample, seed, top, json } => {
+            let sources = crate::geo::Sources::of_settings(&config.geo);
             let (a, b) = tokio::task::spawn_blocking(move || {
-                Ok::<_, GeoError>((GeoDb::try_load(Some(&old), None)?, GeoDb::try_load(Some(&new), None)?))
+                Ok::<_, GeoError>((diff_side(&sources, &old)?, diff_side(&sources, &new)?))
             })
             .await
             .map_err(|e| GeoError::Usage(e.to_string()))??;
@@ -221,6 +222,17 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
             }
             Ok(out)
         }
+    }
+}
+
+/// One side of `lagran geo diff`: a geo file alone, or, for a MaxMind DB or ASN
+/// file, the configured data with that file in place of its namesake (so a new
+/// version of either world file is compared as it would serve).
+fn diff_side(configured: &crate::geo::Sources, file: &Path) -> Result<GeoDb, GeoError> {
+    let bytes = std::fs::read(file).map_err(|source| GeoError::Io { path: file.to_path_buf(), source })?;
+    match crate::geo::world::world_file_kind(&bytes) {
+        Some(kind) => GeoDb::try_load_sources(&configured.with_world_file(file, kind)),
+        None => GeoDb::try_load(Some(file), None),
     }
 }
 

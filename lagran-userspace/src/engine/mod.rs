@@ -586,6 +586,32 @@ mod tests {
     }
 
     #[test]
+    fn same_continent_is_the_fallback_between_country_and_world() {
+        // A German client without coordinates: the French node shares its
+        // continent, the Brazilian one nothing; the distance term cannot tell.
+        let mut fr = crate::demo::node("par-01", "FR", "", "Paris", "BGP", 100, 0.0, 0.0, [203, 0, 113, 1]);
+        let mut br = crate::demo::node("gru-01", "BR", "", "São Paulo", "BGP", 100, 0.0, 0.0, [203, 0, 113, 2]);
+        fr.lat = None;
+        br.lat = None;
+        let nodes = NodeView::prepare([br, fr]);
+        let client = Location::new("DE", "", "", "");
+        let policy = Policy {
+            distance: Some(DistancePolicy { per_1000km: 0.0, ..DistancePolicy::default() }),
+            ..Policy::default()
+        };
+        let r = rank(&nodes, &client, Family::V4, DEFAULT_POOL, &policy);
+        let first = r.primary().unwrap();
+        assert_eq!((first.name.as_str(), first.score), ("par-01", 100 + DEFAULT_SAME_CONTINENT));
+        assert_eq!(first.reason, "same-continent");
+        assert!(first.terms.contains(&("same-continent".to_string(), DEFAULT_SAME_CONTINENT)), "{:?}", first.terms);
+        // Without the distance policy the reference formula stands alone.
+        let r = rank(&nodes, &client, Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!((r.primary().unwrap().name.as_str(), r.primary().unwrap().score), ("gru-01", 100));
+        // Same country is not also same continent.
+        assert!(!same_continent_only(&Location::new("DE", "", "", ""), &client));
+    }
+
+    #[test]
     fn unknown_client_ranks_by_weight_and_load() {
         // No geo match: the score is weight - cpu penalty - memory penalty.
         let nodes = NodeView::prepare(seed_nodes());

@@ -93,6 +93,22 @@ impl Sources {
         }
     }
 
+    /// These sources with `file` (a world data file of `kind`) in place of the
+    /// configured file of the same name, or added: the data a new version of one
+    /// file gives (`lagran geo diff`).
+    pub fn with_world_file(&self, file: &Path, kind: world::WorldFile) -> Sources {
+        let mut s = self.clone();
+        let list = match kind {
+            world::WorldFile::Mmdb => &mut s.mmdb,
+            world::WorldFile::AsnCsv => &mut s.asn,
+        };
+        match list.iter_mut().find(|p| p.file_name() == file.file_name()) {
+            Some(p) => *p = file.to_path_buf(),
+            None => list.push(file.to_path_buf()),
+        }
+        s
+    }
+
     /// Whether MaxMind or ASN data is configured beside the ip2region files.
     pub fn has_world(&self) -> bool {
         !self.mmdb.is_empty() || !self.asn.is_empty()

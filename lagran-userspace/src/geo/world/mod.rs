@@ -97,6 +97,35 @@ impl WorldData {
     }
 }
 
+/// The kind of a world data file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorldFile {
+    /// A MaxMind DB (City or ASN): belongs in GEOIP_MMDB_PATH.
+    Mmdb,
+    /// ASN CSV ranges: belongs in GEOIP_ASN_PATH.
+    AsnCsv,
+}
+
+/// Whether `bytes` are a world data file, and which: a MaxMind DB by its metadata
+/// marker, ASN CSV by a first data line `start,end,asn,…` whose start is an address
+/// or integer (a CIDR CSV geo file starts with a prefix, `a.b.c.d/n`).
+pub fn world_file_kind(bytes: &[u8]) -> Option<WorldFile> {
+    if mmdb::is_mmdb(bytes) {
+        return Some(WorldFile::Mmdb);
+    }
+    let head = std::str::from_utf8(&bytes[..bytes.len().min(4096)]).ok().or_else(|| {
+        let cut = std::str::from_utf8(&bytes[..bytes.len().min(4096)]).err()?.valid_up_to();
+        std::str::from_utf8(&bytes[..cut]).ok()
+    })?;
+    let line =
+        head.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).find(|l| {
+            l.split(',').nth(2).is_some_and(|asn| asn.trim().trim_start_matches("AS").parse::<u32>().is_ok())
+        })?;
+    let start = line.split(',').next()?.trim();
+    let is_addr = start.parse::<u128>().is_ok() || start.parse::<std::net::IpAddr>().is_ok();
+    is_addr.then_some(WorldFile::AsnCsv)
+}
+
 /// A cursor over one sorted, non-overlapping range list.
 struct Cursor<'a> {
     ranges: &'a [(u128, u128, u32)],

@@ -114,3 +114,17 @@ fn partitions_never_straddle_the_seam_between_sources() {
     let seam = t.lookup("58.60.255.255".parse().unwrap());
     assert_eq!(seam.end, ip("58.60.255.255"), "the ip2region block ends where MaxMind's verdict starts");
 }
+
+#[test]
+fn world_files_are_told_apart_from_geo_files() {
+    assert_eq!(world_file_kind(b"1.0.0.0,1.0.0.255,13335,\"Cloudflare, Inc.\"\n"), Some(WorldFile::AsnCsv));
+    assert_eq!(world_file_kind(b"start,end,asn,organisation\n16777216,16777471,13335,x\n"), Some(WorldFile::AsnCsv));
+    assert_eq!(world_file_kind(b"1.0.0.0/24,CN,Guangdong,Shenzhen,Telecom\n"), None, "a CIDR CSV geo file");
+    assert_eq!(world_file_kind(b"1.0.0.0|1.0.0.255|CN|0|0|0|0\n"), None);
+    let mut mmdb = vec![0u8; 64];
+    mmdb.extend_from_slice(b"\xab\xcd\xefMaxMind.com");
+    assert_eq!(world_file_kind(&mmdb), Some(WorldFile::Mmdb));
+    let s = crate::geo::Sources { asn: vec!["/a/asn-ipv4.csv".into(), "/a/asn-ipv6.csv".into()], ..Default::default() };
+    let next = s.with_world_file(std::path::Path::new("/b/asn-ipv4.csv"), WorldFile::AsnCsv);
+    assert_eq!(next.asn, vec![std::path::PathBuf::from("/b/asn-ipv4.csv"), "/a/asn-ipv6.csv".into()]);
+}
