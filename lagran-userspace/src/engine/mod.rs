@@ -130,7 +130,7 @@ impl Policy {
 /// Whether the client and node are in different countries on one continent.
 pub fn same_continent_only(node: &Location, client: &Location) -> bool {
     let c = node.continent();
-    !c.is_empty() && c == client.continent() && !(node.country == client.country && !node.country.is_empty())
+    !c.is_empty() && c == client.continent() && (node.country.is_empty() || node.country != client.country)
 }
 
 /// When the best node is overloaded, answer the next best node of the client's ISP.

@@ -213,7 +213,7 @@ impl GeoDb {
         }
         match base.merged_with(sources) {
             Ok(db) => db,
-            Err((base, err)) => {
+            Err(err) => {
                 tracing::warn!(error = %err, "MaxMind / ASN data not loaded; locating clients with the ip2region data alone");
                 base.with_sources(sources.clone())
             }
@@ -227,32 +227,24 @@ impl GeoDb {
         if !sources.has_world() {
             return Ok(base.with_sources(sources.clone()));
         }
-        base.merged_with(sources).map_err(|(_, e)| e)
+        base.merged_with(sources)
     }
 
     /// This (ip2region) data with the world data of `sources` merged over it.
-    fn merged_with(self, sources: &Sources) -> Result<GeoDb, (GeoDb, GeoError)> {
-        let world = match world::WorldData::load(&sources.mmdb, &sources.asn) {
-            Ok(w) => w,
-            Err(e) => return Err((self, e)),
-        };
+    fn merged_with(&self, sources: &Sources) -> Result<GeoDb, GeoError> {
+        let world = world::WorldData::load(&sources.mmdb, &sources.asn)?;
         let carriers = world::AsnCarriers::new(&sources.asn_carriers);
-        let merged = world::merged_xdb(self.v4.as_ref(), &world, &carriers, false)
-            .and_then(|v4| Ok((v4, world::merged_xdb(self.v6.as_ref(), &world, &carriers, true)?)));
-        match merged {
-            Ok((v4, v6)) => {
-                let db = GeoDb { v4, v6, sources: sources.clone() };
-                tracing::info!(
-                    mmdb = ?sources.mmdb,
-                    asn = ?sources.asn,
-                    v4_segments = db.v4.as_ref().map_or(0, Xdb::len),
-                    v6_segments = db.v6.as_ref().map_or(0, Xdb::len),
-                    "MaxMind / ASN data merged with the ip2region data"
-                );
-                Ok(db)
-            }
-            Err(e) => Err((self, e)),
-        }
+        let v4 = world::merged_xdb(self.v4.as_ref(), &world, &carriers, false)?;
+        let v6 = world::merged_xdb(self.v6.as_ref(), &world, &carriers, true)?;
+        let db = GeoDb { v4, v6, sources: sources.clone() };
+        tracing::info!(
+            mmdb = ?sources.mmdb,
+            asn = ?sources.asn,
+            v4_segments = db.v4.as_ref().map_or(0, Xdb::len),
+            v6_segments = db.v6.as_ref().map_or(0, Xdb::len),
+            "MaxMind / ASN data merged with the ip2region data"
+        );
+        Ok(db)
     }
 
     fn log_loaded(&self) {

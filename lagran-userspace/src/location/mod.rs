@@ -53,7 +53,7 @@ impl Location {
     /// - fewer fields → `Country|Province|City|ISP` in order, missing ones unknown.
     ///
     /// - 7 or more fields → the merged layout `Country|Province|City|ISP|ISO|lat,lon|sources`
-    ///   that [`crate::geo::world`] writes (never found in ip2region files): the ISO
+    ///   that the geo data's merge writes (never found in ip2region files): the ISO
     ///   code gives the country, the 6th field the coordinates (empty when unknown);
     ///   the 7th names each field's source (see [`sources`]).
     ///

@@ -286,6 +286,4 @@ pub fn merged_xdb(
 }
 
 #[cfg(test)]
-mod real_data_tests;
-#[cfg(test)]
 mod tests;

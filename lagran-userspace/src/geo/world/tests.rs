@@ -103,7 +103,7 @@ fn partitions_never_straddle_the_seam_between_sources() {
     // each address in it, whichever source that is.
     for &(s, e, id) in t.v4_ranges() {
         for a in [s, e, s + (e - s) / 2] {
-            let addr = std::net::IpAddr::V4(std::net::Ipv4Addr::from(a as u32));
+            let addr = std::net::IpAddr::V4(std::net::Ipv4Addr::from(a));
             if crate::geo::is_special(addr) {
                 continue;
             }

@@ -202,6 +202,7 @@ fn ecs_scopes_hold_across_the_seam_between_sources() {
     let (db, parts) = (&w.0, &w.1);
     let t = table(parts);
     let name = t.scheduled(NAME).unwrap();
+    eprintln!("world fleet route table: {} IPv4 + {} IPv6 client prefixes", name.v4.len(), name.v6.len());
     let mut rng = StdRng::seed_from_u64(36);
     let mut violations = Vec::new();
     let mut checked = 0usize;
