@@ -103,6 +103,9 @@ struct Args {
     /// (default: the product default); for sensitivity runs.
     #[arg(long)]
     distance_per_1000km: Option<f64>,
+    /// The distance policy's cap under `isp+distance` (default: the product default).
+    #[arg(long)]
+    distance_max_penalty: Option<i64>,
     /// Where the CSV files go.
     #[arg(long, default_value = "target/simulate")]
     out: PathBuf,
@@ -441,6 +444,7 @@ fn main() -> anyhow::Result<()> {
                     isp_must_match: true,
                     distance: Some(DistancePolicy {
                         per_1000km: a.distance_per_1000km.unwrap_or(DistancePolicy::default().per_1000km),
+                        max_penalty: a.distance_max_penalty.unwrap_or(DistancePolicy::default().max_penalty),
                         ..DistancePolicy::default()
                     }),
                     ..ScheduleSettings::default()

@@ -182,6 +182,12 @@ impl Config {
         if let Some(v) = non_empty("GEOIP_IPV6_PATH") {
             self.geo.ipv6_path = Some(PathBuf::from(v));
         }
+        if let Some(v) = non_empty("GEOIP_MMDB_PATH") {
+            self.geo.mmdb_path = crate::geo::settings::path_list(&v);
+        }
+        if let Some(v) = non_empty("GEOIP_ASN_PATH") {
+            self.geo.asn_path = crate::geo::settings::path_list(&v);
+        }
         if let Some(v) = non_empty("LAGRAN_CA") {
             self.ca = Some(PathBuf::from(v));
         }

@@ -210,7 +210,7 @@ async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) 
     if opts.demo {
         crate::demo::install(&store).await.map_err(DaemonError::Demo)?;
     }
-    let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
+    let geo = GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo));
     if geo.v4().is_none() && geo.v6().is_none() {
         tracing::warn!(
             "no geo database loaded: every client is scheduled by weight and load (run scripts/fetch-geoip.sh)"

@@ -59,3 +59,5 @@ pub mod xdp;
 
 #[cfg(test)]
 mod real_data_tests;
+#[cfg(test)]
+mod real_data_world_tests;

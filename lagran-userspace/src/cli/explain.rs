@@ -42,7 +42,7 @@ pub async fn run(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: 
             .map(|z| z.name.clone())
             .ok_or_else(|| ExplainError::Input("no zone configured; pass --domain".into()))?,
     };
-    let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
+    let geo = GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo));
     let health = crate::health::HealthMonitor::new(config.health.clone());
     let scheduler = Scheduler::new(store, config.schedule.clone(), health, geo, empty_shared());
     // The same table the daemon serves (rules, lines, canaries applied), computed here.
@@ -63,17 +63,23 @@ pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
     let mut out = String::new();
     let c = &d.client;
     let show = |s: &str| if s.is_empty() { "?".to_string() } else { s.to_string() };
+    let coords = crate::location::coords::coordinates(c).map_or("?".to_string(), |(a, b)| format!("{a:.2},{b:.2}"));
     let _ = writeln!(
         out,
-        "client    {}  ->  country={} province={} city={} isp={}",
+        "client    {}  ->  country={} province={} city={} isp={} continent={} coords={coords}",
         address.map_or("-".to_string(), |a| a.to_string()),
         show(&c.country),
         show(&c.province),
         show(&c.city),
-        show(&c.isp)
+        show(&c.isp),
+        show(c.continent()),
     );
     if let Some(r) = &d.region {
         let _ = writeln!(out, "region    {r}");
+    }
+    let sources = crate::location::sources::FieldSources::of_decision(d.region.as_deref(), c);
+    if !c.is_unknown() {
+        let _ = writeln!(out, "sources   {}", sources.summary());
     }
     if let Some(p) = &d.partition {
         let _ = writeln!(out, "partition {p}");

@@ -172,7 +172,7 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
         GeoCommand::Lookup { ips, raw, file } => {
             let geo = match &file {
                 Some(f) => GeoDb::try_load(Some(f), None)?,
-                None => GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref()),
+                None => GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo)),
             };
             Ok(lookup(&geo, &ips, raw))
         }
@@ -180,8 +180,9 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
             build(&from, &out, out_v6.as_deref(), format.map(Format::from))
         }
         GeoCommand::Diff { old, new, sample, seed, top, json } => {
+            let sources = crate::geo::Sources::of_settings(&config.geo);
             let (a, b) = tokio::task::spawn_blocking(move || {
-                Ok::<_, GeoError>((GeoDb::try_load(Some(&old), None)?, GeoDb::try_load(Some(&new), None)?))
+                Ok::<_, GeoError>((diff_side(&sources, &old)?, diff_side(&sources, &new)?))
             })
             .await
             .map_err(|e| GeoError::Usage(e.to_string()))??;
@@ -201,7 +202,7 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
         GeoCommand::Bench { file, n } => {
             let geo = match &file {
                 Some(f) => GeoDb::try_load(Some(f), None)?,
-                None => GeoDb::try_load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref())?,
+                None => GeoDb::try_load_sources(&crate::geo::Sources::of_settings(&config.geo))?,
             };
             let mut out = String::new();
             for x in [geo.v4(), geo.v6()].into_iter().flatten() {
@@ -224,6 +225,17 @@ pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
     }
 }
 
+/// One side of `lagran geo diff`: a geo file alone, or, for a MaxMind DB or ASN
+/// file, the configured data with that file in place of its namesake (so a new
+/// version of either world file is compared as it would serve).
+fn diff_side(configured: &crate::geo::Sources, file: &Path) -> Result<GeoDb, GeoError> {
+    let bytes = std::fs::read(file).map_err(|source| GeoError::Io { path: file.to_path_buf(), source })?;
+    match crate::geo::world::world_file_kind(&bytes) {
+        Some(kind) => GeoDb::try_load_sources(&configured.with_world_file(file, kind)),
+        None => GeoDb::try_load(Some(file), None),
+    }
+}
+
 fn lookup(geo: &GeoDb, ips: &[IpAddr], raw: bool) -> String {
     let mut out = String::new();
     for ip in ips {
@@ -236,10 +248,19 @@ fn lookup(geo: &GeoDb, ips: &[IpAddr], raw: bool) -> String {
         let hit = geo.lookup(*ip);
         match hit {
             Some(h) => {
+                let l = &h.location;
+                let coords = crate::location::coords::coordinates(l)
+                    .map_or(String::new(), |(a, b)| format!(" coords={a:.2},{b:.2}"));
+                let sources = crate::location::sources::FieldSources::of_region(&h.region, l).summary();
                 let _ = writeln!(
                     out,
-                    "{ip}\tcountry={} province={} city={} isp={}\t({})",
-                    h.location.country, h.location.province, h.location.city, h.location.isp, h.region
+                    "{ip}\tcountry={} province={} city={} isp={} continent={}{coords}\tsources: {sources}\t({})",
+                    l.country,
+                    l.province,
+                    l.city,
+                    l.isp,
+                    l.continent(),
+                    h.region
                 );
             }
             None => {
@@ -303,7 +324,7 @@ pub fn build(from: &Path, out: &Path, out_v6: Option<&Path>, format: Option<Form
 }
 
 async fn partitions(config: &Config, top: usize, no_overrides: bool) -> Result<String, GeoError> {
-    let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
+    let geo = GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo));
     let mut out = String::new();
     let mut overrides: Vec<Override> = Vec::new();
     if !no_overrides {
@@ -536,6 +557,12 @@ mod tests {
         );
         // raw lookup prints the region exactly as stored
         assert_eq!(lookup(&db, &["58.60.0.1".parse().unwrap()], true), "58.60.0.1\t中国|0|广东省|深圳市|电信\n");
+        assert_eq!(
+            lookup(&db, &["58.60.0.1".parse().unwrap()], false),
+            "58.60.0.1\tcountry=CN province=广东 city=深圳 isp=电信 continent=AS coords=22.54,114.06\t\
+             sources: country=ip2region province=ip2region city=ip2region isp=ip2region coords=table\t\
+             (中国|0|广东省|深圳市|电信)\n"
+        );
         // reserved ranges too: --raw shows the file, not the scheduling view
         assert_eq!(lookup(&db, &["244.210.111.72".parse().unwrap()], true), "244.210.111.72\t美国|0|0|0|0\n");
         assert_eq!(lookup(&db, &["244.210.111.72".parse().unwrap()], false), "244.210.111.72\tunknown\n");

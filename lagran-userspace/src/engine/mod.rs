@@ -36,8 +36,9 @@ pub enum Family {
 }
 
 /// The score term of a drained node (weight ≤ 0): larger than any spread the
-/// other terms can make (weight ≤ 1000, bonuses ≤ 145, penalties ≥ −1000), so a
-/// drained node ranks after every node that is not.
+/// other terms can make (weight ≤ 1000, bonuses ≤ 148, load and cap penalties ≥
+/// −1000, the default distance cap −4000), so a drained node ranks after every
+/// node that is not.
 pub const DRAINED_PENALTY: i64 = 1_000_000;
 
 /// Bonuses and penalty factors of the score: +5 same country, +80 same province,
@@ -82,7 +83,15 @@ impl Default for CapPolicy {
     }
 }
 
-/// A penalty growing with the great-circle distance between node and client.
+/// A penalty growing with the great-circle distance between node and client, and
+/// a bonus for a node on the client's continent (in another country): the level
+/// between country and world, for clients the distance cannot place.
+///
+/// The defaults make distance outweigh load and the location bonuses beyond a few
+/// hundred km (−200 per 1000 km: the province bonus is worth 400 km, the city
+/// bonus 100 km, a 10 % load spread well under 100 km), capped only beyond half
+/// the Earth's circumference (−4000 at 20 000 km), so a farther node always costs
+/// more, on any continent.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DistancePolicy {
@@ -90,12 +99,38 @@ pub struct DistancePolicy {
     pub per_1000km: f64,
     /// Upper bound of the penalty.
     pub max_penalty: i64,
+    /// Bonus for a node on the client's continent but not in its country.
+    pub same_continent: i64,
 }
+
+/// [`DistancePolicy::per_1000km`]'s default.
+pub const DEFAULT_PER_1000KM: f64 = 200.0;
+/// [`DistancePolicy::max_penalty`]'s default.
+pub const DEFAULT_MAX_DISTANCE_PENALTY: i64 = 4000;
+/// [`DistancePolicy::same_continent`]'s default.
+pub const DEFAULT_SAME_CONTINENT: i64 = 3;
 
 impl Default for DistancePolicy {
     fn default() -> Self {
-        DistancePolicy { per_1000km: 10.0, max_penalty: 100 }
+        DistancePolicy {
+            per_1000km: DEFAULT_PER_1000KM,
+            max_penalty: DEFAULT_MAX_DISTANCE_PENALTY,
+            same_continent: DEFAULT_SAME_CONTINENT,
+        }
     }
+}
+
+impl Policy {
+    /// The same-continent bonus in force (0 without the distance policy).
+    pub fn same_continent(&self) -> i64 {
+        self.distance.as_ref().map_or(0, |d| d.same_continent)
+    }
+}
+
+/// Whether the client and node are in different countries on one continent.
+pub fn same_continent_only(node: &Location, client: &Location) -> bool {
+    let c = node.continent();
+    !c.is_empty() && c == client.continent() && (node.country.is_empty() || node.country != client.country)
 }
 
 /// When the best node is overloaded, answer the next best node of the client's ISP.
@@ -294,6 +329,9 @@ pub fn score(view: &NodeView, client: &Location, client_coords: Option<(f64, f64
     if same_isp {
         terms.push(("same-isp".into(), policy.same_isp));
     }
+    if policy.same_continent() != 0 && same_continent_only(loc, client) {
+        terms.push(("same-continent".into(), policy.same_continent()));
+    }
     // floor() of a non-negative product; usage is validated to 0..=100 on the way in.
     let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
     let mem = (n.memory_usage.max(0.0) * policy.memory_factor).floor() as i64;
@@ -360,6 +398,12 @@ pub fn reason(view: &NodeView, client: &Location, policy: &Policy) -> String {
         && same(&loc.country, &client.country)
     {
         add(&mut r, format_args!("same-country"));
+    }
+    if policy.same_continent() != 0
+        && same_continent_only(loc, client)
+        && !(same(&loc.province, &client.province) || same(&loc.city, &client.city) || same(&loc.isp, &client.isp))
+    {
+        add(&mut r, format_args!("same-continent"));
     }
     let cpu = (n.cpu_usage.max(0.0) * policy.cpu_factor).floor() as i64;
     let mem = (n.memory_usage.max(0.0) * policy.memory_factor).floor() as i64;
@@ -539,6 +583,32 @@ mod tests {
         );
         assert_eq!(r.primary().unwrap().reason, "same-province same-city same-isp");
         assert_eq!(r.backup().unwrap().name, "hk-01");
+    }
+
+    #[test]
+    fn same_continent_is_the_fallback_between_country_and_world() {
+        // A German client without coordinates: the French node shares its
+        // continent, the Brazilian one nothing; the distance term cannot tell.
+        let mut fr = crate::demo::node("par-01", "FR", "", "Paris", "BGP", 100, 0.0, 0.0, [203, 0, 113, 1]);
+        let mut br = crate::demo::node("gru-01", "BR", "", "São Paulo", "BGP", 100, 0.0, 0.0, [203, 0, 113, 2]);
+        fr.lat = None;
+        br.lat = None;
+        let nodes = NodeView::prepare([br, fr]);
+        let client = Location::new("DE", "", "", "");
+        let policy = Policy {
+            distance: Some(DistancePolicy { per_1000km: 0.0, ..DistancePolicy::default() }),
+            ..Policy::default()
+        };
+        let r = rank(&nodes, &client, Family::V4, DEFAULT_POOL, &policy);
+        let first = r.primary().unwrap();
+        assert_eq!((first.name.as_str(), first.score), ("par-01", 100 + DEFAULT_SAME_CONTINENT));
+        assert_eq!(first.reason, "same-continent");
+        assert!(first.terms.contains(&("same-continent".to_string(), DEFAULT_SAME_CONTINENT)), "{:?}", first.terms);
+        // Without the distance policy the reference formula stands alone.
+        let r = rank(&nodes, &client, Family::V4, DEFAULT_POOL, &Policy::default());
+        assert_eq!((r.primary().unwrap().name.as_str(), r.primary().unwrap().score), ("gru-01", 100));
+        // Same country is not also same continent.
+        assert!(!same_continent_only(&Location::new("DE", "", "", ""), &client));
     }
 
     #[test]

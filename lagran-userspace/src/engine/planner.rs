@@ -71,8 +71,8 @@ fn fields_of(l: &Location) -> [&str; 4] {
 }
 
 /// The effective class of a partition: field ids plus, with the distance
-/// policy, the client coordinates (as bits).
-type ClassKey = ([u32; 4], Option<(u64, u64)>);
+/// policy, the client coordinates (as bits) and continent.
+type ClassKey = ([u32; 4], Option<(u64, u64)>, u8);
 
 /// The nodes, as arrays indexed by node (the order of the `views` given).
 #[derive(Clone, Debug, Default)]
@@ -81,6 +81,8 @@ struct NodeTable {
     base: Vec<i64>,
     fields: Vec<[u32; 4]>,
     coords: Vec<Option<(f64, f64)>>,
+    /// [`continent_id`](crate::location::continents::continent_id) of the country.
+    continent: Vec<u8>,
     /// Position in name order (ties break by name).
     name_rank: Vec<u32>,
     /// The spill stage's "overloaded".
@@ -163,6 +165,7 @@ impl Plan {
             nodes.fields.push(std::array::from_fn(|i| fields.intern(i, f[i])));
             nodes.base.push(base_score(v, policy));
             nodes.coords.push(v.coords);
+            nodes.continent.push(crate::location::continents::continent_id(&v.location.country));
             nodes.overloaded.push(policy.spill.as_ref().is_some_and(|s| v.overloaded(s)));
         }
         let mut order: Vec<u32> = (0..views.len() as u32).collect();
@@ -193,7 +196,9 @@ impl Plan {
             let f = fields_of(loc);
             let ids: [u32; 4] = std::array::from_fn(|i| plan.fields.get(i, f[i]));
             let coords = if policy.distance.is_some() { crate::location::coords::coordinates(loc) } else { None };
-            let key = (ids, coords.map(|(a, b)| (a.to_bits(), b.to_bits())));
+            let continent =
+                if policy.same_continent() != 0 { crate::location::continents::continent_id(&loc.country) } else { 0 };
+            let key = (ids, coords.map(|(a, b)| (a.to_bits(), b.to_bits())), continent);
             let class = *index.entry(key).or_insert_with(|| {
                 plan.keys.push(key);
                 plan.coords.push(coords);
@@ -287,6 +292,10 @@ impl Plan {
         if same(3) {
             s += p.same_isp;
         }
+        let continent = self.keys[class].2;
+        if continent != 0 && !same(0) && self.nodes.continent[node] == continent {
+            s += p.same_continent();
+        }
         s
     }
 
@@ -349,7 +358,7 @@ impl Plan {
         }
         // The rest can gain the country's bonus at most: best base first, until
         // none can lift one above the last of a full list.
-        let rest_bonus = self.policy.same_country.max(0);
+        let rest_bonus = self.policy.same_country.max(self.policy.same_continent()).max(0);
         for &n in &set.members {
             if shares(n, 4) {
                 continue;

@@ -171,6 +171,14 @@ pub enum GeoError {
         reason: String,
     },
 
+    /// A MaxMind DB that the `maxminddb` crate cannot read, or whose records are
+    /// neither a City nor an ASN schema.
+    #[error("MaxMind DB: {reason}")]
+    Mmdb {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// Neither the file name nor the content says which format a file is in.
     #[error("unknown geo file format: {reason}")]
     UnknownFormat {

@@ -5,6 +5,9 @@
 //! - [`formats`]: every other geo file format (V2Ray `geoip.dat`, CIDR CSV
 //!   and JSON, ip2region source text), converted to ranges and built into xdb, so
 //!   the daemon only ever looks up xdb.
+//! - [`world`]: MaxMind DB City and ASN data and the ASN → carrier mapping, merged
+//!   with the ip2region file per address (ip2region for Chinese carriers' networks,
+//!   MaxMind elsewhere) into the same in-memory xdb.
 //! - [`reserved`]: special-purpose ranges (private, loopback, CGNAT, documentation,
 //!   …) that are never looked up: they fall into the "unknown" partition.
 //! - [`diff`]: what changes between two geo data sets (`lagran geo diff`, reload).
@@ -23,9 +26,11 @@ mod error;
 pub mod formats;
 pub mod reserved;
 pub mod settings;
+pub mod world;
 pub mod xdb;
 pub mod xdb_writer;
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -59,14 +64,55 @@ pub struct GeoDb {
     sources: Sources,
 }
 
-/// The configured geo file paths (GEOIP_PATH, GEOIP_IPV6_PATH), whether or not they
-/// could be read.
+/// The configured geo file paths (GEOIP_PATH, GEOIP_IPV6_PATH, GEOIP_MMDB_PATH,
+/// GEOIP_ASN_PATH) and the operator's ASN → carrier entries, whether or not the
+/// files could be read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sources {
     /// GEOIP_PATH.
     pub v4: Option<PathBuf>,
     /// GEOIP_IPV6_PATH.
     pub v6: Option<PathBuf>,
+    /// GEOIP_MMDB_PATH: MaxMind DB files (City, or ASN).
+    pub mmdb: Vec<PathBuf>,
+    /// GEOIP_ASN_PATH: ASN MaxMind DBs or CSV ranges.
+    pub asn: Vec<PathBuf>,
+    /// `[geo.asn_carriers]` (and the API's): laid over the built-in table.
+    pub asn_carriers: BTreeMap<u32, String>,
+}
+
+impl Sources {
+    /// The paths and mapping of the `[geo]` settings.
+    pub fn of_settings(s: &settings::GeoSettings) -> Sources {
+        Sources {
+            v4: s.ipv4_path.clone(),
+            v6: s.ipv6_path.clone(),
+            mmdb: s.mmdb_path.clone(),
+            asn: s.asn_path.clone(),
+            asn_carriers: s.asn_carriers(),
+        }
+    }
+
+    /// These sources with `file` (a world data file of `kind`) in place of the
+    /// configured file of the same name, or added: the data a new version of one
+    /// file gives (`lagran geo diff`).
+    pub fn with_world_file(&self, file: &Path, kind: world::WorldFile) -> Sources {
+        let mut s = self.clone();
+        let list = match kind {
+            world::WorldFile::Mmdb => &mut s.mmdb,
+            world::WorldFile::AsnCsv => &mut s.asn,
+        };
+        match list.iter_mut().find(|p| p.file_name() == file.file_name()) {
+            Some(p) => *p = file.to_path_buf(),
+            None => list.push(file.to_path_buf()),
+        }
+        s
+    }
+
+    /// Whether MaxMind or ASN data is configured beside the ip2region files.
+    pub fn has_world(&self) -> bool {
+        !self.mmdb.is_empty() || !self.asn.is_empty()
+    }
 }
 
 impl GeoDb {
@@ -115,7 +161,7 @@ impl GeoDb {
         let db = GeoDb {
             v4: v4_db,
             v6: v6_db,
-            sources: Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf) },
+            sources: Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf), ..Sources::default() },
         };
         db.log_loaded();
         db
@@ -151,9 +197,53 @@ impl GeoDb {
         let db = GeoDb {
             v4: v4_db,
             v6: v6_db,
-            sources: Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf) },
+            sources: Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf), ..Sources::default() },
         };
         db.log_loaded();
+        Ok(db)
+    }
+
+    /// Loads everything `sources` names, leniently as [`load`](Self::load): the
+    /// ip2region files, then the MaxMind and ASN data merged over them (see
+    /// [`world`]). World data that cannot be read is logged and left out.
+    pub fn load_sources(sources: &Sources) -> GeoDb {
+        let base = GeoDb::load(sources.v4.as_deref(), sources.v6.as_deref());
+        if !sources.has_world() {
+            return base.with_sources(sources.clone());
+        }
+        match base.merged_with(sources) {
+            Ok(db) => db,
+            Err(err) => {
+                tracing::warn!(error = %err, "MaxMind / ASN data not loaded; locating clients with the ip2region data alone");
+                base.with_sources(sources.clone())
+            }
+        }
+    }
+
+    /// Loads everything `sources` names, strictly as [`try_load`](Self::try_load):
+    /// any file that cannot be read or parsed is an error.
+    pub fn try_load_sources(sources: &Sources) -> Result<GeoDb, GeoError> {
+        let base = GeoDb::try_load(sources.v4.as_deref(), sources.v6.as_deref())?;
+        if !sources.has_world() {
+            return Ok(base.with_sources(sources.clone()));
+        }
+        base.merged_with(sources)
+    }
+
+    /// This (ip2region) data with the world data of `sources` merged over it.
+    fn merged_with(&self, sources: &Sources) -> Result<GeoDb, GeoError> {
+        let world = world::WorldData::load(&sources.mmdb, &sources.asn)?;
+        let carriers = world::AsnCarriers::new(&sources.asn_carriers);
+        let v4 = world::merged_xdb(self.v4.as_ref(), &world, &carriers, false)?;
+        let v6 = world::merged_xdb(self.v6.as_ref(), &world, &carriers, true)?;
+        let db = GeoDb { v4, v6, sources: sources.clone() };
+        tracing::info!(
+            mmdb = ?sources.mmdb,
+            asn = ?sources.asn,
+            v4_segments = db.v4.as_ref().map_or(0, Xdb::len),
+            v6_segments = db.v6.as_ref().map_or(0, Xdb::len),
+            "MaxMind / ASN data merged with the ip2region data"
+        );
         Ok(db)
     }
 

@@ -1,8 +1,102 @@
-//! Coordinates for partitions and nodes without their own: a shipped table of
-//! Chinese provinces (their capitals), major cities and countries (a central
-//! city), and the haversine (great-circle) distance between two of them.
+//! Coordinates: those the geo data gives ([`Coords`], kept in the [`Location`]),
+//! else a shipped table of Chinese provinces (their capitals), major cities (the
+//! Chinese ones and the usual PoP cities elsewhere) and countries (a central city);
+//! and the haversine (great-circle) distance between two of them.
+
+use serde::{Deserialize, Serialize};
 
 use super::Location;
+
+/// Latitude and longitude in hundredths of a degree (about 1 km): integers, so a
+/// [`Location`] carrying them stays `Eq` and `Hash`, and places the data puts a few
+/// metres apart fall into one partition.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Coords {
+    pub lat_centi: i32,
+    pub lon_centi: i32,
+}
+
+impl Coords {
+    /// Rounds degrees to hundredths.
+    pub fn new(lat: f64, lon: f64) -> Coords {
+        Coords { lat_centi: (lat * 100.0).round() as i32, lon_centi: (lon * 100.0).round() as i32 }
+    }
+
+    /// Degrees.
+    pub fn degrees(self) -> (f64, f64) {
+        (f64::from(self.lat_centi) / 100.0, f64::from(self.lon_centi) / 100.0)
+    }
+
+    /// Parses `lat,lon` in degrees; `None` for anything else or out of range.
+    pub fn parse(s: &str) -> Option<Coords> {
+        let (a, b) = s.split_once(',')?;
+        let (lat, lon) = (a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?);
+        ((-90.0..=90.0).contains(&lat) && (-180.0..=180.0).contains(&lon)).then(|| Coords::new(lat, lon))
+    }
+}
+
+impl std::fmt::Display for Coords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (lat, lon) = self.degrees();
+        write!(f, "{lat:.2},{lon:.2}")
+    }
+}
+
+/// Major cities outside China as node records spell them (canonical city = the
+/// name as given): the usual PoP locations, so a node typed as `Frankfurt` has
+/// coordinates without its own `lat`/`lon`.
+const WORLD_CITIES: &[(&str, f64, f64)] = &[
+    ("Frankfurt", 50.11, 8.68),
+    ("Frankfurt am Main", 50.11, 8.68),
+    ("London", 51.51, -0.13),
+    ("Amsterdam", 52.37, 4.90),
+    ("Paris", 48.86, 2.35),
+    ("Madrid", 40.42, -3.70),
+    ("Milan", 45.46, 9.19),
+    ("Stockholm", 59.33, 18.07),
+    ("Warsaw", 52.23, 21.01),
+    ("Moscow", 55.76, 37.62),
+    ("Istanbul", 41.01, 28.98),
+    ("Dubai", 25.20, 55.27),
+    ("Mumbai", 19.08, 72.88),
+    ("Chennai", 13.08, 80.27),
+    ("New Delhi", 28.61, 77.21),
+    ("Singapore", 1.35, 103.82),
+    ("Jakarta", -6.21, 106.85),
+    ("Bangkok", 13.76, 100.50),
+    ("Tokyo", 35.68, 139.69),
+    ("Osaka", 34.69, 135.50),
+    ("Seoul", 37.57, 126.98),
+    ("Taipei", 25.03, 121.57),
+    ("Sydney", -33.87, 151.21),
+    ("Melbourne", -37.81, 144.96),
+    ("Perth", -31.95, 115.86),
+    ("Auckland", -36.85, 174.76),
+    ("Ashburn", 39.04, -77.49),
+    ("New York", 40.71, -74.01),
+    ("Miami", 25.76, -80.19),
+    ("Atlanta", 33.75, -84.39),
+    ("Chicago", 41.88, -87.63),
+    ("Dallas", 32.78, -96.80),
+    ("Denver", 39.74, -104.99),
+    ("Seattle", 47.61, -122.33),
+    ("San Jose", 37.34, -121.89),
+    ("Los Angeles", 34.05, -118.24),
+    ("Toronto", 43.65, -79.38),
+    ("Montreal", 45.50, -73.57),
+    ("Mexico City", 19.43, -99.13),
+    ("São Paulo", -23.55, -46.63),
+    ("Sao Paulo", -23.55, -46.63),
+    ("Buenos Aires", -34.60, -58.38),
+    ("Santiago", -33.45, -70.67),
+    ("Bogotá", 4.71, -74.07),
+    ("Lima", -12.05, -77.04),
+    ("Johannesburg", -26.20, 28.05),
+    ("Cape Town", -33.92, 18.42),
+    ("Lagos", 6.52, 3.38),
+    ("Nairobi", -1.29, 36.82),
+    ("Cairo", 30.04, 31.24),
+];
 
 /// (canonical city, lat, lon)
 const CITIES: &[(&str, f64, f64)] = &[
@@ -115,12 +209,21 @@ const COUNTRIES: &[(&str, f64, f64)] = &[
     ("PK", 24.86, 67.01),
 ];
 
-/// The most specific coordinates known for a location.
+/// The most specific coordinates known for a location: its own (from the geo
+/// data), else the tables' city, province or country.
 pub fn coordinates(loc: &Location) -> Option<(f64, f64)> {
+    loc.coords.map(Coords::degrees).or_else(|| table_coordinates(loc))
+}
+
+/// The tables' coordinates for a location: city, else province, else country.
+pub fn table_coordinates(loc: &Location) -> Option<(f64, f64)> {
     let find = |table: &[(&str, f64, f64)], key: &str| {
         (!key.is_empty()).then(|| table.iter().find(|(k, _, _)| *k == key).map(|&(_, a, b)| (a, b))).flatten()
     };
-    find(CITIES, &loc.city).or_else(|| find(PROVINCES, &loc.province)).or_else(|| find(COUNTRIES, &loc.country))
+    find(CITIES, &loc.city)
+        .or_else(|| find(WORLD_CITIES, &loc.city))
+        .or_else(|| find(PROVINCES, &loc.province))
+        .or_else(|| find(COUNTRIES, &loc.country))
 }
 
 /// Great-circle distance in km.
@@ -149,5 +252,16 @@ mod tests {
         assert_eq!(coordinates(&Location::new("CN", "广东", "汕尾", "")), Some((23.13, 113.26)));
         assert_eq!(coordinates(&Location::new("KR", "", "", "")), Some((37.57, 126.98)));
         assert_eq!(coordinates(&Location::default()), None);
+        assert_eq!(coordinates(&Location::new("DE", "Hesse", "Frankfurt", "")), Some((50.11, 8.68)));
+    }
+
+    #[test]
+    fn the_data_s_own_coordinates_win() {
+        let mut l = Location::new("US", "California", "Los Angeles", "");
+        l.coords = Coords::parse("34.0544,-118.2441");
+        assert_eq!(coordinates(&l), Some((34.05, -118.24)));
+        assert_eq!(Coords::parse("91,0"), None);
+        assert_eq!(Coords::parse("x"), None);
+        assert_eq!(Coords::new(1.234, -5.678).to_string(), "1.23,-5.68");
     }
 }

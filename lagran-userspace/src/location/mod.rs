@@ -11,7 +11,11 @@
 //! markers become "".
 
 mod aliases;
+pub mod continents;
 pub mod coords;
+pub mod sources;
+
+pub use coords::Coords;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +30,11 @@ pub struct Location {
     pub city: String,
     /// Canonical carrier (`电信`, `联通`, `移动`, …), or as given.
     pub isp: String,
+    /// Coordinates the geo data gives for the place (a city, else its region or
+    /// country), when it gives any; [`coords::coordinates`] falls back to the
+    /// built-in tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coords: Option<Coords>,
 }
 
 /// Chinese regions that a CDN treats as markets of their own: province name → country code.
@@ -43,11 +52,21 @@ impl Location {
     ///   区域 field, a macro-region such as 华南 or `0`, is dropped).
     /// - fewer fields → `Country|Province|City|ISP` in order, missing ones unknown.
     ///
+    /// - 7 or more fields → the merged layout `Country|Province|City|ISP|ISO|lat,lon|sources`
+    ///   that the geo data's merge writes (never found in ip2region files): the ISO
+    ///   code gives the country, the 6th field the coordinates (empty when unknown);
+    ///   the 7th names each field's source (see [`sources`]).
+    ///
     /// Then every field is canonicalised as by [`Location::new`].
     pub fn from_region(raw: &str) -> Location {
         let fields: Vec<&str> = raw.split('|').map(str::trim).collect();
         let f = |i: usize| fields.get(i).copied().unwrap_or("");
         let is_iso = |s: &str| s.len() == 2 && s.bytes().all(|b| b.is_ascii_alphabetic());
+        if fields.len() >= 7 {
+            let mut loc = Location::new(f(4), f(1), f(2), f(3));
+            loc.coords = Coords::parse(f(5));
+            return loc;
+        }
         if fields.len() >= 5 {
             let fifth = f(4);
             if is_iso(fifth) {
@@ -78,7 +97,13 @@ impl Location {
                 province = (*name).to_string();
             }
         }
-        Location { country, province, city: canonical_city(city), isp: canonical_isp(isp) }
+        Location { country, province, city: canonical_city(city), isp: canonical_isp(isp), coords: None }
+    }
+
+    /// The continent of the country (`AS`, `EU`, `NA`, `SA`, `AF`, `OC`, `AN`), `""`
+    /// when the country is unknown or not an ISO code.
+    pub fn continent(&self) -> &'static str {
+        continents::continent(&self.country)
     }
 
     /// Whether nothing at all is known.
@@ -222,7 +247,7 @@ mod tests {
     use super::*;
 
     fn loc(c: &str, p: &str, ci: &str, i: &str) -> Location {
-        Location { country: c.into(), province: p.into(), city: ci.into(), isp: i.into() }
+        Location { country: c.into(), province: p.into(), city: ci.into(), isp: i.into(), coords: None }
     }
 
     #[test]
@@ -416,6 +441,18 @@ mod tests {
         assert_eq!(Location::new("中国", "广东省", "深圳市", "中国电信"), loc("CN", "广东", "深圳", "电信"));
         assert!(Location::new("0", "0", "0", "0").is_unknown());
         assert!(!Location::new("", "", "", "电信").is_unknown());
+    }
+
+    #[test]
+    fn merged_layout_carries_coordinates() {
+        let l = Location::from_region("US|California|San Jose|Comcast|US|37.3394,-121.895|country=mmdb");
+        assert_eq!((l.country.as_str(), l.province.as_str(), l.city.as_str()), ("US", "California", "San Jose"));
+        assert_eq!(l.coords, Some(Coords::new(37.3394, -121.895)));
+        assert_eq!(l.continent(), "NA");
+        let unknown = Location::from_region("|||AS4134|||isp=asn");
+        assert_eq!((unknown.country.as_str(), unknown.isp.as_str(), unknown.coords), ("", "AS4134", None));
+        assert_eq!(Location::new("DE", "", "", "").continent(), "EU");
+        assert_eq!(Location::default().continent(), "");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Replacing the serving geo data without a restart, safely: a reload that
 //! would move more clients than an operator allows is refused unless forced.
 //!
-//! 1. The new files are read with [`GeoDb::try_load`]: any unreadable, corrupt or
+//! 1. The new files are read with [`GeoDb::try_load_sources`] (the ip2region files,
+//!    and the MaxMind and ASN data merged over them): any unreadable, corrupt or
 //!    truncated file is an error naming the file and the position, and the serving
 //!    data stays.
 //! 2. The new data (with the overrides in force) is compared with the serving
@@ -48,6 +49,10 @@ pub struct ReloadReport {
     pub v4_file: Option<PathBuf>,
     /// IPv6 file read.
     pub v6_file: Option<PathBuf>,
+    /// MaxMind DB files read (GEOIP_MMDB_PATH).
+    pub mmdb_files: Vec<PathBuf>,
+    /// ASN files read (GEOIP_ASN_PATH).
+    pub asn_files: Vec<PathBuf>,
     /// Segments of the new IPv4 data.
     pub v4_segments: usize,
     /// Segments of the new IPv6 data.
@@ -61,14 +66,28 @@ pub struct ReloadReport {
 /// Serialises reloads: two at once would compare against the same serving data.
 static RELOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Loads `v4` / `v6` (any format, see [`GeoDb::try_load`]), compares them with the
-/// serving data and, unless refused, makes them serve. A refused reload is
-/// `Ok(report)` with `accepted: false`; a file that cannot be used is `Err`. In both
-/// cases the serving data is untouched.
+/// Loads `v4` / `v6` (any format, see [`GeoDb::try_load`]) with the serving data's
+/// MaxMind and ASN sources, compares them with the serving data and, unless
+/// refused, makes them serve (see [`reload_sources`]).
 pub async fn reload(
     scheduler: &Scheduler,
     v4: Option<&Path>,
     v6: Option<&Path>,
+    force: bool,
+    max_change_ratio: f64,
+) -> Result<ReloadReport, GeoError> {
+    let sources =
+        Sources { v4: v4.map(Path::to_path_buf), v6: v6.map(Path::to_path_buf), ..scheduler.geo().sources().clone() };
+    reload_sources(scheduler, sources, force, max_change_ratio).await
+}
+
+/// Loads every file `sources` names, compares the result with the serving data
+/// and, unless refused, makes it serve. A refused reload is `Ok(report)` with
+/// `accepted: false`; a file that cannot be used is `Err`. In both cases the
+/// serving data is untouched.
+pub async fn reload_sources(
+    scheduler: &Scheduler,
+    sources: Sources,
     force: bool,
     max_change_ratio: f64,
 ) -> Result<ReloadReport, GeoError> {
@@ -80,11 +99,10 @@ pub async fn reload(
     let old_parts = scheduler.partitions();
     let overrides = scheduler.overrides();
     let opts = DiffOptions { v4: serving.v4().is_some(), v6: serving.v6().is_some(), ..DiffOptions::default() };
-    let (p4, p6) = (v4.map(Path::to_path_buf), v6.map(Path::to_path_buf));
-    let (a4, a6) = (p4.clone(), p6.clone());
+    let read = sources.clone();
     // Reading, validating and comparing the real file takes a while: off the runtime.
     let (new, diff) = tokio::task::spawn_blocking(move || {
-        let new = GeoDb::try_load(a4.as_deref(), a6.as_deref())?;
+        let new = GeoDb::try_load_sources(&read)?;
         let new_parts = PartitionTable::build(&new, &overrides);
         let diff = diff_partitions(&old_parts, &new_parts, &opts);
         Ok::<_, GeoError>((new, diff))
@@ -98,8 +116,10 @@ pub async fn reload(
         accepted,
         forced: force && !within,
         max_change_ratio,
-        v4_file: p4,
-        v6_file: p6,
+        v4_file: sources.v4,
+        v6_file: sources.v6,
+        mmdb_files: sources.mmdb,
+        asn_files: sources.asn,
         v4_segments: new.v4().map_or(0, |x| x.len()),
         v6_segments: new.v6().map_or(0, |x| x.len()),
         route_table_version: None,
@@ -155,18 +175,21 @@ pub async fn reload(
     Ok(report)
 }
 
-/// [`reload`] from the paths the serving data was configured with (GEOIP_PATH,
-/// GEOIP_IPV6_PATH), so an operator replaces the file in place and signals.
+/// [`reload_sources`] from the paths the serving data was configured with
+/// (GEOIP_PATH, GEOIP_IPV6_PATH, GEOIP_MMDB_PATH, GEOIP_ASN_PATH), so an operator
+/// replaces a file in place and signals.
 pub async fn reload_configured(
     scheduler: &Scheduler,
     force: bool,
     max_change_ratio: f64,
 ) -> Result<ReloadReport, GeoError> {
-    let Sources { v4, v6 } = scheduler.geo().sources().clone();
-    if v4.is_none() && v6.is_none() {
-        return Err(GeoError::Reload("no geo file is configured (GEOIP_PATH / GEOIP_IPV6_PATH)".into()));
+    let sources = scheduler.geo().sources().clone();
+    if sources.v4.is_none() && sources.v6.is_none() && !sources.has_world() {
+        return Err(GeoError::Reload(
+            "no geo file is configured (GEOIP_PATH / GEOIP_IPV6_PATH / GEOIP_MMDB_PATH / GEOIP_ASN_PATH)".into(),
+        ));
     }
-    reload(scheduler, v4.as_deref(), v6.as_deref(), force, max_change_ratio).await
+    reload_sources(scheduler, sources, force, max_change_ratio).await
 }
 
 /// Reloads the configured files on every SIGHUP until `shutdown` (never forced; the

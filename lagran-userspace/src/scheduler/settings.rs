@@ -132,15 +132,21 @@ pub const SCHEDULE_KEYS: &[Key] = &[
     ),
     Key::toml(
         "schedule.distance.per_1000km",
-        KeyDefault::Described("10 (off without `[schedule.distance]`)"),
-        "20.0",
+        KeyDefault::Described("200 (off without `[schedule.distance]`)"),
+        "60.0",
         "haversine distance penalty per 1000 km between node and client",
     ),
     Key::toml(
         "schedule.distance.max_penalty",
-        KeyDefault::Described("100"),
-        "200",
+        KeyDefault::Described("4000"),
+        "400",
         "upper bound of the distance penalty",
+    ),
+    Key::toml(
+        "schedule.distance.same_continent",
+        KeyDefault::Described("3"),
+        "5",
+        "bonus for a node on the client's continent in another country (stated as `same-continent`)",
     ),
     Key::toml(
         "schedule.spill.cpu_percent",

@@ -364,7 +364,7 @@ fn isp_must_match_keeps_only_the_clients_isp() {
 #[test]
 fn distance_prefers_the_nearer_node() {
     let settings = ScheduleSettings {
-        distance: Some(crate::engine::DistancePolicy { per_1000km: 20.0, max_penalty: 200 }),
+        distance: Some(crate::engine::DistancePolicy { per_1000km: 20.0, max_penalty: 200, same_continent: 0 }),
         ..Default::default()
     };
     let mut inputs = seed_inputs();
