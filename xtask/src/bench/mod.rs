@@ -36,6 +36,10 @@
 //! setup` for kxdpgun, dnsperf, the geo data, bpf-linker).
 
 mod build;
+mod edge;
+mod edge_load;
+mod edge_peers;
+mod edge_section;
 mod fleet;
 mod generators;
 mod load;
@@ -135,6 +139,13 @@ pub struct Options {
     /// whole phase, start-up included.)
     #[arg(long, default_value_t = 1_100)]
     pub heartbeat_rate: u64,
+    /// Only the edge comparison: lagran-edge, nginx `proxy_cache` and Varnish
+    /// (no root-only DNS steps, no namespaces).
+    #[arg(long, conflicts_with_all = ["only_fleet", "only_recompute"])]
+    pub edge: bool,
+    /// Seconds per load run of the edge comparison.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u32,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -196,6 +207,9 @@ struct Measured {
 pub fn exec(opts: Options) -> anyhow::Result<()> {
     // SAFETY: installing an async-signal-safe handler that only stores an atomic.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    if opts.edge {
+        return edge::exec(&opts);
+    }
     let b = build::prepare(&opts)?;
     let started = Instant::now();
     topology::remove_stale_namespaces();

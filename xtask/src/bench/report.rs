@@ -430,7 +430,11 @@ pub(super) fn write(b: &Bench, gens: &[String], mut m: Measured, started: Instan
     let report = b.work.join("latest.md");
     std::fs::write(&report, format!("{summary}{}", raw(&m)))?;
     let results = b.root.join(RESULTS_DOC);
-    std::fs::write(&results, results_doc(&summary)).with_context(|| format!("writing {}", results.display()))?;
+    // The edge comparison is a separate run (`--edge`): its section is kept.
+    let edge =
+        std::fs::read_to_string(&results).ok().and_then(|d| super::edge_section::section(&d)).unwrap_or_default();
+    std::fs::write(&results, results_doc(&summary) + &edge)
+        .with_context(|| format!("writing {}", results.display()))?;
     println!("report: {} (every raw number); results: {}", report.display(), results.display());
     Ok(())
 }

@@ -1,0 +1,195 @@
+//! `cargo xtask bench --edge`: lagran-edge beside nginx (`proxy_cache`) and
+//! Varnish, one after the other in one run, for the same site and the same local
+//! origin, each pinned to the server CPU with its access log on and a
+//! disk-backed cache, loaded from the generator CPU. The table (with the ratios
+//! lagran-edge/nginx and lagran-edge/varnish) goes to the terminal,
+//! `target/bench/edge.md` and the edge section of `docs/bench-results.md`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+use super::edge_load::{H2Run, Load, RATE_TARGET, STORM_CLIENTS, WrkRun, tree_rss_mib};
+use super::edge_peers::{self as peers, EdgeServer, LARGE, SMALL, Tools};
+use super::edge_section::with_section;
+use super::{Options, check_interrupted, report};
+use crate::util;
+
+/// What one server measured.
+struct Measured {
+    h1_small: WrkRun,
+    h2_small: H2Run,
+    large: WrkRun,
+    rate: WrkRun,
+    storm: H2Run,
+    storm_fetches: usize,
+    rss_mib: f64,
+}
+
+/// Removes the run's directory (configs, caches, access logs) on drop.
+struct RunDir(PathBuf);
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub(super) fn exec(opts: &Options) -> anyhow::Result<()> {
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("`cargo xtask bench --edge` runs nginx and varnishd as root in a scratch directory: run it as root");
+    }
+    let tool = |name: &str| util::which(name).with_context(|| format!("`{name}` is missing (apt-get install {name})"));
+    let (nginx, varnishd, varnishncsa) = (tool("nginx")?, tool("varnishd")?, tool("varnishncsa")?);
+    for t in ["wrk", "h2load", "taskset", "timeout"] {
+        tool(t)?;
+    }
+    let root = util::workspace_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |d| root.join(d));
+    if !opts.no_build {
+        util::run(Command::new("cargo").current_dir(&root).args(["build", "--release", "--package", "lagran-edge"]))?;
+    }
+    let edge = target.join("release/lagran-edge");
+    if !edge.is_file() {
+        bail!("{} is missing: run without --no-build", edge.display());
+    }
+    raise_nofile();
+    let work = target.join("bench");
+    let dir = RunDir(work.join("edge"));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0)?;
+    let (cpu, gen_cpu) = (opts.server_cpu, opts.gen_cpu);
+    let (_origin, origin) = peers::start_origin(&dir.0, &nginx, gen_cpu)?;
+    let tools =
+        Tools { dir: &dir.0, edge: &edge, nginx: &nginx, varnishd: &varnishd, varnishncsa: &varnishncsa, origin, cpu };
+    let load = Load { dir: &dir.0, cpu: gen_cpu, seconds: opts.seconds };
+    let mut all = Vec::new();
+    for server in EdgeServer::ALL {
+        check_interrupted()?;
+        eprintln!("==> {}: cached 1 KiB (HTTP/1.1, h2c), 1 MiB, fixed rate, miss storm", server.label());
+        all.push((server, measure(server, &tools, &load)?));
+    }
+    let md = table(&all);
+    let summary = format!(
+        "## Edge: lagran-edge, nginx and Varnish\n\nMeasured on {} CPUs, kernel {}; `cargo xtask bench --edge \
+         --seconds {}` (server on CPU {cpu}, generators on CPU {gen_cpu}).\n\n{md}",
+        report::cpus(),
+        report::kernel_release(),
+        opts.seconds,
+    );
+    println!("\n{summary}");
+    std::fs::write(work.join("edge.md"), &summary)?;
+    let results = root.join(report::RESULTS_DOC);
+    let doc = std::fs::read_to_string(&results).unwrap_or_default();
+    std::fs::write(&results, with_section(&doc, &summary)).with_context(|| format!("writing {}", results.display()))?;
+    println!("report: {}; results: {}", work.join("edge.md").display(), results.display());
+    Ok(())
+}
+
+/// Starts `server`, warms its cache, runs every load and reads its memory; the
+/// server is stopped when this returns.
+fn measure(server: EdgeServer, t: &Tools, load: &Load) -> anyhow::Result<Measured> {
+    let running = peers::start(server, t)?;
+    for path in [SMALL, LARGE, SMALL, LARGE] {
+        let code = peers::get_status(running.h1, path)?;
+        if code != 200 {
+            bail!("{} answered {code} for {path} while warming", server.label());
+        }
+    }
+    let url = |port: u16, path: &str| format!("http://127.0.0.1:{port}{path}");
+    let h1_small = logged(server, "h1-1k", load.h1_small(&url(running.h1, SMALL)))?;
+    check_interrupted()?;
+    let h2_small = logged(server, "h2-1k", load.h2_small(&url(running.h2, SMALL)))?;
+    check_interrupted()?;
+    let large = logged(server, "h1-1m", load.h1_large(&url(running.h1, LARGE)))?;
+    check_interrupted()?;
+    let rate = logged(server, "rate", load.fixed_rate(&url(running.h1, SMALL)))?;
+    check_interrupted()?;
+    let storm = logged(server, "storm", load.storm(&url(running.h1, &peers::storm_path(server))))?;
+    let m = Measured {
+        h1_small,
+        h2_small,
+        large,
+        rate,
+        storm,
+        storm_fetches: peers::origin_fetches(t.dir, server)?,
+        rss_mib: tree_rss_mib(running.procs[0].pid()),
+    };
+    drop(running);
+    Ok(m)
+}
+
+/// Echoes a load run's output to stderr.
+fn logged<T>(server: EdgeServer, what: &str, run: anyhow::Result<(T, String)>) -> anyhow::Result<T> {
+    let (value, out) = run.with_context(|| format!("{} {what}", server.label()))?;
+    eprintln!("--- {} {what}\n{}", server.label(), out.trim_end());
+    Ok(value)
+}
+
+/// The markdown table: one row per measure, the ratios beside.
+fn table(all: &[(EdgeServer, Measured)]) -> String {
+    type Get = fn(&Measured) -> f64;
+    let rows: [(&str, Get, usize); 9] = [
+        ("cached 1 KiB, HTTP/1.1 (wrk), requests/s", |m| m.h1_small.rps, 0),
+        ("cached 1 KiB, HTTP/2 h2c (h2load), requests/s", |m| m.h2_small.rps, 0),
+        ("cached 1 MiB, HTTP/1.1 (wrk), MB/s of bodies", |m| m.large.rps * 1.048_576, 0),
+        ("p50 latency at a fixed rate, ms", |m| m.rate.p50_ms, 3),
+        ("p99 latency at a fixed rate, ms", |m| m.rate.p99_ms, 3),
+        ("fixed rate achieved, requests/s", |m| m.rate.rps, 0),
+        ("miss storm: origin fetches", |m| m.storm_fetches as f64, 0),
+        ("miss storm: clients answered 2xx", |m| m.storm.succeeded as f64, 0),
+        ("RSS after the runs, MiB", |m| m.rss_mib, 1),
+    ];
+    let mut md = "| measure | lagran-edge | nginx | varnish | edge/nginx | edge/varnish |\n|---|--:|--:|--:|--:|--:|\n"
+        .to_string();
+    for (name, get, prec) in rows {
+        let v: Vec<f64> = all.iter().map(|(_, m)| get(m)).collect();
+        let ratio = |d: f64| if d > 0.0 { format!("{:.2}×", v[0] / d) } else { "-".into() };
+        let _ = writeln!(
+            md,
+            "| {name} | {:.prec$} | {:.prec$} | {:.prec$} | {} | {} |",
+            v[0],
+            v[1],
+            v[2],
+            ratio(v[1]),
+            ratio(v[2])
+        );
+    }
+    let errors: Vec<String> = all
+        .iter()
+        .map(|(s, m)| {
+            format!("{} {}", s.label(), m.h1_small.errors + m.large.errors + m.rate.errors + m.h2_small.failed)
+        })
+        .collect();
+    let _ = write!(
+        md,
+        "\n- The fixed rate is {RATE_TARGET} requests/s offered by 20 wrk connections, each waiting 10 ms \
+         between requests; wrk times each request from its send.\n\
+         - Miss storm: {STORM_CLIENTS} HTTP/1.1 clients at once, one request each, on an object the origin \
+         sends at 2 MB/s (~0.5 s); fetches counted in the origin's access log.\n\
+         - HTTP/2 is h2c with prior knowledge (nginx on a second, HTTP/2-only listener). TLS is not measured: \
+         Varnish has no TLS.\n\
+         - Errors (non-2xx and socket errors, h2 failures) across the cached runs: {}.\n",
+        errors.join(", ")
+    );
+    md
+}
+
+/// 1 000 clients need more than the default 1 024 descriptors, in the generator
+/// and the servers (they inherit the limit): the soft limit is raised to the hard one.
+fn raise_nofile() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit(2)/setrlimit(2) with a valid struct.
+    let ok = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0
+        }
+    };
+    if !ok || lim.rlim_cur < 4_096 {
+        eprintln!("warning: the open-file limit is {}: the miss storm may fail", lim.rlim_cur);
+    }
+}
