@@ -70,6 +70,8 @@ pub struct Config {
     pub client_key: Option<PathBuf>,
     pub rrl: RrlSettings,
     pub cookies: CookieSettings,
+    /// Where the control plane keeps the DNSSEC keys of the signed zones.
+    pub dnssec_key_dir: PathBuf,
 }
 
 impl Default for Config {
@@ -93,6 +95,7 @@ impl Default for Config {
             client_key: None,
             rrl: RrlSettings::default(),
             cookies: CookieSettings::default(),
+            dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
         }
     }
 }
@@ -184,6 +187,9 @@ impl Config {
         }
         if let Some(v) = non_empty("GEO_MAX_CHANGE_RATIO") {
             self.geo.max_change_ratio = parse("GEO_MAX_CHANGE_RATIO", v)?;
+        }
+        if let Some(v) = non_empty("DNSSEC_KEY_DIR") {
+            self.dnssec_key_dir = PathBuf::from(v);
         }
         if let Some(v) = non_empty("RRL_RPS") {
             self.rrl.responses_per_second = parse("RRL_RPS", v)?;

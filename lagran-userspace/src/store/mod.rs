@@ -61,6 +61,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (3, "answer modes", include_str!("../../../migrations/sqlite/0003_answer_modes.sql")),
     (4, "sites", include_str!("../../../migrations/sqlite/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/sqlite/0005_cluster.sql")),
+    (9, "dnssec", include_str!("../../../migrations/sqlite/0009_dnssec.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -70,6 +71,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (3, "answer modes", include_str!("../../../migrations/postgres/0003_answer_modes.sql")),
     (4, "sites", include_str!("../../../migrations/postgres/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/postgres/0005_cluster.sql")),
+    (9, "dnssec", include_str!("../../../migrations/postgres/0009_dnssec.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
