@@ -44,7 +44,8 @@
 //! and lists the new table's zones in order; each zone lists its names in
 //! order, each either the name alone (unchanged from the base) or the whole
 //! new [`ScheduledName`]. Names absent from the list are gone. Node hostnames
-//! and the signed zones' DNSSEC records are sent only when they changed. Applying it to the base gives exactly the
+//! and the signed zones' DNSSEC records are sent only when they changed.
+//! Applying it to the base gives exactly the
 //! new table; an NS host whose table is not the base asks again with `since=0`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

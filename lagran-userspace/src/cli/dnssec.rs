@@ -55,3 +55,21 @@ pub fn status(keys: &KeyDirectory) -> Result<String, KeyError> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dnssec::ZoneKeys;
+    use crate::model::DnssecAlgorithm;
+
+    #[test]
+    fn status_prints_each_zones_keys_and_its_ds() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyDirectory::new(dir.path());
+        assert!(status(&keys).unwrap().contains("no zone is signed"));
+        let made: ZoneKeys = keys.load_or_create("edge.lagran.net", DnssecAlgorithm::Ecdsap256sha256).unwrap();
+        let text = status(&keys).unwrap();
+        assert!(text.contains(&format!("KSK tag {} algorithm 13", made.ksk.tag())), "{text}");
+        assert!(text.contains(&format!("edge.lagran.net. IN DS {} 13 2 ", made.ksk.tag())), "{text}");
+    }
+}
