@@ -72,6 +72,8 @@ pub struct Config {
     pub insecure_control: bool,
     pub rrl: RrlSettings,
     pub cookies: CookieSettings,
+    /// Where the control plane keeps the DNSSEC keys of the signed zones.
+    pub dnssec_key_dir: PathBuf,
 }
 
 impl Default for Config {
@@ -96,6 +98,7 @@ impl Default for Config {
             insecure_control: false,
             rrl: RrlSettings::default(),
             cookies: CookieSettings::default(),
+            dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
         }
     }
 }
@@ -193,6 +196,9 @@ impl Config {
         }
         if let Some(v) = non_empty("GEO_MAX_CHANGE_RATIO") {
             self.geo.max_change_ratio = parse("GEO_MAX_CHANGE_RATIO", v)?;
+        }
+        if let Some(v) = non_empty("DNSSEC_KEY_DIR") {
+            self.dnssec_key_dir = PathBuf::from(v);
         }
         if let Some(v) = non_empty("RRL_RPS") {
             self.rrl.responses_per_second = parse("RRL_RPS", v)?;

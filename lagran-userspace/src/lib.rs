@@ -30,6 +30,7 @@ pub mod control_url;
 pub mod daemon;
 pub mod demo;
 pub mod dns;
+pub mod dnssec;
 pub mod engine;
 pub mod entry;
 pub mod fail_static;
@@ -56,6 +57,7 @@ pub mod table_stream;
 pub mod testkit;
 pub mod wakeup_slice;
 pub mod xdp;
+pub mod zone_signatures;
 
 #[cfg(test)]
 mod real_data_tests;

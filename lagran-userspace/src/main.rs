@@ -243,6 +243,11 @@ enum Command {
         #[command(subcommand)]
         command: lagran::cli::ops::RoutesCommand,
     },
+    /// DNSSEC keys and the DS for the parent zone (reads `dnssec_key_dir`).
+    Dnssec {
+        #[command(subcommand)]
+        command: lagran::cli::dnssec::DnssecCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -324,6 +329,10 @@ async fn main() -> Result<()> {
             let asker = explain::Asker { ip: ip.as_deref(), subnet: subnet.as_deref(), resolver: resolver.as_deref() };
             let out = explain::run(&config, asker, domain.as_deref(), json).await?;
             print!("{out}");
+        }
+        Command::Dnssec { command } => {
+            let keys = lagran::dnssec::KeyDirectory::new(&config.dnssec_key_dir);
+            print!("{}", lagran::cli::dnssec::run(command, &keys)?);
         }
         Command::Geo { command } => {
             let out = lagran::cli::geo::run(command, &config).await?;

@@ -6,7 +6,7 @@
 //! from client prefix to an index into its answers: the answer for a client
 //! is one binary search away, and the matched prefix length is the ECS scope.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::Zone;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
+use crate::zone_signatures::ZoneSignatures;
 
 /// Why an answer has the TTL it has: steady, failover and canary answers each
 /// carry their own TTL.
@@ -289,6 +290,10 @@ pub struct RouteTable {
     /// Node hostnames inside the served zones, sorted by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<NodeHost>,
+    /// Zone name -> its DNSSEC records, for the signed zones. A host that
+    /// does not know the field answers unsigned, as before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signatures: BTreeMap<String, ZoneSignatures>,
     /// name -> (zone index, scheduled name index)
     #[serde(skip)]
     index: HashMap<String, (usize, usize)>,
@@ -307,6 +312,8 @@ struct RouteTableWire {
     zones: Vec<ZoneRoutes>,
     #[serde(default)]
     hosts: Vec<NodeHost>,
+    #[serde(default)]
+    signatures: BTreeMap<String, ZoneSignatures>,
 }
 
 impl TryFrom<RouteTableWire> for RouteTable {
@@ -323,7 +330,13 @@ impl TryFrom<RouteTableWire> for RouteTable {
                 }
             }
         }
-        Ok(RouteTable::new(w.version, w.generated_at_ms, w.zones).with_node_hosts(w.hosts).with_epoch(w.epoch))
+        if let Some(zone) = w.signatures.keys().find(|z| !w.zones.iter().any(|r| &r.zone.name == *z)) {
+            return Err(format!("DNSSEC records for {zone:?}, which the table does not serve"));
+        }
+        Ok(RouteTable::new(w.version, w.generated_at_ms, w.zones)
+            .with_node_hosts(w.hosts)
+            .with_epoch(w.epoch)
+            .with_signatures(w.signatures))
     }
 }
 
@@ -335,13 +348,39 @@ impl RouteTable {
                 index.insert(n.name.clone(), (zi, ni));
             }
         }
-        RouteTable { version, epoch: 0, generated_at_ms, zones, hosts: Vec::new(), index, host_index: HashMap::new() }
+        RouteTable {
+            version,
+            epoch: 0,
+            generated_at_ms,
+            zones,
+            hosts: Vec::new(),
+            signatures: BTreeMap::new(),
+            index,
+            host_index: HashMap::new(),
+        }
     }
 
     /// This table as published under leadership term `epoch`.
     pub fn with_epoch(mut self, epoch: u64) -> Self {
         self.epoch = epoch;
         self
+    }
+
+    /// This table with `signatures` as its signed zones' DNSSEC records.
+    pub fn with_signatures(mut self, signatures: BTreeMap<String, ZoneSignatures>) -> Self {
+        self.signatures = signatures;
+        self
+    }
+
+    /// The DNSSEC records of the most specific signed zone holding `name`
+    /// (lowercase, no trailing dot), with that zone.
+    pub fn signed_zone_of(&self, name: &str) -> Option<(&Zone, &ZoneSignatures)> {
+        let zone = self
+            .zones
+            .iter()
+            .filter(|z| name == z.zone.name || name.ends_with(&format!(".{}", z.zone.name)))
+            .max_by_key(|z| z.zone.name.len())?;
+        self.signatures.get(&zone.zone.name).map(|s| (&zone.zone, s))
     }
 
     /// `(epoch, version)`: what orders tables across leaders (the epoch first).
@@ -400,7 +439,7 @@ impl RouteTable {
     /// scopes) and, block by block, the same served answer (TTL, addresses,
     /// node, state, canary split). Versions, generation times and `reason`
     /// texts (explanations: a score that moved inside the hysteresis margin
-    /// rewrites them) do not count. The scheduler publishes only tables that
+    /// rewrites them) do not count; new DNSSEC signatures do. The scheduler publishes only tables that
     /// are not the same as the current one.
     pub fn serves_same_as(&self, other: &RouteTable) -> bool {
         type Served<'a> = (u32, &'a [Ipv4Addr], &'a [Ipv6Addr], Option<&'a str>, AnswerState, Option<&'a str>);
@@ -452,6 +491,7 @@ impl RouteTable {
             xs == ys && xl == yl && xv.iter().zip(yv).all(|(&a, &b)| same_values(a, b))
         }
         self.hosts == other.hosts
+            && self.signatures == other.signatures
             && self.zones.len() == other.zones.len()
             && self.zones.iter().zip(&other.zones).all(|(a, b)| {
                 a.zone == b.zone
@@ -466,6 +506,7 @@ impl RouteTable {
         RouteTable::new(version, generated_at_ms, self.zones.clone())
             .with_node_hosts(self.hosts.clone())
             .with_epoch(self.epoch)
+            .with_signatures(self.signatures.clone())
     }
 
     /// Every scheduled name in every zone.

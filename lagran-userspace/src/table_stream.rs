@@ -71,10 +71,11 @@
 //! and lists the new table's zones in order; each zone lists its names in
 //! order, each either the name alone (unchanged from the base) or the whole
 //! new [`ScheduledName`]. Names absent from the list are gone. Node hostnames
-//! are sent only when they changed. Applying it to the base gives exactly the
+//! and the signed zones' DNSSEC records are sent only when they changed.
+//! Applying it to the base gives exactly the
 //! new table; an NS host whose table is not the base asks again with `since=0`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use hyper::body::Bytes;
@@ -82,6 +83,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::Zone;
 use crate::route_table::{NodeHost, RouteTable, ScheduledName, ZoneRoutes};
+use crate::zone_signatures::ZoneSignatures;
 
 /// How many recent tables a control process keeps as delta bases.
 pub const HISTORY: usize = 16;
@@ -106,6 +108,9 @@ pub struct TableDelta {
     /// The node hostnames, when they changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<NodeHost>>,
+    /// The signed zones' DNSSEC records, when they changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signatures: Option<BTreeMap<String, ZoneSignatures>>,
 }
 
 /// One zone of the new table.
@@ -152,6 +157,7 @@ impl TableDelta {
             generated_at_ms: new.generated_at_ms,
             zones,
             hosts: (base.hosts != new.hosts).then(|| new.hosts.clone()),
+            signatures: (base.signatures != new.signatures).then(|| new.signatures.clone()),
         }
     }
 
@@ -180,7 +186,8 @@ impl TableDelta {
         // Through the wire form, so the result is checked like a full table.
         let table = RouteTable::new(self.version, self.generated_at_ms, zones)
             .with_node_hosts(self.hosts.unwrap_or_else(|| base.hosts.clone()))
-            .with_epoch(self.epoch);
+            .with_epoch(self.epoch)
+            .with_signatures(self.signatures.unwrap_or_else(|| base.signatures.clone()));
         let json = serde_json::to_vec(&table).map_err(|e| e.to_string())?;
         serde_json::from_slice(&json).map_err(|e| format!("the delta gives an unusable table: {e}"))
     }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::AppState;
 use super::error::{ApiError, parse_json};
-use crate::model::{AnswerMode, DEFAULT_POOL, Domain, NsHost, Zone};
+use crate::model::{AnswerMode, DEFAULT_POOL, Denial, DnssecAlgorithm, Domain, NsHost, Zone, ZoneDnssec};
 
 /// `PUT /api/v1/zones/{name}` body; absent fields keep their defaults.
 #[derive(Debug, Default, Deserialize)]
@@ -26,6 +26,16 @@ pub struct ZoneBody {
     pub ns_ttl: Option<u32>,
     #[serde(default)]
     pub ns_hosts: Vec<NsHost>,
+    /// Sign the zone with DNSSEC (default `false`).
+    pub dnssec: Option<bool>,
+    /// `"ecdsap256sha256"` (13, default) or `"ed25519"` (15).
+    pub dnssec_algorithm: Option<String>,
+    /// How long a signature is valid (default 21 days).
+    pub dnssec_validity_secs: Option<u32>,
+    /// A signature with fewer seconds left is renewed (default 10 days).
+    pub dnssec_refresh_secs: Option<u32>,
+    /// `"nsec"`, the only denial offered.
+    pub dnssec_denial: Option<String>,
 }
 
 /// `PUT /api/v1/domains/{name}` body.
@@ -50,6 +60,7 @@ fn normalise(name: &str) -> String {
 /// Builds a zone from its name and body, checking what only makes sense together.
 pub fn zone_from_body(name: &str, body: ZoneBody) -> Result<Zone, ApiError> {
     let mut z = Zone::new(normalise(name));
+    z.dnssec = dnssec_from_body(&body)?;
     if z.name.is_empty() || !z.name.contains('.') {
         return Err(ApiError::bad_field("name", format!("{name:?} is not a zone name like edge.example.net")));
     }
@@ -77,6 +88,41 @@ pub fn zone_from_body(name: &str, body: ZoneBody) -> Result<Zone, ApiError> {
     z.soa_minimum = body.soa_minimum.unwrap_or(z.soa_minimum);
     z.ns_ttl = body.ns_ttl.unwrap_or(z.ns_ttl);
     Ok(z)
+}
+
+/// The zone's DNSSEC policy from the body's `dnssec*` fields.
+fn dnssec_from_body(body: &ZoneBody) -> Result<Option<ZoneDnssec>, ApiError> {
+    let tuned = body.dnssec_algorithm.is_some()
+        || body.dnssec_validity_secs.is_some()
+        || body.dnssec_refresh_secs.is_some()
+        || body.dnssec_denial.is_some();
+    if body.dnssec != Some(true) {
+        if tuned {
+            return Err(ApiError::bad_field("dnssec", "the dnssec_* fields need \"dnssec\": true"));
+        }
+        return Ok(None);
+    }
+    let mut policy = ZoneDnssec::default();
+    if let Some(a) = &body.dnssec_algorithm {
+        policy.algorithm = DnssecAlgorithm::parse(a).ok_or_else(|| {
+            ApiError::bad_field("dnssec_algorithm", format!("{a:?} is neither \"ecdsap256sha256\" nor \"ed25519\""))
+        })?;
+    }
+    match body.dnssec_denial.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("nsec") => policy.denial = Denial::Nsec,
+        Some(other) => {
+            return Err(ApiError::bad_field(
+                "dnssec_denial",
+                format!(
+                    "{other:?} is not offered: NSEC only (a CDN zone's names are public, NSEC3 would hide nothing)"
+                ),
+            ));
+        }
+    }
+    policy.validity_secs = body.dnssec_validity_secs.unwrap_or(policy.validity_secs);
+    policy.refresh_secs = body.dnssec_refresh_secs.unwrap_or(policy.refresh_secs);
+    policy.check().map_err(|reason| ApiError::bad_field("dnssec_refresh_secs", reason))?;
+    Ok(Some(policy))
 }
 
 pub async fn list_zones(State(state): State<AppState>) -> Result<Json<Vec<Zone>>, ApiError> {

@@ -5,7 +5,9 @@
 //! - [`explain`]: `lagran explain`, the full ranked decision, readable.
 //! - [`monitor`]: `lagran monitor`, each NS host's table version and lag.
 //! - [`ops`]: `lagran node|rule|line|routes …`.
+//! - [`dnssec`]: `lagran dnssec status`, from the control plane's key directory.
 
+pub mod dnssec;
 pub mod explain;
 pub mod geo;
 pub mod geo_client;

@@ -46,6 +46,14 @@ pub const TOP_LEVEL_KEYS: &[Key] = &[
         "[\"192.0.2.0/24\"]",
         "resolver prefixes (beyond the built-in list of well-known ones) a line may only cover with `force`",
     ),
+    Key::toml(
+        "dnssec_key_dir",
+        KeyDefault::Toml("\"./lagran-data/dnssec\""),
+        "\"/etc/lagran/dnssec\"",
+        "the control plane's DNSSEC key files (one KSK and one ZSK per signed zone, made when missing; \
+         every control process of a cluster needs the same ones)",
+    )
+    .env("DNSSEC_KEY_DIR"),
 ];
 
 /// Options of the command line that have no TOML key.

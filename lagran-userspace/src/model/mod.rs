@@ -5,6 +5,7 @@
 //! (which scores nodes) and the API (which exposes them as JSON). Field names
 //! are the column names of `migrations/`.
 
+mod dnssec;
 mod geo_override;
 mod line;
 mod rule;
@@ -13,6 +14,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
+pub use dnssec::{DEFAULT_REFRESH_SECS, DEFAULT_VALIDITY_SECS, Denial, DnssecAlgorithm, ZoneDnssec};
 pub use geo_override::GeoOverride;
 pub use line::{Line, LineAnswer};
 pub use rule::{Rule, RuleKind};
@@ -137,6 +139,9 @@ pub struct Zone {
     /// TTL of SOA, NS and glue records.
     pub ns_ttl: u32,
     pub ns_hosts: Vec<NsHost>,
+    /// Signed with DNSSEC under this policy; `None`: unsigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dnssec: Option<ZoneDnssec>,
 }
 
 impl Zone {
@@ -153,6 +158,7 @@ impl Zone {
             soa_minimum: 60,
             ns_ttl: 3600,
             ns_hosts: Vec::new(),
+            dnssec: None,
         }
     }
 }

@@ -109,6 +109,8 @@ pub struct Scheduler {
     confirmation: Arc<Confirmation>,
     /// Where builds run.
     builder: Background,
+    /// Signs the signed zones of every table built (set once at start).
+    dnssec: std::sync::OnceLock<Arc<std::sync::Mutex<crate::dnssec::TableSigner>>>,
 }
 
 impl Scheduler {
@@ -134,7 +136,14 @@ impl Scheduler {
             guard: withdraw_guard::WithdrawGuard::default(),
             confirmation: Arc::new(Confirmation::new()),
             builder: Background::start("lagran-build").expect("starting the route-table build thread"),
+            dnssec: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Signs every table built from now on with the keys of `keys` (the
+    /// zones with a DNSSEC policy; the others stay unsigned). Once only.
+    pub fn set_dnssec_keys(&self, keys: crate::dnssec::KeyDirectory) {
+        let _ = self.dnssec.set(Arc::new(std::sync::Mutex::new(crate::dnssec::TableSigner::new(keys))));
     }
 
     pub fn table(&self) -> &SharedRouteTable {

@@ -171,11 +171,15 @@ impl Scheduler {
             state: std::mem::take(&mut *guard),
             current: current.clone(),
             change,
+            signer: self.dnssec.get().cloned(),
         };
         // The build and the comparison run on the build thread, so DNS and API
         // tasks keep their runtime threads (and the CPU) while a large table compiles.
         let built = self.builder.run(move || job.run()).await.map_err(|e| SchedulerError::Build(e.to_string()))?;
         *guard = built.state;
+        if let Some(e) = built.signing_failed {
+            return Err(SchedulerError::Build(format!("signing the DNSSEC zones: {e}")));
+        }
         let took = started.elapsed();
         self.stats.built(took);
         let times = Timing { read, took, build: &built.times };
@@ -275,6 +279,8 @@ struct BuildJob {
     state: BuildState,
     current: Arc<RouteTable>,
     change: Change,
+    /// Signs the signed zones of the table built.
+    signer: Option<Arc<std::sync::Mutex<crate::dnssec::TableSigner>>>,
 }
 
 /// What the build thread hands back.
@@ -285,6 +291,8 @@ struct Built {
     /// Whether the table serves the same as the current one.
     same: bool,
     times: BuildTimes,
+    /// The table could not be signed: it must not be published.
+    signing_failed: Option<String>,
 }
 
 impl BuildJob {
@@ -299,10 +307,21 @@ impl BuildJob {
             &mut self.state,
             &self.change,
         );
+        let (table, signing_failed) = match &self.signer {
+            None => (table, None),
+            Some(signer) => {
+                let now = u32::try_from(self.inputs.now_ms / 1000).unwrap_or(u32::MAX);
+                let mut signer = signer.lock().unwrap_or_else(|e| e.into_inner());
+                match signer.sign(&table, now) {
+                    Ok(signatures) => (table.with_signatures(signatures), None),
+                    Err(e) => (table, Some(e.to_string())),
+                }
+            }
+        };
         let built = (wall.elapsed(), thread_cpu_time().saturating_sub(cpu));
         let same = self.current.version != 0 && table.serves_same_as(&self.current);
         let times = BuildTimes { build: built.0, build_cpu: built.1, total: wall.elapsed() };
-        Built { table, state: self.state, same, times }
+        Built { table, state: self.state, same, times, signing_failed }
     }
 }
 

@@ -62,6 +62,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (4, "sites", include_str!("../../../migrations/sqlite/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/sqlite/0005_cluster.sql")),
     (6, "integrity", include_str!("../../../migrations/sqlite/0006_integrity.sql")),
+    (9, "dnssec", include_str!("../../../migrations/sqlite/0009_dnssec.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -72,6 +73,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (4, "sites", include_str!("../../../migrations/postgres/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/postgres/0005_cluster.sql")),
     (6, "integrity", include_str!("../../../migrations/postgres/0006_integrity.sql")),
+    (9, "dnssec", include_str!("../../../migrations/postgres/0009_dnssec.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.

@@ -13,7 +13,7 @@ use super::{Cols, DbContext, Store, StoreError};
 use crate::model::{AnswerMode, Domain, NsHost, Zone};
 
 const ZONE_COLUMNS: &str =
-    "name, soa_mname, soa_rname, soa_serial, soa_refresh, soa_retry, soa_expire, soa_minimum, ns_ttl";
+    "name, soa_mname, soa_rname, soa_serial, soa_refresh, soa_retry, soa_expire, soa_minimum, ns_ttl, dnssec";
 const DOMAIN_COLUMNS: &str = "name, zone, pool, ttl, origin_ip, answer_mode, ecs";
 
 /// Whether `name` is `zone` itself or a name below it.
@@ -40,6 +40,9 @@ pub fn validate_zone(zone: &Zone) -> Result<(), StoreError> {
                 format!("{:?} is inside zone {:?} and needs a glue address (ipv4 or ipv6)", ns.name, zone.name),
             ));
         }
+    }
+    if let Some(policy) = &zone.dnssec {
+        policy.check().map_err(|reason| StoreError::invalid("dnssec", reason))?;
     }
     Ok(())
 }
@@ -76,6 +79,10 @@ fn zone_from_row(row: &AnyRow) -> Result<Zone, StoreError> {
         soa_minimum: c.int("soa_minimum")?,
         ns_ttl: c.int("ns_ttl")?,
         ns_hosts: Vec::new(),
+        dnssec: match c.get::<Option<String>>("dnssec")? {
+            Some(json) => Some(serde_json::from_str(&json).map_err(|e| c.corrupt("dnssec", e.to_string()))?),
+            None => None,
+        },
     })
 }
 
@@ -168,12 +175,12 @@ impl Store {
         // Writing the zone row first locks it: concurrent upserts of the same
         // zone queue here instead of interleaving their NS host rewrites.
         sqlx::query(&format!(
-            "INSERT INTO zones ({ZONE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+            "INSERT INTO zones ({ZONE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (name) DO UPDATE SET soa_mname = excluded.soa_mname, \
              soa_rname = excluded.soa_rname, soa_serial = excluded.soa_serial, \
              soa_refresh = excluded.soa_refresh, soa_retry = excluded.soa_retry, \
              soa_expire = excluded.soa_expire, soa_minimum = excluded.soa_minimum, \
-             ns_ttl = excluded.ns_ttl"
+             ns_ttl = excluded.ns_ttl, dnssec = excluded.dnssec"
         ))
         .bind(name)
         .bind(&zone.soa_mname)
@@ -184,6 +191,7 @@ impl Store {
         .bind(i64::from(zone.soa_expire))
         .bind(i64::from(zone.soa_minimum))
         .bind(i64::from(zone.ns_ttl))
+        .bind(zone.dnssec.map(|d| serde_json::to_string(&d).unwrap_or_default()))
         .execute(&mut *tx)
         .await
         .ctx(|| format!("writing zone {name:?}"))?;

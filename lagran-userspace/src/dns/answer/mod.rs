@@ -10,8 +10,9 @@
 //!   `context`: what a query is answered against ([`AnswerContext`]);
 //! - `parse`: reading the query (header, question, OPT record);
 //! - `draft`: the response under construction;
-//! - `zone_records` (SOA, NS, glue, negative answers) and `resolve`
-//!   (deciding the response from the route table);
+//! - `zone_records` (SOA, NS, glue, negative answers), `signed` (DNSSEC
+//!   records for a query with DO set) and `resolve` (deciding the response
+//!   from the route table);
 //! - `encode`: writing the response, truncated or padded as needed;
 //! - this module: [`answer()`], which drives them.
 
@@ -21,6 +22,7 @@ mod encode;
 mod parse;
 mod reply;
 mod resolve;
+mod signed;
 pub mod wire;
 mod zone_records;
 
@@ -38,6 +40,7 @@ pub use self::reply::{ClientInfo, DropReason, Outcome, Reply};
 use self::resolve::resolve;
 pub use self::resolve::{MAX_ANSWERS, is_stale, scheduled_ttl};
 use self::wire::{HEADER_LEN, RCODE_BADCOOKIE, RCODE_BADVERS, RCODE_FORMERR, RCODE_NOERROR, RCODE_NOTIMP};
+pub(crate) use self::zone_records::{fqdn, negative_ttl, soa_record_at};
 use crate::dns::cookie;
 use crate::dns::ecs::{self, Ecs};
 
@@ -98,7 +101,11 @@ pub fn answer(query: &[u8], ctx: &AnswerContext<'_>) -> Reply {
         // More than one question: this server answers exactly one.
         return finish(&framing, Draft::new(None, opt_out, RCODE_FORMERR, false, Outcome::FormErr), None);
     };
-    let draft = resolve(ctx, question, ecs, opt_out, &mut client);
+    let dnssec_ok = opt_out.is_some_and(|o| o.dnssec_ok);
+    let mut draft = resolve(ctx, question, ecs, opt_out, &mut client);
+    if dnssec_ok {
+        draft = signed::add_dnssec(draft, ctx.table, question);
+    }
     finish(&framing, draft, Some(client))
 }
 

@@ -8,6 +8,7 @@ pub const TYPE_CNAME: u16 = 5;
 pub const TYPE_SOA: u16 = 6;
 pub const TYPE_TXT: u16 = 16;
 pub const TYPE_AAAA: u16 = 28;
+pub const TYPE_DNSKEY: u16 = 48;
 pub const TYPE_OPT: u16 = 41;
 pub const TYPE_IXFR: u16 = 251;
 pub const TYPE_AXFR: u16 = 252;

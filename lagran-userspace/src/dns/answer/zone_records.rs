@@ -32,7 +32,7 @@ impl RawLabels for Name {
     }
 }
 
-pub(super) fn fqdn(s: &str) -> Option<Name> {
+pub(crate) fn fqdn(s: &str) -> Option<Name> {
     let mut n = Name::from_ascii(s).ok()?;
     n.set_fqdn(true);
     Some(n)
@@ -42,7 +42,7 @@ fn soa_record(question: &Question, zone: &Zone, ttl: u32) -> Option<Record> {
     soa_record_at(zone_owner(question, zone)?, zone, ttl)
 }
 
-pub(super) fn soa_record_at(owner: Name, zone: &Zone, ttl: u32) -> Option<Record> {
+pub(crate) fn soa_record_at(owner: Name, zone: &Zone, ttl: u32) -> Option<Record> {
     let soa = SOA::new(
         fqdn(&zone.soa_mname)?,
         fqdn(&zone.soa_rname)?,
@@ -58,7 +58,7 @@ pub(super) fn soa_record_at(owner: Name, zone: &Zone, ttl: u32) -> Option<Record
 /// RFC 2308 §3: "The TTL of this record is set from the minimum of the
 /// MINIMUM field of the SOA record and the TTL of the SOA itself, and
 /// indicates how long a resolver may cache the negative answer."
-pub(super) fn negative_ttl(zone: &Zone) -> u32 {
+pub(crate) fn negative_ttl(zone: &Zone) -> u32 {
     zone.ns_ttl.min(zone.soa_minimum)
 }
 
