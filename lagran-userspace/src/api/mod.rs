@@ -122,6 +122,9 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let table = state.scheduler.table().load_full();
     let (last_recompute_us, recomputes) = state.scheduler.stats();
     let nodes = state.store.list_nodes().await.ok();
-    let body = state.metrics.render(&table, Some(&ControlStats { last_recompute_us, recomputes, nodes }));
+    let body = state.metrics.render(
+        &table,
+        Some(&ControlStats { last_recompute_us, recomputes, nodes, leading: state.scheduler.leading() }),
+    );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
 }
