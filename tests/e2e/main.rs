@@ -11,6 +11,7 @@ mod edge_config;
 mod entry;
 mod geo;
 mod hostile;
+mod monitor;
 mod nshost;
 mod postgres;
 mod publish;
