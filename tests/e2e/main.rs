@@ -14,6 +14,7 @@ mod hostile;
 mod monitor;
 mod nshost;
 mod postgres;
+mod privileges;
 mod publish;
 mod real_geo;
 mod scheduling;

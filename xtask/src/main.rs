@@ -9,6 +9,7 @@ mod busy;
 mod fuzz;
 mod house;
 mod integration_test;
+mod package;
 mod run;
 mod setup;
 mod simulate;
@@ -47,6 +48,9 @@ enum Subcommand {
     /// Scheduling quality at fleet scale: real xdb, 100 000 client /24s with
     /// ECS, dense and sparse fleets; a table and target/simulate/*.csv.
     Simulate(simulate::Options),
+    /// Debian packages of `lagran` and `lagran-edge` into target/debian/ (release;
+    /// `--check` installs them into a fresh root and checks them, root).
+    Package(package::Options),
     /// Check the structure rules of the product code: file and function lengths,
     /// import cycles between sibling modules, comments citing outside documents.
     House(house::Options),
@@ -64,5 +68,6 @@ fn main() -> anyhow::Result<()> {
         Subcommand::IntegrationTest(opts) => integration_test::exec(opts),
         Subcommand::Simulate(opts) => simulate::exec(opts),
         Subcommand::House(opts) => house::exec(opts),
+        Subcommand::Package(opts) => package::exec(opts),
     }
 }
