@@ -199,6 +199,14 @@ enum Command {
         /// Repeat every N seconds until interrupted.
         #[arg(long)]
         watch: Option<u64>,
+        /// With --watch: run as a service exporting lagran_monitor_* on GET /metrics here
+        /// (NS hosts asked over UDP and TCP) instead of printing.
+        #[arg(long, requires = "watch")]
+        listen: Option<std::net::SocketAddr>,
+        /// An answer checked on every NS host against the control plane's, as NAME@SUBNET
+        /// (an A query with that ECS subnet); repeat for several. With --listen.
+        #[arg(long, requires = "listen")]
+        expect: Vec<lagran::cli::monitor_service::Expectation>,
     },
     /// Show the full ranked decision for a client, with scores and reasons.
     Explain {
@@ -346,7 +354,12 @@ async fn main() -> Result<()> {
                 .context("opening the pinned maps (is `lagran serve --xdp IFACE` running on this host?)")?;
             print!("{}", maps.dump(limit)?);
         }
-        Command::Monitor { ns, zone, watch } => {
+        Command::Monitor { ns, zone, watch, listen: Some(listen), expect } => {
+            let interval = std::time::Duration::from_secs(watch.unwrap_or(10).max(1));
+            let watch = lagran::cli::monitor_service::Watch { ns, zone, expect, interval };
+            lagran::cli::monitor_service::run(client(&cli.api, &config), watch, listen, shutdown_on_signal()).await?;
+        }
+        Command::Monitor { ns, zone, watch, listen: None, .. } => {
             let c = client(&cli.api, &config);
             loop {
                 print!("{}", lagran::cli::monitor::report(Some(&c), &ns, &zone).await);

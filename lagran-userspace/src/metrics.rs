@@ -24,6 +24,9 @@ pub struct ControlStats {
     pub recomputes: u64,
     /// The nodes, when the store could be read.
     pub nodes: Option<Vec<Node>>,
+    /// Whether this process builds and publishes the tables (always true
+    /// outside a cluster; in one, only the leader's).
+    pub leading: bool,
 }
 
 /// Everything `/metrics` renders.
@@ -74,6 +77,14 @@ impl Metrics {
         let _ = writeln!(out, "# HELP lagran_route_prefixes Client prefixes in the route table, all names.");
         let _ = writeln!(out, "# TYPE lagran_route_prefixes gauge");
         let _ = writeln!(out, "lagran_route_prefixes {prefixes}");
+        if let Some(c) = control {
+            let _ = writeln!(
+                out,
+                "# HELP lagran_control_leading 1 when this control process builds and publishes the tables."
+            );
+            let _ = writeln!(out, "# TYPE lagran_control_leading gauge");
+            let _ = writeln!(out, "lagran_control_leading {}", u8::from(c.leading));
+        }
         if let Some(nodes) = control.and_then(|c| c.nodes.as_deref()) {
             let _ = writeln!(out, "# HELP lagran_nodes Edge nodes by status.");
             let _ = writeln!(out, "# TYPE lagran_nodes gauge");
@@ -81,11 +92,99 @@ impl Metrics {
                 let n = nodes.iter().filter(|n| n.status.as_str() == status).count();
                 let _ = writeln!(out, "lagran_nodes{{status=\"{status}\"}} {n}");
             }
+            render_nodes(&mut out, nodes, now_ms());
         }
         self.dns.render_prometheus(&mut out);
         for source in self.sources.lock().expect("metrics sources lock poisoned").iter() {
             source(&mut out);
         }
         out
+    }
+}
+
+/// Per node and per pool: heartbeat age, CPU and cap usage (the spill stage's
+/// inputs), nodes by status. Node and pool names are operators' strings:
+/// escaped as the exposition format asks.
+fn render_nodes(out: &mut String, nodes: &[Node], now_ms: i64) {
+    let _ = writeln!(out, "# HELP lagran_pool_nodes Edge nodes by pool and status.");
+    let _ = writeln!(out, "# TYPE lagran_pool_nodes gauge");
+    let mut pools: Vec<&str> = nodes.iter().map(|n| n.pool.as_str()).collect();
+    pools.sort_unstable();
+    pools.dedup();
+    for pool in pools {
+        for state in ["online", "offline", "disabled"] {
+            let n = nodes.iter().filter(|n| n.pool == pool && n.status.as_str() == state).count();
+            let _ = writeln!(out, "lagran_pool_nodes{{pool=\"{}\",state=\"{state}\"}} {n}", escape(pool));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP lagran_node_heartbeat_age_seconds Time since the node's last heartbeat (nodes that never sent one have none)."
+    );
+    let _ = writeln!(out, "# TYPE lagran_node_heartbeat_age_seconds gauge");
+    for n in nodes {
+        if let Some(t) = n.last_heartbeat_ms {
+            let age = (now_ms - t).max(0) as f64 / 1e3;
+            let _ = writeln!(out, "lagran_node_heartbeat_age_seconds{{{}}} {age}", node_labels(n));
+        }
+    }
+    let _ = writeln!(out, "# HELP lagran_node_cpu_percent The node's CPU usage from its last heartbeat, percent.");
+    let _ = writeln!(out, "# TYPE lagran_node_cpu_percent gauge");
+    for n in nodes {
+        let _ = writeln!(out, "lagran_node_cpu_percent{{{}}} {}", node_labels(n), n.cpu_usage);
+    }
+    let _ = writeln!(
+        out,
+        "# HELP lagran_node_cap_ratio Usage of the node's tighter cap, bandwidth or connections (0 when uncapped)."
+    );
+    let _ = writeln!(out, "# TYPE lagran_node_cap_ratio gauge");
+    for n in nodes {
+        let ratio = crate::engine::NodeView::new(n.clone()).cap_ratio();
+        let _ = writeln!(out, "lagran_node_cap_ratio{{{}}} {ratio}", node_labels(n));
+    }
+}
+
+fn node_labels(n: &Node) -> String {
+    format!("node=\"{}\",pool=\"{}\"", escape(&n.name), escape(&n.pool))
+}
+
+/// A label value as the text exposition format writes it.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exposition_has_leadership_pools_heartbeats_and_load() {
+        let mut gz = Node::new("gz-01");
+        gz.pool = "cn".into();
+        gz.last_heartbeat_ms = Some(now_ms() - 90_000);
+        gz.cpu_usage = 75.0;
+        gz.max_conns = 100;
+        gz.conns = 95;
+        let mut hk = Node::new("hk-\"01");
+        hk.pool = "cn".into();
+        hk.status = crate::model::NodeStatus::Offline;
+        let metrics = Metrics::new(Arc::new(DnsCounters::default()));
+        let stats = ControlStats { nodes: Some(vec![gz, hk]), leading: true, ..ControlStats::default() };
+        let text = metrics.render(&RouteTable::default(), Some(&stats));
+        assert!(text.contains("\nlagran_control_leading 1\n"), "{text}");
+        assert!(text.contains("lagran_pool_nodes{pool=\"cn\",state=\"online\"} 1\n"), "{text}");
+        assert!(text.contains("lagran_pool_nodes{pool=\"cn\",state=\"offline\"} 1\n"), "{text}");
+        let age = text
+            .lines()
+            .find_map(|l| l.strip_prefix("lagran_node_heartbeat_age_seconds{node=\"gz-01\",pool=\"cn\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("gz-01's heartbeat age");
+        assert!((90.0..100.0).contains(&age), "{age}");
+        assert!(!text.contains("lagran_node_heartbeat_age_seconds{node=\"hk"), "no heartbeat, no age: {text}");
+        assert!(text.contains("lagran_node_cpu_percent{node=\"gz-01\",pool=\"cn\"} 75\n"), "{text}");
+        assert!(text.contains("lagran_node_cap_ratio{node=\"gz-01\",pool=\"cn\"} 0.95\n"), "{text}");
+        assert!(text.contains("node=\"hk-\\\"01\""), "quotes escaped: {text}");
+        let ns_host = metrics.render(&RouteTable::default(), None);
+        assert!(!ns_host.contains("lagran_control_leading"), "an NS host leads nothing");
     }
 }

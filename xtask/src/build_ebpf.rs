@@ -123,7 +123,7 @@ fn check_no_mem_calls(path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// The cargo target directory (honours CARGO_TARGET_DIR).
-fn target_dir(root: &std::path::Path) -> PathBuf {
+pub fn target_dir(root: &std::path::Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
         Some(dir) if dir.is_absolute() => dir,
         Some(dir) => root.join(dir),

@@ -10,6 +10,7 @@ mod chaos;
 mod fuzz;
 mod house;
 mod integration_test;
+mod package;
 mod run;
 mod setup;
 mod simulate;
@@ -51,6 +52,9 @@ enum Subcommand {
     /// Fault injection at full length: the production topology under load, one
     /// fault at a time; a row per fault (root, ~15 min); writes target/chaos/latest.md.
     Chaos(chaos::Options),
+    /// Debian packages of `lagran` and `lagran-edge` into target/debian/ (release;
+    /// `--check` installs them into a fresh root and checks them, root).
+    Package(package::Options),
     /// Check the structure rules of the product code: file and function lengths,
     /// import cycles between sibling modules, comments citing outside documents.
     House(house::Options),
@@ -69,5 +73,6 @@ fn main() -> anyhow::Result<()> {
         Subcommand::IntegrationTest(opts) => integration_test::exec(opts),
         Subcommand::Simulate(opts) => simulate::exec(opts),
         Subcommand::House(opts) => house::exec(opts),
+        Subcommand::Package(opts) => package::exec(opts),
     }
 }

@@ -129,7 +129,10 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let table = state.scheduler.table().load_full();
     let (last_recompute_us, recomputes) = state.scheduler.stats();
     let nodes = state.store.list_nodes().await.ok();
-    let mut body = state.metrics.render(&table, Some(&ControlStats { last_recompute_us, recomputes, nodes }));
+    let mut body = state.metrics.render(
+        &table,
+        Some(&ControlStats { last_recompute_us, recomputes, nodes, leading: state.scheduler.leading() }),
+    );
     state.scheduler.health().fail_static().render_metrics(&mut body);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
 }

@@ -3,7 +3,8 @@
 //! - [`geo`]: `lagran geo …` (file tools: lookup, build, diff, partitions; API
 //!   commands: override, reload) and [`geo_client`], its view of the API.
 //! - [`explain`]: `lagran explain`, the full ranked decision, readable.
-//! - [`monitor`]: `lagran monitor`, each NS host's table version and lag.
+//! - [`monitor`]: `lagran monitor`, each NS host's table version and lag;
+//!   [`monitor_service`]: the same as a service exporting `lagran_monitor_*`.
 //! - [`ops`]: `lagran node|rule|line|routes …`.
 //! - [`dnssec`]: `lagran dnssec status`, from the control plane's key directory.
 
@@ -12,4 +13,5 @@ pub mod explain;
 pub mod geo;
 pub mod geo_client;
 pub mod monitor;
+pub mod monitor_service;
 pub mod ops;

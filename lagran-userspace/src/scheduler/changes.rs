@@ -135,7 +135,7 @@ pub(super) struct Move<'a> {
 /// family, with the old and the new value. When `new` was spliced from `old`
 /// itself and no copied block's answer moved (`moved_value(old, new)`), only
 /// the blocks the splice split again are walked; else every block of both.
-fn changed_spans(
+pub(super) fn changed_spans(
     old: &PrefixMapV4,
     new: &PrefixMapV4,
     moved_value: impl Fn(u32, u32) -> bool,

@@ -27,12 +27,15 @@
 //! - [`decide`]: the decide/explain query ([`Scheduler::decide`]).
 //! - [`changes`]: the change log, computed from the partition diff after each
 //!   publish (on a blocking thread).
+//! - [`decision_log`]: one structured line per partition whose answer a
+//!   published table changed, with every candidate's score terms.
 //! - [`geo_reload`]: replacing the geo data without a restart.
 
 mod build;
 mod build_lock;
 mod changes;
 mod decide;
+pub mod decision_log;
 mod forward;
 pub mod geo_reload;
 mod geography;

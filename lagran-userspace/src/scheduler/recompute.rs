@@ -212,7 +212,13 @@ impl Scheduler {
     /// Stores (in a cluster) and publishes a recomputed table.
     async fn publish_recomputed(&self, guard: &BuildGuard<'_>, table: &Arc<RouteTable>) -> Result<(), SchedulerError> {
         self.store_clustered(table).await?;
+        let old = self.table().load_full();
         self.publisher.publish_recomputed(guard, table.clone(), self.partitions());
+        if super::decision_log::enabled() {
+            let (nodes, liveness) = (self.pending.nodes(&self.store).await?, self.health.liveness());
+            let inputs = super::decision_log::Inputs { nodes, liveness, now_ms: now_ms(), policy: self.policy.clone() };
+            super::decision_log::spawn(self.partitions(), old, table.clone(), inputs);
+        }
         Ok(())
     }
 

@@ -280,10 +280,30 @@ impl LoadedXdp {
 
     /// Pins every map under `dir` (mounting bpffs on /sys/fs/bpf if needed).
     /// Pins left by a process that did not exit cleanly are replaced.
+    ///
+    /// A directory that exists is used as it is: the service's own (tmpfiles.d
+    /// makes `/sys/fs/bpf/lagran` owned by the `lagran` user, who could not
+    /// create it again in the root-owned `/sys/fs/bpf`), so a process that is
+    /// not root leaves it in place at the end. One this process creates, or
+    /// any when it runs as root (which can create it again), goes once empty.
     pub fn pin_maps(&mut self, dir: &Path) -> Result<(), XdpError> {
         ensure_bpffs(dir)?;
-        std::fs::create_dir_all(dir).map_err(|source| XdpError::Bpffs { path: dir.to_path_buf(), source })?;
-        self.pin_dir = Some(dir.to_path_buf());
+        // SAFETY: geteuid(2) cannot fail.
+        if dir.is_dir() && unsafe { libc::geteuid() } == 0 {
+            self.pin_dir = Some(dir.to_path_buf());
+        } else if !dir.is_dir() {
+            std::fs::create_dir_all(dir).map_err(|source| XdpError::Bpffs {
+                path: dir.to_path_buf(),
+                source: std::io::Error::new(
+                    source.kind(),
+                    format!(
+                        "{source}: create it owned by the service's user (`d {} 0700 lagran lagran` in tmpfiles.d)",
+                        dir.display()
+                    ),
+                ),
+            })?;
+            self.pin_dir = Some(dir.to_path_buf());
+        }
         for name in MAP_NAMES.iter().chain(&OPTIONAL_MAP_NAMES) {
             let path = dir.join(name);
             if path.exists() {
@@ -388,7 +408,14 @@ fn ensure_bpffs(dir: &Path) -> Result<(), XdpError> {
         // SAFETY: plain mount(2) with NUL-terminated constant strings.
         let rc = unsafe { libc::mount(c"bpf".as_ptr(), c"/sys/fs/bpf".as_ptr(), c"bpf".as_ptr(), 0, std::ptr::null()) };
         if rc != 0 {
-            return Err(XdpError::Bpffs { path: root.to_path_buf(), source: std::io::Error::last_os_error() });
+            let e = std::io::Error::last_os_error();
+            let source = std::io::Error::new(
+                e.kind(),
+                format!(
+                    "mounting bpffs: {e} (mounting takes CAP_SYS_ADMIN: mount it before the service starts, as systemd does at boot)"
+                ),
+            );
+            return Err(XdpError::Bpffs { path: root.to_path_buf(), source });
         }
         return Ok(());
     }
@@ -480,7 +507,10 @@ impl XdpHandle {
         XdpHandle::attach_with(iface, dns_port, obj, &XdpOptions::default())
     }
 
+    /// Checks the capabilities first ([`super::privileges`]): a missing one is
+    /// named instead of surfacing as the kernel's EPERM.
     pub fn attach_with(iface: &str, dns_port: u16, obj: &[u8], opts: &XdpOptions) -> Result<XdpHandle, XdpError> {
+        super::privileges::check_xdp()?;
         let mut loaded = LoadedXdp::load(obj)?;
         if let Some(dir) = &opts.pin_dir {
             loaded.pin_maps(dir)?;

@@ -14,6 +14,7 @@
 //! - [`name_slots`]: places the served names in `lagran_names`' slots, keyed by
 //!   [`wire_name`]; [`route4_flat`] writes the flat IPv4 route arrays;
 //!   [`mapping`]: the shared mapping of an array map both write through.
+//! - [`privileges`]: the capabilities attaching takes, checked first.
 //! - `netns`: network-namespace and veth helpers for tests (feature `testkit`).
 //!
 //! aya's map types are imported by `maps`, `mapping`, `name_slots` and
@@ -33,6 +34,7 @@ pub mod maps;
 pub mod name_slots;
 #[cfg(any(test, feature = "testkit"))]
 pub mod netns;
+pub mod privileges;
 pub mod route4_flat;
 pub mod sync;
 pub mod tick;
@@ -80,6 +82,8 @@ pub enum XdpError {
     OpenPinned { path: PathBuf, source: Box<aya::maps::MapError> },
     #[error("bpffs at {path}: {source}")]
     Bpffs { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Capabilities(#[from] privileges::MissingCapabilities),
     #[error(
         "attaching XDP to {iface} failed in native mode ({native}) and in generic mode ({generic}); \
          check that the interface exists, that no other XDP program holds it (`ip link show {iface}`), \
