@@ -196,7 +196,7 @@ fn tokens() -> Vec<(String, String)> {
 /// `--insecure-control`, which is what the partition fault needs, not TLS).
 fn start_ns1(net: &Ns1Net, control_ports: &[u16], dir: &Path) -> Daemon {
     let url = |port: u16| format!("http://{HOST_ADDR}:{port}");
-    let mut args = vec!["--name".to_string(), "ns1".into(), "--xdp".into(), NS_IF.into()];
+    let mut args = vec!["--name".to_string(), "ns1".into(), "--insecure-control".into(), "--xdp".into(), NS_IF.into()];
     args.extend(["--control".to_string(), url(control_ports[1])]);
     let mut env = tokens();
     env.push(("LAGRAN_PIN_DIR".into(), "/sys/fs/bpf/lagran-chaos".into()));
