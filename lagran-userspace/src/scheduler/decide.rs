@@ -374,6 +374,8 @@ mod tests {
             origin_ip: None,
             answer_mode: crate::model::AnswerMode::Cname,
             ecs: true,
+            steering: Default::default(),
+            strategy: Default::default(),
         };
         s.store.upsert_domain(&cdn).await.unwrap();
         s.recompute().await.unwrap();

@@ -34,6 +34,7 @@ pub mod cluster;
 pub mod freeze;
 mod heartbeats;
 pub mod lines;
+pub mod measurements;
 pub mod nodes;
 pub mod overrides;
 pub mod rules;
@@ -61,6 +62,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (3, "answer modes", include_str!("../../../migrations/sqlite/0003_answer_modes.sql")),
     (4, "sites", include_str!("../../../migrations/sqlite/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/sqlite/0005_cluster.sql")),
+    (7, "steering", include_str!("../../../migrations/sqlite/0007_steering.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -70,6 +72,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (3, "answer modes", include_str!("../../../migrations/postgres/0003_answer_modes.sql")),
     (4, "sites", include_str!("../../../migrations/postgres/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/postgres/0005_cluster.sql")),
+    (7, "steering", include_str!("../../../migrations/postgres/0007_steering.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
