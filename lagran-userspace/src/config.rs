@@ -70,6 +70,8 @@ pub struct Config {
     pub client_key: Option<PathBuf>,
     pub rrl: RrlSettings,
     pub cookies: CookieSettings,
+    /// `[steering]`: the latency policy's window, sample floor and stabilize band.
+    pub steering: crate::steering::settings::SteeringSettings,
 }
 
 impl Default for Config {
@@ -93,6 +95,7 @@ impl Default for Config {
             client_key: None,
             rrl: RrlSettings::default(),
             cookies: CookieSettings::default(),
+            steering: Default::default(),
         }
     }
 }
@@ -214,6 +217,7 @@ impl Config {
         self.dns.validate(&self.tls)?;
         self.http_redirect.validate()?;
         self.schedule.validate()?;
+        self.steering.validate()?;
         if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
             return Err(InvalidSetting::new(
                 "database_url",

@@ -220,6 +220,7 @@ async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) 
     let health = HealthMonitor::new(config.health.clone());
     let scheduler =
         Arc::new(Scheduler::new(store.clone(), config.schedule.clone(), health.clone(), geo, empty_shared()));
+    scheduler.measurements().set_settings(config.steering.clone());
     let overrides = scheduler.reload_overrides().await.map_err(DaemonError::FirstRecompute)?;
     if overrides > 0 {
         tracing::info!(overrides, "geo overrides applied");

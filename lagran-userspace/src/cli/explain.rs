@@ -45,6 +45,7 @@ pub async fn run(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: 
     let geo = GeoDb::load(config.geo.ipv4_path.as_deref(), config.geo.ipv6_path.as_deref());
     let health = crate::health::HealthMonitor::new(config.health.clone());
     let scheduler = Scheduler::new(store, config.schedule.clone(), health, geo, empty_shared());
+    scheduler.measurements().set_settings(config.steering.clone());
     // The same table the daemon serves (rules, lines, canaries applied), computed here.
     scheduler.reload_overrides().await?;
     scheduler.recompute().await?;

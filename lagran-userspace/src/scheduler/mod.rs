@@ -36,6 +36,7 @@ pub mod geo_reload;
 mod geography;
 mod leadership;
 mod list_cache;
+mod measured;
 mod node_cache;
 mod pending;
 mod publish;
@@ -50,6 +51,7 @@ pub use changes::{ChangeEvent, ChangeLog};
 pub use decide::{ClientQuery, Decision, ServedAnswer};
 pub use forward::Forwarder;
 pub use leadership::Leadership;
+pub use measured::MEASURED;
 
 use crate::background::Background;
 use crate::confirmation::Confirmation;
@@ -103,6 +105,10 @@ pub struct Scheduler {
     confirmation: Arc<Confirmation>,
     /// Where builds run.
     builder: Background,
+    /// The measurement matrix ([`measured`]).
+    measurements: Arc<crate::steering::Measurements>,
+    /// The matrix is to be loaded from the store before the next build.
+    measurements_due: std::sync::atomic::AtomicBool,
 }
 
 impl Scheduler {
@@ -127,6 +133,8 @@ impl Scheduler {
             stats: recompute::RecomputeStats::default(),
             confirmation: Arc::new(Confirmation::new()),
             builder: Background::start("lagran-build").expect("starting the route-table build thread"),
+            measurements: Arc::default(),
+            measurements_due: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -192,6 +200,7 @@ impl Scheduler {
             lines: self.store.list_lines().await?,
             liveness: self.health.liveness(),
             now_ms: now,
+            latency: self.measurements.view(now),
         })
     }
 

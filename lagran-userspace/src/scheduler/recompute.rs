@@ -93,6 +93,11 @@ impl Scheduler {
     /// recomputed after. A standby's [`Change::Liveness`] names no node (it
     /// merged several writes): every node is read again.
     pub fn notify_from_standby(&self, payload: &str) {
+        if payload == super::MEASURED {
+            self.measurements_changed_elsewhere();
+            self.notify(Change::Liveness);
+            return;
+        }
         match forward::decode(payload) {
             Some(Ok(heard)) => self.hear(heard),
             Some(Err(e)) => {
@@ -189,7 +194,10 @@ impl Scheduler {
         let Lists { zones, domains, rules, lines } = self.pending.lists(&self.store, change, now).await?;
         self.pending.note_written(change);
         let nodes = self.pending.nodes(&self.store).await?;
-        let inputs = Inputs { nodes, zones, domains, rules, lines, liveness: self.health.liveness(), now_ms: now };
+        self.load_measurements_if_due(now).await?;
+        let latency = self.measurements.view(now);
+        let inputs =
+            Inputs { nodes, zones, domains, rules, lines, liveness: self.health.liveness(), now_ms: now, latency };
         self.pending.set_next_timeout(inputs.liveness.next_timeout_ms(&inputs.nodes, now));
         Ok(inputs)
     }

@@ -25,12 +25,8 @@ fn cell_from_row(row: &AnyRow) -> Result<StoredCell, StoreError> {
     let c = Cols::keyed(row, "measurement cell", "node")?;
     let json: String = c.get("cell_json")?;
     let cell = serde_json::from_str(&json).map_err(|e| c.corrupt("cell_json", e.to_string()))?;
-    let location = Location {
-        country: c.get("country")?,
-        province: c.get("province")?,
-        city: c.get("city")?,
-        isp: c.get("isp")?,
-    };
+    let location =
+        Location { country: c.get("country")?, province: c.get("province")?, city: c.get("city")?, isp: c.get("isp")? };
     Ok(StoredCell { location, node: c.key().to_string(), cell })
 }
 

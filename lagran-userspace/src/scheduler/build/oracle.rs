@@ -409,7 +409,16 @@ mod equivalence {
             spill: rng.gen_bool(0.3).then(Default::default),
             ..Default::default()
         };
-        let inputs = Inputs { nodes, zones: vec![Zone::new(APEX)], domains, rules, lines, liveness, now_ms: 1_000_000 };
+        let inputs = Inputs {
+            nodes,
+            zones: vec![Zone::new(APEX)],
+            domains,
+            rules,
+            lines,
+            liveness,
+            now_ms: 1_000_000,
+            latency: Default::default(),
+        };
         (inputs, settings)
     }
 
