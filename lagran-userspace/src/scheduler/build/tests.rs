@@ -12,6 +12,7 @@ use crate::partition::UNKNOWN;
 use crate::route_table::AnswerState;
 
 mod cname;
+mod steering;
 mod unlocated;
 
 const APEX: &str = "edge.lagran.net";
