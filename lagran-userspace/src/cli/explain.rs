@@ -84,9 +84,10 @@ pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
     let _ = writeln!(out, "{:>3}  {:<14} {:<16} {:>6}  {:<48} reason", "#", "node", "public_ip", "score", "terms");
     for (i, cand) in d.ranking.candidates.iter().enumerate() {
         let terms: Vec<String> = cand.terms.iter().map(|(k, v)| format!("{k} {v:+}")).collect();
+        let rtt = d.measured.get(&cand.name).map_or(String::new(), |(ms, n)| format!("  rtt_ms {ms:.1} ({n} samples)"));
         let _ = writeln!(
             out,
-            "{:>3}  {:<14} {:<16} {:>6}  {:<48} {}",
+            "{:>3}  {:<14} {:<16} {:>6}  {:<48} {}{rtt}",
             i + 1,
             cand.name,
             cand.public_ip.map_or("-".to_string(), |a| a.to_string()),
@@ -120,6 +121,7 @@ pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
     if let Some(s) = &d.served {
         render_served(&mut out, s, d.ttl);
     }
+    let _ = writeln!(out, "decided   by {}", d.decided_by);
     out
 }
 

@@ -3,11 +3,14 @@
 //! store when this process starts, takes the lead, or hears that a standby
 //! took reports.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::build::steer::{BY_HASH, BY_LATENCY, BY_WEIGHT};
 use super::{Change, Scheduler, SchedulerError};
 use crate::location::Location;
+use crate::route_table::{Answer, AnswerState};
 use crate::steering::Measurements;
 use crate::steering::estimate::Report;
 
@@ -63,5 +66,34 @@ impl Scheduler {
                 Err(e.into())
             }
         }
+    }
+}
+
+impl Scheduler {
+    /// The matrix's fresh estimates for `location`: node -> (RTT ms, samples).
+    pub(super) fn measured_for(&self, location: &Location, now_ms: i64) -> HashMap<String, (f64, u32)> {
+        self.measurements.row(location, now_ms).into_iter().map(|(n, e)| (n, (e.rtt_ms, e.samples))).collect()
+    }
+}
+
+/// What decided `answer`, by the reason the build gave it.
+pub(super) fn decided_by(answer: &Answer) -> &'static str {
+    let r = answer.reason.as_str();
+    if answer.state == AnswerState::Canary
+        || answer.canary.is_some()
+        || r.starts_with("manual rule")
+        || r.starts_with("canary rule")
+    {
+        "rule"
+    } else if r.starts_with("line ") {
+        "line"
+    } else if r == BY_LATENCY {
+        "latency"
+    } else if r == BY_WEIGHT {
+        "weighted"
+    } else if r == BY_HASH {
+        "hash"
+    } else {
+        "geo"
     }
 }
