@@ -16,6 +16,7 @@ mod postgres;
 mod publish;
 mod real_geo;
 mod scheduling;
+mod steering;
 mod support;
 mod topology;
 mod unlocated;

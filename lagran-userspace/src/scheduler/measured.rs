@@ -34,7 +34,7 @@ impl Scheduler {
     ) -> Result<(), SchedulerError> {
         let window = self.measurements.settings().window_ms();
         let cells = self.store.add_measurements(reports, now_ms - window).await?;
-        self.measurements.restore(cells);
+        self.measurements.restore(cells.into_iter().map(|c| (c.location, c.node, c.cell)));
         if self.leading() {
             self.notify(Change::Liveness);
         } else {
@@ -58,7 +58,7 @@ impl Scheduler {
         match self.store.list_measurements(now_ms - window).await {
             Ok(cells) => {
                 tracing::debug!(cells = cells.len(), "measurement matrix loaded from the store");
-                self.measurements.replace(cells);
+                self.measurements.replace(cells.into_iter().map(|c| (c.location, c.node, c.cell)));
                 Ok(())
             }
             Err(e) => {

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 use crate::location::Location;
-use crate::store::measurements::StoredCell;
+use estimate::Cell;
 use matrix::{Matrix, NodeRtt};
 use settings::SteeringSettings;
 
@@ -101,16 +101,17 @@ impl Measurements {
         *self.settings.write().expect("steering settings lock poisoned") = settings;
     }
 
-    /// Puts cells (as stored) into the matrix, replacing those it holds.
-    pub fn restore(&self, cells: Vec<StoredCell>) {
+    /// Puts cells (partition location, node, cell; as stored) into the
+    /// matrix, replacing those it holds.
+    pub fn restore(&self, cells: impl IntoIterator<Item = (Location, String, Cell)>) {
         let mut m = self.matrix.lock().expect("measurement matrix lock poisoned");
-        for c in cells {
-            m.restore(c.location, c.node, c.cell);
+        for (location, node, cell) in cells {
+            m.restore(location, node, cell);
         }
     }
 
     /// Replaces the whole matrix with `cells` (loaded from the database).
-    pub fn replace(&self, cells: Vec<StoredCell>) {
+    pub fn replace(&self, cells: impl IntoIterator<Item = (Location, String, Cell)>) {
         *self.matrix.lock().expect("measurement matrix lock poisoned") = Matrix::default();
         self.restore(cells);
     }
