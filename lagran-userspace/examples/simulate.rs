@@ -214,6 +214,8 @@ fn build(
         origin_ip: None,
         answer_mode: Default::default(),
         ecs: true,
+        steering: Default::default(),
+        strategy: Default::default(),
     }];
     let inputs =
         Inputs { nodes: nodes.to_vec(), zones: vec![zone], domains, now_ms: 1_700_000_000_000, ..Inputs::default() };

@@ -74,6 +74,8 @@ pub struct Config {
     pub cookies: CookieSettings,
     /// Where the control plane keeps the DNSSEC keys of the signed zones.
     pub dnssec_key_dir: PathBuf,
+    /// `[steering]`: the latency policy's window, sample floor and stabilize band.
+    pub steering: crate::steering::settings::SteeringSettings,
 }
 
 impl Default for Config {
@@ -99,6 +101,7 @@ impl Default for Config {
             rrl: RrlSettings::default(),
             cookies: CookieSettings::default(),
             dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
+            steering: Default::default(),
         }
     }
 }
@@ -232,6 +235,7 @@ impl Config {
         self.dns.validate(&self.tls)?;
         self.http_redirect.validate()?;
         self.schedule.validate()?;
+        self.steering.validate()?;
         if !(self.database_url.starts_with("sqlite:") || self.database_url.starts_with("postgres")) {
             return Err(InvalidSetting::new(
                 "database_url",

@@ -221,6 +221,7 @@ async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) 
     let scheduler =
         Arc::new(Scheduler::new(store.clone(), config.schedule.clone(), health.clone(), geo, empty_shared()));
     scheduler.set_dnssec_keys(crate::dnssec::KeyDirectory::new(&config.dnssec_key_dir));
+    scheduler.measurements().set_settings(config.steering.clone());
     let overrides = scheduler.reload_overrides().await.map_err(DaemonError::FirstRecompute)?;
     if overrides > 0 {
         tracing::info!(overrides, "geo overrides applied");

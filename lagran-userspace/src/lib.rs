@@ -48,6 +48,7 @@ pub mod redirect;
 pub mod route_table;
 pub mod scheduler;
 pub mod settings;
+pub mod steering;
 pub mod store;
 pub mod supervisor;
 pub mod table_stream;

@@ -22,6 +22,7 @@ mod publish;
 mod real_geo;
 mod rum;
 mod scheduling;
+mod steering;
 mod support;
 mod topology;
 mod unlocated;

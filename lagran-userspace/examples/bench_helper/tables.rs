@@ -276,6 +276,8 @@ fn bench_domains(zone: &Zone, n: usize, pool: impl Fn(usize) -> String) -> Vec<D
             origin_ip: None,
             answer_mode: Default::default(),
             ecs: true,
+            steering: Default::default(),
+            strategy: Default::default(),
         })
         .collect()
 }

@@ -11,7 +11,7 @@ use axum::routing::{MethodFilter, on};
 
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
-use super::{certificates, console, geo, nodes, routes, rules, schedule, sites, zones};
+use super::{certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, zones};
 
 /// One declared endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +80,9 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/api/v1/console/nodes", Read, console::nodes)
         .at(GET, "/api/v1/console/traffic", Read, console::traffic)
         .at(GET, "/api/v1/console/faults", Read, console::faults)
+        .at(POST, "/api/v1/measurements", ReadOrAnyNode, measurements::post)
+        .at(GET, "/api/v1/measurements", Read, measurements::get)
+        .at(GET, "/api/v1/measurements/candidates", ReadOrAnyNode, measurements::candidates)
         .at(GET, "/api/v1/nodes", Read, nodes::list)
         .at(POST, "/api/v1/nodes", Admin, nodes::create)
         .at(GET, "/api/v1/nodes/{name}", Read, nodes::get_one)

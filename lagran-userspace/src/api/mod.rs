@@ -13,6 +13,7 @@ pub mod console;
 pub mod endpoints;
 pub mod error;
 pub mod geo;
+pub mod measurements;
 pub mod names;
 pub mod nodes;
 pub mod routes;

@@ -98,6 +98,8 @@ mod tests {
             origin_ip: None,
             answer_mode: Default::default(),
             ecs: true,
+            steering: Default::default(),
+            strategy: Default::default(),
         };
         let mut gz = Node::new("gz-01".to_string());
         gz.hostname = Some("gz-01.edge.lagran.net".into());

@@ -37,15 +37,19 @@ pub struct ClientJson {
 
 /// The response body (`primary`/`backup` are null when no node is eligible).
 /// Each node is a [`Candidate`] as it serializes: name, public_ip,
-/// public_ipv6, province, city, isp, weight, score, reason, terms.
+/// public_ipv6, province, city, isp, weight, score, reason, terms; and its
+/// measured `rtt_ms` and `rtt_samples` for the client's partition (null
+/// when the matrix has no fresh report).
 #[derive(Debug, Serialize)]
 pub struct ScheduleJson {
     pub domain: String,
     pub ttl: u32,
     pub client: ClientJson,
-    pub primary: Option<Candidate>,
-    pub backup: Option<Candidate>,
-    pub candidates: Vec<Candidate>,
+    pub primary: Option<CandidateJson>,
+    pub backup: Option<CandidateJson>,
+    pub candidates: Vec<CandidateJson>,
+    /// What decided the served answer: `geo`, `latency`, `weighted`, `hash`, `rule` or `line`.
+    pub decided_by: &'static str,
     pub excluded: Vec<ExcludedJson>,
     pub region: Option<String>,
     pub partition: Option<String>,
@@ -54,6 +58,22 @@ pub struct ScheduleJson {
     /// What DNS answers this client (what `dig` shows): CNAME target and
     /// records, ECS scope, and the resolver when the subnet could not be located.
     pub served: Option<ServedAnswer>,
+}
+
+/// A candidate with its measured RTT.
+#[derive(Debug, Serialize)]
+pub struct CandidateJson {
+    #[serde(flatten)]
+    pub candidate: Candidate,
+    pub rtt_ms: Option<f64>,
+    pub rtt_samples: Option<u32>,
+}
+
+impl CandidateJson {
+    fn of(c: &Candidate, d: &Decision) -> CandidateJson {
+        let m = d.measured.get(&c.name);
+        CandidateJson { candidate: c.clone(), rtt_ms: m.map(|m| m.0), rtt_samples: m.map(|m| m.1) }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -73,9 +93,10 @@ impl From<&Decision> for ScheduleJson {
                 city: d.client.city.clone(),
                 isp: d.client.isp.clone(),
             },
-            primary: d.ranking.primary().cloned(),
-            backup: d.ranking.backup().cloned(),
-            candidates: d.ranking.candidates.clone(),
+            primary: d.ranking.primary().map(|c| CandidateJson::of(c, d)),
+            backup: d.ranking.backup().map(|c| CandidateJson::of(c, d)),
+            candidates: d.ranking.candidates.iter().map(|c| CandidateJson::of(c, d)).collect(),
+            decided_by: d.decided_by,
             excluded: d
                 .ranking
                 .excluded

@@ -10,7 +10,9 @@ use serde::Deserialize;
 
 use super::AppState;
 use super::error::{ApiError, parse_json};
-use crate::model::{AnswerMode, DEFAULT_POOL, Denial, DnssecAlgorithm, Domain, NsHost, Zone, ZoneDnssec};
+use crate::model::{
+    AnswerMode, DEFAULT_POOL, Denial, DnssecAlgorithm, Domain, NsHost, Steering, Strategy, Zone, ZoneDnssec,
+};
 
 /// `PUT /api/v1/zones/{name}` body; absent fields keep their defaults.
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +53,12 @@ pub struct DomainBody {
     pub answer_mode: AnswerMode,
     /// ECS decides (default `true`); `false`: the resolver's address decides.
     pub ecs: Option<bool>,
+    /// `"geo"` (default) or `"latency"`.
+    #[serde(default)]
+    pub steering: Steering,
+    /// `"best"` (default), `"weighted"` or `"hash"`.
+    #[serde(default)]
+    pub strategy: Strategy,
 }
 
 fn normalise(name: &str) -> String {
@@ -175,6 +183,8 @@ pub async fn put_domain(
         origin_ip: body.origin_ip,
         answer_mode: body.answer_mode,
         ecs: body.ecs.unwrap_or(true),
+        steering: body.steering,
+        strategy: body.strategy,
     };
     if domain.name != domain.zone && !domain.name.ends_with(&format!(".{}", domain.zone)) {
         return Err(ApiError::bad_field("zone", format!("{} is not inside zone {}", domain.name, domain.zone)));

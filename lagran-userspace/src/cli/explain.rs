@@ -45,6 +45,7 @@ pub async fn run(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: 
     let geo = GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo));
     let health = crate::health::HealthMonitor::new(config.health.clone());
     let scheduler = Scheduler::new(store, config.schedule.clone(), health, geo, empty_shared());
+    scheduler.measurements().set_settings(config.steering.clone());
     // The same table the daemon serves (rules, lines, canaries applied), computed here.
     scheduler.reload_overrides().await?;
     scheduler.recompute().await?;
@@ -89,9 +90,10 @@ pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
     let _ = writeln!(out, "{:>3}  {:<14} {:<16} {:>6}  {:<48} reason", "#", "node", "public_ip", "score", "terms");
     for (i, cand) in d.ranking.candidates.iter().enumerate() {
         let terms: Vec<String> = cand.terms.iter().map(|(k, v)| format!("{k} {v:+}")).collect();
+        let rtt = d.measured.get(&cand.name).map_or(String::new(), |(ms, n)| format!("  rtt_ms {ms:.1} ({n} samples)"));
         let _ = writeln!(
             out,
-            "{:>3}  {:<14} {:<16} {:>6}  {:<48} {}",
+            "{:>3}  {:<14} {:<16} {:>6}  {:<48} {}{rtt}",
             i + 1,
             cand.name,
             cand.public_ip.map_or("-".to_string(), |a| a.to_string()),
@@ -125,6 +127,7 @@ pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
     if let Some(s) = &d.served {
         render_served(&mut out, s, d.ttl);
     }
+    let _ = writeln!(out, "decided   by {}", d.decided_by);
     out
 }
 

@@ -80,6 +80,7 @@ pub const KEY_GROUPS: &[&[Key]] = &[
     crate::dns::rrl::RRL_KEYS,
     crate::dns::cookie::COOKIE_KEYS,
     crate::scheduler::settings::SCHEDULE_KEYS,
+    crate::steering::settings::STEERING_KEYS,
     crate::health::HEALTH_KEYS,
     crate::geo::settings::GEO_KEYS,
     crate::control_tls::API_TLS_KEYS,

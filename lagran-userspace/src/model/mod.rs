@@ -19,6 +19,9 @@ pub use geo_override::GeoOverride;
 pub use line::{Line, LineAnswer};
 pub use rule::{Rule, RuleKind};
 
+pub use crate::steering::Steering;
+pub use crate::steering::strategy::Strategy;
+
 /// Whether a node may be scheduled: only `online` nodes (with a public address) are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -193,6 +196,14 @@ pub struct Domain {
     /// names the operator marks for it.
     #[serde(default = "yes")]
     pub ecs: bool,
+    /// `geo` (default): the location scoring decides; `latency`: the lowest
+    /// measured RTT decides where a partition is measured enough.
+    #[serde(default)]
+    pub steering: Steering,
+    /// `best` (default), `weighted` or `hash`: how a partition's clients are
+    /// spread over the eligible nodes.
+    #[serde(default)]
+    pub strategy: Strategy,
 }
 
 fn yes() -> bool {

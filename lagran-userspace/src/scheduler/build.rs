@@ -22,6 +22,7 @@ mod memo;
 mod name;
 mod overrides;
 mod rank;
+pub mod steer;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,6 +39,7 @@ use crate::partition::PartitionTable;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
 use crate::route_table::{Answer, NodeHost, RouteTable, ScheduledName, ZoneRoutes};
 use crate::scheduler::settings::ScheduleSettings;
+use crate::steering::LatencyView;
 
 pub(super) use answers::pin;
 use answers::{AnswerShape, Answers, unlocated_answer};
@@ -59,6 +61,8 @@ pub struct Inputs {
     pub lines: Vec<Line>,
     pub liveness: Liveness,
     pub now_ms: i64,
+    /// The measurement matrix's fresh estimates, for names steered by latency.
+    pub latency: Arc<LatencyView>,
 }
 
 /// What a recompute carries over from the previous one.
@@ -81,6 +85,8 @@ pub struct BuildState {
     /// The partition ranges by partition, for splicing maps (built on the
     /// first incremental build, kept while the partitions stay).
     ranges: Option<Arc<RangesByPartition>>,
+    /// The latency policy's choices, for its stabilize band.
+    steered: steer::Held,
 }
 
 /// No automatic primary (no eligible node).
@@ -307,7 +313,7 @@ struct NameMaps {
     kept: Option<Arc<Vec<Answer>>>,
 }
 
-impl Names<'_> {
+impl<'a> Names<'a> {
     /// One scheduled name: decided, overridden, mapped (see the module doc).
     fn name(
         &self,
@@ -325,7 +331,12 @@ impl Names<'_> {
         let applying: Vec<usize> =
             self.region.iter().enumerate().filter(|(_, r)| r.applies_to(&spec.name)).map(|(i, _)| i).collect();
         let previous = state.choices.get(&spec.name);
-        let twin = memo.names.twin(&spec.pool, shape.steady_ttl, &applying, previous, &state.choices);
+        // A steered name decides partitions its own way: it neither copies a twin nor is one.
+        let steered = spec.domain.filter(|d| steer::applies(d));
+        let twin = match steered {
+            Some(_) => None,
+            None => memo.names.twin(&spec.pool, shape.steady_ttl, &applying, previous, &state.choices),
+        };
         // No line and no prefix rule applies: the answers come from the decisions alone.
         let plain = !self.inputs.lines.iter().any(|l| line_applies(l, &spec.name))
             && !self.rules.iter().any(|r| prefix_rule_applies(r, &spec.name));
@@ -340,23 +351,28 @@ impl Names<'_> {
         let mut nb = NameBuild { name: &spec.name, shape, settings: self.settings, answers: Answers::default() };
         let mut last = memo.names.take_last(&spec.name);
         let mut rec = NameRecord { natural: vec![None; self.ctx.plan.class_count()], ..Default::default() };
-        let (by_partition, chosen) = match twin {
+        let (mut by_partition, chosen) = match twin {
             Some(t) => memo.names.twin_decisions(t, &mut nb.answers),
             None => {
                 let decided =
                     self.decide_partitions(&mut nb, (pr, dirty), previous, &state.chosen_names, &mut last, &mut rec);
                 let answers_len = nb.answers.list.len();
-                memo.names.push_twin(Twin::new(
-                    &spec.name,
-                    &spec.pool,
-                    shape.steady_ttl,
-                    applying,
-                    answers_len,
-                    &decided,
-                ));
+                if steered.is_none() {
+                    let twin = Twin::new(&spec.name, &spec.pool, shape.steady_ttl, applying, answers_len, &decided);
+                    memo.names.push_twin(twin);
+                }
                 decided
             }
         };
+        match steered {
+            Some(domain) => {
+                let held = state.steered.entry(spec.name.clone()).or_default();
+                self.steer(pr, shape, domain).apply(&mut by_partition, &mut nb.answers, held);
+            }
+            None => {
+                state.steered.remove(&spec.name);
+            }
+        }
         choices.insert(spec.name.clone(), chosen);
         let class0 = self.ctx.plan.class_of()[0];
         let unknown = &pr.rankings[class0 as usize];
@@ -372,7 +388,7 @@ impl Names<'_> {
         let pre_answers = (!over.is_empty()).then(|| Arc::new(nb.answers.list.clone()));
         let maps = self.maps(&mut nb, (pr, dirty), &last, (&by_partition, unlocated), &over, &mut memo.names);
         let answers = maps.kept.unwrap_or_else(|| Arc::new(std::mem::take(&mut nb.answers.list)));
-        if twin.is_none() {
+        if twin.is_none() && steered.is_none() {
             let done =
                 plain.then(|| Done { answers: answers.clone(), unlocated, v4: maps.v4.clone(), v6: maps.v6.clone() });
             memo.names.finish_twin(&answers, done);
@@ -452,6 +468,20 @@ impl Names<'_> {
             chosen.push(primary);
         }
         (by_partition, chosen)
+    }
+
+    /// What steering `domain` reads ([`steer`]).
+    fn steer<'s>(&'s self, pr: &'s PoolRanks, shape: AnswerShape, domain: &'s Domain) -> steer::Steer<'s, 'a> {
+        steer::Steer {
+            ctx: &self.ctx,
+            pr,
+            region: self.region,
+            settings: self.settings,
+            latency: &self.inputs.latency,
+            shape,
+            name: &domain.name,
+            domain,
+        }
     }
 
     /// One class's decision: the recorded one replayed, or decided anew.

@@ -61,6 +61,11 @@ pub struct Decision {
     pub note: String,
     /// What DNS answers this client (`None` for a tuple, or a name the table does not schedule).
     pub served: Option<ServedAnswer>,
+    /// What decided the served answer: `geo`, `latency`, `weighted`, `hash`, `rule` or `line`.
+    pub decided_by: &'static str,
+    /// The measurement matrix's fresh estimates for the client's partition:
+    /// node -> (RTT ms, samples).
+    pub measured: std::collections::HashMap<String, (f64, u32)>,
 }
 
 /// What the NS hosts answer a client, as `dig` sees it: the decision is
@@ -196,10 +201,25 @@ impl Scheduler {
             }
             _ => {}
         }
+        let decided_by = served.as_ref().map_or("geo", |(a, _)| super::measured::decided_by(a));
+        let measured = self.measured_for(&location, now_ms());
         let route_ttl = served.as_ref().map_or(ttl, |(a, _)| a.ttl);
         let ttl = dns.served_ttl(route_ttl);
         let served = served.map(|(_, s)| s);
-        Ok(Decision { domain, ttl, route_ttl, client: location, region, partition, pool, ranking, note, served })
+        Ok(Decision {
+            domain,
+            ttl,
+            route_ttl,
+            client: location,
+            region,
+            partition,
+            pool,
+            ranking,
+            note,
+            served,
+            decided_by,
+            measured,
+        })
     }
 }
 
@@ -374,6 +394,8 @@ mod tests {
             origin_ip: None,
             answer_mode: crate::model::AnswerMode::Cname,
             ecs: true,
+            steering: Default::default(),
+            strategy: Default::default(),
         };
         s.store.upsert_domain(&cdn).await.unwrap();
         s.recompute().await.unwrap();

@@ -135,6 +135,7 @@ impl Scheduler {
         // As a standby this process built nothing: the leader's writes went by.
         self.pending.forget_reads();
         self.forwarder.discard();
+        self.measurements_changed_elsewhere();
         self.leadership.take_lead(epoch);
     }
 }

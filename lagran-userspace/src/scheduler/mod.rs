@@ -41,6 +41,7 @@ pub mod geo_reload;
 mod geography;
 mod leadership;
 mod list_cache;
+mod measured;
 mod node_cache;
 mod pending;
 mod publish;
@@ -57,6 +58,7 @@ pub use changes::{ChangeEvent, ChangeLog};
 pub use decide::{ClientQuery, Decision, ServedAnswer};
 pub use forward::Forwarder;
 pub use leadership::Leadership;
+pub use measured::MEASURED;
 
 use crate::background::Background;
 use crate::confirmation::Confirmation;
@@ -114,6 +116,10 @@ pub struct Scheduler {
     builder: Background,
     /// Signs the signed zones of every table built (set once at start).
     dnssec: std::sync::OnceLock<Arc<std::sync::Mutex<crate::dnssec::TableSigner>>>,
+    /// The measurement matrix ([`measured`]).
+    measurements: Arc<crate::steering::Measurements>,
+    /// The matrix is to be loaded from the store before the next build.
+    measurements_due: std::sync::atomic::AtomicBool,
 }
 
 impl Scheduler {
@@ -140,6 +146,8 @@ impl Scheduler {
             confirmation: Arc::new(Confirmation::new()),
             builder: Background::start("lagran-build").expect("starting the route-table build thread"),
             dnssec: std::sync::OnceLock::new(),
+            measurements: Arc::default(),
+            measurements_due: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -211,6 +219,7 @@ impl Scheduler {
             lines: self.store.list_lines().await?,
             liveness: self.health.liveness(),
             now_ms: now,
+            latency: self.measurements.view(now),
         })
     }
 

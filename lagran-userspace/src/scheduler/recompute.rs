@@ -99,6 +99,11 @@ impl Scheduler {
     /// recomputed after. A standby's [`Change::Liveness`] names no node (it
     /// merged several writes): every node is read again.
     pub fn notify_from_standby(&self, payload: &str) {
+        if payload == super::MEASURED {
+            self.measurements_changed_elsewhere();
+            self.notify(Change::Liveness);
+            return;
+        }
         match forward::decode(payload) {
             Some(Ok(heard)) => self.hear(heard),
             Some(Err(e)) => {
@@ -204,7 +209,9 @@ impl Scheduler {
         let mut liveness = self.health.liveness();
         let ratio = self.health.settings().max_withdraw_ratio;
         fail_static.set_held(self.guard.apply(&nodes, &mut liveness, now, ratio));
-        let inputs = Inputs { nodes, zones, domains, rules, lines, liveness, now_ms: now };
+        self.load_measurements_if_due(now).await?;
+        let latency = self.measurements.view(now);
+        let inputs = Inputs { nodes, zones, domains, rules, lines, liveness, now_ms: now, latency };
         self.pending.set_next_timeout(inputs.liveness.next_timeout_ms(&inputs.nodes, now));
         Ok(inputs)
     }

@@ -34,6 +34,7 @@ pub mod cluster;
 pub mod freeze;
 mod heartbeats;
 pub mod lines;
+pub mod measurements;
 pub mod nodes;
 pub mod overrides;
 pub mod rules;
@@ -62,7 +63,8 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (4, "sites", include_str!("../../../migrations/sqlite/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/sqlite/0005_cluster.sql")),
     (6, "integrity", include_str!("../../../migrations/sqlite/0006_integrity.sql")),
-    (9, "dnssec", include_str!("../../../migrations/sqlite/0009_dnssec.sql")),
+    (7, "steering", include_str!("../../../migrations/sqlite/0007_steering.sql")),
+    (8, "dnssec", include_str!("../../../migrations/sqlite/0008_dnssec.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -73,7 +75,8 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (4, "sites", include_str!("../../../migrations/postgres/0004_sites.sql")),
     (5, "cluster", include_str!("../../../migrations/postgres/0005_cluster.sql")),
     (6, "integrity", include_str!("../../../migrations/postgres/0006_integrity.sql")),
-    (9, "dnssec", include_str!("../../../migrations/postgres/0009_dnssec.sql")),
+    (7, "steering", include_str!("../../../migrations/postgres/0007_steering.sql")),
+    (8, "dnssec", include_str!("../../../migrations/postgres/0008_dnssec.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.

@@ -112,6 +112,8 @@ fn domain(name: &str, zone: &str) -> Domain {
         origin_ip: None,
         answer_mode: Default::default(),
         ecs: true,
+        steering: Default::default(),
+        strategy: Default::default(),
     }
 }
 
@@ -416,6 +418,8 @@ async fn domains_need_their_zone(store: Store) {
         origin_ip: Some(Ipv4Addr::new(198, 51, 100, 1)),
         answer_mode: crate::model::AnswerMode::Cname,
         ecs: false,
+        steering: Default::default(),
+        strategy: Default::default(),
         pool: "pool-a".into(),
         ..domain("pool-a.edge.lagran.net", EDGE)
     };
@@ -553,6 +557,8 @@ async fn lines_crud(store: Store) {
             origin_ip: Some(Ipv4Addr::new(198, 51, 100, 80)),
             answer_mode: Default::default(),
             ecs: true,
+            steering: Default::default(),
+            strategy: Default::default(),
             ..domain("www.edge.lagran.net", EDGE)
         })
         .await

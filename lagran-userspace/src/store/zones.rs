@@ -10,11 +10,11 @@ use sqlx::error::ErrorKind;
 
 use super::validate;
 use super::{Cols, DbContext, Store, StoreError};
-use crate::model::{AnswerMode, Domain, NsHost, Zone};
+use crate::model::{AnswerMode, Domain, NsHost, Steering, Strategy, Zone};
 
 const ZONE_COLUMNS: &str =
     "name, soa_mname, soa_rname, soa_serial, soa_refresh, soa_retry, soa_expire, soa_minimum, ns_ttl, dnssec";
-const DOMAIN_COLUMNS: &str = "name, zone, pool, ttl, origin_ip, answer_mode, ecs";
+const DOMAIN_COLUMNS: &str = "name, zone, pool, ttl, origin_ip, answer_mode, ecs, steering, strategy";
 
 /// Whether `name` is `zone` itself or a name below it.
 pub fn in_zone(name: &str, zone: &str) -> bool {
@@ -109,6 +109,14 @@ fn domain_from_row(row: &AnyRow) -> Result<Domain, StoreError> {
             AnswerMode::parse(&m).ok_or_else(|| c.corrupt("answer_mode", format!("unknown answer mode {m:?}")))?
         },
         ecs: c.get::<i64>("ecs")? != 0,
+        steering: {
+            let m: String = c.get("steering")?;
+            Steering::parse(&m).ok_or_else(|| c.corrupt("steering", format!("unknown steering {m:?}")))?
+        },
+        strategy: {
+            let m: String = c.get("strategy")?;
+            Strategy::parse(&m).ok_or_else(|| c.corrupt("strategy", format!("unknown strategy {m:?}")))?
+        },
     })
 }
 
@@ -275,10 +283,10 @@ impl Store {
             return Err(missing_zone(d));
         }
         let written = sqlx::query(&format!(
-            "INSERT INTO domains ({DOMAIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+            "INSERT INTO domains ({DOMAIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (name) DO UPDATE SET zone = excluded.zone, pool = excluded.pool, \
              ttl = excluded.ttl, origin_ip = excluded.origin_ip, answer_mode = excluded.answer_mode, \
-             ecs = excluded.ecs"
+             ecs = excluded.ecs, steering = excluded.steering, strategy = excluded.strategy"
         ))
         .bind(name)
         .bind(&d.zone)
@@ -287,6 +295,8 @@ impl Store {
         .bind(d.origin_ip.map(|a| a.to_string()))
         .bind(d.answer_mode.as_str())
         .bind(i64::from(d.ecs))
+        .bind(d.steering.as_str())
+        .bind(d.strategy.as_str())
         .execute(&mut *tx)
         .await
         .ctx(|| format!("writing domain {name:?}"));

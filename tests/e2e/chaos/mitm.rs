@@ -62,8 +62,9 @@ impl Mitm {
             .set("x-lagran-agent-token", &self.token)
             .timeout(Duration::from_secs(5))
             .call()
-            .and_then(|r| Ok(r.into_string()?))
-            .expect("the man in the middle reads the real table");
+            .expect("the man in the middle reads the real table")
+            .into_string()
+            .expect("the real table is text");
         let head: Value = serde_json::from_str(&real).expect("the table is JSON");
         let (version, epoch) = (head["version"].as_u64().unwrap(), head["epoch"].as_u64().unwrap());
         let was = format!("{{\"version\":{version},\"epoch\":{epoch},");

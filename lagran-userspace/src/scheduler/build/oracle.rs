@@ -377,6 +377,8 @@ mod equivalence {
                 origin_ip: Some(Ipv4Addr::new(198, 51, 100, 80)),
                 answer_mode: Default::default(),
                 ecs: true,
+                steering: Default::default(),
+                strategy: Default::default(),
             });
         }
         domains.push(Domain {
@@ -387,6 +389,8 @@ mod equivalence {
             origin_ip: None,
             answer_mode: Default::default(),
             ecs: true,
+            steering: Default::default(),
+            strategy: Default::default(),
         });
         let mut liveness =
             Liveness { heartbeat_timeout_ms: if rng.gen_bool(0.5) { 60_000 } else { 0 }, ..Default::default() };
@@ -405,7 +409,16 @@ mod equivalence {
             spill: rng.gen_bool(0.3).then(Default::default),
             ..Default::default()
         };
-        let inputs = Inputs { nodes, zones: vec![Zone::new(APEX)], domains, rules, lines, liveness, now_ms: 1_000_000 };
+        let inputs = Inputs {
+            nodes,
+            zones: vec![Zone::new(APEX)],
+            domains,
+            rules,
+            lines,
+            liveness,
+            now_ms: 1_000_000,
+            latency: Default::default(),
+        };
         (inputs, settings)
     }
 

@@ -139,6 +139,12 @@ impl Ctx<'_> {
         r
     }
 
+    /// `node`'s score in `class`'s full IPv4 ranking of pool `pr`, if it is
+    /// in it (eligible there).
+    pub fn score_in(&self, pr: &PoolRanks, class: u32, node: usize) -> Option<i64> {
+        self.plan.candidate_score(&pr.sets[0], &pr.tops[class as usize][0], node, class)
+    }
+
     /// `r` with `node` in it when the full ranking has it (pins and hysteresis
     /// reach past the top).
     pub fn with_node(&self, r: &Ranking, pr: &PoolRanks, family: usize, class: u32, node: &str) -> Ranking {

@@ -12,6 +12,7 @@ use crate::partition::UNKNOWN;
 use crate::route_table::AnswerState;
 
 mod cname;
+mod steering;
 mod unlocated;
 
 const APEX: &str = "edge.lagran.net";
@@ -171,6 +172,8 @@ fn pool_names_answer_from_their_pool_and_keep_their_ids() {
         origin_ip: None,
         answer_mode: Default::default(),
         ecs: true,
+        steering: Default::default(),
+        strategy: Default::default(),
     });
     let mut state = BuildState::default();
     let s = ScheduleSettings::default();
@@ -253,6 +256,8 @@ fn a_line_beats_geo_and_answers_the_origin() {
         origin_ip: Some(Ipv4Addr::new(198, 51, 100, 80)),
         answer_mode: Default::default(),
         ecs: true,
+        steering: Default::default(),
+        strategy: Default::default(),
     });
     inputs.lines.push(Line::new("spiders", LineAnswer::Origin, vec!["58.60.0.0/20".parse().unwrap()]));
     let t = build(&inputs, &ScheduleSettings::default());

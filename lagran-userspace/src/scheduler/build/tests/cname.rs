@@ -17,6 +17,8 @@ fn cname_inputs() -> Inputs {
             origin_ip: None,
             answer_mode: mode,
             ecs: true,
+            steering: Default::default(),
+            strategy: Default::default(),
         });
     }
     inputs
