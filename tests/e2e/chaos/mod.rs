@@ -97,7 +97,6 @@ fn run(profile: Profile, test: &str) {
 }
 
 #[test]
-#[ignore = "fails until the control plane fails static: run by hand"]
 fn chaos_short() {
     run(Profile::short(), "chaos_short");
 }
