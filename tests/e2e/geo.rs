@@ -141,8 +141,11 @@ fn override_via_api_and_cli_changes_the_answer_without_restart() {
     assert!(ok, "{out}{err}");
     assert_eq!(a_for(&d, "123.112.7.0/24"), vec![HK01]);
     // A wrong token is refused with the API's message.
-    let (ok, _, err) =
-        lagran(dir.path(), &[("ADMIN_TOKEN", "wrong")], &["geo", "override", "rm", "1.2.3.0/24", "--api", &api]);
+    let (ok, _, err) = lagran(
+        dir.path(),
+        &[("ADMIN_TOKEN", "a-wrong-admin-token-0123")],
+        &["geo", "override", "rm", "1.2.3.0/24", "--api", &api],
+    );
     assert!(!ok && err.contains("401"), "{err}");
 }
 

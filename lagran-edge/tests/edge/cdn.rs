@@ -153,7 +153,12 @@ async fn stale_while_revalidate_answers_at_once_and_refreshes_behind() {
 async fn a_thousand_concurrent_misses_make_one_origin_fetch() {
     let slow = handler(|_| reply("x".repeat(4096), &[("cache-control", "max-age=60")]));
     let origin = scripted("127.0.0.1:0", None, Duration::from_millis(300), slow).await;
-    let edge = start_edge(&format!("[[site]]\nhost = \"c.test\"\norigin = \"http://{}\"\n", origin.addr)).await;
+    // One test client opens all 1 000 connections: lift the per-client cap.
+    let config = format!(
+        "max_connections_per_client = 2000\n[[site]]\nhost = \"c.test\"\norigin = \"http://{}\"\n",
+        origin.addr
+    );
+    let edge = start_edge(&config).await;
     let addr = edge.addr;
     let clients: Vec<_> =
         (0..1000).map(|_| tokio::spawn(async move { get(addr, "c.test", "/storm", &[]).await })).collect();
