@@ -11,10 +11,15 @@
 //! - The nodes the scheduler holds in the answers although their heartbeats
 //!   timed out ([`FailStatic::set_held`]), because too many of their pool
 //!   went silent at once.
+//! - When silence starts to count ([`FailStatic::silence_counts_from`]): no
+//!   earlier than the moment the store accepted writes again, or this process
+//!   took the lead. Heartbeats sent while the store refused them, or to
+//!   another control process, were not lost to the nodes' fault: a node is
+//!   given a whole timeout from then to be heard.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -24,6 +29,8 @@ pub struct StoreWrites {
     writable: AtomicBool,
     errors_total: AtomicU64,
     failing: Mutex<Option<WriteFault>>,
+    /// When writes last came back after failing (wall-clock ms; 0: never failed).
+    resumed_ms: AtomicI64,
 }
 
 /// The store's writes fail: since when, and the last error.
@@ -35,7 +42,12 @@ pub struct WriteFault {
 
 impl Default for StoreWrites {
     fn default() -> StoreWrites {
-        StoreWrites { writable: AtomicBool::new(true), errors_total: AtomicU64::new(0), failing: Mutex::new(None) }
+        StoreWrites {
+            writable: AtomicBool::new(true),
+            errors_total: AtomicU64::new(0),
+            failing: Mutex::new(None),
+            resumed_ms: AtomicI64::new(0),
+        }
     }
 }
 
@@ -44,6 +56,7 @@ impl StoreWrites {
     pub fn succeeded(&self) -> bool {
         let was_failing = !self.writable.swap(true, Ordering::SeqCst);
         if was_failing {
+            self.resumed_ms.fetch_max(crate::clock::now_ms(), Ordering::SeqCst);
             let fault = self.failing.lock().expect("store-write lock poisoned").take();
             tracing::warn!(
                 since_ms = fault.map(|f| f.since_ms),
@@ -76,6 +89,11 @@ impl StoreWrites {
         self.writable.load(Ordering::SeqCst)
     }
 
+    /// When writes last came back after failing (0: never).
+    pub fn resumed_ms(&self) -> i64 {
+        self.resumed_ms.load(Ordering::SeqCst)
+    }
+
     /// Failed writes since start.
     pub fn errors_total(&self) -> u64 {
         self.errors_total.load(Ordering::Relaxed)
@@ -97,6 +115,8 @@ pub struct FailStatic {
     /// Nodes whose heartbeats timed out but which the scheduler keeps in the
     /// answers until a probe confirms them down (sorted).
     held: Mutex<Vec<String>>,
+    /// When this process took the lead (wall-clock ms; 0: never).
+    lead_from_ms: AtomicI64,
 }
 
 impl FailStatic {
@@ -109,6 +129,17 @@ impl FailStatic {
                 heard.insert(name.to_string(), at_ms);
             }
         }
+    }
+
+    /// This process took the lead at `at_ms`: what it heard before as a
+    /// standby was only what the leader passed on.
+    pub fn took_lead(&self, at_ms: i64) {
+        self.lead_from_ms.fetch_max(at_ms, Ordering::SeqCst);
+    }
+
+    /// The earliest moment a node's silence counts from (see the module doc).
+    pub fn silence_counts_from(&self) -> i64 {
+        self.writes.resumed_ms().max(self.lead_from_ms.load(Ordering::SeqCst))
     }
 
     /// Every node heard from, and when last.

@@ -183,6 +183,9 @@ pub struct Liveness {
     pub timeouts_suspended: bool,
     /// Nodes timed out by heartbeat that stay in the answers until a probe confirms them down.
     pub held: HashSet<String>,
+    /// Silence counts from no earlier than this (wall-clock ms): the store
+    /// accepted writes again, or this process took the lead, then.
+    pub silence_counts_from_ms: i64,
 }
 
 /// Why a node is not alive, if it is not.
@@ -207,7 +210,7 @@ impl Liveness {
     /// `last_heartbeat_ms` and this process's record (`None`: never).
     pub fn last_heard(&self, node: &Node) -> Option<i64> {
         let heard = self.heard.get(&node.name).copied();
-        node.last_heartbeat_ms.max(heard)
+        node.last_heartbeat_ms.max(heard).map(|t| t.max(self.silence_counts_from_ms))
     }
 
     /// Whether the node reported and then stayed silent longer than the
@@ -353,6 +356,7 @@ impl HealthMonitor {
             heard: self.fail_static.heard_times(),
             timeouts_suspended: !self.fail_static.writes.writable(),
             held: self.fail_static.held().into_iter().collect(),
+            silence_counts_from_ms: self.fail_static.silence_counts_from(),
         }
     }
 
@@ -487,6 +491,19 @@ mod tests {
         assert_eq!(l.next_timeout_ms(&nodes[..1], 0), None, "a node that never reported never times out");
         let off = Liveness { heartbeat_timeout_ms: 0, ..l };
         assert_eq!(off.next_timeout_ms(&nodes, 65_000), None, "timeouts off");
+    }
+
+    #[test]
+    fn silence_counts_from_the_store_coming_back_or_the_lead_taken() {
+        let mut node = Node::new("a");
+        node.last_heartbeat_ms = Some(1_000);
+        let l = Liveness { heartbeat_timeout_ms: 3_000, ..Default::default() };
+        assert_eq!(l.verdict(&node, 10_000), Some(Dead::HeartbeatTimeout), "silent for 9 s");
+        let l = Liveness { silence_counts_from_ms: 8_000, ..l };
+        assert_eq!(l.verdict(&node, 10_000), None, "silent for 2 s since the store came back");
+        assert_eq!(l.verdict(&node, 11_001), Some(Dead::HeartbeatTimeout), "a whole timeout since then");
+        node.last_heartbeat_ms = None;
+        assert_eq!(l.last_heard(&node), None, "a node never heard of stays unheard");
     }
 
     #[test]

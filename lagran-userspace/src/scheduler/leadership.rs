@@ -136,6 +136,7 @@ impl Scheduler {
         self.pending.forget_reads();
         self.forwarder.discard();
         self.measurements_changed_elsewhere();
+        self.health.fail_static().took_lead(crate::clock::now_ms());
         self.leadership.take_lead(epoch);
     }
 }
