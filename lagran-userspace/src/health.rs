@@ -184,8 +184,9 @@ pub struct Liveness {
     /// Nodes timed out by heartbeat that stay in the answers until a probe confirms them down.
     pub held: HashSet<String>,
     /// Silence counts from no earlier than this (wall-clock ms): the store
-    /// accepted writes again, or this process took the lead, then.
-    pub silence_counts_from_ms: i64,
+    /// accepted writes again, or this process took the lead, then (`None`:
+    /// neither happened).
+    pub silence_counts_from_ms: Option<i64>,
 }
 
 /// Why a node is not alive, if it is not.
@@ -210,7 +211,8 @@ impl Liveness {
     /// `last_heartbeat_ms` and this process's record (`None`: never).
     pub fn last_heard(&self, node: &Node) -> Option<i64> {
         let heard = self.heard.get(&node.name).copied();
-        node.last_heartbeat_ms.max(heard).map(|t| t.max(self.silence_counts_from_ms))
+        let last = node.last_heartbeat_ms.max(heard);
+        last.map(|t| self.silence_counts_from_ms.map_or(t, |from| t.max(from)))
     }
 
     /// Whether the node reported and then stayed silent longer than the
@@ -356,7 +358,7 @@ impl HealthMonitor {
             heard: self.fail_static.heard_times(),
             timeouts_suspended: !self.fail_static.writes.writable(),
             held: self.fail_static.held().into_iter().collect(),
-            silence_counts_from_ms: self.fail_static.silence_counts_from(),
+            silence_counts_from_ms: Some(self.fail_static.silence_counts_from()).filter(|&t| t > 0),
         }
     }
 
@@ -499,7 +501,7 @@ mod tests {
         node.last_heartbeat_ms = Some(1_000);
         let l = Liveness { heartbeat_timeout_ms: 3_000, ..Default::default() };
         assert_eq!(l.verdict(&node, 10_000), Some(Dead::HeartbeatTimeout), "silent for 9 s");
-        let l = Liveness { silence_counts_from_ms: 8_000, ..l };
+        let l = Liveness { silence_counts_from_ms: Some(8_000), ..l };
         assert_eq!(l.verdict(&node, 10_000), None, "silent for 2 s since the store came back");
         assert_eq!(l.verdict(&node, 11_001), Some(Dead::HeartbeatTimeout), "a whole timeout since then");
         node.last_heartbeat_ms = None;
