@@ -6,8 +6,9 @@
 //! Steps:
 //! 1. Debian packages for the tools the tests and benchmarks drive (`dig`, `kdig`,
 //!    `kxdpgun`, `bpftool`, `ip`, a PostgreSQL server, `dnsperf` when the archive
-//!    has it, `promtool` for the alert rules), `python3-venv` (the e2e DoQ
-//!    client's venv). `apt-get update` runs
+//!    has it, `promtool` for the alert rules, `iptables` and `faketime` for the
+//!    chaos suite, `systemd-analyze` for the package check, nginx, Varnish, `wrk`
+//!    and `h2load` for the edge bench), `python3-venv` (the e2e DoQ client's venv). `apt-get update` runs
 //!    once, and only when something is missing.
 //! 2. `rust-src` for the nightly toolchain (the eBPF build uses `-Z build-std=core`).
 //! 3. `bpf-linker`, built against the nightly's own libLLVM so that the bitcode
@@ -73,6 +74,38 @@ const APT_TOOLS: &[AptTool] = &[
     AptTool { check: Check::Bin("openssl"), package: "openssl", optional: false, why: "TLS e2e tests (s_client)" },
     AptTool { check: Check::Bin("strace"), package: "strace", optional: false, why: "the state file's fsync test" },
     AptTool { check: Check::PostgresServer, package: "postgresql", optional: false, why: "PostgreSQL store tests" },
+    AptTool {
+        check: Check::Bin("iptables"),
+        package: "iptables",
+        optional: false,
+        why: "the chaos suite's network partition between control and NS hosts",
+    },
+    AptTool {
+        check: Check::Bin("faketime"),
+        package: "faketime",
+        optional: false,
+        why: "the chaos suite's clock step",
+    },
+    AptTool {
+        check: Check::Bin("systemd-analyze"),
+        package: "systemd",
+        optional: false,
+        why: "`cargo xtask package --check` verifies the service units",
+    },
+    AptTool {
+        check: Check::Bin("nginx"),
+        package: "nginx",
+        optional: true,
+        why: "the edge bench's peer (proxy_cache)",
+    },
+    AptTool { check: Check::Bin("varnishd"), package: "varnish", optional: true, why: "the edge bench's peer" },
+    AptTool { check: Check::Bin("wrk"), package: "wrk", optional: true, why: "the edge bench's HTTP/1.1 load" },
+    AptTool {
+        check: Check::Bin("h2load"),
+        package: "nghttp2-client",
+        optional: true,
+        why: "the edge bench's HTTP/2 load",
+    },
     AptTool { check: Check::Bin("dnsperf"), package: "dnsperf", optional: true, why: "benchmarks" },
     AptTool {
         check: Check::Bin("promtool"),
