@@ -3,8 +3,9 @@
 //! An NS host long-polls the control plane for newer tables, checks each one,
 //! publishes it to its responders and saves it to disk. When the control plane
 //! is unreachable it keeps answering from the last table it has — also across
-//! its own restarts, from the saved copy — and never withdraws itself (seed
-//! 003: the 2021 Facebook outage).
+//! its own restarts, from the saved copy — and never withdraws itself: an
+//! authoritative server that takes itself out when it loses its control
+//! plane turns a control-plane fault into an outage of every name it serves.
 //!
 //! Several control processes (`--control URL`, repeatable): the follower
 //! sticks to one while it answers and moves to the next when it fails or is

@@ -6,7 +6,7 @@
 //! (`lagran::dns::answer`) from the same route table, with the
 //! same server cookie secret and a fixed clock ([`COOKIE_SECRET`],
 //! [`COOKIE_NOW`]), and the two DNS messages must be identical byte for byte
-//! (SPEC §3 parity).
+//! (the fast path and userspace give the same answer).
 //!
 //! Needs root (CAP_BPF) and the object; without them the tests fail with a
 //! message saying what to do (they never skip).
@@ -1817,7 +1817,7 @@ fn ipv6_packets_the_kernel_cannot_answer_are_passed() {
     fx.answered(&other.build(&dns));
 }
 
-/// Issue 13 items 3 and 5: a CNAME answer and a block answered for the
+/// A CNAME answer and a block answered for the
 /// resolver's address get no trie entry, so the program passes them; the rest
 /// of the same name is still answered in the kernel.
 #[test]

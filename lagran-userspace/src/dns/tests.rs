@@ -1228,7 +1228,7 @@ fn replies_to_well_formed_queries_are_parseable() {
 
 #[test]
 fn a_name_with_ecs_off_answers_for_the_resolver_with_scope_0() {
-    // Seed 004 §4.5: ECS only for the names the operator chose.
+    // ECS is sent only for the names the operator turned it on for.
     let mut name = apex();
     name.ecs = false;
     let t = RouteTable::new(7, NOW - 1000, vec![ZoneRoutes { zone: zone(), names: vec![name, pool()] }]);

@@ -14,14 +14,34 @@ pub struct Citation {
 /// specification section (the word "spec", a space and a section sign), a seed
 /// document ("seed", a space and "00…") or an issue by number ("issue", an
 /// optional "s" or "#", then a digit), case-insensitively.
+///
+/// A citation wrapped over two comment lines ("… (seed" then "003: …") is
+/// found too, and reported at its first line.
 pub fn outside_references(src: &str) -> Vec<Citation> {
+    let lines = comment_lines(src);
     let mut out = Vec::new();
-    for (line, text) in comment_lines(src) {
-        if let Some(pattern) = citation(&text) {
-            out.push(Citation { line, pattern, text: text.trim().to_string() });
+    for (i, (line, text)) in lines.iter().enumerate() {
+        if let Some(pattern) = citation(text) {
+            out.push(Citation { line: *line, pattern, text: text.trim().to_string() });
+            continue;
+        }
+        let Some((_, next)) = lines.get(i + 1).filter(|(l, _)| *l == line + 1) else { continue };
+        if citation(next).is_some() {
+            continue;
+        }
+        let joined = format!("{} {}", comment_body(text), comment_body(next));
+        if let Some(pattern) = citation(&joined) {
+            let text = format!("{} / {}", text.trim(), next.trim());
+            out.push(Citation { line: *line, pattern, text });
         }
     }
     out
+}
+
+/// A comment line without its leading `//`, `///`, `//!` or `*` markers and
+/// surrounding blanks, so that two wrapped lines join as prose.
+fn comment_body(text: &str) -> &str {
+    text.trim().trim_start_matches(['/', '!', '*']).trim()
 }
 
 fn citation(text: &str) -> Option<&'static str> {

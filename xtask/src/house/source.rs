@@ -1,11 +1,8 @@
 //! Which files are product code, and the module each one is.
 
-use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use syn::spanned::Spanned as _;
-use syn::visit::Visit;
 
 use super::RootKind;
 
@@ -47,9 +44,13 @@ fn sorted_entries(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+/// Every `*.rs` under `dir`, at any depth, leaving out build output (`target/`).
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     for p in sorted_entries(dir)? {
         if p.is_dir() {
+            if p.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
             rust_files(&p, out)?;
         } else if p.extension().is_some_and(|e| e == "rs") {
             out.push(p);
@@ -145,40 +146,4 @@ pub fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
     attrs
         .iter()
         .any(|a| a.path().is_ident("cfg") && matches!(&a.meta, syn::Meta::List(l) if l.tokens.to_string() == "test"))
-}
-
-/// The line ranges of every `#[cfg(test)]` item, at any depth.
-pub fn test_line_ranges(ast: &syn::File) -> Vec<RangeInclusive<usize>> {
-    let mut v = TestItems::default();
-    v.visit_file(ast);
-    v.ranges
-}
-
-#[derive(Default)]
-struct TestItems {
-    ranges: Vec<RangeInclusive<usize>>,
-}
-
-impl<'ast> Visit<'ast> for TestItems {
-    fn visit_item(&mut self, item: &'ast syn::Item) {
-        let attrs = match item {
-            syn::Item::Fn(i) => &i.attrs,
-            syn::Item::Mod(i) => &i.attrs,
-            syn::Item::Impl(i) => &i.attrs,
-            syn::Item::Use(i) => &i.attrs,
-            syn::Item::Const(i) => &i.attrs,
-            syn::Item::Static(i) => &i.attrs,
-            syn::Item::Struct(i) => &i.attrs,
-            syn::Item::Enum(i) => &i.attrs,
-            syn::Item::Trait(i) => &i.attrs,
-            syn::Item::Macro(i) => &i.attrs,
-            _ => return syn::visit::visit_item(self, item),
-        };
-        if is_cfg_test(attrs) {
-            let span = item.span();
-            self.ranges.push(span.start().line..=span.end().line);
-        } else {
-            syn::visit::visit_item(self, item);
-        }
-    }
 }

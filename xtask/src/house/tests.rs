@@ -100,3 +100,15 @@ fn comments_citing_outside_documents_are_found_and_strings_are_not_comments() {
     let found: Vec<(usize, &str)> = comments::outside_references(src).iter().map(|c| (c.line, c.pattern)).collect();
     assert_eq!(found, vec![(1, "SPEC §"), (2, "seed 00"), (3, "issue <n>"), (5, "issue <n>")]);
 }
+
+#[test]
+fn a_citation_wrapped_over_two_comment_lines_is_found_at_its_first_line() {
+    let src = "//! and never withdraws itself (seed\n\
+               //! 003: an outage).\n\
+               fn f() {}\n\
+               // the last line of one comment (issue\n\
+               \n\
+               // 4 is not a continuation)\n";
+    let found: Vec<(usize, &str)> = comments::outside_references(src).iter().map(|c| (c.line, c.pattern)).collect();
+    assert_eq!(found, vec![(1, "seed 00")]);
+}

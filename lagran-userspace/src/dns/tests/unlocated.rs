@@ -66,7 +66,7 @@ fn a_private_ecs_address_stays_in_the_unknown_partition() {
     assert_eq!(
         ask_unlocated("10.1.2.0", 24, "58.60.1.1", true),
         (vec![v4("203.0.113.10")], 8),
-        "RFC 1918 is not looked up and not sent to the resolver's answer (SPEC §3)"
+        "RFC 1918 is not looked up and not sent to the resolver's answer"
     );
 }
 
