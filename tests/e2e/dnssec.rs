@@ -1,0 +1,224 @@
+//! DNSSEC end to end, judged by validators that are not ours: Unbound (with
+//! ECS, the zone's KSK as its trust anchor, the NS host as a stub) sets `AD`
+//! on the scheduled A and AAAA answers, on CNAME mode, on NXDOMAIN and on
+//! NODATA; `delv` (bind9) says "fully validated" for the same; a trust anchor
+//! that names another key fails validation, so `AD` is not given away. A node
+//! taken out re-points the answer, and the new answer is signed as well.
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::{Daemon, Dig, Options, have_tool};
+
+const ZONE: &str = "edge.lagran.net";
+const CDN: &str = "cdn.edge.lagran.net";
+const SHENZHEN: &str = "+subnet=58.60.0.0/24";
+const GZ_V6: &str = "2001:db8:21::1";
+
+/// An Unbound that validates with one trust anchor and asks the NS host
+/// under test for the zone; killed on drop.
+struct Unbound {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Unbound {
+    fn start(dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Unbound {
+        let port = free_udp_port();
+        let conf = format!(
+            "server:\n  interface: 127.0.0.1@{port}\n  port: {port}\n  do-daemonize: no\n  username: \"\"\n\
+             \x20 chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n\
+             \x20 logfile: \"\"\n  verbosity: 1\n  val-log-level: 2\n  do-not-query-localhost: no\n\
+             \x20 access-control: 127.0.0.0/8 allow\n  module-config: \"subnetcache validator iterator\"\n\
+             \x20 send-client-subnet: {ip}\n  client-subnet-always-forward: yes\n  max-client-subnet-ipv4: 24\n\
+             \x20 cache-max-ttl: 0\n  cache-max-negative-ttl: 0\n  qname-minimisation: no\n\
+             \x20 trust-anchor: \"{ZONE}. DNSKEY {anchor}\"\n\
+             stub-zone:\n  name: \"{ZONE}\"\n  stub-addr: {ip}@{ns_port}\n",
+            d = dir.display(),
+            ip = ns.ip(),
+            ns_port = ns.port(),
+        );
+        std::fs::write(dir.join("unbound.conf"), conf).expect("writing unbound.conf");
+        let log = std::fs::File::create(dir.join("unbound.log")).expect("unbound.log");
+        let child = Command::new("unbound")
+            .args(["-d", "-c"])
+            .arg(dir.join("unbound.conf"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .spawn()
+            .expect("starting unbound");
+        let u = Unbound { child, port, dir: dir.to_path_buf() };
+        // Up when it answers at all (SERVFAIL included): bounded.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while u.dig(&[ZONE, "SOA"]).status.is_empty() {
+            assert!(Instant::now() < deadline, "unbound did not answer within 10 s:\n{}", u.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        u
+    }
+
+    fn dig(&self, args: &[&str]) -> Dig {
+        let out = Command::new("dig")
+            .args(["@127.0.0.1", "-p", &self.port.to_string(), "+time=5", "+tries=1"])
+            .args(args)
+            .output()
+            .expect("running dig");
+        Dig::parse(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("unbound.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Unbound {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").expect("a free UDP port").local_addr().unwrap().port()
+}
+
+/// Turns signing on for the demo zone (its NS hosts as `--demo` made them).
+fn sign_the_zone(d: &Daemon) {
+    let body = json!({
+        "ns_hosts": [
+            {"name": "ns1.edge.lagran.net", "ipv4": "198.51.100.53"},
+            {"name": "ns2.edge.lagran.net", "ipv4": "198.51.100.54"}
+        ],
+        "dnssec": true
+    });
+    let (s, v) = d.http("PUT", &format!("/api/v1/zones/{ZONE}"), Some(body), &[]);
+    assert_eq!(s, 200, "PUT the zone with dnssec: {v}");
+    assert_eq!(v["dnssec"]["algorithm"], "ecdsap256sha256", "algorithm 13 by default: {v}");
+}
+
+/// The KSK's DNSKEY rdata (`257 3 13 <base64>`), once the NS host answers it.
+fn ksk(d: &Daemon) -> String {
+    let r = d.dig_until(&[ZONE, "DNSKEY", "+dnssec"], Duration::from_secs(15), |r| !r.answers("DNSKEY").is_empty());
+    let keys = r.answers("DNSKEY");
+    assert_eq!(keys.len(), 2, "a KSK and a ZSK: {}", r.text);
+    assert!(r.answers("RRSIG").iter().any(|s| s.starts_with("DNSKEY 13 ")), "the DNSKEY RRset is signed: {}", r.text);
+    keys.into_iter().find(|k| k.starts_with("257 ")).expect("a key with the SEP flag")
+}
+
+/// Gives gz-01 an IPv6 address, every demo node a hostname in the zone, and
+/// puts `cdn.<zone>` in CNAME mode.
+fn answer_every_kind(d: &Daemon) {
+    let (s, v) = d.http("PATCH", "/api/v1/nodes/gz-01", Some(json!({"public_ipv6": GZ_V6})), &[]);
+    assert_eq!(s, 200, "{v}");
+    for node in ["gz-01", "hk-01", "kr-01"] {
+        let body = json!({ "hostname": format!("{node}.{ZONE}") });
+        let (s, v) = d.http("PATCH", &format!("/api/v1/nodes/{node}"), Some(body), &[]);
+        assert_eq!(s, 200, "{v}");
+    }
+    let body = json!({ "zone": ZONE, "answer_mode": "cname" });
+    let (s, v) = d.http("PUT", &format!("/api/v1/domains/{CDN}"), Some(body), &[]);
+    assert_eq!(s, 200, "{v}");
+    let r = d.dig_until(&[CDN, "A", SHENZHEN], Duration::from_secs(15), |r| !r.answers("CNAME").is_empty());
+    assert_eq!(r.answers("CNAME"), vec!["gz-01.edge.lagran.net."], "{}", r.text);
+}
+
+fn assert_validated(r: &Dig, status: &str, what: &str) {
+    assert_eq!(r.status, status, "{what}: {}", r.text);
+    assert!(r.has_flag("ad"), "{what}: the validator sets AD: {}", r.text);
+}
+
+fn delv(d: &Daemon, anchor_file: &Path, args: &[&str]) -> String {
+    let out = Command::new("delv")
+        .args([format!("@{}", d.dns.ip()), "-p".into(), d.dns.port().to_string()])
+        .arg("-a")
+        .arg(anchor_file)
+        .arg(format!("+root={ZONE}"))
+        .args(args)
+        .output()
+        .expect("running delv");
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn write_anchor(path: &Path, ksk: &str) {
+    let key = ksk.strip_prefix("257 3 13 ").expect("an algorithm 13 KSK").replace(' ', "");
+    let text = format!("trust-anchors {{ {ZONE}. static-key 257 3 13 \"{key}\"; }};\n");
+    std::fs::write(path, text).expect("writing the delv anchor");
+}
+
+#[test]
+fn unbound_and_delv_validate_every_kind_of_answer_and_a_wrong_anchor_fails() {
+    if !have_tool("dig", "dnssec") || !have_tool("unbound", "dnssec") || !have_tool("delv", "dnssec") {
+        return;
+    }
+    let keys = tempfile::tempdir().expect("key dir");
+    let d = Daemon::start(Options {
+        env: vec![("DNSSEC_KEY_DIR".into(), keys.path().display().to_string())],
+        ..Options::default()
+    });
+    sign_the_zone(&d);
+    answer_every_kind(&d);
+    let anchor = ksk(&d);
+    let dir = tempfile::tempdir().expect("unbound dir");
+    let unbound = Unbound::start(dir.path(), d.dns, &anchor);
+
+    let r = unbound.dig(&[ZONE, "A", SHENZHEN]);
+    assert_validated(&r, "NOERROR", "A, Shenzhen Telecom");
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "the scheduled answer: gz-01: {}", r.text);
+    let r = unbound.dig(&[ZONE, "AAAA", SHENZHEN]);
+    assert_validated(&r, "NOERROR", "AAAA");
+    assert_eq!(r.answers("AAAA"), vec![GZ_V6], "{}", r.text);
+    let r = unbound.dig(&[CDN, "A", SHENZHEN]);
+    assert_validated(&r, "NOERROR", "CNAME mode");
+    assert_eq!(r.answers("CNAME"), vec!["gz-01.edge.lagran.net."], "{}", r.text);
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "the CNAME target's address: {}", r.text);
+    assert_validated(&unbound.dig(&[&format!("nosuch.{ZONE}"), "A", SHENZHEN]), "NXDOMAIN", "NXDOMAIN");
+    assert_validated(&unbound.dig(&[&format!("x.{CDN}"), "A", SHENZHEN]), "NXDOMAIN", "NXDOMAIN under CNAME mode");
+    let r = unbound.dig(&[ZONE, "MX", SHENZHEN]);
+    assert_validated(&r, "NOERROR", "NODATA for a type Lagran does not serve");
+    assert!(r.answer.is_empty(), "{}", r.text);
+    let r = unbound.dig(&[CDN, "TXT", SHENZHEN]);
+    assert_validated(&r, "NOERROR", "NODATA under CNAME mode");
+    assert!(r.answers("TXT").is_empty(), "{}", r.text);
+
+    // A node taken out: the answer moves, and the new answer set is signed too.
+    let (s, v) = d.http("PATCH", "/api/v1/nodes/gz-01", Some(json!({"status": "offline"})), &[]);
+    assert_eq!(s, 200, "{v}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let r = loop {
+        let r = unbound.dig(&[ZONE, "A", SHENZHEN]);
+        if r.answers("A") != vec!["203.0.113.21"] || Instant::now() >= deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_validated(&r, "NOERROR", "the answer after gz-01 went offline");
+    assert!(!r.answers("A").is_empty() && r.answers("A") != vec!["203.0.113.21"], "moved off gz-01: {}", r.text);
+
+    // delv, bind9's validator, agrees.
+    let anchor_file = dir.path().join("anchor.conf");
+    write_anchor(&anchor_file, &anchor);
+    for (args, want) in [
+        (vec![ZONE, "A"], "; fully validated"),
+        (vec![CDN, "A"], "; fully validated"),
+        (vec!["nosuch.edge.lagran.net", "A"], "; negative response, fully validated"),
+        (vec![ZONE, "MX"], "; negative response, fully validated"),
+    ] {
+        let out = delv(&d, &anchor_file, &args);
+        assert!(out.contains(want), "delv {args:?}: {out}");
+    }
+
+    // A trust anchor naming another key: no chain of trust, no AD.
+    let ksk_rdata = anchor.strip_prefix("257 3 13 ").unwrap().replace(' ', "");
+    let flipped =
+        if ksk_rdata.starts_with('A') { ksk_rdata.replacen('A', "B", 1) } else { format!("A{}", &ksk_rdata[1..]) };
+    write_anchor(&anchor_file, &format!("257 3 13 {flipped}"));
+    let out = delv(&d, &anchor_file, &[ZONE, "A"]);
+    assert!(!out.contains("fully validated") && out.contains("resolution failed"), "a wrong anchor: {out}");
+    drop(unbound);
+}
