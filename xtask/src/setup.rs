@@ -122,8 +122,14 @@ const APT_TOOLS: &[AptTool] = &[
     AptTool {
         check: Check::Bin("unbound"),
         package: "unbound",
-        optional: true,
-        why: "a real ECS resolver as the benchmarks' client",
+        optional: false,
+        why: "a validating resolver for the DNSSEC tests, and a real ECS resolver as the benchmarks' client",
+    },
+    AptTool {
+        check: Check::Bin("delv"),
+        package: "bind9-dnsutils",
+        optional: false,
+        why: "bind9's validator in the DNSSEC tests",
     },
     AptTool {
         check: Check::Bin("chromium"),
