@@ -1,6 +1,6 @@
 //! A signed zone's DNSSEC records as the route table carries them: the
-//! DNSKEY RRset, the NSEC chain and an RRSIG for every RRset the zone can
-//! answer, all made on the control plane, so an NS host answers signed
+//! DNSKEY RRset, the CDS and CDNSKEY RRsets (RFC 7344), the NSEC chain and
+//! an RRSIG for every RRset the zone can answer, all made on the control plane, so an NS host answers signed
 //! without holding any private key.
 //!
 //! An RRSIG is found by the RRset it covers ([`rrset_key`]: the owner, the
@@ -37,6 +37,9 @@ pub fn rrset_key<'a>(owner: &Name, rtype: RecordType, rdatas: impl Iterator<Item
 pub struct ZoneSignatures {
     /// The DNSKEY RRset at the apex.
     dnskeys: Vec<Record>,
+    /// The CDS and CDNSKEY RRsets at the apex: the KSK a parent that scans
+    /// should name in its DS (RFC 7344 §4, RFC 8078).
+    child_keys: Vec<Record>,
     /// The NSEC records in canonical order of their owners; one owner may
     /// hold several (one per set of types its answers can have).
     nsec: Vec<Record>,
@@ -48,6 +51,9 @@ pub struct ZoneSignatures {
 #[derive(Serialize, Deserialize)]
 struct SignaturesWire {
     dnskey: Vec<String>,
+    /// CDS and CDNSKEY; absent from tables made before they were published.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    child_keys: Vec<String>,
     nsec: Vec<String>,
     /// `(rrset key, RRSIG record)`.
     rrsig: Vec<(String, String)>,
@@ -67,12 +73,13 @@ impl TryFrom<SignaturesWire> for ZoneSignatures {
 
     fn try_from(w: SignaturesWire) -> Result<Self, String> {
         let dnskeys = w.dnskey.iter().map(|r| decode(r)).collect::<Result<Vec<_>, _>>()?;
+        let child_keys = w.child_keys.iter().map(|r| decode(r)).collect::<Result<Vec<_>, _>>()?;
         let nsec = w.nsec.iter().map(|r| decode(r)).collect::<Result<Vec<_>, _>>()?;
         let mut rrsigs: HashMap<String, Vec<Record>> = HashMap::new();
         for (key, record) in &w.rrsig {
             rrsigs.entry(key.clone()).or_default().push(decode(record)?);
         }
-        Ok(ZoneSignatures::new(dnskeys, nsec, rrsigs))
+        Ok(ZoneSignatures::new(dnskeys, nsec, rrsigs).with_child_keys(child_keys))
     }
 }
 
@@ -83,6 +90,7 @@ impl From<ZoneSignatures> for SignaturesWire {
         rrsig.sort();
         SignaturesWire {
             dnskey: z.dnskeys.iter().map(encode).collect(),
+            child_keys: z.child_keys.iter().map(encode).collect(),
             nsec: z.nsec.iter().map(encode).collect(),
             rrsig,
         }
@@ -93,11 +101,27 @@ impl ZoneSignatures {
     /// The records of one signed zone; `nsec` is sorted here.
     pub fn new(dnskeys: Vec<Record>, mut nsec: Vec<Record>, rrsigs: HashMap<String, Vec<Record>>) -> Self {
         nsec.sort_by(|a, b| a.name().cmp(b.name()));
-        ZoneSignatures { dnskeys, nsec, rrsigs }
+        ZoneSignatures { dnskeys, child_keys: Vec::new(), nsec, rrsigs }
+    }
+
+    /// These records with the apex's CDS and CDNSKEY records.
+    pub fn with_child_keys(mut self, child_keys: Vec<Record>) -> Self {
+        self.child_keys = child_keys;
+        self
     }
 
     pub fn dnskeys(&self) -> &[Record] {
         &self.dnskeys
+    }
+
+    /// The CDS and CDNSKEY records.
+    pub fn child_keys(&self) -> &[Record] {
+        &self.child_keys
+    }
+
+    /// Every key record the apex answers: DNSKEY, CDS and CDNSKEY.
+    pub fn apex_keys(&self) -> impl Iterator<Item = &Record> {
+        self.dnskeys.iter().chain(&self.child_keys)
     }
 
     pub fn nsec(&self) -> &[Record] {

@@ -1,7 +1,8 @@
 //! DNSSEC end to end, judged by validators that are not ours: Unbound (with
 //! ECS, the zone's KSK as its trust anchor, the NS host as a stub) sets `AD`
 //! on the scheduled A and AAAA answers, on CNAME mode, on NXDOMAIN and on
-//! NODATA; `delv` (bind9) says "fully validated" for the same; a trust anchor
+//! NODATA; `delv` (bind9) says "fully validated" for the same and for the
+//! CDS and CDNSKEY a parent scans for; a trust anchor
 //! that names another key fails validation, so `AD` is not given away. A node
 //! taken out re-points the answer, and the new answer is signed as well.
 
@@ -208,6 +209,8 @@ fn unbound_and_delv_validate_every_kind_of_answer_and_a_wrong_anchor_fails() {
         (vec![CDN, "A"], "; fully validated"),
         (vec!["nosuch.edge.lagran.net", "A"], "; negative response, fully validated"),
         (vec![ZONE, "MX"], "; negative response, fully validated"),
+        (vec![ZONE, "CDS"], "; fully validated"),
+        (vec![ZONE, "CDNSKEY"], "; fully validated"),
     ] {
         let out = delv(&d, &anchor_file, &args);
         assert!(out.contains(want), "delv {args:?}: {out}");

@@ -17,7 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use hickory_proto::dnssec::rdata::DNSSECRData;
+use hickory_proto::dnssec::PublicKey as _;
+use hickory_proto::dnssec::rdata::{CDNSKEY, CDS, DNSSECRData};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
@@ -107,7 +108,7 @@ fn zone_records(content: &mut ZoneContent, zone: &Zone, apex: &Name) -> Result<(
     content.add(apex, zone.ns_ttl, vec![soa.data().clone()]);
     let ns = zone.ns_hosts.iter().map(|h| name(&h.name).map(|n| RData::NS(NS(n)))).collect::<Result<_, _>>()?;
     content.add(apex, zone.ns_ttl, ns);
-    content.names.add(apex, [RecordType::DNSKEY]);
+    content.names.add(apex, [RecordType::DNSKEY, RecordType::CDS, RecordType::CDNSKEY]);
     for host in zone.ns_hosts.iter().filter(|h| in_zone(&h.name, &zone.name)) {
         let owner = name(&host.name)?;
         content.add(&owner, zone.ns_ttl, host.ipv4.map(|a| RData::A(A(a))).into_iter().collect());
@@ -183,6 +184,25 @@ fn sign_zone(
     let dnskey_rrset = Rrset::new(&apex, zone.ns_ttl, dnskeys.clone());
     // RFC 6781 §3.1: the KSK signs the DNSKEY RRset, the ZSK everything else.
     sign(&dnskey_rrset, &keys.ksk)?;
-    let dnskey_records = dnskeys.into_iter().map(|r| Record::from_rdata(apex.clone(), zone.ns_ttl, r)).collect();
-    Ok(ZoneSignatures::new(dnskey_records, nsec, rrsigs))
+    // RFC 7344 §4.1: "the CDS/CDNSKEY RRset MUST be signed with a key that is
+    // represented in both the current DNSKEY and DS RRsets": the KSK.
+    let (cds, cdnskey) = child_keys(&keys.ksk, &apex)?;
+    sign(&Rrset::new(&apex, zone.ns_ttl, vec![cds.clone()]), &keys.ksk)?;
+    sign(&Rrset::new(&apex, zone.ns_ttl, vec![cdnskey.clone()]), &keys.ksk)?;
+    let at_apex = |r: RData| Record::from_rdata(apex.clone(), zone.ns_ttl, r);
+    let dnskey_records = dnskeys.into_iter().map(at_apex).collect();
+    let child_keys = vec![at_apex(cds), at_apex(cdnskey)];
+    Ok(ZoneSignatures::new(dnskey_records, nsec, rrsigs).with_child_keys(child_keys))
+}
+
+/// The CDS (the DS a parent should hold, SHA-256) and CDNSKEY records of the
+/// zone's KSK (RFC 7344 §3), so a parent that scans its children (RFC 8078)
+/// picks up the key without the operator copying a DS by hand.
+fn child_keys(ksk: &ZoneKey, apex: &Name) -> Result<(RData, RData), KeyError> {
+    let ds = ksk.ds(apex)?;
+    let cds = CDS::new(ds.key_tag(), Some(ds.algorithm()), ds.digest_type(), ds.digest().to_vec());
+    let key = ksk.dnskey();
+    let cdnskey =
+        CDNSKEY::with_flags(key.flags(), Some(key.public_key().algorithm()), key.public_key().public_bytes().to_vec());
+    Ok((RData::DNSSEC(DNSSECRData::CDS(cds)), RData::DNSSEC(DNSSECRData::CDNSKEY(cdnskey))))
 }

@@ -1,6 +1,7 @@
 //! Answers for a signed zone to a query with the DO bit (RFC 3225, RFC 4035
 //! §3.1): every RRset with its RRSIGs, negative answers with the NSEC
-//! records that prove them, and the DNSKEY RRset at the apex. Everything
+//! records that prove them, and the key RRsets at the apex (DNSKEY, and the
+//! CDS and CDNSKEY a parent scans for, RFC 7344). Everything
 //! comes precomputed from the route table ([`crate::zone_signatures`]); a
 //! record the table has no signature for goes out unsigned (a validator
 //! then finds it bogus rather than this server inventing a signature).
@@ -17,15 +18,16 @@ use crate::model::Zone;
 use crate::route_table::RouteTable;
 use crate::zone_signatures::{ZoneSignatures, rrset_key};
 
-/// The DNSKEY RRset of a signed zone's apex; NODATA for an unsigned zone.
-pub(super) fn dnskey_answer<'q>(
-    mut r: Draft<'q>,
-    table: &RouteTable,
-    question: &'q Question,
-    zone: &Zone,
-) -> Draft<'q> {
+/// The DNSKEY, CDS or CDNSKEY RRset of a signed zone's apex (the question's
+/// type); NODATA for an unsigned zone.
+pub(super) fn key_answer<'q>(mut r: Draft<'q>, table: &RouteTable, question: &'q Question, zone: &Zone) -> Draft<'q> {
     let Some(signatures) = table.signatures.get(&zone.name) else { return nodata(r, question, zone) };
-    for key in signatures.dnskeys() {
+    let rtype = RecordType::from(question.qtype);
+    let keys: Vec<&Record> = signatures.apex_keys().filter(|k| k.record_type() == rtype).collect();
+    if keys.is_empty() {
+        return nodata(r, question, zone);
+    }
+    for key in keys {
         r.answer.push(Record::from_rdata(question.name.clone(), zone.ns_ttl, key.data().clone()));
     }
     r
