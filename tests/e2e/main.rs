@@ -26,4 +26,5 @@ mod steering;
 mod support;
 mod topology;
 mod unlocated;
+mod world_geo;
 mod xdp;
