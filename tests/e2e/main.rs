@@ -3,6 +3,7 @@
 
 mod aaaa;
 mod api;
+mod asn_carriers;
 mod chaos;
 mod cleartext;
 mod cli;
