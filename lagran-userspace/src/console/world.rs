@@ -173,14 +173,14 @@ mod tests {
 
     #[test]
     fn continents_then_countries_with_nodes_or_clients() {
-        // Germany a /9, France a /10, Luxembourg a /24 (below the listing share),
-        // the US a /8, Shenzhen Telecom a /16.
+        // The US a /8, Shenzhen Telecom a /16, Germany a /9, France a /10,
+        // Luxembourg a /24 (below the listing share).
         let ranges = vec![
+            (ip("20.0.0.0"), ip("20.255.255.255"), world("US")),
+            (ip("58.60.0.0"), ip("58.60.255.255"), "中国|0|广东省|深圳市|电信".to_string()),
             (ip("80.0.0.0"), ip("80.127.255.255"), world("DE")),
             (ip("80.128.0.0"), ip("80.191.255.255"), world("FR")),
             (ip("80.192.0.0"), ip("80.192.0.255"), world("LU")),
-            (ip("20.0.0.0"), ip("20.255.255.255"), world("US")),
-            (ip("58.60.0.0"), ip("58.60.255.255"), "中国|0|广东省|深圳市|电信".to_string()),
         ];
         let db = GeoDb::from_xdbs(Some(Xdb::from_bytes(write_xdb(IpVersion::V4, &ranges).unwrap()).unwrap()), None);
         let parts = PartitionTable::build(&db, &[]);
