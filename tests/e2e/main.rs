@@ -3,6 +3,7 @@
 
 mod aaaa;
 mod api;
+mod asn_carriers;
 mod chaos;
 mod cleartext;
 mod cli;
@@ -27,4 +28,5 @@ mod steering;
 mod support;
 mod topology;
 mod unlocated;
+mod world_geo;
 mod xdp;

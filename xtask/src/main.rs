@@ -14,6 +14,7 @@ mod package;
 mod run;
 mod setup;
 mod simulate;
+mod simulate_world;
 mod test;
 mod util;
 

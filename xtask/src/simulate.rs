@@ -6,6 +6,7 @@
 //! `answer()` against tables compiled by the real scheduler, for the `dense`
 //! and `sparse` fleets under the default policy and `isp_must_match` with
 //! distance scoring. Prints a table and writes `target/simulate/<fleet>.csv`.
+//! `--fleet world` adds the MaxMind City and ASN files: a worldwide fleet.
 
 use std::process::Command;
 
@@ -15,7 +16,7 @@ use crate::util;
 
 #[derive(Debug, Clone, clap::Parser)]
 pub struct Options {
-    /// `dense`, `sparse` or `both`.
+    /// `dense`, `sparse`, `both` or `world` (with the MaxMind City and ASN files).
     #[arg(long, default_value = "both")]
     pub fleet: String,
     /// The random seed (client sample, node loads, noise).
@@ -51,6 +52,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         .args(["--clients", &opts.clients.to_string(), "--rounds", &opts.rounds.to_string()])
         .arg("--out")
         .arg(target.join("simulate"));
+    if opts.fleet == "world" {
+        crate::simulate_world::add_files(&root, &mut sim)?;
+    }
     if let Some(d) = opts.distance_per_1000km {
         sim.args(["--distance-per-1000km", &d.to_string()]);
     }

@@ -11,7 +11,7 @@ use axum::routing::{MethodFilter, on};
 
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
-use super::{certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, zones};
+use super::{asn_carriers, certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, zones};
 
 /// One declared endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +112,10 @@ pub fn all(state: AppState) -> Endpoints {
         .at(DELETE, "/api/v1/geo/overrides/{prefix}", Admin, geo::delete_override)
         .at(POST, "/api/v1/geo/reload", Admin, geo::reload)
         .at(GET, "/api/v1/geo/partitions", Read, geo::partitions)
+        .at(GET, "/api/v1/geo/asn-carriers", Read, asn_carriers::list)
+        .at(GET, "/api/v1/geo/asn-carriers/{asn}", Read, asn_carriers::get_one)
+        .at(PUT, "/api/v1/geo/asn-carriers/{asn}", Admin, asn_carriers::put)
+        .at(DELETE, "/api/v1/geo/asn-carriers/{asn}", Admin, asn_carriers::delete)
         .at(GET, "/api/v1/sites", ReadOrQueriedNode, sites::list)
         .at(GET, "/api/v1/sites/{host}", ReadOrQueriedNode, sites::get_one)
         .at(PUT, "/api/v1/sites/{host}", Admin, sites::put)

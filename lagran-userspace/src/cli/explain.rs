@@ -42,7 +42,9 @@ pub async fn run(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: 
             .map(|z| z.name.clone())
             .ok_or_else(|| ExplainError::Input("no zone configured; pass --domain".into()))?,
     };
-    let geo = GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo));
+    let mut sources = crate::geo::Sources::of_settings(&config.geo);
+    sources.asn_carriers_api = store.asn_carrier_map().await?;
+    let geo = GeoDb::load_sources(&sources);
     let health = crate::health::HealthMonitor::new(config.health.clone());
     let scheduler = Scheduler::new(store, config.schedule.clone(), health, geo, empty_shared());
     scheduler.measurements().set_settings(config.steering.clone());

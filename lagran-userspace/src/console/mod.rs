@@ -1,6 +1,7 @@
 //! The operator console served at `/ui`: who answers whom, at a glance.
 //!
 //! - [`matrix`]: the (province × carrier) answer matrix of a scheduled name (pure).
+//! - [`world`]: the world beside it: continents, then countries with nodes or clients (pure).
 //! - [`traffic`]: queries per second over the last 15 minutes (a ring buffer
 //!   the daemon samples).
 //! - [`nshosts`]: each NS host's table version and lag.
@@ -13,6 +14,7 @@ pub mod matrix;
 pub mod nshosts;
 pub mod page;
 pub mod traffic;
+pub mod world;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -195,6 +197,7 @@ impl MatrixJob {
             rows: matrix::rows(),
             columns: matrix::CARRIERS.to_vec(),
             cells,
+            world: world::world_rows(name, &self.partitions, &inputs.nodes),
         })
     }
 }
@@ -211,6 +214,8 @@ pub struct MatrixView {
     pub columns: Vec<&'static str>,
     /// `cells[row][column]`.
     pub cells: Vec<Vec<Cell>>,
+    /// The world: continents, then countries with nodes or clients.
+    pub world: Vec<world::WorldRow>,
 }
 
 /// `POST /api/v1/schedule/what-if`.

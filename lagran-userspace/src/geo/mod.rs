@@ -77,8 +77,11 @@ pub struct Sources {
     pub mmdb: Vec<PathBuf>,
     /// GEOIP_ASN_PATH: ASN MaxMind DBs or CSV ranges.
     pub asn: Vec<PathBuf>,
-    /// `[geo.asn_carriers]` (and the API's): laid over the built-in table.
+    /// `[geo.asn_carriers]`: laid over the built-in table.
     pub asn_carriers: BTreeMap<u32, String>,
+    /// The entries written through the API (`/api/v1/geo/asn-carriers`), read
+    /// from the store at each load: laid over `asn_carriers`.
+    pub asn_carriers_api: BTreeMap<u32, String>,
 }
 
 impl Sources {
@@ -90,7 +93,16 @@ impl Sources {
             mmdb: s.mmdb_path.clone(),
             asn: s.asn_path.clone(),
             asn_carriers: s.asn_carriers(),
+            asn_carriers_api: BTreeMap::new(),
         }
+    }
+
+    /// The operator's carrier entries in force: the API's over `[geo.asn_carriers]`
+    /// (both over the built-in table, see [`world::AsnCarriers::new`]).
+    pub fn operator_carriers(&self) -> BTreeMap<u32, String> {
+        let mut m = self.asn_carriers.clone();
+        m.extend(self.asn_carriers_api.iter().map(|(a, c)| (*a, c.clone())));
+        m
     }
 
     /// These sources with `file` (a world data file of `kind`) in place of the
@@ -233,7 +245,7 @@ impl GeoDb {
     /// This (ip2region) data with the world data of `sources` merged over it.
     fn merged_with(&self, sources: &Sources) -> Result<GeoDb, GeoError> {
         let world = world::WorldData::load(&sources.mmdb, &sources.asn)?;
-        let carriers = world::AsnCarriers::new(&sources.asn_carriers);
+        let carriers = world::AsnCarriers::new(&sources.operator_carriers());
         let v4 = world::merged_xdb(self.v4.as_ref(), &world, &carriers, false)?;
         let v6 = world::merged_xdb(self.v6.as_ref(), &world, &carriers, true)?;
         let db = GeoDb { v4, v6, sources: sources.clone() };

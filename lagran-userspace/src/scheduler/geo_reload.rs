@@ -95,6 +95,13 @@ pub async fn reload_sources(
         return Err(GeoError::Usage(format!("max_change_ratio {max_change_ratio} is not a fraction >= 0")));
     }
     let _one_at_a_time = RELOAD.lock().await;
+    // The API's carrier entries as they are now: a reload is when they apply.
+    let mut sources = sources;
+    sources.asn_carriers_api = scheduler
+        .store
+        .asn_carrier_map()
+        .await
+        .map_err(|e| GeoError::Reload(format!("reading the ASN carrier entries: {e}")))?;
     let serving = scheduler.geo();
     let old_parts = scheduler.partitions();
     let overrides = scheduler.overrides();

@@ -819,4 +819,5 @@ fn sqlite_urls_create_the_file() {
     assert_eq!(url("sqlite://:memory:"), ("sqlite::memory:".to_string(), true));
 }
 
+mod asn_carriers;
 mod integrity;
