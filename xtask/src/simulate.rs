@@ -31,6 +31,10 @@ pub struct Options {
     /// product default), for sensitivity runs.
     #[arg(long)]
     pub distance_per_1000km: Option<f64>,
+    /// `geo` and `latency` steering side by side on a latency model of the
+    /// sparse fleet (`target/simulate/latency.csv`).
+    #[arg(long)]
+    pub latency: bool,
 }
 
 pub fn exec(opts: Options) -> anyhow::Result<()> {
@@ -51,6 +55,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         .args(["--clients", &opts.clients.to_string(), "--rounds", &opts.rounds.to_string()])
         .arg("--out")
         .arg(target.join("simulate"));
+    if opts.latency {
+        sim.arg("--latency");
+    }
     if let Some(d) = opts.distance_per_1000km {
         sim.args(["--distance-per-1000km", &d.to_string()]);
     }
