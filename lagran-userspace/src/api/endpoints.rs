@@ -11,7 +11,7 @@ use axum::routing::{MethodFilter, on};
 
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
-use super::{certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, zones};
+use super::{certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, suspects, zones};
 
 /// One declared endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +112,8 @@ pub fn all(state: AppState) -> Endpoints {
         .at(DELETE, "/api/v1/geo/overrides/{prefix}", Admin, geo::delete_override)
         .at(POST, "/api/v1/geo/reload", Admin, geo::reload)
         .at(GET, "/api/v1/geo/partitions", Read, geo::partitions)
+        .at(GET, "/api/v1/geo/suspects", Read, suspects::list)
+        .at(POST, "/api/v1/geo/suspects/{id}/accept", Admin, suspects::accept)
         .at(GET, "/api/v1/sites", ReadOrQueriedNode, sites::list)
         .at(GET, "/api/v1/sites/{host}", ReadOrQueriedNode, sites::get_one)
         .at(PUT, "/api/v1/sites/{host}", Admin, sites::put)
