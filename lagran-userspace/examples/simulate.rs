@@ -34,6 +34,8 @@ use rand::{Rng, SeedableRng};
 
 #[path = "simulate/world.rs"]
 mod world;
+#[path = "simulate_latency/mod.rs"]
+mod latency;
 
 const ZONE: &str = "sim.lagran.net";
 const CARRIERS: [&str; 3] = ["电信", "联通", "移动"];
@@ -118,6 +120,10 @@ struct Args {
     /// Where the CSV files go.
     #[arg(long, default_value = "target/simulate")]
     out: PathBuf,
+    /// Steering by latency instead: `geo` and `latency` side by side on a
+    /// latency model of the sparse fleet (`latency.csv`).
+    #[arg(long)]
+    latency: bool,
 }
 
 struct Client {
@@ -448,6 +454,9 @@ fn main() -> anyhow::Result<()> {
     let clients = sample_clients(&partitions, a.clients, a.seed);
     eprintln!("simulate: {} client /24s (seed {}), {} partitions", clients.len(), a.seed, partitions.locations().len());
     let mut rng = StdRng::seed_from_u64(a.seed);
+    if a.latency {
+        return simulate_latency(&a, &partitions, &clients, &mut rng);
+    }
     let mut reports = Vec::new();
     for fleet in fleets(&a.fleet, &mut rng)? {
         let policies: [(&'static str, ScheduleSettings); 2] = [
@@ -528,5 +537,29 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("simulate: wrote {}", path.display());
     }
+    Ok(())
+}
+
+/// `--latency`: the sparse fleet, with distance scoring on for both policies.
+fn simulate_latency(a: &Args, partitions: &PartitionTable, clients: &[Client], rng: &mut StdRng) -> anyhow::Result<()> {
+    let fleet = fleets("sparse", rng)?.remove(0);
+    let params = latency::Params {
+        seed: a.seed,
+        period_secs: 30,
+        noise_rounds: a.rounds,
+        settings: ScheduleSettings { distance: Some(DistancePolicy::default()), ..ScheduleSettings::default() },
+        steering: Default::default(),
+    };
+    let addrs: Vec<Ipv4Addr> = clients.iter().map(|c| c.addr).collect();
+    let rows = latency::run(&fleet.nodes, &addrs, partitions, &params);
+    print!("{}", latency::table(&rows));
+    for miss in rows.iter().filter(|r| r.policy == "latency").flat_map(|r| r.misses(params.steering.window_secs as i64))
+    {
+        println!("latency misses a target: {miss}");
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let path = a.out.join("latency.csv");
+    std::fs::write(&path, latency::csv(&rows)).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("simulate: wrote {}", path.display());
     Ok(())
 }

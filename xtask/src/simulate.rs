@@ -32,6 +32,10 @@ pub struct Options {
     /// product default), for sensitivity runs.
     #[arg(long)]
     pub distance_per_1000km: Option<f64>,
+    /// `geo` and `latency` steering side by side on a latency model of the
+    /// sparse fleet (`target/simulate/latency.csv`).
+    #[arg(long)]
+    pub latency: bool,
 }
 
 pub fn exec(opts: Options) -> anyhow::Result<()> {
@@ -54,6 +58,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
         .arg(target.join("simulate"));
     if opts.fleet == "world" {
         crate::simulate_world::add_files(&root, &mut sim)?;
+    }
+    if opts.latency {
+        sim.arg("--latency");
     }
     if let Some(d) = opts.distance_per_1000km {
         sim.args(["--distance-per-1000km", &d.to_string()]);

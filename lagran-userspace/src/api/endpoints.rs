@@ -11,7 +11,9 @@ use axum::routing::{MethodFilter, on};
 
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
-use super::{asn_carriers, certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, zones};
+use super::{
+    asn_carriers, certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, suspects, zones,
+};
 
 /// One declared endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +118,8 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/api/v1/geo/asn-carriers/{asn}", Read, asn_carriers::get_one)
         .at(PUT, "/api/v1/geo/asn-carriers/{asn}", Admin, asn_carriers::put)
         .at(DELETE, "/api/v1/geo/asn-carriers/{asn}", Admin, asn_carriers::delete)
+        .at(GET, "/api/v1/geo/suspects", Read, suspects::list)
+        .at(POST, "/api/v1/geo/suspects/{id}/accept", Admin, suspects::accept)
         .at(GET, "/api/v1/sites", ReadOrQueriedNode, sites::list)
         .at(GET, "/api/v1/sites/{host}", ReadOrQueriedNode, sites::get_one)
         .at(PUT, "/api/v1/sites/{host}", Admin, sites::put)

@@ -36,7 +36,7 @@ use crate::model::GeoOverride;
 use crate::scheduler::geo_reload::reload_configured;
 
 /// Re-reads the overrides into the partitions and publishes a new route table.
-async fn apply_overrides(state: &AppState) -> Result<(), ApiError> {
+pub(super) async fn apply_overrides(state: &AppState) -> Result<(), ApiError> {
     let n = state.scheduler.reload_overrides().await?;
     // A standby tells the leader to read the overrides again (crate::cluster).
     if !state.scheduler.leading() {

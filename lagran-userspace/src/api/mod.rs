@@ -22,6 +22,7 @@ pub mod rules;
 pub mod schedule;
 pub mod sessions;
 pub mod sites;
+pub mod suspects;
 pub mod zones;
 
 use std::sync::Arc;

@@ -30,6 +30,7 @@ pub mod policy;
 pub mod settings;
 pub mod strategy;
 pub mod subnet;
+pub mod suspects;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
