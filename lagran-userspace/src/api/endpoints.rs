@@ -11,7 +11,7 @@ use axum::routing::{MethodFilter, on};
 
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
-use super::{certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, zones};
+use super::{certificates, console, geo, measurements, nodes, purge, routes, rules, schedule, sites, zones};
 
 /// One declared endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +120,10 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/api/v1/certificates/{domain}", ReadOrQueriedNode, certificates::get_one)
         .at(PUT, "/api/v1/certificates/{domain}", Admin, certificates::put)
         .at(DELETE, "/api/v1/certificates/{domain}", Admin, certificates::delete)
+        .at(POST, "/api/v1/purge", Admin, purge::create)
+        .at(GET, "/api/v1/purge/{id}", Read, purge::get_one)
+        .at(GET, "/api/v1/nodes/{name}/purges", PathNode, purge::pending)
+        .at(POST, "/api/v1/nodes/{name}/purges/{id}", PathNode, purge::confirm)
 }
 
 #[cfg(test)]
