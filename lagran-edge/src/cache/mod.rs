@@ -230,7 +230,7 @@ impl Cache {
     pub fn purge(&self, doomed: impl Fn(&str, &[String]) -> bool) -> usize {
         let mut gone = self.memory.remove_where(|k, o| doomed(k, &tags(&o.headers)));
         if let Some(disk) = &self.disk {
-            gone.extend(disk.remove_where(&doomed));
+            gone.extend(disk.remove_where(doomed));
         }
         gone.sort();
         gone.dedup();
