@@ -3,7 +3,8 @@
 //! sends when it may be stored.
 //!
 //! - Fresh: served (`HIT`). Stale within `stale-while-revalidate`: served
-//!   (`STALE`) while one background request revalidates it. Otherwise the origin
+//!   (`STALE`) while one background request revalidates it (one per object:
+//!   stale hits during it start no other). Otherwise the origin
 //!   is asked, conditionally (`If-None-Match`, `If-Modified-Since`) when the object
 //!   has validators; a `304` refreshes the stored object's headers and freshness
 //!   (RFC 9111 §4.3.4) and it is served (`REVALIDATED`). When the origin cannot be
@@ -93,15 +94,24 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
     }
 }
 
+/// Starts one background revalidation of the object under `key`, unless one
+/// (or a miss's fetch) is already under way: the turn is taken here, before
+/// the stale answer goes out, so every stale hit arriving meanwhile follows
+/// it. The refresh itself first looks again and skips an object that a fetch
+/// finished between this request's read and its turn already refreshed.
 fn revalidate_in_background(edge: &Arc<Edge>, site: &Arc<Site>, asked: &Asked, forward: Forward<'_>, key: String) {
+    let Turn::Lead(leader) = edge.collapser.turn(&key) else {
+        return;
+    };
     let (edge, site, asked) = (edge.clone(), site.clone(), asked.clone());
     let (host, client_ip, scheme): (String, IpAddr, Scheme) =
         (forward.host.to_owned(), forward.client_ip, forward.scheme.clone());
     tokio::spawn(async move {
-        let Turn::Lead(_leader) = edge.collapser.turn(&key) else {
-            return;
-        };
+        let _leader = leader;
         let stored = edge.cache.get(&key).await;
+        if stored.as_ref().is_some_and(|o| o.state(SystemTime::now()) == State::Fresh) {
+            return;
+        }
         let forward = Forward { host: &host, client_ip, scheme: &scheme };
         let asked = Asked { head_only: true, ..asked };
         let resp = fetch(&edge, &site, &asked, stored, forward).await;

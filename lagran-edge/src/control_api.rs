@@ -4,7 +4,9 @@
 //!
 //! - `POST /api/v1/measurements` with `{"measurements":[…]}` ([`Measurement`]);
 //! - `GET /api/v1/measurements/candidates?client=IP`: the nodes a browser at `IP`
-//!   should time ([`Candidates`]).
+//!   should time ([`Candidates`]);
+//! - the purges ([`crate::purge`]): `GET /api/v1/nodes/{node}/purges` and
+//!   `POST /api/v1/nodes/{node}/purges/{id}`.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -102,6 +104,20 @@ impl ControlApi {
             return Err(ControlApiError::Json { url, source });
         }
         serde_json::from_slice(&body).map_err(|source| ControlApiError::Json { url, source })
+    }
+
+    /// The purges after `after` no older than `since_ms`, as the control plane answers them.
+    pub async fn pending_purges(&self, after: i64, since_ms: i64) -> Result<Bytes, ControlApiError> {
+        let url = format!("{}/api/v1/nodes/{}/purges?after={after}&since_ms={since_ms}", self.base, self.node);
+        self.exchange(Method::GET, url, Bytes::new()).await
+    }
+
+    /// Confirms purge `id`, which removed `removed` objects here.
+    pub async fn confirm_purge(&self, id: i64, removed: usize) -> Result<(), ControlApiError> {
+        let url = format!("{}/api/v1/nodes/{}/purges/{id}", self.base, self.node);
+        let body = serde_json::to_vec(&serde_json::json!({ "removed": removed })).expect("a number serializes");
+        self.exchange(Method::POST, url, Bytes::from(body)).await?;
+        Ok(())
     }
 
     async fn exchange(&self, method: Method, url: String, body: Bytes) -> Result<Bytes, ControlApiError> {

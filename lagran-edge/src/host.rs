@@ -24,6 +24,15 @@ pub fn normalize(host: &str) -> String {
 /// Whether `pattern` is a name or `*.suffix` (the site schema's rule).
 pub use lagran_site::valid_host_pattern as valid_pattern;
 
+/// Whether the normalized `host` is served by the normalized `pattern`: the
+/// name itself, or for `*.suffix` one label before the suffix (as [`HostMap`]).
+pub fn matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.split_once('.').is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
+        None => host == pattern,
+    }
+}
+
 /// Values keyed by host pattern.
 #[derive(Debug)]
 pub struct HostMap<T> {

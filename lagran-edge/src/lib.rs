@@ -25,6 +25,7 @@ pub mod measurement_report;
 pub mod metrics;
 pub mod origin;
 pub mod outcome;
+pub mod purge;
 pub mod range;
 pub mod rate_limit;
 pub mod remote;
@@ -269,6 +270,19 @@ fn start_measurements(
     });
 }
 
+/// What applies the control plane's purges; `None` without a control plane.
+fn purger(config: &Config) -> Option<purge::Purger> {
+    let api = match control_api::ControlApi::from_config(config)? {
+        Ok(api) => api,
+        Err(e) => {
+            tracing::error!(error = %e, "purges from the control plane cannot be read");
+            return None;
+        }
+    };
+    let dir = config.cache_dir.as_deref().filter(|_| config.cache_disk_max_bytes > 0);
+    Some(purge::Purger::new(api, purge::Cursor::load(dir)))
+}
+
 /// Runs the HTTP listener, the HTTPS listener when configured and the heartbeat
 /// agent until `shutdown`, then drains connections.
 pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), EdgeError> {
@@ -314,9 +328,10 @@ pub async fn serve(config: Config, shutdown: CancellationToken) -> Result<(), Ed
     start_measurements(&config, &edge, &mut tasks, &shutdown);
     if let Some(remote) = remote::RemoteConfig::from_config(&config) {
         let layers = remote::Local { sites: config.sites.clone(), certs: local_certs };
+        let purger = purger(&config);
         let (edge, shutdown) = (edge.clone(), shutdown.clone());
         tasks.spawn(async move {
-            remote::run(remote, layers, edge, shutdown).await;
+            remote::run(remote, layers, purger, edge, shutdown).await;
             Ok(())
         });
     }

@@ -36,6 +36,7 @@ use crate::Edge;
 use crate::agent::TOKEN_HEADER;
 use crate::config::{Config, SiteConfig};
 use crate::control::{self, ControlClient};
+use crate::purge::Purger;
 use crate::tls::{self, CertMap};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -169,8 +170,15 @@ async fn fetch(client: &ControlClient, url: &str, token: &str) -> Result<Bytes, 
         .map_err(|_| fail(format!("no answer within {REQUEST_TIMEOUT:?}")))?
 }
 
-/// Reads, and applies when changed, until `shutdown`; the first read is at once.
-pub async fn run(cfg: RemoteConfig, local: Local, edge: Arc<Edge>, shutdown: CancellationToken) {
+/// Reads, and applies when changed, until `shutdown`; the first read is at
+/// once. Each round also applies the purges not applied yet ([`crate::purge`]).
+pub async fn run(
+    cfg: RemoteConfig,
+    local: Local,
+    mut purger: Option<Purger>,
+    edge: Arc<Edge>,
+    shutdown: CancellationToken,
+) {
     let client = match control::client(cfg.ca.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -205,6 +213,9 @@ pub async fn run(cfg: RemoteConfig, local: Local, edge: Arc<Edge>, shutdown: Can
                 }
                 failures += 1;
             }
+        }
+        if let Some(purger) = &mut purger {
+            crate::purge::sync_logged(purger, &edge).await;
         }
         tokio::select! {
             () = shutdown.cancelled() => break,

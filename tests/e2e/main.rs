@@ -21,6 +21,7 @@ mod nshost;
 mod postgres;
 mod privileges;
 mod publish;
+mod purge;
 mod real_geo;
 mod rum;
 mod scheduling;

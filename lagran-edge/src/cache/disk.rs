@@ -106,6 +106,8 @@ struct Index {
 struct Entry {
     tick: u64,
     size: u64,
+    /// The origin's surrogate keys for the object, for purges by tag.
+    tags: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -120,10 +122,17 @@ pub struct DiskTier {
 /// rebuilding the Vary table at start.
 pub type Found = (String, Vec<HeaderName>);
 
+/// What [`DiskTier::open`] found besides the objects.
+pub struct Opened {
+    pub varies: Vec<Found>,
+    /// When the oldest stored object arrived (ms since the epoch), if any.
+    pub oldest_ms: Option<u64>,
+}
+
 impl DiskTier {
     /// Opens `dir` (created if missing), indexes the objects already there and
-    /// returns the Vary lists found.
-    pub fn open(dir: &Path, max_bytes: u64) -> io::Result<(DiskTier, Vec<Found>)> {
+    /// returns the Vary lists found and when the oldest of them arrived.
+    pub fn open(dir: &Path, max_bytes: u64) -> io::Result<(DiskTier, Opened)> {
         fs::create_dir_all(dir)?;
         let mut found = Vec::new();
         for entry in fs::read_dir(dir)? {
@@ -149,14 +158,17 @@ impl DiskTier {
         std::thread::Builder::new().name("cache-disk".into()).spawn(move || writer(rx))?;
         let tier = DiskTier { dir: dir.to_owned(), max_bytes, index: Mutex::default(), ops: tx };
         let mut varies = Vec::new();
+        let mut oldest = None;
         for (record, size) in found {
-            tier.admit(&record.key, size);
+            oldest = oldest.or(Some(record.response_time_ms));
+            let headers = record.headers.iter().filter(|(k, _)| super::is_tag_header(k)).map(|(_, v)| v.as_slice());
+            tier.admit(&record.key, size, super::tags_in(headers));
             if !record.vary.is_empty() {
                 let names = record.vary.iter().filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok()).collect();
                 varies.push((record.primary, names));
             }
         }
-        Ok((tier, varies))
+        Ok((tier, Opened { varies, oldest_ms: oldest }))
     }
 
     fn lock(&self) -> MutexGuard<'_, Index> {
@@ -168,7 +180,7 @@ impl DiskTier {
     }
 
     /// Counts `key` in, evicting least recently used files beyond the budget.
-    fn admit(&self, key: &str, size: u64) -> bool {
+    fn admit(&self, key: &str, size: u64, tags: Vec<String>) -> bool {
         if size > self.max_bytes {
             return false;
         }
@@ -187,7 +199,7 @@ impl DiskTier {
         index.tick += 1;
         let tick = index.tick;
         index.lru.insert(tick, key.to_owned());
-        index.entries.insert(key.to_owned(), Entry { tick, size });
+        index.entries.insert(key.to_owned(), Entry { tick, size, tags });
         index.bytes += size;
         true
     }
@@ -200,7 +212,7 @@ impl DiskTier {
         bytes.extend_from_slice(&(record.len() as u32).to_le_bytes());
         bytes.extend_from_slice(&record);
         bytes.extend_from_slice(&object.body);
-        if !self.admit(key, bytes.len() as u64) {
+        if !self.admit(key, bytes.len() as u64, super::tags(&object.headers)) {
             return;
         }
         if self.ops.try_send(Op::Write { path: self.path(key), bytes }).is_err() {
@@ -225,6 +237,25 @@ impl DiskTier {
         if self.forget(key) {
             let _ = self.ops.try_send(Op::Delete(self.path(key)));
         }
+    }
+
+    /// Removes every object `doomed` picks (by key and tags); returns their keys.
+    pub fn remove_where(&self, mut doomed: impl FnMut(&str, &[String]) -> bool) -> Vec<String> {
+        let mut index = self.lock();
+        let keys: Vec<String> =
+            index.entries.iter().filter(|(k, e)| doomed(k, &e.tags)).map(|(k, _)| k.clone()).collect();
+        for k in &keys {
+            if let Some(e) = index.entries.remove(k) {
+                index.lru.remove(&e.tick);
+                index.bytes -= e.size;
+            }
+        }
+        drop(index);
+        for k in &keys {
+            // Queued behind any write of the same file, so the delete wins.
+            let _ = self.ops.send(Op::Delete(self.path(k)));
+        }
+        keys
     }
 
     /// Marks `key` most recently used; `None` when it is not on disk.

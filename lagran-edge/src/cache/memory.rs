@@ -88,6 +88,17 @@ impl MemoryTier {
         self.lock().remove(key)
     }
 
+    /// Removes every object `doomed` picks; returns their keys.
+    pub fn remove_where(&self, mut doomed: impl FnMut(&str, &CachedObject) -> bool) -> Vec<String> {
+        let mut inner = self.lock();
+        let keys: Vec<String> =
+            inner.entries.iter().filter(|(k, e)| doomed(k, &e.object)).map(|(k, _)| k.clone()).collect();
+        for k in &keys {
+            inner.remove(k);
+        }
+        keys
+    }
+
     pub fn len(&self) -> usize {
         self.lock().entries.len()
     }

@@ -13,6 +13,10 @@
 //!
 //! Every object goes to both tiers when stored; an object found only on disk is
 //! read back into memory.
+//!
+//! Each object's tags are the origin's `Surrogate-Key` and `Cache-Tag` response
+//! headers (values separated by spaces or commas), kept with it in both tiers
+//! for purges by tag ([`Cache::purge`]).
 
 mod disk;
 mod memory;
@@ -20,6 +24,7 @@ mod memory;
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -89,6 +94,28 @@ pub fn vary_names(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
+/// Whether a response header named `name` carries tags.
+pub fn is_tag_header(name: &str) -> bool {
+    name.eq_ignore_ascii_case("surrogate-key") || name.eq_ignore_ascii_case("cache-tag")
+}
+
+/// The tags in header values (separated by spaces or commas).
+pub fn tags_in<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    let mut tags: Vec<String> = values
+        .flat_map(|v| v.split(|b| b.is_ascii_whitespace() || *b == b','))
+        .filter(|t| !t.is_empty())
+        .map(|t| String::from_utf8_lossy(t).into_owned())
+        .collect();
+    tags.sort();
+    tags.dedup();
+    tags
+}
+
+/// An object's tags, from its `Surrogate-Key` and `Cache-Tag` headers.
+pub fn tags(headers: &HeaderMap) -> Vec<String> {
+    tags_in(headers.iter().filter(|(k, _)| is_tag_header(k.as_str())).map(|(_, v)| v.as_bytes()))
+}
+
 /// `primary` plus the request's values of `names`.
 fn variant_key(primary: &str, names: &[HeaderName], request: &HeaderMap) -> String {
     let mut key = primary.to_owned();
@@ -113,19 +140,31 @@ pub struct Cache {
     disk: Option<Arc<DiskTier>>,
     /// URL key → the request headers its variants differ by.
     varies: Mutex<HashMap<String, Vec<HeaderName>>>,
+    /// When the oldest object stored arrived (ms since the epoch; `u64::MAX`:
+    /// none yet). Never raised, so it may be older than what is left.
+    oldest_ms: AtomicU64,
 }
 
 impl Cache {
     /// A memory-only cache.
     pub fn new(max_bytes: usize, max_object_bytes: usize) -> Cache {
-        Cache { max_object_bytes, memory: MemoryTier::new(max_bytes), disk: None, varies: Mutex::default() }
+        Cache {
+            max_object_bytes,
+            memory: MemoryTier::new(max_bytes),
+            disk: None,
+            varies: Mutex::default(),
+            oldest_ms: AtomicU64::new(u64::MAX),
+        }
     }
 
     /// A cache with a disk tier in `dir`, holding the objects stored there before.
     pub fn with_disk(max_bytes: usize, max_object_bytes: usize, dir: &Path, disk_max_bytes: u64) -> io::Result<Cache> {
-        let (disk, found) = DiskTier::open(dir, disk_max_bytes)?;
+        let (disk, opened) = DiskTier::open(dir, disk_max_bytes)?;
         let cache = Cache { disk: Some(Arc::new(disk)), ..Cache::new(max_bytes, max_object_bytes) };
-        cache.lock_varies().extend(found);
+        cache.lock_varies().extend(opened.varies);
+        if let Some(ms) = opened.oldest_ms {
+            cache.oldest_ms.store(ms, Ordering::Relaxed);
+        }
         Ok(cache)
     }
 
@@ -169,6 +208,8 @@ impl Cache {
         if object.body.len() > self.max_object_bytes {
             return key;
         }
+        let arrived = object.response_time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        self.oldest_ms.fetch_min(arrived.as_millis() as u64, Ordering::Relaxed);
         if let Some(disk) = &self.disk {
             disk.put(&key, &object);
         }
@@ -181,6 +222,26 @@ impl Cache {
         if let Some(disk) = &self.disk {
             disk.remove(key);
         }
+    }
+
+    /// Removes, from both tiers, every object `doomed` picks by its key and
+    /// tags; returns how many distinct keys went. Deleting files may wait for
+    /// the disk writer: call it off the request path.
+    pub fn purge(&self, doomed: impl Fn(&str, &[String]) -> bool) -> usize {
+        let mut gone = self.memory.remove_where(|k, o| doomed(k, &tags(&o.headers)));
+        if let Some(disk) = &self.disk {
+            gone.extend(disk.remove_where(doomed));
+        }
+        gone.sort();
+        gone.dedup();
+        gone.len()
+    }
+
+    /// When the oldest object stored arrived, as far as the cache knows (it
+    /// may be gone since); `None` when nothing was ever stored.
+    pub fn oldest(&self) -> Option<SystemTime> {
+        let ms = self.oldest_ms.load(Ordering::Relaxed);
+        (ms != u64::MAX).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
     }
 
     /// Waits until every object stored so far is on disk.

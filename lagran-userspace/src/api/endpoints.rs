@@ -12,7 +12,8 @@ use axum::routing::{MethodFilter, on};
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
 use super::{
-    asn_carriers, certificates, console, geo, measurements, nodes, routes, rules, schedule, sites, suspects, zones,
+    asn_carriers, certificates, console, geo, measurements, nodes, purge, routes, rules, schedule, sites, suspects,
+    zones,
 };
 
 /// One declared endpoint.
@@ -128,6 +129,10 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/api/v1/certificates/{domain}", ReadOrQueriedNode, certificates::get_one)
         .at(PUT, "/api/v1/certificates/{domain}", Admin, certificates::put)
         .at(DELETE, "/api/v1/certificates/{domain}", Admin, certificates::delete)
+        .at(POST, "/api/v1/purge", Admin, purge::create)
+        .at(GET, "/api/v1/purge/{id}", Read, purge::get_one)
+        .at(GET, "/api/v1/nodes/{name}/purges", PathNode, purge::pending)
+        .at(POST, "/api/v1/nodes/{name}/purges/{id}", PathNode, purge::confirm)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod geo;
 pub mod measurements;
 pub mod names;
 pub mod nodes;
+pub mod purge;
 pub mod routes;
 pub mod rules;
 pub mod schedule;

@@ -5,7 +5,8 @@
 //! [`nodes`] (edge nodes, agent token hashes, heartbeats), [`zones`] (zones,
 //! NS hosts, scheduled domains), [`rules`] (manual pins and canary splits),
 //! [`lines`] (named prefix lists), [`overrides`] (geo corrections),
-//! [`certificates`] (edge TLS material) and [`sites`] (the edge's customer hosts).
+//! [`certificates`] (edge TLS material), [`sites`] (the edge's customer hosts)
+//! and [`purges`] (cache purges and the edges' confirmations).
 //!
 //! The schema lives in `migrations/sqlite` and `migrations/postgres` (same
 //! tables and columns, portable types) and is applied by [`Store::connect`].
@@ -38,6 +39,7 @@ pub mod lines;
 pub mod measurements;
 pub mod nodes;
 pub mod overrides;
+pub mod purges;
 pub mod rules;
 pub mod sites;
 pub mod validate;
@@ -66,6 +68,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (6, "integrity", include_str!("../../../migrations/sqlite/0006_integrity.sql")),
     (7, "steering", include_str!("../../../migrations/sqlite/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/sqlite/0008_dnssec.sql")),
+    (10, "purge", include_str!("../../../migrations/sqlite/0010_purge.sql")),
     (13, "asn carriers", include_str!("../../../migrations/sqlite/0013_asn_carriers.sql")),
 ]);
 
@@ -79,6 +82,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (6, "integrity", include_str!("../../../migrations/postgres/0006_integrity.sql")),
     (7, "steering", include_str!("../../../migrations/postgres/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/postgres/0008_dnssec.sql")),
+    (10, "purge", include_str!("../../../migrations/postgres/0010_purge.sql")),
     (13, "asn carriers", include_str!("../../../migrations/postgres/0013_asn_carriers.sql")),
 ]);
 
