@@ -9,6 +9,7 @@ mod cli;
 mod cname;
 mod console;
 mod dns;
+mod dnstap;
 mod edge_config;
 mod entry;
 mod fail_static;
