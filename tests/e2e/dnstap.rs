@@ -124,7 +124,7 @@ fn a_dnstap_reader_decodes_every_userspace_query_and_response() {
     let tcp = d.dig(&["whoami.edge.lagran.net", "TXT", "+tcp"]);
     assert_eq!(tcp.status, "NOERROR", "{}", tcp.text);
     let dot = kdig_tls(&d, &["nope.edge.lagran.net", "AAAA"]);
-    assert_eq!(dot.status, "NXDOMAIN", "{}", dot.text);
+    assert!(dot.status.starts_with("NXDOMAIN"), "{}", dot.text);
 
     let messages = reader.wait_for(6);
     assert_eq!(messages.len(), 6, "a query and a response each: {messages:#?}\n{}", d.log());
