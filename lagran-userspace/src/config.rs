@@ -17,6 +17,7 @@ pub use crate::control_tls::{ApiSettings, ApiTlsSettings};
 pub use crate::dns::cookie::CookieSettings;
 pub use crate::dns::rrl::RrlSettings;
 pub use crate::dns::settings::{DnsSettings, TlsSettings};
+pub use crate::dnstap::DnstapSettings;
 pub use crate::geo::settings::{DEFAULT_GEOIP_PATH, GeoSettings};
 pub use crate::health::HealthSettings;
 pub use crate::redirect::settings::HttpRedirectSettings;
@@ -72,6 +73,8 @@ pub struct Config {
     pub insecure_control: bool,
     pub rrl: RrlSettings,
     pub cookies: CookieSettings,
+    /// `[dnstap]`: query logs.
+    pub dnstap: DnstapSettings,
     /// Where the control plane keeps the DNSSEC keys of the signed zones.
     pub dnssec_key_dir: PathBuf,
     /// `[steering]`: the latency policy's window, sample floor and stabilize band.
@@ -100,6 +103,7 @@ impl Default for Config {
             insecure_control: false,
             rrl: RrlSettings::default(),
             cookies: CookieSettings::default(),
+            dnstap: DnstapSettings::default(),
             dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
             steering: Default::default(),
         }

@@ -76,11 +76,14 @@ struct Guards {
     cookies: Arc<crate::dns::cookie::CookieJar>,
     /// The XDP program's rate limiting counts (when it is attached).
     xdp_rrl: Arc<crate::dns::rrl::XdpCounts>,
+    /// The query log (`[dnstap]`), when on.
+    dnstap: Option<Arc<crate::dnstap::Tap>>,
 }
 
 impl Guards {
     /// Builds both from the configuration, adds `lagran_rrl_responses_total`
-    /// to `/metrics`, and starts the task that re-reads the cookie secret file.
+    /// to `/metrics`, and starts the task that re-reads the cookie secret file
+    /// and the query log's writer (the task ends once both have).
     fn start(
         config: &Config,
         metrics: &Metrics,
@@ -117,9 +120,13 @@ impl Guards {
                 None => rrl::render_prometheus(out, &[("userspace", counts)]),
             }
         }));
+        let (dnstap, dnstap_task) = crate::dnstap::start(&config.dnstap, shutdown.clone()).unzip();
+        if let Some(tap) = dnstap.clone() {
+            metrics.add_source(Box::new(move |out| tap.render_prometheus(out)));
+        }
         let watched = jar.clone();
         let token = shutdown.clone();
-        let task = tokio::spawn(async move {
+        let secret_loop = async move {
             if watched.file().is_none() {
                 return;
             }
@@ -134,12 +141,20 @@ impl Guards {
                     Err(e) => tracing::warn!(error = %e, "cookie secret file unusable; keeping the secret in force"),
                 }
             }
+        };
+        let task = tokio::spawn(async move {
+            let writer = async move {
+                if let Some(t) = dnstap_task {
+                    let _ = t.await;
+                }
+            };
+            tokio::join!(secret_loop, writer);
         });
-        Ok((Guards { rrl, cookies: jar, xdp_rrl }, task))
+        Ok((Guards { rrl, cookies: jar, xdp_rrl, dnstap }, task))
     }
 
     fn apply(&self, server: DnsServer) -> DnsServer {
-        server.with_rrl(self.rrl.clone()).with_cookies(self.cookies.clone())
+        server.with_rrl(self.rrl.clone()).with_cookies(self.cookies.clone()).with_dnstap(self.dnstap.clone())
     }
 }
 

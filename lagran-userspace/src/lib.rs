@@ -31,6 +31,7 @@ pub mod daemon;
 pub mod demo;
 pub mod dns;
 pub mod dnssec;
+pub mod dnstap;
 pub mod engine;
 pub mod entry;
 pub mod fail_static;

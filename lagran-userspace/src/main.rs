@@ -207,6 +207,11 @@ enum Command {
         /// (an A query with that ECS subnet); repeat for several. With --listen.
         #[arg(long, requires = "listen")]
         expect: Vec<lagran::cli::monitor_service::Expectation>,
+        /// With --listen: an NS host's DNS-over-TLS address, [NAME@]ADDR:PORT, asked over TLS
+        /// too (its certificate checked for NAME, default the address, against --ca or the
+        /// system's store); repeat for each host that enables DoT.
+        #[arg(long, requires = "listen")]
+        dot: Vec<lagran::cli::monitor_service::DotTarget>,
     },
     /// Show the full ranked decision for a client, with scores and reasons.
     Explain {
@@ -354,9 +359,11 @@ async fn main() -> Result<()> {
                 .context("opening the pinned maps (is `lagran serve --xdp IFACE` running on this host?)")?;
             print!("{}", maps.dump(limit)?);
         }
-        Command::Monitor { ns, zone, watch, listen: Some(listen), expect } => {
+        Command::Monitor { ns, zone, watch, listen: Some(listen), expect, dot } => {
+            use lagran::cli::monitor_service::{Watch, dot_client_config};
             let interval = std::time::Duration::from_secs(watch.unwrap_or(10).max(1));
-            let watch = lagran::cli::monitor_service::Watch { ns, zone, expect, interval };
+            let tls = if dot.is_empty() { None } else { Some(dot_client_config(&config.client_tls())?) };
+            let watch = Watch { ns, dot, tls, zone, expect, interval };
             lagran::cli::monitor_service::run(client(&cli.api, &config), watch, listen, shutdown_on_signal()).await?;
         }
         Command::Monitor { ns, zone, watch, listen: None, .. } => {

@@ -11,6 +11,7 @@ mod cname;
 mod console;
 mod dns;
 mod dnssec;
+mod dnstap;
 mod edge_config;
 mod entry;
 mod fail_static;

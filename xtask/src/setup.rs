@@ -108,6 +108,12 @@ const APT_TOOLS: &[AptTool] = &[
     },
     AptTool { check: Check::Bin("dnsperf"), package: "dnsperf", optional: true, why: "benchmarks" },
     AptTool {
+        check: Check::Bin("dnstap"),
+        package: "golang-github-dnstap-golang-dnstap-cli",
+        optional: false,
+        why: "the dnstap reader of the query-log e2e test",
+    },
+    AptTool {
         check: Check::Bin("promtool"),
         package: "prometheus",
         optional: false,

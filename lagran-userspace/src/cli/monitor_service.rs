@@ -1,5 +1,6 @@
 //! `lagran monitor --watch N --listen ADDR`: the outside monitor as a service.
-//! Every N seconds it asks each NS host, over UDP and over TCP, for
+//! Every N seconds it asks each NS host, over UDP and over TCP (and over TLS
+//! at each `--dot` address, for the hosts that enable DNS over TLS), for
 //! `_version.<zone>` and for every expected answer (`--expect NAME@SUBNET`,
 //! an A query carrying that ECS subnet), compares them with what the control
 //! plane says it serves (`GET /api/v1/routes`, `GET /api/v1/schedule`), and
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
 use hickory_proto::rr::rdata::opt::{ClientSubnet, EdnsOption};
 use hickory_proto::rr::{Name, RData, RecordType};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
 use super::monitor::parse_version_txt;
 use crate::api_client::ApiClient;
@@ -32,6 +34,8 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 pub enum Transport {
     Udp,
     Tcp,
+    /// DNS over TLS (RFC 7858).
+    Dot,
 }
 
 impl Transport {
@@ -39,6 +43,7 @@ impl Transport {
         match self {
             Transport::Udp => "udp",
             Transport::Tcp => "tcp",
+            Transport::Dot => "dot",
         }
     }
 }
@@ -68,13 +73,51 @@ impl FromStr for Expectation {
     }
 }
 
+/// An NS host's DNS-over-TLS address, `[NAME@]ADDR:PORT`: its certificate
+/// must be valid for NAME (default: the address).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DotTarget {
+    pub name: ServerName<'static>,
+    pub addr: SocketAddr,
+}
+
+impl FromStr for DotTarget {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (name, addr) = match s.rsplit_once('@') {
+            Some((name, addr)) => (Some(name.trim()), addr),
+            None => (None, s),
+        };
+        let addr: SocketAddr = addr.trim().parse().map_err(|e| format!("{s:?}: {e} (expected [NAME@]ADDR:PORT)"))?;
+        let name = match name {
+            Some(n) => ServerName::try_from(n.to_string()).map_err(|e| format!("{s:?}: {e}"))?,
+            None => ServerName::from(addr.ip()),
+        };
+        Ok(DotTarget { name, addr })
+    }
+}
+
 /// What the monitor watches.
 #[derive(Clone, Debug)]
 pub struct Watch {
     pub ns: Vec<SocketAddr>,
+    /// The NS hosts that enable DNS over TLS, asked over it too.
+    pub dot: Vec<DotTarget>,
+    /// Whom DoT certificates are checked against (`--ca` or the system's
+    /// store); needed when `dot` is not empty.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     pub zone: String,
     pub expect: Vec<Expectation>,
     pub interval: Duration,
+}
+
+/// A client configuration for DNS over TLS from the TLS one of the control
+/// API (its roots and client certificate), with the DoT ALPN (RFC 7858 §3.2).
+pub fn dot_client_config(tls: &crate::control_tls::ClientTls) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let mut config = (*tls.config()?).clone();
+    config.alpn_protocols = vec![crate::dns::cert::ALPN_DOT.to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// One NS host over one transport, as last seen.
@@ -217,8 +260,13 @@ pub async fn round(client: &ApiClient, watch: &Watch, state: &Mutex<State>) {
     let mut seen = Vec::new();
     for &ns in &watch.ns {
         for t in [Transport::Udp, Transport::Tcp] {
-            seen.push(((ns, t), probe(ns, t, &watch.zone, &watch.expect, &expected).await));
+            let via = Via { ns, tls: None };
+            seen.push(((ns, t), probe(&via, t, &watch.zone, &watch.expect, &expected).await));
         }
+    }
+    for d in &watch.dot {
+        let via = Via { ns: d.addr, tls: watch.tls.clone().map(|c| (c, d.name.clone())) };
+        seen.push(((d.addr, Transport::Dot), probe(&via, Transport::Dot, &watch.zone, &watch.expect, &expected).await));
     }
     let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(r) = routes {
@@ -239,9 +287,16 @@ fn addresses(v: &serde_json::Value) -> Vec<String> {
     a
 }
 
+/// Where a query goes: the NS host's address and, over TLS, the client
+/// configuration and the name its certificate must have.
+struct Via {
+    ns: SocketAddr,
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+}
+
 /// One NS host over one transport: the probe and how many queries failed.
 async fn probe(
-    ns: SocketAddr,
+    via: &Via,
     t: Transport,
     zone: &str,
     expect: &[Expectation],
@@ -249,7 +304,8 @@ async fn probe(
 ) -> (Probe, u64) {
     let mut failures = 0;
     let started = Instant::now();
-    let version = ask(ns, t, &format!("_version.{}", zone.trim_end_matches('.')), RecordType::TXT, None).await;
+    let ns = via.ns;
+    let version = ask(via, t, &format!("_version.{}", zone.trim_end_matches('.')), RecordType::TXT, None).await;
     let mut p = Probe { rtt: started.elapsed(), ..Probe::default() };
     match version {
         Ok(reply) => {
@@ -266,7 +322,7 @@ async fn probe(
     }
     for (e, want) in expect.iter().zip(expected) {
         let Some(want) = want else { continue };
-        match ask(ns, t, &e.name, RecordType::A, Some((e.address, e.prefix))).await {
+        match ask(via, t, &e.name, RecordType::A, Some((e.address, e.prefix))).await {
             Ok(reply) => {
                 let mut got = records(&reply);
                 got.sort();
@@ -296,7 +352,7 @@ fn records(reply: &Message) -> Vec<String> {
 
 /// One query, with an ECS option when `subnet` is given.
 async fn ask(
-    ns: SocketAddr,
+    via: &Via,
     t: Transport,
     name: &str,
     rtype: RecordType,
@@ -314,14 +370,15 @@ async fn ask(
         msg.set_edns(edns);
     }
     let bytes = msg.to_vec().map_err(|e| e.to_string())?;
-    let reply = tokio::time::timeout(QUERY_TIMEOUT, exchange(ns, t, &bytes))
+    let reply = tokio::time::timeout(QUERY_TIMEOUT, exchange(via, t, &bytes))
         .await
         .map_err(|_| format!("no answer within {} ms", QUERY_TIMEOUT.as_millis()))??;
     Message::from_vec(&reply).map_err(|e| e.to_string())
 }
 
-async fn exchange(ns: SocketAddr, t: Transport, query: &[u8]) -> Result<Vec<u8>, String> {
+async fn exchange(via: &Via, t: Transport, query: &[u8]) -> Result<Vec<u8>, String> {
     let e = |e: std::io::Error| e.to_string();
+    let ns = via.ns;
     match t {
         Transport::Udp => {
             let bind: SocketAddr =
@@ -333,17 +390,27 @@ async fn exchange(ns: SocketAddr, t: Transport, query: &[u8]) -> Result<Vec<u8>,
             buf.truncate(n);
             Ok(buf)
         }
-        Transport::Tcp => {
-            // RFC 1035 §4.2.2: a two-octet length before each message.
-            let mut conn = tokio::net::TcpStream::connect(ns).await.map_err(e)?;
-            let len = u16::try_from(query.len()).map_err(|_| "query too long".to_string())?;
-            conn.write_all(&[&len.to_be_bytes()[..], query].concat()).await.map_err(e)?;
-            let n = conn.read_u16().await.map_err(e)?;
-            let mut buf = vec![0u8; n as usize];
-            conn.read_exact(&mut buf).await.map_err(e)?;
-            Ok(buf)
+        Transport::Tcp => framed(tokio::net::TcpStream::connect(ns).await.map_err(e)?, query).await,
+        Transport::Dot => {
+            let (config, name) = via.tls.clone().ok_or("no TLS client configuration for DoT")?;
+            let tcp = tokio::net::TcpStream::connect(ns).await.map_err(e)?;
+            let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(e)?;
+            framed(tls, query).await
         }
     }
+}
+
+/// One query over a stream: RFC 1035 §4.2.2 (and RFC 7858 §3.3 over TLS):
+/// a two-octet length before each message.
+async fn framed<S: AsyncRead + AsyncWrite + Unpin>(mut conn: S, query: &[u8]) -> Result<Vec<u8>, String> {
+    let e = |e: std::io::Error| e.to_string();
+    let len = u16::try_from(query.len()).map_err(|_| "query too long".to_string())?;
+    conn.write_all(&[&len.to_be_bytes()[..], query].concat()).await.map_err(e)?;
+    conn.flush().await.map_err(e)?;
+    let n = conn.read_u16().await.map_err(e)?;
+    let mut buf = vec![0u8; n as usize];
+    conn.read_exact(&mut buf).await.map_err(e)?;
+    Ok(buf)
 }
 
 #[cfg(test)]
@@ -360,6 +427,49 @@ mod tests {
         assert!("edge.lagran.net".parse::<Expectation>().is_err());
         assert!("edge.lagran.net@nonsense".parse::<Expectation>().is_err());
         assert!("@58.60.0.0/24".parse::<Expectation>().is_err());
+    }
+
+    #[test]
+    fn dot_targets_parse_with_or_without_a_name() {
+        let t: DotTarget = "ns1.example@192.0.2.53:853".parse().unwrap();
+        assert_eq!((t.name.to_str().as_ref(), t.addr), ("ns1.example", "192.0.2.53:853".parse().unwrap()));
+        let t: DotTarget = "[2001:db8::53]:853".parse().unwrap();
+        assert_eq!(t.name, ServerName::from("2001:db8::53".parse::<IpAddr>().unwrap()));
+        for bad in ["ns1.example", "ns1.example@192.0.2.53", "bad name!@192.0.2.53:853"] {
+            assert!(bad.parse::<DotTarget>().is_err(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dot_host_is_asked_over_tls_and_a_certificate_for_another_name_fails() {
+        use crate::dns::cert::{ALPN_DOT, Certificate, write_self_signed};
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_path, key_path) = write_self_signed(dir.path(), &["dns.test"]);
+        let cert = Certificate::load(&cert_path, &key_path).unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cert.server_config(ALPN_DOT).unwrap()));
+        let dns = crate::dns::server::tests_support::server();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let running = tokio::spawn(crate::dns::tls::run(dns.clone(), listener, acceptor, shutdown.clone()));
+
+        let tls = crate::control_tls::ClientTls { ca: Some(cert_path), ..Default::default() };
+        let config = dot_client_config(&tls).unwrap();
+        let target: DotTarget = format!("dns.test@{addr}").parse().unwrap();
+        let via = Via { ns: addr, tls: Some((config.clone(), target.name)) };
+        let (p, failures) = probe(&via, Transport::Dot, "edge.lagran.net", &[], &[]).await;
+        assert!(p.up && p.version == Some(1) && failures == 0, "{p:?} {failures}");
+        let snap: std::collections::HashMap<_, _> = dns.counters.snapshot().into_iter().collect();
+        assert_eq!(snap["queries_dot"], 1, "asked over TLS");
+
+        let wrong = Via { ns: addr, tls: Some((config, ServerName::try_from("other.test").unwrap())) };
+        let (p, failures) = probe(&wrong, Transport::Dot, "edge.lagran.net", &[], &[]).await;
+        assert!(!p.up && failures == 1, "a certificate for another name is a failure: {p:?}");
+        let mut s = State::default();
+        s.probes.insert((addr, Transport::Dot), Probe { failures_total: failures, ..p });
+        assert!(s.render().contains(&format!("lagran_monitor_up{{ns=\"{addr}\",transport=\"dot\"}} 0\n")));
+        shutdown.cancel();
+        running.await.unwrap();
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub const KEY_GROUPS: &[&[Key]] = &[
     crate::redirect::settings::HTTP_REDIRECT_KEYS,
     crate::dns::rrl::RRL_KEYS,
     crate::dns::cookie::COOKIE_KEYS,
+    crate::dnstap::DNSTAP_KEYS,
     crate::scheduler::settings::SCHEDULE_KEYS,
     crate::steering::settings::STEERING_KEYS,
     crate::health::HEALTH_KEYS,

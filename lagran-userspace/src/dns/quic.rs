@@ -96,6 +96,9 @@ pub async fn run(dns: Arc<DnsServer>, endpoint: Endpoint, shutdown: Cancellation
         tracing::info!(addr = %addr, "dns over quic listening");
     }
     let slots = Slots::new(&dns.stream_limits(DOQ_MAX_CONNECTIONS));
+    // For the query log: the address a client reached is this port on the
+    // connection's local address.
+    let port = endpoint.local_addr().ok().map(|a| a.port());
     let mut conns = JoinSet::new();
     loop {
         let incoming = tokio::select! {
@@ -107,7 +110,7 @@ pub async fn run(dns: Arc<DnsServer>, endpoint: Endpoint, shutdown: Cancellation
         };
         while conns.try_join_next().is_some() {}
         let Some(permit) = admit(&dns, &slots, incoming) else { continue };
-        conns.spawn(connection(dns.clone(), permit, shutdown.clone()));
+        conns.spawn(connection(dns.clone(), permit, port, shutdown.clone()));
     }
     endpoint.close(VarInt::from_u32(DOQ_NO_ERROR), b"shutting down");
     while conns.join_next().await.is_some() {}
@@ -142,7 +145,7 @@ fn admit(dns: &DnsServer, slots: &Slots, incoming: Incoming) -> Option<Admitted>
     }
 }
 
-async fn connection(dns: Arc<DnsServer>, admitted: Admitted, shutdown: CancellationToken) {
+async fn connection(dns: Arc<DnsServer>, admitted: Admitted, port: Option<u16>, shutdown: CancellationToken) {
     let Admitted { incoming, _permit } = admitted;
     let peer = incoming.remote_address();
     let handshake = tokio::select! {
@@ -162,6 +165,7 @@ async fn connection(dns: Arc<DnsServer>, admitted: Admitted, shutdown: Cancellat
             return;
         }
     };
+    let local = conn.local_ip().zip(port).map(|(ip, port)| SocketAddr::new(ip, port));
     let mut streams = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -174,7 +178,7 @@ async fn connection(dns: Arc<DnsServer>, admitted: Admitted, shutdown: Cancellat
         // Closed by the peer, idle timeout or a protocol error below.
         let Ok((send, recv)) = accepted else { break };
         while streams.try_join_next().is_some() {}
-        streams.spawn(query_stream(dns.clone(), conn.clone(), peer, send, recv));
+        streams.spawn(query_stream(dns.clone(), conn.clone(), (peer, local), send, recv));
     }
     streams.abort_all();
     while streams.join_next().await.is_some() {}
@@ -183,7 +187,7 @@ async fn connection(dns: Arc<DnsServer>, admitted: Admitted, shutdown: Cancellat
 async fn query_stream(
     dns: Arc<DnsServer>,
     conn: Connection,
-    peer: SocketAddr,
+    (peer, local): (SocketAddr, Option<SocketAddr>),
     mut send: SendStream,
     mut recv: RecvStream,
 ) {
@@ -211,7 +215,11 @@ async fn query_stream(
         conn.close(VarInt::from_u32(DOQ_PROTOCOL_ERROR), b"message id must be 0");
         return;
     }
+    let started = dns.tap_start();
     let reply = dns.handle(msg, peer.ip(), Transport::Doq);
+    if let Some(at) = started {
+        dns.tap(Transport::Doq, (peer, local), at, msg, reply.bytes.as_deref());
+    }
     let Some(bytes) = reply.bytes else {
         let _ = send.reset(VarInt::from_u32(DOQ_REQUEST_CANCELLED));
         return;

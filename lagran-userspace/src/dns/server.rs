@@ -29,7 +29,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -42,6 +42,7 @@ use super::counters::DnsCounters;
 use super::rrl::{self, Decision, RateLimiter, ResponseClass};
 use super::settings::DnsSettings;
 use crate::confirmation::Confirmation;
+use crate::dnstap::{self, Tap};
 use crate::listener::{self, ConnectionHandler, Limits, Permit, Refusal};
 use crate::route_table::SharedRouteTable;
 
@@ -70,6 +71,8 @@ pub struct DnsServer {
     pub rrl: Option<Arc<RateLimiter>>,
     /// Server cookie secrets (`None`: COOKIE options are ignored).
     pub cookies: Option<Arc<CookieJar>>,
+    /// The query log (`None`: off).
+    pub dnstap: Option<Arc<Tap>>,
 }
 
 impl DnsServer {
@@ -79,7 +82,7 @@ impl DnsServer {
         counters: Arc<DnsCounters>,
         confirmation: Arc<Confirmation>,
     ) -> Self {
-        DnsServer { table, settings, counters, confirmation, rrl: None, cookies: None }
+        DnsServer { table, settings, counters, confirmation, rrl: None, cookies: None, dnstap: None }
     }
 
     /// Limits UDP responses with `rrl` (see [`rrl`]).
@@ -92,6 +95,46 @@ impl DnsServer {
     pub fn with_cookies(mut self, jar: Arc<CookieJar>) -> Self {
         self.cookies = Some(jar);
         self
+    }
+
+    /// Logs every exchange to `tap` (see [`dnstap`]).
+    pub fn with_dnstap(mut self, tap: Option<Arc<Tap>>) -> Self {
+        self.dnstap = tap;
+        self
+    }
+
+    /// When the query log is on, the time a query is received (the start of
+    /// its exchange); `None` when it is off, so nothing is read or copied.
+    pub(crate) fn tap_start(&self) -> Option<SystemTime> {
+        self.dnstap.as_ref().map(|_| SystemTime::now())
+    }
+
+    /// Logs one exchange begun at `query_time` (from [`Self::tap_start`]) to
+    /// the query log, without waiting (a full log drops it, counted).
+    pub(crate) fn tap(
+        &self,
+        transport: Transport,
+        (client, server): (SocketAddr, Option<SocketAddr>),
+        query_time: SystemTime,
+        query: &[u8],
+        response: Option<&[u8]>,
+    ) {
+        let Some(tap) = &self.dnstap else { return };
+        let protocol = match transport {
+            Transport::Udp => dnstap::Protocol::Udp,
+            Transport::Tcp => dnstap::Protocol::Tcp,
+            Transport::Dot => dnstap::Protocol::Dot,
+            Transport::Doq => dnstap::Protocol::Doq,
+        };
+        let exchange = dnstap::Exchange {
+            protocol,
+            client,
+            server,
+            query_time,
+            query: query.to_vec(),
+            response: response.map(|r| (SystemTime::now(), r.to_vec())),
+        };
+        tap.log(dnstap::Source::Userspace, exchange);
     }
 
     /// Answers one message against the current table, counts and logs it.
@@ -201,6 +244,7 @@ impl DnsServer {
         crate::wakeup_slice::prefer_wakeups();
         // One octet more than accepted, to tell an oversized datagram from a full one.
         let mut buf = vec![0u8; UDP_BUFFER + 1];
+        let local = sock.local_addr().ok();
         while !shutdown.is_cancelled() {
             let (n, peer) = match sock.recv_from(&mut buf) {
                 Ok(v) => v,
@@ -218,12 +262,16 @@ impl DnsServer {
                 self.counters.oversized.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
+            let started = self.tap_start();
             let reply = self.handle(&buf[..n], peer.ip(), Transport::Udp);
-            if let Some(bytes) = reply.bytes
-                && let Err(e) = sock.send_to(&bytes, peer)
+            if let Some(bytes) = &reply.bytes
+                && let Err(e) = sock.send_to(bytes, peer)
             {
                 self.counters.io_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(error = %e, peer = %peer, "dns udp send error");
+            }
+            if let Some(at) = started {
+                self.tap(Transport::Udp, (peer, local), at, &buf[..n], reply.bytes.as_deref());
             }
         }
     }
@@ -242,11 +290,12 @@ impl DnsServer {
 
     /// One TCP or DoT connection (RFC 7766 §8, RFC 7858 §3.3: the same
     /// 2-octet length framing), answered in order until idle, EOF or shutdown.
-    /// `_held` (the connection's slots) is released when the connection ends.
+    /// `_held` (the connection's slots) is released when the connection ends;
+    /// `local` (the address the client reached) is for the query log.
     pub(crate) async fn stream_connection<S: AsyncRead + AsyncWrite + Unpin, H: Send>(
         self: Arc<Self>,
         mut stream: S,
-        peer: SocketAddr,
+        (peer, local): (SocketAddr, Option<SocketAddr>),
         transport: Transport,
         shutdown: CancellationToken,
         _held: H,
@@ -273,7 +322,11 @@ impl DnsServer {
             if !self.read_by(&mut stream, &mut msg, deadline, &shutdown).await {
                 return;
             }
+            let started = self.tap_start();
             let reply = self.handle(&msg, peer.ip(), transport);
+            if let Some(at) = started {
+                self.tap(transport, (peer, local), at, &msg, reply.bytes.as_deref());
+            }
             let Some(bytes) = reply.bytes else { continue };
             let Ok(out_len) = u16::try_from(bytes.len()) else { continue };
             let mut out = Vec::with_capacity(bytes.len() + 2);
@@ -328,7 +381,8 @@ struct TcpConnections(Arc<DnsServer>);
 impl ConnectionHandler for TcpConnections {
     async fn serve(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, permit: Permit, shutdown: CancellationToken) {
         let _ = stream.set_nodelay(true);
-        self.0.clone().stream_connection(stream, peer, Transport::Tcp, shutdown, permit).await;
+        let local = stream.local_addr().ok();
+        self.0.clone().stream_connection(stream, (peer, local), Transport::Tcp, shutdown, permit).await;
     }
 
     // RFC 7766 §6.2.2: "To mitigate the risk of unintentional server

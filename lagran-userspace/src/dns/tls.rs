@@ -55,6 +55,7 @@ struct DotConnections {
 impl ConnectionHandler for DotConnections {
     async fn serve(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, permit: Permit, shutdown: CancellationToken) {
         let _ = stream.set_nodelay(true);
+        let local = stream.local_addr().ok();
         let handshake = tokio::select! {
             _ = shutdown.cancelled() => return,
             r = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor.accept(stream)) => r,
@@ -64,7 +65,9 @@ impl ConnectionHandler for DotConnections {
             tracing::debug!(peer = %peer, reason = %reason, "dns over tls handshake failed");
         };
         match handshake {
-            Ok(Ok(tls)) => self.dns.clone().stream_connection(tls, peer, Transport::Dot, shutdown, permit).await,
+            Ok(Ok(tls)) => {
+                self.dns.clone().stream_connection(tls, (peer, local), Transport::Dot, shutdown, permit).await
+            }
             Ok(Err(e)) => failed(&e),
             Err(_) => failed(&"timed out"),
         }
