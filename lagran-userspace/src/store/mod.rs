@@ -29,6 +29,7 @@ use sqlx::error::ErrorKind;
 use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{Any, AnyPool, Decode, Row, Transaction, Type};
 
+pub mod acme;
 pub mod certificates;
 pub mod cluster;
 pub mod freeze;
@@ -65,6 +66,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (6, "integrity", include_str!("../../../migrations/sqlite/0006_integrity.sql")),
     (7, "steering", include_str!("../../../migrations/sqlite/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/sqlite/0008_dnssec.sql")),
+    (11, "acme", include_str!("../../../migrations/sqlite/0011_acme.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -77,6 +79,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (6, "integrity", include_str!("../../../migrations/postgres/0006_integrity.sql")),
     (7, "steering", include_str!("../../../migrations/postgres/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/postgres/0008_dnssec.sql")),
+    (11, "acme", include_str!("../../../migrations/postgres/0011_acme.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
