@@ -3,7 +3,17 @@
 use super::*;
 use crate::store::acme::Challenge;
 
-on_both_backends!(acme_accounts_and_challenges);
+on_both_backends!(acme_accounts_and_challenges, the_acme_flag_round_trips);
+
+async fn the_acme_flag_round_trips(store: Store) {
+    let site: Site =
+        serde_json::from_str(r#"{"host": "shop.example.com", "origin": "http://o", "acme": true}"#).unwrap();
+    assert!(store.upsert_site(&site).await.unwrap().site.acme);
+    let off = store.upsert_site(&Site { acme: false, ..site.clone() }).await.unwrap();
+    assert!(!off.site.acme, "a replace clears it");
+    let wildcard = Site { host: "*.example.com".into(), ..site };
+    assert_invalid(store.upsert_site(&wildcard).await, "acme");
+}
 
 async fn acme_accounts_and_challenges(store: Store) {
     let dir = "https://acme.test/dir";
