@@ -6,6 +6,7 @@
 //! restart (the TOML's own sites stay, for standalone use).
 
 pub mod access_log;
+pub mod acme_challenge;
 pub mod agent;
 pub mod beacon;
 pub mod body;
@@ -78,6 +79,8 @@ pub enum EdgeError {
     AccessLog { path: std::path::PathBuf, source: std::io::Error },
     #[error(transparent)]
     Origin(#[from] origin::OriginError),
+    #[error("the control plane client for ACME challenges")]
+    AcmeChallenges(#[source] control::ControlError),
 }
 
 /// `error: cause: cause…` — an error with its whole `source()` chain, for logs.
@@ -141,6 +144,8 @@ pub struct Edge {
     pub subnet_rtts: Option<Arc<measured_conn::SubnetRtts>>,
     /// The `/.well-known/lagran/` paths.
     pub rum: rum::Rum,
+    /// `/.well-known/acme-challenge/`, answered from the control plane (when there is one).
+    pub acme: Option<acme_challenge::AcmeChallenges>,
 }
 
 /// Requests per second (and burst) one client may make to `/healthz`: ample
@@ -185,6 +190,7 @@ impl Edge {
             subnet_rtts: (config.agent.report_rtt && config.control_url.is_some())
                 .then(|| Arc::new(rtt::RttTable::new(MAX_RTT_SUBNETS))),
             rum: rum::Rum::default(),
+            acme: acme_challenge::AcmeChallenges::from_config(config).transpose().map_err(EdgeError::AcmeChallenges)?,
         };
         edge.replace_sites(&config.sites);
         Ok(edge)

@@ -10,6 +10,8 @@
 //!   answered 400 and never reaches the WAF or the origin: RFC 3986 §5.2.4 would
 //!   resolve it, but origins differ in whether and how they do, and a deny rule
 //!   must see the path the origin will serve.
+//! - `GET /.well-known/acme-challenge/{token}` over plain HTTP is answered on
+//!   any host, before the WAF, from the control plane ([`crate::acme_challenge`]).
 //! - Requests with a `Cookie` or `Authorization` are not answered from the cache
 //!   nor stored (`x-cache: BYPASS`): what the origin sends them may be personal.
 
@@ -30,7 +32,7 @@ use crate::body::{self, Counted, EdgeBody, OnDone};
 use crate::origin::Forward;
 use crate::outcome::{CacheResult, Outcome};
 use crate::reply::{proxy, text};
-use crate::{Edge, cached, host, rum};
+use crate::{Edge, acme_challenge, cached, host, rum};
 
 /// What the handler knows about the connection a request came on.
 #[derive(Debug)]
@@ -174,6 +176,12 @@ async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Respon
     if let Some(name) = req.uri().path().strip_prefix(rum::PREFIX) {
         let name = name.to_owned();
         return edge.rum.respond(&name, conn.peer.ip(), req).await.map(body::full);
+    }
+    if let (Some(acme), Some(token)) = (&edge.acme, req.uri().path().strip_prefix(acme_challenge::PREFIX))
+        && conn.scheme == Scheme::HTTP
+        && (req.method() == Method::GET || req.method() == Method::HEAD)
+    {
+        return acme.answer(token, conn.peer.ip().to_canonical()).await;
     }
     if has_dot_segment(req.uri().path()) {
         return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n");

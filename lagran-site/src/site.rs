@@ -45,13 +45,17 @@ pub struct Site {
     /// patterns or the site itself; requests without `Referer` pass.
     #[serde(default)]
     pub referer_allow: Vec<String>,
+    /// The control plane gets and renews the site's certificate by ACME
+    /// (HTTP-01, answered by the edges); the edge serves the site the same either way.
+    #[serde(default)]
+    pub acme: bool,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const JSON: &str = r#"{"host":"*.img.example.com","origin":"http://10.0.0.6:8000/static","cache_ttl_secs":300,"allow_cidrs":[],"deny_cidrs":["203.0.113.0/24"],"deny_paths":["/admin"],"deny_user_agents":["sqlmap"],"rate_limit_rps":50.5,"rate_limit_burst":100,"referer_allow":["*.example.com"]}"#;
+    const JSON: &str = r#"{"host":"*.img.example.com","origin":"http://10.0.0.6:8000/static","cache_ttl_secs":300,"allow_cidrs":[],"deny_cidrs":["203.0.113.0/24"],"deny_paths":["/admin"],"deny_user_agents":["sqlmap"],"rate_limit_rps":50.5,"rate_limit_burst":100,"referer_allow":["*.example.com"],"acme":false}"#;
 
     #[test]
     fn json_round_trips_with_every_key() {
@@ -74,7 +78,7 @@ mod tests {
     fn defaults_and_unknown_keys() {
         let site: Site = serde_json::from_str(r#"{"host": "a.test", "origin": "http://o"}"#).unwrap();
         assert_eq!((site.cache_ttl_secs, site.rate_limit_rps, site.rate_limit_burst), (60, None, None));
-        assert!(site.allow_cidrs.is_empty() && site.referer_allow.is_empty());
+        assert!(site.allow_cidrs.is_empty() && site.referer_allow.is_empty() && !site.acme);
         let e = serde_json::from_str::<Site>(r#"{"host": "a.test", "origin": "http://o", "cert_pem": "/x"}"#);
         assert!(e.unwrap_err().to_string().contains("cert_pem"));
     }

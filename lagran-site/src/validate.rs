@@ -50,6 +50,10 @@ impl Site {
         if let Some(p) = self.referer_allow.iter().find(|p| !valid_host_pattern(p)) {
             return fail("referer_allow", format!("{p:?} must be a host name or *.suffix"));
         }
+        // An HTTP-01 answer proves one host name; ACME servers authorise a wildcard by DNS-01 only.
+        if self.acme && self.host.starts_with("*.") {
+            return fail("acme", "needs a host name: a wildcard cannot be proved by an HTTP-01 challenge".into());
+        }
         Ok(())
     }
 }
@@ -88,6 +92,8 @@ mod tests {
         assert_eq!(field(Site { deny_paths: vec!["admin".into()], ..site() }), "deny_paths");
         assert_eq!(field(Site { deny_user_agents: vec![String::new()], ..site() }), "deny_user_agents");
         assert_eq!(field(Site { referer_allow: vec!["*".into()], ..site() }), "referer_allow");
+        assert_eq!(field(Site { acme: true, ..site() }), "acme");
+        assert_eq!(Site { acme: true, host: "a.test".into(), ..site() }.validate(), Ok(()));
     }
 
     #[test]

@@ -79,6 +79,8 @@ pub struct Config {
     pub dnssec_key_dir: PathBuf,
     /// `[steering]`: the latency policy's window, sample floor and stabilize band.
     pub steering: crate::steering::settings::SteeringSettings,
+    /// `[acme]`: certificates of the sites with `acme`, from an ACME server.
+    pub acme: crate::acme::AcmeSettings,
 }
 
 impl Default for Config {
@@ -106,6 +108,7 @@ impl Default for Config {
             dnstap: DnstapSettings::default(),
             dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
             steering: Default::default(),
+            acme: Default::default(),
         }
     }
 }
@@ -250,6 +253,7 @@ impl Config {
         self.health.validate()?;
         self.geo.validate()?;
         self.rrl.validate()?;
+        self.acme.validate()?;
         Ok(())
     }
 }

@@ -354,6 +354,7 @@ fn spawn_leader_loops(
     health: &Arc<HealthMonitor>,
     store: &Store,
     tasks: &Arc<Supervisor>,
+    acme: Option<&Arc<crate::acme::Renewer>>,
     token: &CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let (run_scheduler, run_token) = (scheduler.clone(), token.clone());
@@ -370,7 +371,12 @@ fn spawn_leader_loops(
             probe_token.clone(),
         )
     });
-    vec![recompute, probes]
+    let mut loops = vec![recompute, probes];
+    if let Some(renewer) = acme {
+        let (renewer, acme_token) = (renewer.clone(), token.clone());
+        loops.push(tasks.spawn("acme", token.clone(), move || renewer.clone().run(acme_token.clone())));
+    }
+    loops
 }
 
 /// Starts the control plane's background loops (recompute, probes, SIGHUP
@@ -382,7 +388,9 @@ fn spawn_control_loops(
     advertise: String,
     shutdown: &CancellationToken,
     tasks: &Arc<Supervisor>,
+    metrics: &Metrics,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let (acme, expiry_task) = crate::acme::start(&config.acme, &cp.store, metrics, tasks, shutdown);
     let mut loops = if cp.clustered {
         let (s, h, st, t) = (cp.scheduler.clone(), cp.health.clone(), cp.store.clone(), tasks.clone());
         let cluster = crate::cluster::Cluster {
@@ -392,11 +400,12 @@ fn spawn_control_loops(
             advertise,
         };
         let leader_loops: crate::cluster::LeaderLoops =
-            Box::new(move |token| spawn_leader_loops(&s, &h, &st, &t, &token));
+            Box::new(move |token| spawn_leader_loops(&s, &h, &st, &t, acme.as_ref(), &token));
         vec![tokio::spawn(cluster.run(leader_loops, shutdown.clone()))]
     } else {
-        spawn_leader_loops(&cp.scheduler, &cp.health, &cp.store, tasks, shutdown)
+        spawn_leader_loops(&cp.scheduler, &cp.health, &cp.store, tasks, acme.as_ref(), shutdown)
     };
+    loops.push(expiry_task);
     // SIGHUP: reload the geo files, refused above GEO_MAX_CHANGE_RATIO (scheduler::geo_reload).
     let (scheduler, ratio, token) = (cp.scheduler.clone(), config.geo.max_change_ratio, shutdown.clone());
     loops.push(tasks.spawn("geo-reload", shutdown.clone(), move || {
@@ -416,7 +425,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let table = cp.scheduler.table().clone();
     let tasks = Supervisor::new();
     add_task_metrics(&metrics, &tasks);
-    let mut loops = spawn_control_loops(&cp, &config, api_url(api_addr, tls.is_some()), &shutdown, &tasks);
+    let mut loops = spawn_control_loops(&cp, &config, api_url(api_addr, tls.is_some()), &shutdown, &tasks, &metrics);
     let (guards, guard_task) = Guards::start(&config, &metrics, opts.xdp.is_some(), &shutdown)?;
     loops.push(guard_task);
     if let Some(iface) = &opts.xdp {
@@ -481,7 +490,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let api_url = api_url(api_addr, tls.is_some());
     let tasks = Supervisor::new();
     add_task_metrics(&metrics, &tasks);
-    let mut loops = spawn_control_loops(&cp, &config, api_url.clone(), &shutdown, &tasks);
+    let mut loops = spawn_control_loops(&cp, &config, api_url.clone(), &shutdown, &tasks, &metrics);
     // No responder here: the console lists the NS hosts that report on the table stream.
     let console = Arc::new(crate::console::Console::new(Arc::new(crate::console::nshosts::NoNsHosts)));
     loops.push(console.spawn_sampler(metrics.clone(), shutdown.clone()));

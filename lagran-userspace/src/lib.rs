@@ -16,6 +16,7 @@
 //!
 //! `docs/architecture.md` walks a query, a PATCH and a heartbeat through these files.
 
+pub mod acme;
 pub mod api;
 pub mod api_client;
 pub mod background;

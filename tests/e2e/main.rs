@@ -2,6 +2,7 @@
 //! SQLite and PostgreSQL. Each test starts its own daemon on free ports.
 
 mod aaaa;
+mod acme;
 mod api;
 mod asn_carriers;
 mod chaos;

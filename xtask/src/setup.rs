@@ -73,6 +73,12 @@ const APT_TOOLS: &[AptTool] = &[
     AptTool { check: Check::Bin("curl"), package: "curl", optional: false, why: "HTTPS/SNI and API e2e tests" },
     AptTool { check: Check::Bin("openssl"), package: "openssl", optional: false, why: "TLS e2e tests (s_client)" },
     AptTool { check: Check::Bin("strace"), package: "strace", optional: false, why: "the state file's fsync test" },
+    AptTool {
+        check: Check::Bin("pebble"),
+        package: "pebble",
+        optional: false,
+        why: "the ACME end-to-end test's server",
+    },
     AptTool { check: Check::PostgresServer, package: "postgresql", optional: false, why: "PostgreSQL store tests" },
     AptTool {
         check: Check::Bin("iptables"),

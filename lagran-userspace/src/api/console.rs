@@ -186,6 +186,16 @@ pub async fn faults(State(state): State<AppState>) -> Json<Option<crate::fail_st
     Json(state.scheduler.health().fail_static().report())
 }
 
+/// `GET /api/v1/console/certificates`: the certificates the page warns about
+/// (expiring within 14 days, expired, or unreadable).
+pub async fn certificates(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<crate::console::certificates::Expiring>>, ApiError> {
+    let certs = state.store.list_certificates().await?;
+    let pairs = certs.into_iter().map(|c| (c.domain, crate::acme::not_after::not_after_of_pem(&c.cert_pem)));
+    Ok(Json(crate::console::certificates::expiring(pairs, crate::acme::expiry::now_secs())))
+}
+
 /// `GET /api/v1/console/traffic`: rates, answer changes and NS hosts.
 #[derive(Serialize)]
 pub struct TrafficJson {

@@ -12,8 +12,8 @@ use axum::routing::{MethodFilter, on};
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
 use super::{
-    asn_carriers, certificates, console, geo, measurements, nodes, purge, routes, rules, schedule, sites, suspects,
-    zones,
+    acme, asn_carriers, certificates, console, geo, measurements, nodes, purge, routes, rules, schedule, sites,
+    suspects, zones,
 };
 
 /// One declared endpoint.
@@ -83,6 +83,7 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/api/v1/console/nodes", Read, console::nodes)
         .at(GET, "/api/v1/console/traffic", Read, console::traffic)
         .at(GET, "/api/v1/console/faults", Read, console::faults)
+        .at(GET, "/api/v1/console/certificates", Read, console::certificates)
         .at(POST, "/api/v1/measurements", ReadOrAnyNode, measurements::post)
         .at(GET, "/api/v1/measurements", Read, measurements::get)
         .at(GET, "/api/v1/measurements/candidates", ReadOrAnyNode, measurements::candidates)
@@ -127,6 +128,7 @@ pub fn all(state: AppState) -> Endpoints {
         .at(DELETE, "/api/v1/sites/{host}", Admin, sites::delete)
         .at(GET, "/api/v1/certificates", ReadOrQueriedNode, certificates::list)
         .at(GET, "/api/v1/certificates/{domain}", ReadOrQueriedNode, certificates::get_one)
+        .at(GET, "/api/v1/acme/challenges/{token}", ReadOrAnyNode, acme::challenge)
         .at(PUT, "/api/v1/certificates/{domain}", Admin, certificates::put)
         .at(DELETE, "/api/v1/certificates/{domain}", Admin, certificates::delete)
         .at(POST, "/api/v1/purge", Admin, purge::create)

@@ -6,6 +6,7 @@
 //! for it, so the next DNS answer already reflects the change.
 
 pub mod access;
+pub mod acme;
 pub mod asn_carriers;
 pub mod auth;
 pub mod browser_guard;

@@ -86,6 +86,7 @@ pub const KEY_GROUPS: &[&[Key]] = &[
     crate::geo::settings::GEO_KEYS,
     crate::control_tls::API_TLS_KEYS,
     crate::control_tls::CLIENT_KEYS,
+    crate::acme::ACME_KEYS,
     COMMAND_LINE_KEYS,
 ];
 

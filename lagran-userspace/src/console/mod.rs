@@ -5,11 +5,13 @@
 //! - [`traffic`]: queries per second over the last 15 minutes (a ring buffer
 //!   the daemon samples).
 //! - [`nshosts`]: each NS host's table version and lag.
+//! - [`certificates`]: the certificates that expire within 14 days.
 //! - [`page`]: the page itself (HTML, CSS and script, embedded).
 //! - this module: what the API handlers call — the live matrix and the
 //!   what-if, computed with the scheduler's own compiler
 //!   ([`build_route_table`]) on copies of its inputs; nothing is published.
 
+pub mod certificates;
 pub mod matrix;
 pub mod nshosts;
 pub mod page;

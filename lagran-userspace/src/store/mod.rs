@@ -30,6 +30,7 @@ use sqlx::error::ErrorKind;
 use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::{Any, AnyPool, Decode, Row, Transaction, Type};
 
+pub mod acme;
 pub mod asn_carriers;
 pub mod certificates;
 pub mod cluster;
@@ -69,6 +70,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (7, "steering", include_str!("../../../migrations/sqlite/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/sqlite/0008_dnssec.sql")),
     (10, "purge", include_str!("../../../migrations/sqlite/0010_purge.sql")),
+    (11, "acme", include_str!("../../../migrations/sqlite/0011_acme.sql")),
     (13, "asn carriers", include_str!("../../../migrations/sqlite/0013_asn_carriers.sql")),
 ]);
 
@@ -83,6 +85,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (7, "steering", include_str!("../../../migrations/postgres/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/postgres/0008_dnssec.sql")),
     (10, "purge", include_str!("../../../migrations/postgres/0010_purge.sql")),
+    (11, "acme", include_str!("../../../migrations/postgres/0011_acme.sql")),
     (13, "asn carriers", include_str!("../../../migrations/postgres/0013_asn_carriers.sql")),
 ]);
 

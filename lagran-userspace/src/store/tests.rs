@@ -819,5 +819,6 @@ fn sqlite_urls_create_the_file() {
     assert_eq!(url("sqlite://:memory:"), ("sqlite::memory:".to_string(), true));
 }
 
+mod acme;
 mod asn_carriers;
 mod integrity;
