@@ -50,6 +50,18 @@ impl Site {
         if let Some(p) = self.referer_allow.iter().find(|p| !valid_host_pattern(p)) {
             return fail("referer_allow", format!("{p:?} must be a host name or *.suffix"));
         }
+        match &self.pools {
+            Some(pools) if pools.is_empty() => {
+                return fail(
+                    "pools",
+                    "an empty list would have no node serve the site; leave it out for every node".into(),
+                );
+            }
+            Some(pools) if pools.iter().any(|p| p.trim().is_empty()) => {
+                return fail("pools", "a pool name cannot be empty".into());
+            }
+            _ => {}
+        }
         Ok(())
     }
 }
@@ -88,6 +100,9 @@ mod tests {
         assert_eq!(field(Site { deny_paths: vec!["admin".into()], ..site() }), "deny_paths");
         assert_eq!(field(Site { deny_user_agents: vec![String::new()], ..site() }), "deny_user_agents");
         assert_eq!(field(Site { referer_allow: vec!["*".into()], ..site() }), "referer_allow");
+        assert_eq!(field(Site { pools: Some(vec![]), ..site() }), "pools");
+        assert_eq!(field(Site { pools: Some(vec![" ".into()]), ..site() }), "pools");
+        assert!(Site { pools: Some(vec!["south".into()]), ..site() }.validate().is_ok());
     }
 
     #[test]

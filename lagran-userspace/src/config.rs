@@ -76,6 +76,8 @@ pub struct Config {
     pub dnssec_key_dir: PathBuf,
     /// `[steering]`: the latency policy's window, sample floor and stabilize band.
     pub steering: crate::steering::settings::SteeringSettings,
+    /// `[cluster]`: NS-host report retention.
+    pub cluster: crate::ns_reports::ClusterSettings,
 }
 
 impl Default for Config {
@@ -102,6 +104,7 @@ impl Default for Config {
             cookies: CookieSettings::default(),
             dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
             steering: Default::default(),
+            cluster: Default::default(),
         }
     }
 }
@@ -246,6 +249,7 @@ impl Config {
         self.health.validate()?;
         self.geo.validate()?;
         self.rrl.validate()?;
+        self.cluster.validate()?;
         Ok(())
     }
 }

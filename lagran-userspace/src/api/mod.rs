@@ -14,13 +14,14 @@ pub mod endpoints;
 pub mod error;
 pub mod geo;
 pub mod measurements;
-pub mod names;
 pub mod nodes;
 pub mod routes;
 pub mod rules;
 pub mod schedule;
 pub mod sessions;
 pub mod sites;
+#[cfg(test)]
+mod testing;
 pub mod zones;
 
 use std::sync::Arc;

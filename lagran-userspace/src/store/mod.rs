@@ -35,6 +35,7 @@ pub mod freeze;
 mod heartbeats;
 pub mod lines;
 pub mod measurements;
+pub mod names;
 pub mod nodes;
 pub mod overrides;
 pub mod rules;
@@ -65,6 +66,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (6, "integrity", include_str!("../../../migrations/sqlite/0006_integrity.sql")),
     (7, "steering", include_str!("../../../migrations/sqlite/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/sqlite/0008_dnssec.sql")),
+    (9, "site scope", include_str!("../../../migrations/sqlite/0009_site_scope.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -77,6 +79,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (6, "integrity", include_str!("../../../migrations/postgres/0006_integrity.sql")),
     (7, "steering", include_str!("../../../migrations/postgres/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/postgres/0008_dnssec.sql")),
+    (9, "site scope", include_str!("../../../migrations/postgres/0009_site_scope.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
@@ -148,6 +151,10 @@ pub enum StoreError {
     /// An object with that key already exists.
     #[error("{what} {key:?} already exists")]
     Conflict { what: &'static str, key: String },
+    /// A name is already answered otherwise (a node hostname, a zone, a
+    /// scheduled name, an NS host: [`names`]). Maps to HTTP 409 naming `field`.
+    #[error("{message}")]
+    NameTaken { field: &'static str, message: String },
     /// The object cannot be deleted while others refer to it.
     #[error("{what} {key:?} is still used by {by}")]
     InUse { what: &'static str, key: String, by: String },
