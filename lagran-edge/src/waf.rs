@@ -7,13 +7,13 @@
 //! compared after percent-decoding and dot-segment removal, so `/%61dmin` and
 //! `/x/../admin` meet a `/admin` rule.
 //!
-//! Path rules match regardless of ASCII case: `/ADMIN` and `/Admin` meet a
-//! `/admin` rule. Many origins fold case (IIS, Windows and macOS file systems,
-//! routers configured case-insensitive), and the edge cannot know which one
-//! sits behind a site; a deny rule a client defeats by changing one letter's
-//! case would protect nothing there. On a case-sensitive origin the price is
-//! that a path differing from a denied one only in case is refused too: a deny
-//! rule errs toward refusing. So there is no per-site switch for it.
+//! Path rules match regardless of ASCII case unless the site turns it off
+//! (`waf_case_insensitive = false`): `/ADMIN` and `/Admin` meet a `/admin`
+//! rule. Many origins fold case (IIS, Windows and macOS file systems, routers
+//! configured case-insensitive), and a deny rule a client defeats by changing
+//! one letter's case would protect nothing there. An operator whose origin
+//! tells `/Admin` from `/admin` turns it off, and a path differing from a
+//! denied one only in case is then served.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -47,6 +47,8 @@ pub struct Waf {
     allow: Vec<IpNet>,
     deny: Vec<IpNet>,
     deny_paths: Vec<String>,
+    /// `deny_paths` (then kept lowercase) match regardless of ASCII case.
+    paths_fold_case: bool,
     deny_user_agents: Vec<String>,
     /// `None` when hotlink protection is off.
     referers: Option<HostMap<()>>,
@@ -64,7 +66,12 @@ impl Waf {
         Waf {
             allow: site.allow_cidrs.clone(),
             deny: site.deny_cidrs.clone(),
-            deny_paths: site.deny_paths.iter().map(|p| p.to_ascii_lowercase()).collect(),
+            deny_paths: if site.waf_case_insensitive {
+                site.deny_paths.iter().map(|p| p.to_ascii_lowercase()).collect()
+            } else {
+                site.deny_paths.clone()
+            },
+            paths_fold_case: site.waf_case_insensitive,
             deny_user_agents: site.deny_user_agents.iter().map(|s| s.to_lowercase()).collect(),
             referers,
         }
@@ -81,7 +88,9 @@ impl Waf {
         }
         if !self.deny_paths.is_empty() {
             let mut path = normalize_path(path);
-            path.make_ascii_lowercase();
+            if self.paths_fold_case {
+                path.make_ascii_lowercase();
+            }
             if self.deny_paths.iter().any(|p| path.starts_with(p.as_str())) {
                 return Err(Block::Path);
             }
@@ -194,6 +203,17 @@ mod tests {
         }
         assert_eq!(waf.check(ip("192.0.2.1"), "/privateer", None), Ok(()));
         assert_eq!(normalize_path("/a/b/../c/"), "/a/c/");
+    }
+
+    #[test]
+    fn a_case_sensitive_origin_turns_case_folding_off() {
+        let waf = Waf::new(&site("deny_paths = [\"/Admin\"]\nwaf_case_insensitive = false"));
+        for p in ["/Admin", "/Admin/x", "/%41dmin", "/x/../Admin"] {
+            assert_eq!(waf.check(ip("192.0.2.1"), p, None), Err(Block::Path), "{p}");
+        }
+        for p in ["/admin", "/ADMIN/x", "/aDmIn"] {
+            assert_eq!(waf.check(ip("192.0.2.1"), p, None), Ok(()), "{p} is another path on this origin");
+        }
         assert_eq!(normalize_path("/%zz"), "/%zz");
     }
 

@@ -54,6 +54,18 @@ impl Site {
         if self.acme && self.host.starts_with("*.") {
             return fail("acme", "needs a host name: a wildcard cannot be proved by an HTTP-01 challenge".into());
         }
+        match &self.pools {
+            Some(pools) if pools.is_empty() => {
+                return fail(
+                    "pools",
+                    "an empty list would have no node serve the site; leave it out for every node".into(),
+                );
+            }
+            Some(pools) if pools.iter().any(|p| p.trim().is_empty()) => {
+                return fail("pools", "a pool name cannot be empty".into());
+            }
+            _ => {}
+        }
         Ok(())
     }
 }
@@ -94,6 +106,9 @@ mod tests {
         assert_eq!(field(Site { referer_allow: vec!["*".into()], ..site() }), "referer_allow");
         assert_eq!(field(Site { acme: true, ..site() }), "acme");
         assert_eq!(Site { acme: true, host: "a.test".into(), ..site() }.validate(), Ok(()));
+        assert_eq!(field(Site { pools: Some(vec![]), ..site() }), "pools");
+        assert_eq!(field(Site { pools: Some(vec![" ".into()]), ..site() }), "pools");
+        assert!(Site { pools: Some(vec!["south".into()]), ..site() }.validate().is_ok());
     }
 
     #[test]

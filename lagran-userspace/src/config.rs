@@ -81,6 +81,8 @@ pub struct Config {
     pub steering: crate::steering::settings::SteeringSettings,
     /// `[acme]`: certificates of the sites with `acme`, from an ACME server.
     pub acme: crate::acme::AcmeSettings,
+    /// `[cluster]`: NS-host report retention.
+    pub cluster: crate::ns_reports::ClusterSettings,
 }
 
 impl Default for Config {
@@ -109,6 +111,7 @@ impl Default for Config {
             dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
             steering: Default::default(),
             acme: Default::default(),
+            cluster: Default::default(),
         }
     }
 }
@@ -254,6 +257,7 @@ impl Config {
         self.geo.validate()?;
         self.rrl.validate()?;
         self.acme.validate()?;
+        self.cluster.validate()?;
         Ok(())
     }
 }

@@ -411,6 +411,10 @@ fn spawn_control_loops(
     loops.push(tasks.spawn("geo-reload", shutdown.clone(), move || {
         crate::scheduler::geo_reload::sighup_loop(scheduler.clone(), ratio, token.clone())
     }));
+    let (store, retention, token) = (cp.store.clone(), config.cluster.retention(), shutdown.clone());
+    loops.push(tasks.spawn("ns-report-prune", shutdown.clone(), move || {
+        crate::ns_reports::prune_loop(store.clone(), retention, token.clone())
+    }));
     loops
 }
 

@@ -33,10 +33,13 @@ pub struct StoreWrites {
     resumed_ms: AtomicI64,
 }
 
-/// The store's writes fail: since when, and the last error.
+/// The store's writes fail: since when, and the last error. The error's
+/// text stays in the log and in memory: `/healthz` is public, and the
+/// database's words are not for its callers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WriteFault {
     pub since_ms: i64,
+    #[serde(skip)]
     pub error: String,
 }
 
@@ -171,8 +174,9 @@ impl FailStatic {
         let mut reasons = Vec::new();
         if let Some(f) = &fault {
             reasons.push(format!(
-                "the store refuses writes ({}): heartbeat timeouts are suspended, no node is withdrawn for silence",
-                f.error
+                "the store refuses writes since {} ms (its error is in the control process's log): \
+                 heartbeat timeouts are suspended, no node is withdrawn for silence",
+                f.since_ms
             ));
         }
         if !held.is_empty() {
@@ -224,6 +228,8 @@ mod tests {
         let r = f.report().expect("a fault to report");
         assert_eq!(r.store_write_fault, Some(WriteFault { since_ms: 1_000, error: "still read-only".into() }));
         assert!(r.reasons[0].contains("suspended"), "{:?}", r.reasons);
+        let public = serde_json::to_string(&r).unwrap();
+        assert!(!public.contains("read-only") && public.contains("\"since_ms\":1000"), "{public}");
         let mut m = String::new();
         f.render_metrics(&mut m);
         assert!(m.contains("lagran_store_writable 0\n") && m.contains("lagran_store_write_errors_total 2\n"), "{m}");

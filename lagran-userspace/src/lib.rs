@@ -42,6 +42,7 @@ pub mod listener;
 pub mod location;
 pub mod metrics;
 pub mod model;
+pub mod ns_reports;
 pub mod nshost;
 pub mod nshost_reload;
 pub mod partition;

@@ -104,6 +104,20 @@ impl Auth {
         self.agent.as_ref().is_some_and(|a| token_matches(presented, a))
     }
 
+    /// Whether the request comes from an NS host that authenticated, as a
+    /// report on the table stream must: the agent token header or the admin
+    /// bearer token (a console session reads, but is no NS host). Every
+    /// caller when the API runs open (no tokens: bound to loopback), as for
+    /// every read.
+    pub fn authenticates_ns_host(&self, headers: &HeaderMap) -> bool {
+        if self.reads_open() {
+            return true;
+        }
+        let agent = headers.get(AGENT_TOKEN_HEADER).and_then(|v| v.to_str().ok());
+        let admin = matches!((&self.admin, Self::bearer(headers)), (Some(a), Some(t)) if token_matches(t, a));
+        admin || agent.is_some_and(|t| self.agent_token_matches(t))
+    }
+
     /// Writes: `Authorization: Bearer <ADMIN_TOKEN>`.
     pub fn check_admin(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(admin) = &self.admin else { return Ok(()) };
@@ -194,6 +208,13 @@ mod tests {
         a.sessions.revoke(&rw);
         assert!(a.check_admin(&admin).is_err(), "a revoked session grants nothing");
         assert_eq!(Auth::new(None, None).grants(&HeaderMap::new()), Grants { read: true, write: true });
+        assert!(!a.authenticates_ns_host(&agent), "a console session is no NS host");
+        assert!(a.authenticates_ns_host(&headers(&[(AGENT_TOKEN_HEADER, "agent")])));
+        assert!(a.authenticates_ns_host(&headers(&[("authorization", "Bearer admin")])));
+        assert!(!a.authenticates_ns_host(&headers(&[("authorization", "Bearer agent")])));
+        assert!(!a.authenticates_ns_host(&headers(&[(AGENT_TOKEN_HEADER, "admin")])));
+        assert!(!a.authenticates_ns_host(&HeaderMap::new()));
+        assert!(Auth::new(None, None).authenticates_ns_host(&HeaderMap::new()), "an open API trusts every caller");
         // Only an agent token: reads need it, writes are open.
         let a = Auth::new(Some("agent"), None);
         assert_eq!(a.grants(&HeaderMap::new()), Grants { read: false, write: true });

@@ -9,10 +9,10 @@
 //! when the request came over TLS (`[api.tls]`) or from a loopback address.
 //!
 //! An answer for a node (`?node=`) lists only the certificates of the sites
-//! that node serves. Sites are not assigned to nodes — every node serves every
-//! site in `/api/v1/sites` — so that is the certificates whose domain is a
-//! site's host, or a name a wildcard site covers; a certificate kept for
-//! anything else is not sent to any node.
+//! that node serves ([`super::sites::sites_for`]: the sites of its pool): the
+//! certificates whose domain is such a site's host, or a name such a wildcard
+//! site covers. A certificate kept for anything else is not sent to any node,
+//! and one node's token does not reveal the keys of another pool's sites.
 
 use axum::Extension;
 use axum::Json;
@@ -104,8 +104,9 @@ pub fn served_by_a_site(domain: &str, site_hosts: &[String]) -> bool {
     })
 }
 
-async fn site_hosts(state: &AppState) -> Result<Vec<String>, ApiError> {
-    Ok(state.store.list_sites().await?.into_iter().map(|s| s.site.host).collect())
+/// The hosts of the sites `node` serves.
+async fn site_hosts(state: &AppState, node: &str) -> Result<Vec<String>, ApiError> {
+    Ok(super::sites::sites_for(state, Some(node)).await?.into_iter().map(|s| s.site.host).collect())
 }
 
 /// `GET /api/v1/certificates`; `?node=` is read by [`Requirement::ReadOrQueriedNode`].
@@ -118,8 +119,8 @@ pub async fn list(
     Query(query): Query<KeyQuery>,
 ) -> Result<Json<Vec<CertificateView>>, ApiError> {
     let mut certs = state.store.list_certificates().await?;
-    if query.node.is_some() {
-        let hosts = site_hosts(&state).await?;
+    if let Some(node) = query.node.as_deref() {
+        let hosts = site_hosts(&state, node).await?;
         certs.retain(|c| served_by_a_site(&c.domain, &hosts));
     }
     let keys = keys && channel.private();
@@ -134,7 +135,10 @@ pub async fn get_one(
     Query(query): Query<KeyQuery>,
 ) -> Result<Json<CertificateView>, ApiError> {
     let domain = normalise(&domain);
-    let for_node_without_site = query.node.is_some() && !served_by_a_site(&domain, &site_hosts(&state).await?);
+    let for_node_without_site = match query.node.as_deref() {
+        Some(node) => !served_by_a_site(&domain, &site_hosts(&state, node).await?),
+        None => false,
+    };
     match state.store.get_certificate(&domain).await? {
         Some(c) if !for_node_without_site => Ok(Json(CertificateView::new(c, keys && channel.private()))),
         _ => Err(ApiError::not_found(format!("no certificate for {domain}"))),

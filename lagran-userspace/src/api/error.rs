@@ -79,6 +79,7 @@ impl From<StoreError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, e.to_string())
             }
             StoreError::Invalid { field, reason } => ApiError::bad_field(*field, reason.clone()),
+            StoreError::NameTaken { field, message } => ApiError::field(StatusCode::CONFLICT, *field, message.clone()),
             _ => ApiError::internal(&e),
         }
     }

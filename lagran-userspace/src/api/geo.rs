@@ -189,6 +189,6 @@ pub async fn partitions(
         }
     })
     .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    .map_err(|e| ApiError::internal(&e))?;
     Ok(Json(json))
 }

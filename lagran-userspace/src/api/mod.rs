@@ -16,7 +16,6 @@ pub mod endpoints;
 pub mod error;
 pub mod geo;
 pub mod measurements;
-pub mod names;
 pub mod nodes;
 pub mod purge;
 pub mod routes;
@@ -25,6 +24,8 @@ pub mod schedule;
 pub mod sessions;
 pub mod sites;
 pub mod suspects;
+#[cfg(test)]
+mod testing;
 pub mod zones;
 
 use std::sync::Arc;

@@ -84,7 +84,7 @@ pub fn parse_create(body: &[u8]) -> Result<(Node, Option<String>), ApiError> {
         Some(_) => return Err(ApiError::bad_field("name", "name must be a string")),
         None => return Err(ApiError::bad_field("name", "name is required")),
     };
-    let rest = serde_json::to_vec(&value).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let rest = serde_json::to_vec(&value).map_err(|e| ApiError::internal(&e))?;
     let patch: NodePatch = parse_json(&rest)?;
     patch.validate()?;
     let mut node = Node::new(name);
@@ -105,9 +105,6 @@ pub async fn get_one(State(state): State<AppState>, Path(name): Path<String>) ->
 
 pub async fn create(State(state): State<AppState>, body: Bytes) -> Result<(StatusCode, Json<Node>), ApiError> {
     let (node, token) = parse_create(&body)?;
-    if let Some(h) = &node.hostname {
-        super::names::check_hostname(&state.store, &node.name, h).await?;
-    }
     let node = state.store.create_node(&node, token.as_deref()).await?;
     tracing::info!(node = %node.name, "node created");
     state.after_write().await;
@@ -121,9 +118,6 @@ pub async fn patch(
 ) -> Result<Json<Node>, ApiError> {
     let patch: NodePatch = parse_json(&body)?;
     patch.validate()?;
-    if let Some(Some(h)) = &patch.hostname {
-        super::names::check_hostname(&state.store, &name, h).await?;
-    }
     let node = state.store.update_node(&name, &patch).await?;
     tracing::info!(node = %node.name, status = node.status.as_str(), "node updated");
     state.after_change(Change::Node(node.name.clone())).await;

@@ -90,11 +90,22 @@ pub struct TableParams {
 /// would be a false confirmation, so the stream answers 503 instead and the
 /// NS host tries another control process; so it does when this process is
 /// behind the NS host (a standby catching up, a deposed leader).
+///
+/// A report (`?host=`) is taken only from an NS host that authenticates
+/// ([`super::auth::Auth::authenticates_ns_host`]): any other caller gets 401
+/// and nothing is stored.
 pub async fn table(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     axum::extract::Query(p): axum::extract::Query<TableParams>,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
+    if p.host.is_some() && !state.auth.authenticates_ns_host(&headers) {
+        return Err(ApiError::unauthorized(format!(
+            "an NS host's report (`host`) needs the agent token in `{}`",
+            super::auth::AGENT_TOKEN_HEADER
+        )));
+    }
     if let Some(host) = p.host.as_deref().filter(|h| !h.is_empty() && h.len() <= 255) {
         let report = crate::store::cluster::NsHostReport {
             name: host.to_string(),
@@ -127,11 +138,7 @@ pub async fn table(
                 return Ok(Json(&*t).into_response());
             }
             let base = if p.full == 0 { from } else { (0, 0) };
-            let body = state
-                .scheduler
-                .history()
-                .update(base, &t)
-                .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            let body = state.scheduler.history().update(base, &t).map_err(|e| ApiError::internal(&e))?;
             return Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response());
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
@@ -216,4 +223,51 @@ pub async fn reported_ns_hosts(
         })
         .collect();
     Ok((current, rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::http::{Method, StatusCode};
+
+    use crate::api::auth::AGENT_TOKEN_HEADER;
+    use crate::api::testing::{ADMIN, AGENT, call, router, state};
+
+    const STREAM: &str = "/api/v1/routes/table?since=0&epoch=0&deltas=1&wait_ms=0&host=";
+
+    /// Only an NS host that authenticates leaves a report; any other caller
+    /// of the stream with `?host=` is refused and nothing is stored.
+    #[tokio::test]
+    async fn only_authenticated_ns_hosts_leave_reports() {
+        let store = crate::store::Store::connect("sqlite::memory:").await.unwrap();
+        let state = state(store.clone());
+        let session = state.auth.sessions.open(state.auth.grants_of(Some(ADMIN)), crate::clock::now_ms());
+        let r = router(state);
+        let cookie = format!("lagran_session={session}");
+        for (who, headers) in [
+            ("nobody", vec![]),
+            ("a wrong token", vec![(AGENT_TOKEN_HEADER, "not-the-agent-token")]),
+            ("a console session", vec![("cookie", cookie.as_str())]),
+        ] {
+            let (status, body) = call(&r, Method::GET, &format!("{STREAM}forged-{}", who.len()), &headers, None).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{who}: {body}");
+        }
+        let (status, _) = call(&r, Method::GET, "/api/v1/routes/table?wait_ms=0", &[("cookie", &cookie)], None).await;
+        assert_ne!(status, StatusCode::UNAUTHORIZED, "a session still reads the stream without reporting");
+        let bearer = format!("Bearer {ADMIN}");
+        call(&r, Method::GET, &format!("{STREAM}ns1"), &[(AGENT_TOKEN_HEADER, AGENT)], None).await;
+        call(&r, Method::GET, &format!("{STREAM}ns2"), &[("authorization", &bearer)], None).await;
+        // Reports are written beside the answer: wait for both.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut names = Vec::new();
+        while tokio::time::Instant::now() < deadline {
+            names = store.list_ns_reports().await.unwrap().into_iter().map(|h| h.name).collect::<Vec<_>>();
+            if names.len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(names, ["ns1", "ns2"], "only the authenticated reports are stored");
+    }
 }

@@ -149,8 +149,6 @@ pub async fn put_zone(
     body: Bytes,
 ) -> Result<Json<Zone>, ApiError> {
     let zone = zone_from_body(&name, parse_json(&body)?)?;
-    super::names::check_not_a_hostname(&state.store, "name", [zone.name.as_str()]).await?;
-    super::names::check_not_a_hostname(&state.store, "ns_hosts", zone.ns_hosts.iter().map(|h| h.name.as_str())).await?;
     state.store.upsert_zone(&zone).await?;
     state.after_write().await;
     Ok(Json(zone))
@@ -192,7 +190,6 @@ pub async fn put_domain(
     if domain.ttl == Some(0) {
         return Err(ApiError::bad_field("ttl", "ttl must be at least 1 (answers never go below 5 s anyway)"));
     }
-    super::names::check_not_a_hostname(&state.store, "name", [domain.name.as_str()]).await?;
     state.store.upsert_domain(&domain).await?;
     state.after_write().await;
     Ok(Json(domain))

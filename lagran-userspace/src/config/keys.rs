@@ -83,6 +83,7 @@ pub const KEY_GROUPS: &[&[Key]] = &[
     crate::scheduler::settings::SCHEDULE_KEYS,
     crate::steering::settings::STEERING_KEYS,
     crate::health::HEALTH_KEYS,
+    crate::ns_reports::CLUSTER_KEYS,
     crate::geo::settings::GEO_KEYS,
     crate::control_tls::API_TLS_KEYS,
     crate::control_tls::CLIENT_KEYS,

@@ -197,6 +197,16 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes the reports last made before `before_ms`; how many.
+    pub async fn prune_ns_reports(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM ns_host_reports WHERE reported_at_ms < $1")
+            .bind(before_ms)
+            .execute(self.pool())
+            .await
+            .ctx(|| "deleting old NS-host reports".to_string())?;
+        Ok(done.rows_affected())
+    }
+
     /// Every NS host's last report, by name.
     pub async fn list_ns_reports(&self) -> Result<Vec<NsHostReport>, StoreError> {
         let rows = sqlx::query(
@@ -263,7 +273,13 @@ mod tests {
         store.record_ns_report(&r).await.unwrap();
         r.version = 6;
         store.record_ns_report(&r).await.unwrap();
+        assert_eq!(store.list_ns_reports().await.unwrap(), vec![r.clone()]);
+        let old = NsHostReport { name: "retired".into(), reported_at_ms: 0, ..r.clone() };
+        store.record_ns_report(&old).await.unwrap();
+        assert_eq!(store.list_ns_reports().await.unwrap().len(), 2);
+        assert_eq!(store.prune_ns_reports(1).await.unwrap(), 1, "only the report older than the cut");
         assert_eq!(store.list_ns_reports().await.unwrap(), vec![r]);
+        assert_eq!(store.prune_ns_reports(1).await.unwrap(), 0);
         store.notify_change("everything").await.unwrap();
     }
 

@@ -38,6 +38,7 @@ pub mod freeze;
 mod heartbeats;
 pub mod lines;
 pub mod measurements;
+pub mod names;
 pub mod nodes;
 pub mod overrides;
 pub mod purges;
@@ -69,9 +70,10 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (6, "integrity", include_str!("../../../migrations/sqlite/0006_integrity.sql")),
     (7, "steering", include_str!("../../../migrations/sqlite/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/sqlite/0008_dnssec.sql")),
+    (9, "site scope", include_str!("../../../migrations/sqlite/0009_site_scope.sql")),
     (10, "purge", include_str!("../../../migrations/sqlite/0010_purge.sql")),
     (11, "acme", include_str!("../../../migrations/sqlite/0011_acme.sql")),
-    (13, "asn carriers", include_str!("../../../migrations/sqlite/0013_asn_carriers.sql")),
+    (12, "asn carriers", include_str!("../../../migrations/sqlite/0012_asn_carriers.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -84,9 +86,10 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (6, "integrity", include_str!("../../../migrations/postgres/0006_integrity.sql")),
     (7, "steering", include_str!("../../../migrations/postgres/0007_steering.sql")),
     (8, "dnssec", include_str!("../../../migrations/postgres/0008_dnssec.sql")),
+    (9, "site scope", include_str!("../../../migrations/postgres/0009_site_scope.sql")),
     (10, "purge", include_str!("../../../migrations/postgres/0010_purge.sql")),
     (11, "acme", include_str!("../../../migrations/postgres/0011_acme.sql")),
-    (13, "asn carriers", include_str!("../../../migrations/postgres/0013_asn_carriers.sql")),
+    (12, "asn carriers", include_str!("../../../migrations/postgres/0012_asn_carriers.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.
@@ -158,6 +161,10 @@ pub enum StoreError {
     /// An object with that key already exists.
     #[error("{what} {key:?} already exists")]
     Conflict { what: &'static str, key: String },
+    /// A name is already answered otherwise (a node hostname, a zone, a
+    /// scheduled name, an NS host: [`names`]). Maps to HTTP 409 naming `field`.
+    #[error("{message}")]
+    NameTaken { field: &'static str, message: String },
     /// The object cannot be deleted while others refer to it.
     #[error("{what} {key:?} is still used by {by}")]
     InUse { what: &'static str, key: String, by: String },

@@ -16,7 +16,7 @@ use sqlx::{Any, Row};
 use subtle::ConstantTimeEq;
 
 use super::validate::{self, double_option};
-use super::{Cols, DbContext, Store, StoreError, now_ms};
+use super::{Cols, DbContext, Store, StoreError, names, now_ms};
 use crate::model::{Node, NodeStatus};
 
 /// Every column of `nodes` that makes up a [`Node`], in `SELECT` order.
@@ -339,6 +339,11 @@ impl Store {
             validate_token(token)?;
         }
         let now = now_ms();
+        let mut tx = self.begin().await?;
+        if let Some(h) = &node.hostname {
+            names::lock_names(&mut tx, self.backend()).await?;
+            names::name_owners(&mut tx).await?.check_hostname(&node.name, h)?;
+        }
         let row = sqlx::query(&format!(
             "INSERT INTO nodes ({NODE_COLUMNS}, auth_token_hash) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
@@ -369,11 +374,15 @@ impl Store {
         .bind(now)
         .bind(now)
         .bind(auth_token.map(hash_token))
-        .fetch_one(self.pool())
+        .fetch_one(&mut *tx)
         .await
         .ctx(|| format!("creating node {:?}", node.name));
         match row {
-            Ok(row) => node_from_row(&row),
+            Ok(row) => {
+                let node = node_from_row(&row)?;
+                tx.commit().await.ctx(|| format!("creating node {:?}", node.name))?;
+                Ok(node)
+            }
             Err(e) if hostname_taken(&e) => {
                 Err(StoreError::conflict("node hostname", node.hostname.as_deref().unwrap_or_default()))
             }
@@ -383,7 +392,8 @@ impl Store {
     }
 
     /// Applies the present fields of `patch` in one statement and returns the
-    /// node as stored. [`StoreError::NotFound`] if there is no such node.
+    /// node as stored. A new hostname is checked against every other owner
+    /// of a name in the same transaction ([`names`]). [`StoreError::NotFound`] if there is no such node.
     pub async fn update_node(&self, name: &str, patch: &NodePatch) -> Result<Node, StoreError> {
         patch.validate()?;
         let assignments = patch.assignments();
@@ -397,8 +407,13 @@ impl Store {
         for (_, v) in assignments {
             query = bind_val(query, v);
         }
+        let mut tx = self.begin().await?;
+        if let Some(Some(h)) = &patch.hostname {
+            names::lock_names(&mut tx, self.backend()).await?;
+            names::name_owners(&mut tx).await?.check_hostname(name, h)?;
+        }
         let row =
-            query.bind(now_ms()).bind(name).fetch_optional(self.pool()).await.ctx(|| format!("updating node {name:?}"));
+            query.bind(now_ms()).bind(name).fetch_optional(&mut *tx).await.ctx(|| format!("updating node {name:?}"));
         let row = match row {
             Err(e) if hostname_taken(&e) => {
                 let hostname = patch.hostname.clone().flatten().unwrap_or_default();
@@ -406,10 +421,10 @@ impl Store {
             }
             row => row?,
         };
-        match row {
-            Some(row) => node_from_row(&row),
-            None => Err(StoreError::not_found("node", name)),
-        }
+        let Some(row) = row else { return Err(StoreError::not_found("node", name)) };
+        let node = node_from_row(&row)?;
+        tx.commit().await.ctx(|| format!("updating node {name:?}"))?;
+        Ok(node)
     }
 
     /// Deletes a node; `false` if it did not exist. [`StoreError::InUse`] while a

@@ -41,7 +41,8 @@ fn validate_site(site: &Site) -> Result<(), StoreError> {
 }
 
 const SITE_COLUMNS: &str = "host, origin, cache_ttl_secs, allow_cidrs, deny_cidrs, deny_paths, deny_user_agents, \
-                            rate_limit_rps, rate_limit_burst, referer_allow, acme, created_at_ms, updated_at_ms";
+                            rate_limit_rps, rate_limit_burst, referer_allow, acme, waf_case_insensitive, pools, \
+                            created_at_ms, updated_at_ms";
 
 fn site_from_row(row: &AnyRow) -> Result<StoredSite, StoreError> {
     let c = Cols::keyed(row, "site", "host")?;
@@ -61,6 +62,14 @@ fn site_from_row(row: &AnyRow) -> Result<StoredSite, StoreError> {
         rate_limit_burst: c.int_opt("rate_limit_burst")?,
         referer_allow: list(&c, "referer_allow")?,
         acme: c.get::<i64>("acme")? != 0,
+        waf_case_insensitive: c.get::<i64>("waf_case_insensitive")? != 0,
+        pools: match c.get::<Option<String>>("pools")? {
+            Some(text) => Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| c.corrupt("pools", format!("{text:?} is not a JSON list: {e}")))?,
+            ),
+            None => None,
+        },
     };
     Ok(StoredSite { site, created_at_ms: c.get("created_at_ms")?, updated_at_ms: c.get("updated_at_ms")? })
 }
@@ -98,12 +107,14 @@ impl Store {
         let rate_limit_burst = site.rate_limit_burst.map(i64::from);
         let cache_ttl_secs = i64::try_from(site.cache_ttl_secs).unwrap_or(i64::MAX);
         let row = sqlx::query(&format!(
-            "INSERT INTO sites ({SITE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+            "INSERT INTO sites ({SITE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              ON CONFLICT (host) DO UPDATE SET origin = excluded.origin, cache_ttl_secs = excluded.cache_ttl_secs, \
              allow_cidrs = excluded.allow_cidrs, deny_cidrs = excluded.deny_cidrs, \
              deny_paths = excluded.deny_paths, deny_user_agents = excluded.deny_user_agents, \
              rate_limit_rps = excluded.rate_limit_rps, rate_limit_burst = excluded.rate_limit_burst, \
-             referer_allow = excluded.referer_allow, acme = excluded.acme, updated_at_ms = excluded.updated_at_ms \
+             referer_allow = excluded.referer_allow, acme = excluded.acme, \
+             waf_case_insensitive = excluded.waf_case_insensitive, pools = excluded.pools, \
+             updated_at_ms = excluded.updated_at_ms \
              RETURNING {SITE_COLUMNS}"
         ))
         .bind(&site.host)
@@ -117,6 +128,8 @@ impl Store {
         .bind(rate_limit_burst)
         .bind(json(&site.referer_allow))
         .bind(i64::from(site.acme))
+        .bind(i64::from(site.waf_case_insensitive))
+        .bind(site.pools.as_ref().map(json))
         .bind(now)
         .bind(now)
         .fetch_one(self.pool())

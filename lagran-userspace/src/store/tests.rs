@@ -714,7 +714,8 @@ async fn sites_crud(store: Store) {
     let site: Site = serde_json::from_str(
         r#"{"host": "*.img.example.com", "origin": "http://10.0.0.6:8000/static", "cache_ttl_secs": 300,
             "deny_cidrs": ["203.0.113.0/24"], "deny_paths": ["/admin"], "deny_user_agents": ["sqlmap"],
-            "rate_limit_rps": 50.5, "rate_limit_burst": 100, "referer_allow": ["*.example.com"]}"#,
+            "rate_limit_rps": 50.5, "rate_limit_burst": 100, "referer_allow": ["*.example.com"],
+            "waf_case_insensitive": false, "pools": ["south", "north"]}"#,
     )
     .unwrap();
     let stored = store.upsert_site(&site).await.unwrap();
@@ -724,6 +725,7 @@ async fn sites_crud(store: Store) {
     let minimal = store.upsert_site(&minimal).await.unwrap();
     let minimal = &minimal.site;
     assert_eq!((minimal.cache_ttl_secs, minimal.rate_limit_rps, minimal.rate_limit_burst), (60, None, None));
+    assert_eq!((minimal.waf_case_insensitive, &minimal.pools), (true, &None), "defaults: fold case, every node");
     let hosts: Vec<String> = store.list_sites().await.unwrap().into_iter().map(|s| s.site.host).collect();
     assert_eq!(hosts, ["*.img.example.com", "a.example.com"]);
 
@@ -737,6 +739,7 @@ async fn sites_crud(store: Store) {
     assert_invalid(store.upsert_site(&Site { host: "a..b".into(), ..site.clone() }).await, "host");
     assert_invalid(store.upsert_site(&Site { deny_paths: vec!["admin".into()], ..site.clone() }).await, "deny_paths");
     assert_invalid(store.upsert_site(&Site { rate_limit_rps: None, ..site.clone() }).await, "rate_limit_burst");
+    assert_invalid(store.upsert_site(&Site { pools: Some(vec![]), ..site.clone() }).await, "pools");
     assert!(serde_json::from_str::<Site>(r#"{"host": "a.b", "origin": "http://o", "cert_pem": "/x"}"#).is_err());
 
     assert!(store.delete_site(&site.host).await.unwrap());

@@ -9,7 +9,7 @@ use sqlx::any::AnyRow;
 use sqlx::error::ErrorKind;
 
 use super::validate;
-use super::{Cols, DbContext, Store, StoreError};
+use super::{Cols, DbContext, Store, StoreError, names};
 use crate::model::{AnswerMode, Domain, NsHost, Steering, Strategy, Zone};
 
 const ZONE_COLUMNS: &str =
@@ -176,10 +176,15 @@ impl Store {
 
     /// Creates or replaces a zone: its SOA data, and its NS hosts as a whole,
     /// in one transaction (readers see the old set or the new one, never a mix).
+    /// Its apex and NS host names may not be node hostnames ([`names`]).
     pub async fn upsert_zone(&self, zone: &Zone) -> Result<(), StoreError> {
         validate_zone(zone)?;
         let name = &zone.name;
         let mut tx = self.begin().await?;
+        names::lock_names(&mut tx, self.backend()).await?;
+        let owners = names::name_owners(&mut tx).await?;
+        owners.check_not_a_hostname("name", [name.as_str()])?;
+        owners.check_not_a_hostname("ns_hosts", zone.ns_hosts.iter().map(|h| h.name.as_str()))?;
         // Writing the zone row first locks it: concurrent upserts of the same
         // zone queue here instead of interleaving their NS host rewrites.
         sqlx::query(&format!(
@@ -269,11 +274,14 @@ impl Store {
     }
 
     /// Creates or replaces a domain. [`StoreError::Invalid`] `{field: "zone"}`
-    /// when its zone does not exist (nothing is written).
+    /// when its zone does not exist (nothing is written);
+    /// [`StoreError::NameTaken`] when its name is a node's hostname ([`names`]).
     pub async fn upsert_domain(&self, d: &Domain) -> Result<(), StoreError> {
         validate_domain(d)?;
         let name = &d.name;
         let mut tx = self.begin().await?;
+        names::lock_names(&mut tx, self.backend()).await?;
+        names::name_owners(&mut tx).await?.check_not_a_hostname("name", [name.as_str()])?;
         let zone = sqlx::query("SELECT name FROM zones WHERE name = $1")
             .bind(&d.zone)
             .fetch_optional(&mut *tx)

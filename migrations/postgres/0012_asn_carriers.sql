@@ -3,7 +3,7 @@
 -- table when the geo data is next loaded. An empty carrier removes an entry
 -- of the layers below (the ASN's organisation name is then the carrier).
 --
--- Keep in step with migrations/postgres/0013_asn_carriers.sql.
+-- Keep in step with migrations/sqlite/0012_asn_carriers.sql.
 CREATE TABLE asn_carriers (
     asn            BIGINT NOT NULL PRIMARY KEY,
     carrier        TEXT   NOT NULL,
