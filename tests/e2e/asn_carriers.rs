@@ -8,7 +8,7 @@ use crate::support::{Daemon, Options};
 use lagran::testkit::TempPostgres;
 
 const ADMIN: (&str, &str) = ("authorization", "Bearer carriers-admin-secret");
-const AGENT: (&str, &str) = ("authorization", "Bearer carriers-agent-secret");
+const AGENT: (&str, &str) = ("x-lagran-agent-token", "carriers-agent-secret");
 
 /// The region the daemon gives `ip` (the merged data's region text: fields, sources).
 fn region(d: &Daemon, ip: &str) -> String {
@@ -33,7 +33,7 @@ fn carriers_through_the_api(database_url: Option<String>) {
         env: vec![
             ("GEOIP_ASN_PATH".into(), asn.display().to_string()),
             ("ADMIN_TOKEN".into(), ADMIN.1.trim_start_matches("Bearer ").into()),
-            ("AGENT_TOKEN".into(), AGENT.1.trim_start_matches("Bearer ").into()),
+            ("AGENT_TOKEN".into(), AGENT.1.into()),
         ],
         ..Options::default()
     });
@@ -53,9 +53,9 @@ fn carriers_through_the_api(database_url: Option<String>) {
     let (s, _) = d.http("PUT", "/api/v1/geo/asn-carriers/64501", Some(json!({"carrier": "API Carrier"})), &[ADMIN]);
     assert_eq!(s, 201);
     let (s, v) = d.http("PUT", "/api/v1/geo/asn-carriers/ASx", Some(json!({"carrier": "x"})), &[ADMIN]);
-    assert_eq!((s, &v["field"]), (400, &json!("asn")), "{v}");
+    assert_eq!((s, &v["field"]), (422, &json!("asn")), "{v}");
     let (s, v) = d.http("PUT", "/api/v1/geo/asn-carriers/1", Some(json!({"carrier": "a|b"})), &[ADMIN]);
-    assert_eq!((s, &v["field"]), (400, &json!("carrier")), "{v}");
+    assert_eq!((s, &v["field"]), (422, &json!("carrier")), "{v}");
 
     let (s, list) = d.http("GET", "/api/v1/geo/asn-carriers", None, &[AGENT]);
     assert_eq!(s, 200);

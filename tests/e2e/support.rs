@@ -222,14 +222,14 @@ impl Daemon {
             }
         });
         // Long enough for an unoptimised build to load and merge the world data files.
-        let (dns, api) = match rx.recv_timeout(Duration::from_secs(300)) {
+        let (dns, api) = match rx.recv_timeout(Duration::from_secs(600)) {
             Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
                 let _ = &log;
                 let _ = child.wait();
                 std::thread::sleep(Duration::from_millis(200));
-                panic!("lagran serve did not start within 300 s; its log:\n{}", log.lock().unwrap());
+                panic!("lagran serve did not start within 600 s; its log:\n{}", log.lock().unwrap());
             }
         };
         Daemon { child, dns, api, db_url: db, geo_path, log, _dir: dir }
