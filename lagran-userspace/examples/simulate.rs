@@ -32,10 +32,10 @@ use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-#[path = "simulate/world.rs"]
-mod world;
 #[path = "simulate_latency/mod.rs"]
 mod latency;
+#[path = "simulate/world.rs"]
+mod world;
 
 const ZONE: &str = "sim.lagran.net";
 const CARRIERS: [&str; 3] = ["电信", "联通", "移动"];
