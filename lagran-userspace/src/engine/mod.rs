@@ -518,11 +518,12 @@ fn spill_overload(ranking: &mut Ranking, nodes: &[NodeView], client: &Location, 
 }
 
 /// Hysteresis against flapping: keep `previous` first unless the new best beats its
-/// score by more than `margin` (0.15 = 15 %: keep the current result while the top
-/// two differ by no more than 15 %) and by more than `points` (an absolute
-/// threshold: switch only when the new result is markedly better). A relative margin
-/// alone is a point or two where scores are small, which load jitter crosses.
-/// Returns whether it held.
+/// score by more than `margin` of its size (0.15 = 15 %: keep the current result
+/// while the top two differ by no more than 15 %) and by more than `points` (an
+/// absolute threshold: switch only when the new result is markedly better). A
+/// relative margin alone is a point or two where scores are small, which load
+/// jitter crosses. The margin is of the score's magnitude, so it holds the same
+/// where distance penalties make scores negative. Returns whether it held.
 pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f64, points: i64) -> bool {
     let Some(prev) = previous else { return false };
     let Some(best) = ranking.candidates.first() else { return false };
@@ -532,7 +533,8 @@ pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f
     let (best_name, best_score) = (best.name.clone(), best.score);
     let Some(i) = ranking.candidates.iter().position(|c| c.name == prev) else { return false };
     let prev_score = ranking.candidates[i].score;
-    if (best_score as f64) > prev_score.max(1) as f64 * (1.0 + margin) && best_score - prev_score > points {
+    let gain = best_score - prev_score;
+    if gain as f64 > margin * prev_score.abs().max(1) as f64 && gain > points {
         return false;
     }
     let mut c = ranking.candidates.remove(i);
@@ -544,6 +546,34 @@ pub fn apply_hysteresis(ranking: &mut Ranking, previous: Option<&str>, margin: f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn scored(name: &str, score: i64) -> Candidate {
+        Candidate {
+            name: name.into(),
+            public_ip: None,
+            public_ipv6: None,
+            country: String::new(),
+            province: String::new(),
+            city: String::new(),
+            isp: String::new(),
+            weight: 100,
+            score,
+            reason: String::new(),
+            terms: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn hysteresis_lets_a_much_nearer_node_win_where_distance_makes_scores_negative() {
+        // A client 875 km from São Paulo and 9 171 km from Frankfurt, which answered it first.
+        let mut r = Ranking { candidates: vec![scored("gru-01", -69), scored("fra-01", -1734)], excluded: Vec::new() };
+        assert!(!apply_hysteresis(&mut r, Some("fra-01"), 0.15, 10), "a gain of 1 665 points moves the answer");
+        assert_eq!(r.candidates[0].name, "gru-01");
+        // Within 15 % of the held node's magnitude: kept.
+        let mut r = Ranking { candidates: vec![scored("b", -900), scored("a", -1000)], excluded: Vec::new() };
+        assert!(apply_hysteresis(&mut r, Some("a"), 0.15, 10));
+        assert_eq!(r.candidates[0].name, "a");
+    }
 
     /// The reference design's three example nodes: gz-01 (广东/深圳/电信, weight 100,
     /// CPU 20 %, memory 30 %), hk-01 (香港 BGP, 120, 10 %, 10 %), kr-01 (韩国 BGP, 100, 10 %, 20 %).
