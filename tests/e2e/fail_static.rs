@@ -1,12 +1,17 @@
 //! Fail static, end to end: `lagran control` on a SQLite file with a fleet
-//! sending heartbeats; the file is made immutable (`chattr +i`, so the
-//! running daemon's writes fail while its reads work) for several heartbeat
-//! timeouts, and no node leaves the answers while `/healthz` says why; then
-//! writes come back and so does the normal timeout.
+//! sending heartbeats; the filesystem under the file goes read-only (an
+//! ext4 image mounted with `errors=remount-ro`, whose error is triggered
+//! through `/sys/fs/ext4/<dev>/trigger_fs_error`, as a failing disk would:
+//! the running daemon's writes fail with EROFS while its reads work) for
+//! several heartbeat timeouts, and no node leaves the answers while
+//! `/healthz` says why. A filesystem that went read-only on an error stays
+//! so until it is mounted again, so the daemon is then restarted on the
+//! same file, remounted, and the normal timeout and the mass-withdrawal
+//! guard apply again.
 //!
 //! `LAGRAN_FAIL_STATIC_NODES` (default 100) and `LAGRAN_FAIL_STATIC_SECS`
 //! (how long the store refuses writes, default 10 s: five 2 s timeouts) make
-//! the long version (say 300 s) of a chaos run.
+//! the long version: `cargo xtask chaos` runs it for 300 s.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,27 +31,76 @@ fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// The database files made immutable, made mutable again when dropped (also
-/// on a failed assertion, or the temp dir could not be removed). The `-shm`
-/// file is left alone: SQLite maps it, and a write fault there is a SIGBUS.
-struct Immutable(Vec<PathBuf>);
+/// A small ext4 filesystem in an image file, loop-mounted with
+/// `errors=remount-ro`; unmounted when dropped (lazily, also on a failed
+/// assertion while a daemon still holds files in it).
+struct Ext4Image {
+    image: PathBuf,
+    mount: PathBuf,
+}
 
-impl Immutable {
-    fn set(db: &Path) -> Immutable {
-        let files: Vec<PathBuf> = [db.to_path_buf(), PathBuf::from(format!("{}-wal", db.display()))]
-            .into_iter()
-            .filter(|p| p.exists())
-            .collect();
-        let ok = Command::new("chattr").arg("+i").args(&files).status().expect("running chattr").success();
-        assert!(ok, "chattr +i {files:?} failed");
-        Immutable(files)
+impl Ext4Image {
+    fn create(dir: &Path) -> Ext4Image {
+        let image = dir.join("store.ext4");
+        let mount = dir.join("db");
+        std::fs::File::create(&image).unwrap().set_len(64 << 20).unwrap();
+        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image));
+        std::fs::create_dir(&mount).unwrap();
+        let fs = Ext4Image { image, mount };
+        fs.mount();
+        fs
+    }
+
+    fn mount(&self) {
+        run(Command::new("mount").args(["-o", "loop,errors=remount-ro"]).arg(&self.image).arg(&self.mount));
+    }
+
+    fn unmount(&self) {
+        run(Command::new("umount").arg(&self.mount));
+    }
+
+    /// Raises an ext4 error on the filesystem: `errors=remount-ro` turns it
+    /// read-only at once, for every open descriptor too.
+    fn fail(&self) {
+        let out = Command::new("findmnt").args(["-n", "-o", "SOURCE"]).arg(&self.mount).output().unwrap();
+        let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let name = Path::new(&device).file_name().expect("the loop device").to_string_lossy().into_owned();
+        std::fs::write(format!("/sys/fs/ext4/{name}/trigger_fs_error"), "lagran fail_static test\n")
+            .expect("triggering an ext4 error");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::write(self.mount.join("probe"), "x").is_ok() {
+            assert!(Instant::now() < deadline, "the filesystem did not go read-only");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
-impl Drop for Immutable {
+impl Drop for Ext4Image {
     fn drop(&mut self) {
-        let _ = Command::new("chattr").arg("-i").args(&self.0).status();
+        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
     }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn start_control(db: &Path) -> Daemon {
+    Daemon::start(Options {
+        role: Role::Control,
+        database_url: Some(format!("sqlite://{}", db.display())),
+        config: Some(format!("[health]\nheartbeat_timeout_secs = {TIMEOUT_SECS}\ninterval_secs = 1\n")),
+        ..Options::default()
+    })
+}
+
+fn wait_for_the_whole_fleet(d: &Daemon, nodes: usize) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while fleet_state(d) != (nodes, vec![]) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(fleet_state(d), (nodes, vec![]), "every node reports and answers");
 }
 
 /// Agents reporting for every node, round after round, until told to stop
@@ -154,37 +208,31 @@ fn setup(d: &Daemon, nodes: usize) {
 }
 
 #[test]
-#[ignore = "chattr +i does not make the running daemon's SQLite writes fail on this machine's kernel \
-            (writes through descriptors opened before the flag still succeed): needs another fault injection"]
+#[ignore = "the read-only filesystem works as an injection and shows a store bug: after a heartbeat batch's \
+            COMMIT fails, the one-at-a-time fallback reports success (the log says `begin_with at non-zero \
+            transaction depth`), so the store's write state flaps between refusing and accepting and \
+            /healthz reads ok; un-ignore once the heartbeat writer reports the failure"]
 fn a_store_that_refuses_writes_withdraws_no_node() {
-    if !have_tool("chattr", "fail_static") {
-        return;
+    for tool in ["mkfs.ext4", "mount", "findmnt"] {
+        if !have_tool(tool, "fail_static") {
+            return;
+        }
     }
     let nodes = env_or("LAGRAN_FAIL_STATIC_NODES", 100) as usize;
     let outage = Duration::from_secs(env_or("LAGRAN_FAIL_STATIC_SECS", 5 * TIMEOUT_SECS));
     let dir = tempfile::tempdir().unwrap();
-    let db_dir = dir.path().join("db");
-    std::fs::create_dir(&db_dir).unwrap();
-    let db = db_dir.join("control.db");
-    let d = Daemon::start(Options {
-        role: Role::Control,
-        database_url: Some(format!("sqlite://{}", db.display())),
-        config: Some(format!("[health]\nheartbeat_timeout_secs = {TIMEOUT_SECS}\ninterval_secs = 1\n")),
-        ..Options::default()
-    });
+    let fs = Ext4Image::create(dir.path());
+    let db = fs.mount.join("control.db");
+    let d = start_control(&db);
     setup(&d, nodes);
     let fleet = Fleet::start(&d, nodes, outage + Duration::from_secs(60));
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while fleet_state(&d) != (nodes, vec![]) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert_eq!(fleet_state(&d), (nodes, vec![]), "every node reports and answers before the fault");
+    wait_for_the_whole_fleet(&d, nodes);
     assert_eq!(d.get("/healthz").0, 200);
 
-    let immutable = Immutable::set(&db);
+    fs.fail();
     // The writes really fail: an operator's write is refused, and the daemon notices.
     let (s, v) = d.http("PATCH", "/api/v1/nodes/fs-000", Some(json!({"weight": 50})), &[]);
-    assert_eq!(s, 500, "a write to an immutable database fails: {v}");
+    assert_eq!(s, 500, "a write to a read-only database fails: {v}");
     assert_eq!(v["error"], "internal error", "the client gets an id, not the database's text: {v}");
     assert!(v["id"].as_str().is_some_and(|id| d.log().contains(id)), "the id finds the log line: {v}");
     let started = Instant::now();
@@ -207,20 +255,22 @@ fn a_store_that_refuses_writes_withdraws_no_node() {
     }
     assert!(checks >= 2 * (outage.as_secs() as usize), "checked throughout the fault ({checks} checks)");
     assert!(metric(&d, "lagran_store_write_errors_total").is_some_and(|n| n > 0.0));
+    fleet.stop();
 
-    drop(immutable);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while d.get("/healthz").0 != 200 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // The disk is back: the filesystem mounted again and the daemon restarted on the same file.
+    drop(d);
+    fs.unmount();
+    fs.mount();
+    let d = start_control(&db);
+    let fleet = Fleet::start(&d, nodes, Duration::from_secs(120));
+    wait_for_the_whole_fleet(&d, nodes);
     let (s, h) = d.get("/healthz");
-    assert_eq!((s, &h["fail_static"]), (200, &Value::Null), "writes came back: {h}");
+    assert_eq!((s, &h["fail_static"]), (200, &Value::Null), "writes work: {h}");
     assert_eq!(metric(&d, "lagran_store_writable"), Some(1.0));
-    assert_eq!(fleet_state(&d), (nodes, vec![]), "every node still answers after the fault");
     let (s, v) = d.http("PATCH", "/api/v1/nodes/fs-000", Some(json!({"weight": 50})), &[]);
     assert_eq!(s, 200, "writes work again: {v}");
 
-    // Timeouts apply again: one silent node leaves within its timeout (one of many is not a mass event).
+    // Timeouts apply: one silent node leaves within its timeout (one of many is not a mass event).
     fleet.silence([0]);
     let deadline = Instant::now() + Duration::from_secs(3 * TIMEOUT_SECS + 5);
     while fleet_state(&d).1.is_empty() && Instant::now() < deadline {
@@ -243,4 +293,5 @@ fn a_store_that_refuses_writes_withdraws_no_node() {
     assert_eq!(metric(&d, "lagran_withdrawals_held"), Some((nodes - 1) as f64));
     assert!(d.log().contains("none is withdrawn until probes confirm each"), "and it is logged");
     fleet.stop();
+    drop(d);
 }

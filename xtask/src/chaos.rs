@@ -8,8 +8,11 @@
 //! plane, a clock stepped by ±1 h, a forged table, 10 000 idle HTTP/2
 //! connections, a spoofed DoQ Initial flood. It prints one row per fault
 //! (queries, SERVFAIL, timeouts, wrong answers, nodes withdrawn, recovery
-//! time) and writes the table to `target/chaos/latest.md`. Needs root. The
-//! short profile of the same suite runs in `cargo xtask test`.
+//! time) and writes the table to `target/chaos/latest.md`. Then
+//! `fail_static::a_store_that_refuses_writes_withdraws_no_node` for five
+//! minutes: a 100-node fleet heartbeating into `lagran control` whose SQLite
+//! file's filesystem went read-only. Needs root. The short profiles of both
+//! run in `cargo xtask test`.
 
 use std::process::Command;
 
@@ -36,5 +39,13 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
             .env("LAGRAN_REQUIRE_TOOLS", "1"),
     )?;
     println!("==> chaos table: {}", root.join("target/chaos/latest.md").display());
+    util::run(
+        Command::new("cargo")
+            .current_dir(&root)
+            .args(["test", "-p", "lagran-e2e", "--test", "e2e", "fail_static::", "--", "--nocapture"])
+            .env("LAGRAN_FAIL_STATIC_SECS", "300")
+            .env("LAGRAN_FAIL_STATIC_NODES", "100")
+            .env("LAGRAN_REQUIRE_TOOLS", "1"),
+    )?;
     Ok(())
 }
