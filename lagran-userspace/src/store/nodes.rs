@@ -502,11 +502,15 @@ impl Store {
         now_ms: i64,
         token_hash: Option<&str>,
     ) -> Result<Option<Node>, StoreError> {
-        let row = heartbeat_update(name, hb, now_ms, token_hash)
-            .fetch_optional(self.pool())
+        // `fetch_all`, not `fetch_optional`: the statement runs to its end,
+        // where SQLite commits an autocommit `UPDATE … RETURNING`. Stopped at
+        // its first row, a failed commit (the disk gone read-only) would be
+        // lost and the heartbeat would look written.
+        let rows = heartbeat_update(name, hb, now_ms, token_hash)
+            .fetch_all(self.pool())
             .await
             .ctx(|| format!("recording a heartbeat of node {name:?}"))?;
-        row.as_ref().map(node_from_row).transpose()
+        rows.first().map(node_from_row).transpose()
     }
 }
 
