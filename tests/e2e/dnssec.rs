@@ -6,7 +6,7 @@
 //! that names another key fails validation, so `AD` is not given away. A node
 //! taken out re-points the answer, and the new answer is signed as well.
 
-use std::net::UdpSocket;
+use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,8 +29,22 @@ struct Unbound {
 }
 
 impl Unbound {
+    /// Starts Unbound on a free port, trying another when the port was taken
+    /// between choosing it and Unbound binding it (UDP and TCP).
     fn start(dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Unbound {
-        let port = free_udp_port();
+        for _ in 0..5 {
+            if let Some(u) = Unbound::start_on(free_port(), dir, ns, anchor) {
+                return u;
+            }
+        }
+        panic!(
+            "unbound could not bind a port in 5 tries:\n{}",
+            std::fs::read_to_string(dir.join("unbound.log")).unwrap_or_default()
+        );
+    }
+
+    /// `None` when Unbound could not bind `port`.
+    fn start_on(port: u16, dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Option<Unbound> {
         let conf = format!(
             "server:\n  interface: 127.0.0.1@{port}\n  port: {port}\n  do-daemonize: no\n  username: \"\"\n\
              \x20 chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n\
@@ -54,14 +68,17 @@ impl Unbound {
             .stderr(log)
             .spawn()
             .expect("starting unbound");
-        let u = Unbound { child, port, dir: dir.to_path_buf() };
+        let mut u = Unbound { child, port, dir: dir.to_path_buf() };
         // Up when it answers at all (SERVFAIL included): bounded.
         let deadline = Instant::now() + Duration::from_secs(10);
         while u.dig(&[ZONE, "SOA"]).status.is_empty() {
+            if u.child.try_wait().ok().flatten().is_some() && u.log().contains("could not open ports") {
+                return None;
+            }
             assert!(Instant::now() < deadline, "unbound did not answer within 10 s:\n{}", u.log());
             std::thread::sleep(Duration::from_millis(100));
         }
-        u
+        Some(u)
     }
 
     fn dig(&self, args: &[&str]) -> Dig {
@@ -85,8 +102,14 @@ impl Drop for Unbound {
     }
 }
 
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").expect("a free UDP port").local_addr().unwrap().port()
+/// A port free for UDP and TCP on 127.0.0.1 when asked (Unbound binds both).
+fn free_port() -> u16 {
+    loop {
+        let port = UdpSocket::bind("127.0.0.1:0").expect("a free UDP port").local_addr().unwrap().port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Turns signing on for the demo zone (its NS hosts as `--demo` made them).

@@ -281,8 +281,21 @@ impl Daemon {
 
     /// An HTTP request to the API; returns the status and the JSON (or text) body.
     pub fn http(&self, method: &str, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> (u16, Value) {
+        self.http_within(Duration::from_secs(10), method, path, body, headers)
+    }
+
+    /// [`Daemon::http`] waiting up to `timeout` for the answer (a debug build
+    /// busy merging large geo files answers slowly).
+    pub fn http_within(
+        &self,
+        timeout: Duration,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
         let url = format!("http://{}{}", self.api, path);
-        let mut req = ureq::request(method, &url).timeout(Duration::from_secs(10));
+        let mut req = ureq::request(method, &url).timeout(timeout);
         for (k, v) in headers {
             req = req.set(k, v);
         }
