@@ -230,7 +230,13 @@ fn a_store_that_refuses_writes_withdraws_no_node() {
     let (s, v) = d.http("PATCH", "/api/v1/nodes/fs-000", Some(json!({"weight": 50})), &[]);
     assert_eq!(s, 500, "a write to a read-only database fails: {v}");
     assert_eq!(v["error"], "internal error", "the client gets an id, not the database's text: {v}");
-    assert!(v["id"].as_str().is_some_and(|id| d.log().contains(id)), "the id finds the log line: {v}");
+    let id = v["id"].as_str().expect("an error id").to_string();
+    // The log is read from the daemon's stderr by a thread: give the line a moment to arrive.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !d.log().contains(&id) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(d.log().contains(&id), "the id finds the log line: {v}");
     let started = Instant::now();
     let mut checks = 0;
     while started.elapsed() < outage {
