@@ -35,7 +35,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use tracing::{debug, warn};
 
 use crate::body::{self, EdgeBody, Read};
-use crate::cache::{self, CachedObject};
+use crate::cache::{self, CachedObject, Ticket};
 use crate::collapse::Turn;
 use crate::freshness::{self, Freshness, State};
 use crate::origin::{Forward, RequestHead};
@@ -56,6 +56,7 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
     let asked = Asked { head_only: parts.method == Method::HEAD, uri: parts.uri, headers: parts.headers };
     let primary = cache::key(forward.host, &asked.uri);
     let key = edge.cache.key_for(&primary, &asked.headers);
+    let ticket = edge.cache.ticket();
     let mut stored = edge.cache.get(&key).await;
     // Past every stale window and nothing to revalidate with: of no more use.
     if stored.as_ref().is_some_and(|o| o.is_dead(SystemTime::now())) {
@@ -80,7 +81,7 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
         return reply::proxy(site, req, forward, CacheResult::Miss).await;
     }
     match edge.collapser.turn(&key) {
-        Turn::Lead(_leader) => fetch(edge, site, &asked, stored, forward).await,
+        Turn::Lead(_leader) => fetch(edge, site, &asked, (stored, ticket), forward).await,
         Turn::Follow(follower) => {
             follower.wait().await;
             let key = edge.cache.key_for(&primary, &asked.headers);
@@ -89,7 +90,7 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
             {
                 return from_cache(&object, &asked, CacheResult::Hit, None);
             }
-            fetch(edge, site, &asked, stored, forward).await
+            fetch(edge, site, &asked, (stored, ticket), forward).await
         }
     }
 }
@@ -108,13 +109,14 @@ fn revalidate_in_background(edge: &Arc<Edge>, site: &Arc<Site>, asked: &Asked, f
         (forward.host.to_owned(), forward.client_ip, forward.scheme.clone());
     tokio::spawn(async move {
         let _leader = leader;
+        let ticket = edge.cache.ticket();
         let stored = edge.cache.get(&key).await;
         if stored.as_ref().is_some_and(|o| o.state(SystemTime::now()) == State::Fresh) {
             return;
         }
         let forward = Forward { host: &host, client_ip, scheme: &scheme };
         let asked = Asked { head_only: true, ..asked };
-        let resp = fetch(&edge, &site, &asked, stored, forward).await;
+        let resp = fetch(&edge, &site, &asked, (stored, ticket), forward).await;
         debug!(%host, status = %resp.status(), "revalidated in the background");
     });
 }
@@ -130,12 +132,13 @@ fn usable_on_error(stored: &Option<Arc<CachedObject>>) -> Option<&Arc<CachedObje
 }
 
 /// Asks the origin for the object (conditionally when `stored` has validators),
-/// stores what may be stored and answers.
+/// stores what may be stored and answers. `ticket` was taken before `stored`
+/// was read: nothing is stored if a purge began since.
 async fn fetch(
     edge: &Edge,
     site: &Site,
     asked: &Asked,
-    stored: Option<Arc<CachedObject>>,
+    (stored, ticket): (Option<Arc<CachedObject>>, Ticket),
     forward: Forward<'_>,
 ) -> Response<EdgeBody> {
     let mut head = RequestHead { method: Method::GET, uri: asked.uri.clone(), headers: asked.headers.clone() };
@@ -180,7 +183,7 @@ async fn fetch(
             edge.cache.remove(&edge.cache.key_for(&old.primary, &asked.headers));
             return from_cache(old, asked, CacheResult::Revalidated, Some(took));
         };
-        edge.cache.insert(&asked.headers, object.clone());
+        edge.cache.insert_since(ticket, &asked.headers, object.clone());
         return from_cache(&object, asked, CacheResult::Revalidated, Some(took));
     }
     if status.is_server_error()
@@ -206,16 +209,18 @@ async fn fetch(
         }
         return with_outcome(resp, CacheResult::Miss, Some(took));
     };
-    let exchange = Exchange { request_time, response_time, took };
+    let exchange = Exchange { request_time, response_time, took, ticket };
     fill(edge, site, asked, forward, resp, freshness, exchange).await
 }
 
-/// When an origin exchange happened and how long it took to its response head.
+/// When an origin exchange happened, how long it took to its response head,
+/// and the cache's ticket from before it began.
 #[derive(Debug, Clone, Copy)]
 struct Exchange {
     request_time: SystemTime,
     response_time: SystemTime,
     took: Duration,
+    ticket: Ticket,
 }
 
 /// Reads a storable `200`, stores it and answers from it; a body past
@@ -229,7 +234,7 @@ async fn fill(
     freshness: Freshness,
     exchange: Exchange,
 ) -> Response<EdgeBody> {
-    let Exchange { request_time, response_time, took } = exchange;
+    let Exchange { request_time, response_time, took, ticket } = exchange;
     let ranged = asked.headers.contains_key(header::RANGE);
     let (mut parts, incoming) = resp.into_parts();
     match body::read_up_to(incoming, edge.cache.max_object_bytes()).await {
@@ -246,7 +251,7 @@ async fn fill(
                 freshness,
                 primary: cache::key(forward.host, &asked.uri),
             });
-            edge.cache.insert(&asked.headers, object.clone());
+            edge.cache.insert_since(ticket, &asked.headers, object.clone());
             from_cache(&object, asked, CacheResult::Miss, Some(took))
         }
         Ok(Read::Partial(rest)) => {

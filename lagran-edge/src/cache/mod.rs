@@ -17,6 +17,12 @@
 //! Each object's tags are the origin's `Surrogate-Key` and `Cache-Tag` response
 //! headers (values separated by spaces or commas), kept with it in both tiers
 //! for purges by tag ([`Cache::purge`]).
+//!
+//! A purge must not be undone by a fetch that was under way while it ran: the
+//! fetch would store what the origin sent before the purge. So every fetch
+//! takes a [`Ticket`] before it reads the cache, and [`Cache::insert_since`]
+//! stores nothing once a purge has begun after the ticket was taken (the
+//! response still goes to its client; the next request fetches again).
 
 mod disk;
 mod memory;
@@ -25,7 +31,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -133,6 +139,10 @@ fn variant_key(primary: &str, names: &[HeaderName], request: &HeaderMap) -> Stri
     key
 }
 
+/// The purge count when a fetch began; see [`Cache::insert_since`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket(u64);
+
 #[derive(Debug)]
 pub struct Cache {
     max_object_bytes: usize,
@@ -143,6 +153,10 @@ pub struct Cache {
     /// When the oldest object stored arrived (ms since the epoch; `u64::MAX`:
     /// none yet). Never raised, so it may be older than what is left.
     oldest_ms: AtomicU64,
+    /// Purges begun so far. Inserts hold it shared from their check to their
+    /// store; a purge takes it exclusively only to count itself, so an insert
+    /// that passed its check is in the tiers before the purge removes anything.
+    purges: RwLock<u64>,
 }
 
 impl Cache {
@@ -154,6 +168,7 @@ impl Cache {
             disk: None,
             varies: Mutex::default(),
             oldest_ms: AtomicU64::new(u64::MAX),
+            purges: RwLock::new(0),
         }
     }
 
@@ -195,8 +210,27 @@ impl Cache {
         Some(object)
     }
 
+    /// What a fetch takes before it reads the cache.
+    pub fn ticket(&self) -> Ticket {
+        Ticket(*self.purges.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Stores `object` (a response to a request with `request` headers) in both
-    /// tiers; returns the key it is stored under.
+    /// tiers, unless a purge began after `ticket` was taken; returns the key it
+    /// is stored under, `None` when it was not stored for that reason.
+    pub fn insert_since(&self, ticket: Ticket, request: &HeaderMap, object: Arc<CachedObject>) -> Option<String> {
+        let purges = self.purges.read().unwrap_or_else(|e| e.into_inner());
+        if *purges != ticket.0 {
+            return None;
+        }
+        let key = self.insert(request, object);
+        drop(purges);
+        Some(key)
+    }
+
+    /// Stores `object` (a response to a request with `request` headers) in both
+    /// tiers; returns the key it is stored under. Fetches store through
+    /// [`Cache::insert_since`].
     pub fn insert(&self, request: &HeaderMap, object: Arc<CachedObject>) -> String {
         let key = if object.vary.is_empty() {
             self.lock_varies().remove(&object.primary);
@@ -228,6 +262,7 @@ impl Cache {
     /// tags; returns how many distinct keys went. Deleting files may wait for
     /// the disk writer: call it off the request path.
     pub fn purge(&self, doomed: impl Fn(&str, &[String]) -> bool) -> usize {
+        *self.purges.write().unwrap_or_else(|e| e.into_inner()) += 1;
         let mut gone = self.memory.remove_where(|k, o| doomed(k, &tags(&o.headers)));
         if let Some(disk) = &self.disk {
             gone.extend(disk.remove_where(doomed));
@@ -310,6 +345,20 @@ mod tests {
         assert!(cache.bytes() <= one * 3);
         assert!(cache.get("k1").await.is_none(), "the least recently used went first");
         assert!(cache.get("k0").await.is_some() && cache.get("k3").await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_fetch_that_began_before_a_purge_stores_nothing() {
+        let cache = Cache::new(1 << 20, 1024);
+        let before = cache.ticket();
+        assert_eq!(cache.purge(|_, _| true), 0, "nothing stored yet");
+        let late = cache.insert_since(before, &HeaderMap::new(), object("a/x", "old", &[]));
+        assert_eq!(late, None);
+        assert!(cache.get("a/x").await.is_none(), "what the origin sent before the purge stays out");
+        let after = cache.ticket();
+        let stored = cache.insert_since(after, &HeaderMap::new(), object("a/x", "new", &[]));
+        assert_eq!(stored.as_deref(), Some("a/x"));
+        assert_eq!(cache.get("a/x").await.map(|o| o.body.clone()).as_deref(), Some(&b"new"[..]));
     }
 
     #[tokio::test]

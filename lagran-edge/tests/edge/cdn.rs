@@ -179,6 +179,30 @@ async fn a_thousand_concurrent_misses_make_one_origin_fetch() {
 }
 
 #[tokio::test]
+async fn a_purge_during_a_miss_keeps_the_fetched_object_out_of_the_cache() {
+    let slow = handler(|_| reply("before the purge", &[("cache-control", "max-age=600")]));
+    let origin = scripted("127.0.0.1:0", None, Duration::from_millis(500), slow).await;
+    let edge = start_edge(&format!("[[site]]\nhost = \"p.test\"\norigin = \"http://{}\"\n", origin.addr)).await;
+    let addr = edge.addr;
+    let miss = tokio::spawn(async move { get(addr, "p.test", "/page", &[]).await });
+    // The purge lands while the origin is still answering the miss.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(origin.hits(), 1, "the miss reached the origin before the purge");
+    let order = serde_json::from_value(serde_json::json!({
+        "id": 1, "site": "p.test", "urls": ["/page"], "created_at_ms": 0
+    }))
+    .unwrap();
+    lagran_edge::purge::apply(&edge.edge, order).await;
+    let r = miss.await.unwrap();
+    assert_eq!((r.status, r.text()), (StatusCode::OK, "before the purge"), "its client still gets the answer");
+    assert!(edge.edge.cache.is_empty(), "what the origin sent before the purge was not stored");
+    let r = get(addr, "p.test", "/page", &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(origin.hits(), 2, "the next request fetched again");
+    assert_eq!(edge.edge.cache.len(), 1, "and that fetch is stored");
+}
+
+#[tokio::test]
 async fn a_stale_object_is_revalidated_with_304() {
     let origin = scripted(
         "127.0.0.1:0",
