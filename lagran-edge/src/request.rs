@@ -27,7 +27,7 @@ use hyper::http::uri::Scheme;
 use hyper::{Method, Request, Response, StatusCode, Version};
 use tracing::debug;
 
-use crate::access_log::{self, Line};
+use crate::access_log::Line;
 use crate::body::{self, Counted, EdgeBody, OnDone};
 use crate::origin::Forward;
 use crate::outcome::{CacheResult, Outcome};
@@ -72,9 +72,9 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
                 }
                 let Some(log) = &edge.access_log else { return };
                 log.log(&Line {
-                    time: access_log::rfc3339(SystemTime::now()),
+                    time: SystemTime::now(),
                     site: site.as_ref().map_or("-", |s| s.host.as_str()),
-                    client: client.to_string(),
+                    client,
                     method: method.as_str(),
                     path: &path,
                     status,
