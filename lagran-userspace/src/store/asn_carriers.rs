@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 
-use super::{Cols, DbContext, Store, StoreError, now_ms};
+use super::{Cols, DbContext, ReturningOne, Store, StoreError, now_ms};
 
 /// One entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,7 +95,7 @@ impl Store {
         .bind(&e.note)
         .bind(&e.updated_by)
         .bind(now_ms())
-        .fetch_one(self.pool())
+        .returning_one(self.pool())
         .await
         .ctx(|| format!("writing the carrier of AS{}", e.asn))?;
         from_row(&row)

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 
 use super::validate;
-use super::{Cols, DbContext, Store, StoreError, now_ms};
+use super::{Cols, DbContext, ReturningOne, Store, StoreError, now_ms};
 
 /// A certificate chain and its private key for one SNI name.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,7 +105,7 @@ impl Store {
         .bind(&cert.cert_pem)
         .bind(&cert.key_pem)
         .bind(now_ms())
-        .fetch_one(self.pool())
+        .returning_one(self.pool())
         .await
         .ctx(|| format!("writing the certificate for {:?}", cert.domain))?;
         certificate_from_row(&row)

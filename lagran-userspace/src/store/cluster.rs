@@ -5,7 +5,7 @@
 
 use sqlx::Row;
 
-use super::{Backend, DbContext, Store, StoreError};
+use super::{Backend, DbContext, ReturningOne, Store, StoreError};
 
 /// How many published tables the database keeps (the newest).
 pub const KEPT_TABLES: i64 = 16;
@@ -63,7 +63,7 @@ impl Store {
         )
         .bind(holder)
         .bind(now_ms)
-        .fetch_one(self.pool())
+        .returning_one(self.pool())
         .await
         .ctx(|| format!("starting a leadership term for {holder}"))?;
         let epoch: i64 = row.try_get("epoch").ctx(|| "reading control_leader.epoch".to_string())?;

@@ -242,6 +242,21 @@ impl<T> DbContext<T> for Result<T, sqlx::Error> {
     }
 }
 
+/// A one-row `… RETURNING` write on the pool, run to its end.
+///
+/// Not `fetch_one`: stopped at its first row, SQLite's autocommit statement
+/// never reaches its commit in this call, so a failed commit (the disk gone
+/// read-only) would be lost and the write would look done.
+pub(crate) trait ReturningOne {
+    fn returning_one(self, pool: &AnyPool) -> impl Future<Output = Result<AnyRow, sqlx::Error>> + Send;
+}
+
+impl<'q> ReturningOne for sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+    async fn returning_one(self, pool: &AnyPool) -> Result<AnyRow, sqlx::Error> {
+        self.fetch_all(pool).await?.into_iter().next().ok_or(sqlx::Error::RowNotFound)
+    }
+}
+
 /// A handle on the database. Cheap to clone: the connection pool is shared.
 #[derive(Clone)]
 pub struct Store {

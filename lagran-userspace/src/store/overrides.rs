@@ -6,7 +6,7 @@ use ipnet::IpNet;
 use sqlx::any::AnyRow;
 
 use super::validate;
-use super::{Cols, DbContext, Store, StoreError, now_ms};
+use super::{Cols, DbContext, ReturningOne, Store, StoreError, now_ms};
 use crate::model::GeoOverride;
 
 impl GeoOverride {
@@ -72,7 +72,7 @@ impl Store {
         .bind(&o.note)
         .bind(&o.created_by)
         .bind(now_ms())
-        .fetch_one(self.pool())
+        .returning_one(self.pool())
         .await
         .ctx(|| format!("writing the geo override for {}", o.prefix))?;
         override_from_row(&row)

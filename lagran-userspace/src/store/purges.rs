@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Cols, DbContext, Store, StoreError, now_ms, validate};
+use super::{Cols, DbContext, ReturningOne, Store, StoreError, now_ms, validate};
 
 /// The most targets (URLs or tags) one purge may name.
 pub const MAX_TARGETS: usize = 1000;
@@ -129,7 +129,7 @@ impl Store {
         .bind(target.kind())
         .bind(target.targets_json())
         .bind(now_ms())
-        .fetch_one(self.pool())
+        .returning_one(self.pool())
         .await
         .ctx(|| format!("recording a purge of {site:?}"))?;
         purge_from_row(&row)
