@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::header::HeaderValue;
 use lagran_site::Site;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
@@ -124,40 +123,28 @@ impl Default for AgentSection {
     }
 }
 
-/// One `[[site]]` table: the keys of the shared [`Site`] plus what only the
-/// edge's own file may say: the site's certificate files, and its origins
-/// beyond one (`origins`, tried in order, instead of `origin`), the `Host` sent
-/// to them (`origin_host`), their weights (`origin_weights`, one per origin;
-/// without: in order), the CA its `https://` origins are verified with
-/// (`origin_ca`, a PEM file) and the path health checks ask
-/// (`origin_health_path`, default `/`). Origins are parsed once here.
+/// One `[[site]]` table: the keys of the shared [`Site`] (its origins, their
+/// `Host`, weights, health-check path and CA included) plus what only the
+/// edge's own file may say: the site's certificate files, and `origin_ca`, a
+/// PEM file read into the site's `origin_ca_pem`. Origins are parsed once here.
 #[derive(Debug, Clone)]
 pub struct SiteConfig {
     site: Site,
     origins: Vec<Origin>,
     cert_pem: Option<PathBuf>,
     key_pem: Option<PathBuf>,
-    pub origin_host: Option<String>,
-    /// The contents of `origin_ca`.
+    /// The site's `origin_ca_pem`, as bytes.
     pub origin_ca_pem: Option<Arc<[u8]>>,
-    pub origin_health_path: String,
-    /// One per origin; empty: the origins are tried in order.
-    pub origin_weights: Vec<u32>,
 }
 
 impl SiteConfig {
     pub fn new(site: Site, cert_pem: Option<PathBuf>, key_pem: Option<PathBuf>) -> Result<SiteConfig, OriginError> {
-        let origin = Origin::parse(&site.origin)?;
-        Ok(SiteConfig {
-            site,
-            origins: vec![origin],
-            cert_pem,
-            key_pem,
-            origin_host: None,
-            origin_ca_pem: None,
-            origin_health_path: "/".to_owned(),
-            origin_weights: Vec::new(),
-        })
+        let origins = site.origin_urls().map(Origin::parse).collect::<Result<Vec<_>, _>>()?;
+        if origins.is_empty() {
+            return Err(OriginError::Missing);
+        }
+        let origin_ca_pem = site.origin_ca_pem.as_deref().map(|pem| Arc::from(pem.as_bytes()));
+        Ok(SiteConfig { site, origins, cert_pem, key_pem, origin_ca_pem })
     }
 
     pub fn site(&self) -> &Site {
@@ -184,8 +171,7 @@ impl SiteConfig {
 }
 
 /// Reads the table whole, takes out the edge's own keys, and reads the rest as
-/// a [`Site`] (with the first of `origins` as its `origin`); errors name the
-/// offending key.
+/// a [`Site`]; errors name the offending key.
 impl<'de> Deserialize<'de> for SiteConfig {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
         let mut table = toml::Table::deserialize(de)?;
@@ -197,34 +183,17 @@ impl<'de> Deserialize<'de> for SiteConfig {
             value.map(|v| T::deserialize(v).map_err(|e| E::custom(format!("{key}: {e}")))).transpose()
         }
         let (cert_pem, key_pem) = (take::<PathBuf, D::Error>(&mut table, "cert_pem")?, take(&mut table, "key_pem")?);
-        let origins: Option<Vec<String>> = take(&mut table, "origins")?;
-        let origin_host: Option<String> = take(&mut table, "origin_host")?;
-        let origin_ca: Option<PathBuf> = take(&mut table, "origin_ca")?;
-        let health_path: Option<String> = take(&mut table, "origin_health_path")?;
-        let weights: Option<Vec<u32>> = take(&mut table, "origin_weights")?;
-        if let Some(origins) = &origins {
-            match (origins.first(), table.contains_key("origin")) {
-                (_, true) => return Err(D::Error::custom("origins: give `origin` or `origins`, not both")),
-                (None, false) => return Err(D::Error::custom("origins: must name at least one origin")),
-                (Some(first), false) => _ = table.insert("origin".into(), toml::Value::String(first.clone())),
+        if let Some(path) = take::<PathBuf, D::Error>(&mut table, "origin_ca")? {
+            if table.contains_key("origin_ca_pem") {
+                return Err(D::Error::custom("origin_ca: give `origin_ca` (a file) or `origin_ca_pem`, not both"));
             }
+            let pem = std::fs::read_to_string(&path)
+                .map_err(|e| D::Error::custom(format!("origin_ca: cannot read {}: {e}", path.display())))?;
+            table.insert("origin_ca_pem".into(), toml::Value::String(pem));
         }
         // toml names the key in its errors ("… in `deny_cidrs`").
         let site = Site::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
-        let mut entry = SiteConfig::new(site, cert_pem, key_pem).map_err(D::Error::custom)?;
-        for url in origins.iter().flatten().skip(1) {
-            let origin = Origin::parse(url).map_err(|e| D::Error::custom(format!("origins: {e}")))?;
-            entry.origins.push(origin);
-        }
-        if let Some(path) = origin_ca {
-            let pem = std::fs::read(&path)
-                .map_err(|e| D::Error::custom(format!("origin_ca: cannot read {}: {e}", path.display())))?;
-            entry.origin_ca_pem = Some(pem.into());
-        }
-        entry.origin_host = origin_host;
-        entry.origin_weights = weights.unwrap_or_default();
-        entry.origin_health_path = health_path.unwrap_or(entry.origin_health_path);
-        Ok(entry)
+        SiteConfig::new(site, cert_pem, key_pem).map_err(D::Error::custom)
     }
 }
 
@@ -383,16 +352,6 @@ impl Config {
             if entry.cert_pem.is_some() != entry.key_pem.is_some() {
                 return fail("cert_pem", "cert_pem and key_pem go together".into());
             }
-            if entry.origin_host.as_ref().is_some_and(|h| h.is_empty() || HeaderValue::from_str(h).is_err()) {
-                return fail("origin_host", "must be a host name, with an optional :port".into());
-            }
-            let weights = &entry.origin_weights;
-            if !weights.is_empty() && (weights.len() != entry.origins.len() || weights.iter().all(|&w| w == 0)) {
-                return fail("origin_weights", "needs one weight per origin, not all 0".into());
-            }
-            if !entry.origin_health_path.starts_with('/') || entry.origin_health_path.parse::<hyper::Uri>().is_err() {
-                return fail("origin_health_path", "must be a path starting with '/'".into());
-            }
             if let Some(pem) = &entry.origin_ca_pem
                 && let Err(e) = OriginClient::new(self.origin_timeouts(), Some(pem))
             {
@@ -428,8 +387,8 @@ mod tests {
         .unwrap();
         let origins: Vec<String> = c.sites[0].origins().iter().map(|o| format!("{o:?}")).collect();
         assert_eq!(origins, ["https://o1", "http://o2:8080"]);
-        assert_eq!(c.sites[0].site().origin, "https://o1", "the control plane's single origin is the first");
-        assert_eq!(c.sites[0].origin_host.as_deref(), Some("www.a.test"));
+        assert_eq!(c.sites[0].site().primary_origin(), "https://o1");
+        assert_eq!(c.sites[0].site().origin_host.as_deref(), Some("www.a.test"));
     }
 
     #[test]
@@ -458,6 +417,8 @@ mod tests {
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"ftp://o\"\n");
         assert!(e.contains("origin") && e.contains("only http://"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigin = \"http://o\"\norigins = [\"http://p\"]\n");
+        assert!(e.contains("site[0].origins") && e.contains("must start with `origin`"), "{e}");
+        let e = error("[[site]]\nhost = \"a.test\"\norigin_ca = \"/etc/hostname\"\norigin_ca_pem = \"x\"\n");
         assert!(e.contains("not both"), "{e}");
         let e = error("[[site]]\nhost = \"a.test\"\norigins = [\"http://p\", \"gopher://q\"]\n");
         assert!(e.contains("origins"), "{e}");

@@ -218,9 +218,9 @@ impl Edge {
             };
             let origins = OriginSetConfig {
                 origins: entry.origins().to_vec(),
-                host_header: entry.origin_host.as_deref().and_then(|h| h.parse().ok()),
-                health_path: entry.origin_health_path.clone(),
-                weights: entry.origin_weights.clone(),
+                host_header: s.origin_host.as_deref().and_then(|h| h.parse().ok()),
+                health_path: s.origin_health_path.clone(),
+                weights: s.origin_weights.clone(),
             };
             let site = Site {
                 host: s.host.clone(),

@@ -268,6 +268,21 @@ mod tests {
     }
 
     #[test]
+    fn control_plane_sites_carry_several_origins() {
+        let body = br#"[{"host":"ha.test","origin":"https://o1","origins":["https://o1","http://o2:8080"],
+            "origin_weights":[3,1],"origin_host":"www.ha.test","origin_health_path":"/healthz"}]"#;
+        let sites = parse_sites(body, "u").unwrap();
+        let origins: Vec<String> = sites[0].origins().iter().map(|o| format!("{o:?}")).collect();
+        assert_eq!(origins, ["https://o1", "http://o2:8080"]);
+        let site = sites[0].site();
+        assert_eq!((site.origin_weights.as_slice(), site.origin_host.as_deref()), (&[3, 1][..], Some("www.ha.test")));
+        assert_eq!(site.origin_health_path, "/healthz");
+        let unusable_ca = br#"[{"host":"ha.test","origin":"https://o1","origin_ca_pem":"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n"}]"#;
+        let e = crate::error_chain(&parse_sites(unusable_ca, "u").unwrap_err());
+        assert!(e.contains("origin_ca"), "{e}");
+    }
+
+    #[test]
     fn the_control_plane_wins_per_host() {
         let site = |host: &str, origin: &str| {
             parse_sites(format!(r#"[{{"host":"{host}","origin":"{origin}"}}]"#).as_bytes(), "u").unwrap().remove(0)

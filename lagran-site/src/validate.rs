@@ -24,14 +24,47 @@ pub fn valid_host_pattern(pattern: &str) -> bool {
 }
 
 impl Site {
+    /// The origin keys: `origin` or `origins` (both only when `origins`
+    /// starts with `origin`), each a usable URL, a weight per origin, a path
+    /// to check, a `Host` to send.
+    fn validate_origins(&self) -> Result<(), (&'static str, String)> {
+        match (self.origin.is_empty(), self.origins.first()) {
+            (true, None) => return Err(("origin", "is missing: give `origin` or `origins`".into())),
+            (false, Some(first)) if *first != self.origin => {
+                return Err(("origins", format!("must start with `origin` ({:?}) when both are given", self.origin)));
+            }
+            _ => {}
+        }
+        let field = if self.origins.is_empty() { "origin" } else { "origins" };
+        for url in self.origin_urls() {
+            OriginUrl::parse(url).map_err(|e| (field, format!("{url:?} {e}")))?;
+        }
+        let count = self.origin_urls().count();
+        let weights = &self.origin_weights;
+        if !weights.is_empty() && (weights.len() != count || weights.iter().all(|&w| w == 0)) {
+            return Err(("origin_weights", format!("needs one weight per origin ({count}), not all 0")));
+        }
+        if !self.origin_health_path.starts_with('/') || self.origin_health_path.parse::<http::Uri>().is_err() {
+            return Err(("origin_health_path", "must be a path starting with '/'".into()));
+        }
+        let host_ok = |h: &str| !h.is_empty() && h.parse::<http::uri::Authority>().is_ok_and(|a| a.as_str() == h);
+        if self.origin_host.as_deref().is_some_and(|h| !host_ok(h) || h.contains('@')) {
+            return Err(("origin_host", "must be a host name, with an optional :port".into()));
+        }
+        if self.origin_ca_pem.as_deref().is_some_and(|pem| !pem.contains("-----BEGIN CERTIFICATE-----")) {
+            return Err(("origin_ca_pem", "must hold PEM certificates (-----BEGIN CERTIFICATE-----)".into()));
+        }
+        Ok(())
+    }
+
     /// Checks the fields one by one; the first broken rule is the error.
     pub fn validate(&self) -> Result<(), SiteError> {
         let fail = |field, reason: String| Err(SiteError { host: self.host.clone(), field, reason });
         if !valid_host_pattern(&self.host) {
             return fail("host", "must be a host name or *.suffix".into());
         }
-        if let Err(e) = OriginUrl::parse(&self.origin) {
-            return fail("origin", format!("{:?} {e}", self.origin));
+        if let Err((field, reason)) = self.validate_origins() {
+            return fail(field, reason);
         }
         match (self.rate_limit_rps, self.rate_limit_burst) {
             (Some(rps), _) if !(rps.is_finite() && rps > 0.0) => {
@@ -98,6 +131,20 @@ mod tests {
         assert_eq!(site().validate(), Ok(()));
         assert_eq!(field(Site { host: "a..b".into(), ..site() }), "host");
         assert_eq!(field(Site { origin: "ftp://o".into(), ..site() }), "origin");
+        assert_eq!(field(Site { origin: String::new(), ..site() }), "origin");
+        let two = || Site { origins: vec!["http://o".into(), "https://p:8443".into()], ..site() };
+        assert_eq!(two().validate(), Ok(()));
+        assert_eq!(Site { origin: String::new(), ..two() }.validate(), Ok(()), "`origins` alone");
+        assert_eq!(field(Site { origin: "http://x".into(), ..two() }), "origins");
+        assert_eq!(field(Site { origins: vec!["http://o".into(), "ftp://p".into()], ..site() }), "origins");
+        assert_eq!(field(Site { origin_weights: vec![1], ..two() }), "origin_weights");
+        assert_eq!(field(Site { origin_weights: vec![0, 0], ..two() }), "origin_weights");
+        assert_eq!(Site { origin_weights: vec![0, 1], ..two() }.validate(), Ok(()));
+        assert_eq!(field(Site { origin_health_path: "healthz".into(), ..site() }), "origin_health_path");
+        assert_eq!(field(Site { origin_host: Some("a b".into()), ..site() }), "origin_host");
+        assert_eq!(field(Site { origin_host: Some("u@h".into()), ..site() }), "origin_host");
+        assert_eq!(Site { origin_host: Some("www.a.test:8080".into()), ..site() }.validate(), Ok(()));
+        assert_eq!(field(Site { origin_ca_pem: Some("not pem".into()), ..site() }), "origin_ca_pem");
         assert_eq!(field(Site { rate_limit_rps: Some(f64::NAN), ..site() }), "rate_limit_rps");
         assert_eq!(field(Site { rate_limit_rps: None, rate_limit_burst: Some(2), ..site() }), "rate_limit_burst");
         assert_eq!(field(Site { rate_limit_burst: Some(0), ..site() }), "rate_limit_burst");

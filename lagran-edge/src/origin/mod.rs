@@ -38,6 +38,8 @@ pub use set::{OriginSet, OriginSetConfig, RequestHead};
 
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
+    #[error("no origin: give `origin` or `origins`")]
+    Missing,
     #[error("invalid origin {url:?}: {reason}")]
     InvalidUrl { url: String, reason: lagran_site::OriginError },
     #[error("origin CA: {0}")]
@@ -55,7 +57,7 @@ impl OriginError {
         match self {
             OriginError::Timeout { .. } => true,
             OriginError::Request { source, .. } => source.is_connect(),
-            OriginError::InvalidUrl { .. } | OriginError::Ca(_) => false,
+            OriginError::Missing | OriginError::InvalidUrl { .. } | OriginError::Ca(_) => false,
         }
     }
 }

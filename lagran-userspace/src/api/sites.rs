@@ -3,6 +3,10 @@
 //! node's token in `x-lagran-agent-token`), and pick up changes without a
 //! restart; writes need the admin token.
 //!
+//! A site has one `origin` or several `origins` (with `origin_weights`,
+//! `origin_host`, `origin_health_path` and a private CA in `origin_ca_pem`),
+//! the same keys as an edge's `[[site]]`; as stored, `origin` is the first.
+//!
 //! A site's `pools` name the pools whose nodes serve it (absent: every node).
 //! An answer for a node (`?node=NAME`) lists only the sites of that node's
 //! pool, so one node's token does not reveal another pool's sites (nor, in

@@ -74,6 +74,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (10, "purge", include_str!("../../../migrations/sqlite/0010_purge.sql")),
     (11, "acme", include_str!("../../../migrations/sqlite/0011_acme.sql")),
     (12, "asn carriers", include_str!("../../../migrations/sqlite/0012_asn_carriers.sql")),
+    (13, "site origins", include_str!("../../../migrations/sqlite/0013_site_origins.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -90,6 +91,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (10, "purge", include_str!("../../../migrations/postgres/0010_purge.sql")),
     (11, "acme", include_str!("../../../migrations/postgres/0011_acme.sql")),
     (12, "asn carriers", include_str!("../../../migrations/postgres/0012_asn_carriers.sql")),
+    (13, "site origins", include_str!("../../../migrations/postgres/0013_site_origins.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.

@@ -9,7 +9,7 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 
 use super::validate;
-use super::{Cols, DbContext, Store, StoreError, now_ms};
+use super::{Cols, DbContext, ReturningOne, Store, StoreError, now_ms};
 
 /// A site as the store keeps it: the shared record plus when it was written.
 /// Serializes as the site's keys followed by the two timestamps.
@@ -42,6 +42,7 @@ fn validate_site(site: &Site) -> Result<(), StoreError> {
 
 const SITE_COLUMNS: &str = "host, origin, cache_ttl_secs, allow_cidrs, deny_cidrs, deny_paths, deny_user_agents, \
                             rate_limit_rps, rate_limit_burst, referer_allow, acme, waf_case_insensitive, pools, \
+                            origins, origin_host, origin_weights, origin_health_path, origin_ca_pem, \
                             created_at_ms, updated_at_ms";
 
 fn site_from_row(row: &AnyRow) -> Result<StoredSite, StoreError> {
@@ -49,6 +50,11 @@ fn site_from_row(row: &AnyRow) -> Result<StoredSite, StoreError> {
     fn list<T: serde::de::DeserializeOwned>(c: &Cols<'_>, col: &str) -> Result<Vec<T>, StoreError> {
         let text: String = c.get(col)?;
         serde_json::from_str(&text).map_err(|e| c.corrupt(col, format!("{text:?} is not a JSON list: {e}")))
+    }
+    fn list_opt<T: serde::de::DeserializeOwned>(c: &Cols<'_>, col: &str) -> Result<Option<Vec<T>>, StoreError> {
+        let Some(text) = c.get::<Option<String>>(col)? else { return Ok(None) };
+        let list = serde_json::from_str(&text).map_err(|e| c.corrupt(col, format!("{text:?} is not a JSON list: {e}")));
+        list.map(Some)
     }
     let site = Site {
         host: c.key().to_string(),
@@ -63,13 +69,12 @@ fn site_from_row(row: &AnyRow) -> Result<StoredSite, StoreError> {
         referer_allow: list(&c, "referer_allow")?,
         acme: c.get::<i64>("acme")? != 0,
         waf_case_insensitive: c.get::<i64>("waf_case_insensitive")? != 0,
-        pools: match c.get::<Option<String>>("pools")? {
-            Some(text) => Some(
-                serde_json::from_str(&text)
-                    .map_err(|e| c.corrupt("pools", format!("{text:?} is not a JSON list: {e}")))?,
-            ),
-            None => None,
-        },
+        pools: list_opt(&c, "pools")?,
+        origins: list_opt(&c, "origins")?.unwrap_or_default(),
+        origin_host: c.get("origin_host")?,
+        origin_weights: list_opt(&c, "origin_weights")?.unwrap_or_default(),
+        origin_health_path: c.get("origin_health_path")?,
+        origin_ca_pem: c.get("origin_ca_pem")?,
     };
     Ok(StoredSite { site, created_at_ms: c.get("created_at_ms")?, updated_at_ms: c.get("updated_at_ms")? })
 }
@@ -107,18 +112,21 @@ impl Store {
         let rate_limit_burst = site.rate_limit_burst.map(i64::from);
         let cache_ttl_secs = i64::try_from(site.cache_ttl_secs).unwrap_or(i64::MAX);
         let row = sqlx::query(&format!(
-            "INSERT INTO sites ({SITE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+            "INSERT INTO sites ({SITE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+             $16, $17, $18, $19, $20) \
              ON CONFLICT (host) DO UPDATE SET origin = excluded.origin, cache_ttl_secs = excluded.cache_ttl_secs, \
              allow_cidrs = excluded.allow_cidrs, deny_cidrs = excluded.deny_cidrs, \
              deny_paths = excluded.deny_paths, deny_user_agents = excluded.deny_user_agents, \
              rate_limit_rps = excluded.rate_limit_rps, rate_limit_burst = excluded.rate_limit_burst, \
              referer_allow = excluded.referer_allow, acme = excluded.acme, \
              waf_case_insensitive = excluded.waf_case_insensitive, pools = excluded.pools, \
-             updated_at_ms = excluded.updated_at_ms \
+             origins = excluded.origins, origin_host = excluded.origin_host, \
+             origin_weights = excluded.origin_weights, origin_health_path = excluded.origin_health_path, \
+             origin_ca_pem = excluded.origin_ca_pem, updated_at_ms = excluded.updated_at_ms \
              RETURNING {SITE_COLUMNS}"
         ))
         .bind(&site.host)
-        .bind(&site.origin)
+        .bind(site.primary_origin())
         .bind(cache_ttl_secs)
         .bind(json(&site.allow_cidrs))
         .bind(json(&site.deny_cidrs))
@@ -130,9 +138,15 @@ impl Store {
         .bind(i64::from(site.acme))
         .bind(i64::from(site.waf_case_insensitive))
         .bind(site.pools.as_ref().map(json))
+        // One origin lives in `origin` alone; several keep their list.
+        .bind((site.origin_urls().count() > 1).then(|| json(&site.origins)))
+        .bind(&site.origin_host)
+        .bind((!site.origin_weights.is_empty()).then(|| json(&site.origin_weights)))
+        .bind(&site.origin_health_path)
+        .bind(&site.origin_ca_pem)
         .bind(now)
         .bind(now)
-        .fetch_one(self.pool())
+        .returning_one(self.pool())
         .await
         .ctx(|| format!("writing site {:?}", site.host))?;
         site_from_row(&row)

@@ -825,3 +825,4 @@ fn sqlite_urls_create_the_file() {
 mod acme;
 mod asn_carriers;
 mod integrity;
+mod site_origins;
