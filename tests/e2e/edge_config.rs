@@ -256,3 +256,65 @@ fn the_edge_picks_up_a_new_site_and_certificate_without_a_restart() {
     let mut edge = edge;
     assert!(edge.child.try_wait().unwrap().is_none(), "the edge was never restarted:\n{}", edge.log());
 }
+
+/// `curl -H "host: HOST" http://127.0.0.1:PORT/hello`: (status, body).
+fn get_plain(host: &str, port: u16) -> (String, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5", "-w", "\n%{http_code}", "-H", &format!("host: {host}")])
+        .arg(format!("http://127.0.0.1:{port}/hello"))
+        .output()
+        .expect("running curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (status.to_string(), body.to_string())
+}
+
+#[test]
+fn a_control_plane_site_with_several_origins_fails_over_on_the_edge() {
+    if !have_tool("curl", "edge_config") {
+        return;
+    }
+    let env = vec![("ADMIN_TOKEN".to_string(), ADMIN.to_string()), ("AGENT_TOKEN".to_string(), AGENT.to_string())];
+    let control = Daemon::start(Options { role: Role::Control, env, ..Options::default() });
+    let admin = [("authorization", format!("Bearer {ADMIN}"))];
+    let admin: Vec<(&str, &str)> = admin.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // The first origin is a port nothing listens on; the second answers.
+    let (dead, live) = (free_port(), start_origin());
+    let site = json!({
+        "origins": [format!("http://127.0.0.1:{dead}"), format!("http://127.0.0.1:{live}")],
+        "origin_host": "www.ha.test",
+        "origin_health_path": "/hello",
+        "cache_ttl_secs": 0,
+    });
+    let (s, v) = control.http("PUT", "/api/v1/sites/ha.test", Some(site), &admin);
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["origin"], format!("http://127.0.0.1:{dead}"), "`origin` names the first: {v}");
+    assert_eq!(v["origins"].as_array().map(Vec::len), Some(2), "{v}");
+    let bad = json!({"origins": ["http://a", "http://b"], "origin_weights": [1]});
+    let (s, v) = control.http("PUT", "/api/v1/sites/bad.test", Some(bad), &admin);
+    assert_eq!((s, v["field"].as_str()), (422, Some("origin_weights")), "{v}");
+
+    let http = free_port();
+    let edge = start_edge(&format!(
+        "listen_http = \"127.0.0.1:{http}\"\nnode_name = \"gz-01\"\ncontrol_url = \"http://{}\"\n\
+         agent_token = \"{AGENT}\"\nheartbeat_secs = 1\nconfig_poll_secs = 1\norigin_health_secs = 1\n",
+        control.api
+    ));
+    // Every request is answered, by the second origin, from the first one on.
+    let first = wait_for(
+        "the site from the control plane",
+        Duration::from_secs(15),
+        || Some(get_plain("ha.test", http)).filter(|(status, _)| status != "000" && status != "421"),
+        || edge.log(),
+    );
+    assert_eq!(first, ("200".to_string(), "origin says hi".to_string()), "edge log:\n{}", edge.log());
+    for _ in 0..5 {
+        assert_eq!(get_plain("ha.test", http), ("200".to_string(), "origin says hi".to_string()));
+    }
+    wait_for(
+        "the dead origin marked down",
+        Duration::from_secs(15),
+        || edge.log().contains("origin is down").then_some(()),
+        || edge.log(),
+    );
+}
