@@ -259,8 +259,9 @@ fn edges_measuring_netem_delays_move_the_answer_and_the_stabilize_band_holds_it(
     let bearer = format!("Bearer {ADMIN}");
     let admin = [("authorization", bearer.as_str())];
     for (node, token) in [("gz-01", "netem35-gz-01-token"), ("hk-01", "netem35-hk-01-token")] {
-        let (s, v) = net
-            .in_server(|| d.http("PATCH", &format!("/api/v1/nodes/{node}"), Some(json!({"auth_token": token})), &admin));
+        let (s, v) = net.in_server(|| {
+            d.http("PATCH", &format!("/api/v1/nodes/{node}"), Some(json!({"auth_token": token})), &admin)
+        });
         assert_eq!(s, 200, "{v}");
     }
     let domain = json!({"zone": ZONE, "steering": "latency"});
@@ -290,6 +291,7 @@ fn edges_measuring_netem_delays_move_the_answer_and_the_stabilize_band_holds_it(
 
     // 80 ms towards gz-01, 5 ms towards hk-01: hk-01 within two recompute periods.
     let (gz, hk) = wait_measured(&net, &d, "gz-01 at 80 ms and hk-01 at 5 ms", |gz, hk| gz >= 80.0 && hk < 30.0);
+    eprintln!("measured: gz-01 {gz} ms, hk-01 {hk} ms");
     let measured_at = Instant::now();
     let periods = Duration::from_secs(2 * RECOMPUTE_SECS);
     let r = net.in_server(|| d.dig_until(&SHENZHEN, periods, |r: &Dig| r.answers("A") == vec![HK]));
@@ -317,6 +319,7 @@ fn edges_measuring_netem_delays_move_the_answer_and_the_stabilize_band_holds_it(
     let (gz, hk) = wait_measured(&net, &d, "gz-01 at 5 ms and hk-01 at 15 ms", |gz, hk| {
         gz < 15.0 && (13.0..35.0).contains(&hk) && (3.0..STABILIZE_MS).contains(&(hk - gz))
     });
+    eprintln!("measured after the small swap: gz-01 {gz} ms, hk-01 {hk} ms");
     holds(&net, &d, HK, &beijing, Duration::from_secs(3 * RECOMPUTE_SECS));
     let v = schedule(&net, &d);
     assert_eq!((&v["decided_by"], &v["primary"]["name"]), (&json!("latency"), &json!("hk-01")), "{gz} {hk}: {v}");
@@ -324,6 +327,7 @@ fn edges_measuring_netem_delays_move_the_answer_and_the_stabilize_band_holds_it(
     // Swapped by more than the band: back to gz-01, by latency this time.
     net.delays(5, 80);
     let (gz, hk) = wait_measured(&net, &d, "gz-01 at 5 ms and hk-01 at 80 ms", |gz, hk| gz < 12.0 && hk >= 80.0);
+    eprintln!("measured after the large swap: gz-01 {gz} ms, hk-01 {hk} ms");
     let r = net.in_server(|| d.dig_until(&SHENZHEN, periods, |r: &Dig| r.answers("A") == vec![GZ]));
     assert_eq!(r.answers("A"), vec![GZ], "gz-01 is faster by more than the band (gz {gz}, hk {hk})");
     let v = schedule(&net, &d);
@@ -389,12 +393,12 @@ fn forged_beacon(net: &RumNet, body: &str, headers: &[(&str, &str)]) -> u16 {
     for (k, v) in headers {
         req = req.set(k, v);
     }
-    let sent = net.browser.enter(|| req.send_string(body)).expect("entering the browser's namespace");
-    match sent {
+    let send = || match req.send_string(body) {
         Ok(r) => r.status(),
         Err(ureq::Error::Status(code, _)) => code,
         Err(e) => panic!("posting a beacon: {e}"),
-    }
+    };
+    net.browser.enter(send).expect("entering the browser's namespace")
 }
 
 type Row = std::collections::BTreeMap<String, (u64, Vec<String>)>;
