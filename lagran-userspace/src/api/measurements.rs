@@ -385,9 +385,7 @@ mod tests {
     #[tokio::test]
     async fn a_node_token_forwards_browser_timings_of_other_nodes() {
         let r = router().await;
-        let rum = |node: &str| {
-            json!({"client_subnet": "58.60.0.0/24", "node": node, "rtt_ms": 12.0, "samples": 1, "source": "rum"})
-        };
+        let rum = |node: &str| json!({"client_subnet": "58.60.0.0/24", "node": node, "rtt_ms": 12.0, "samples": 1, "source": "rum"});
         let (s, body) = post(&r, EDGE_TOKEN, vec![entry("edge-1", 30.0), rum("gz-01"), rum("edge-1")]).await;
         assert_eq!((s, &body), (StatusCode::OK, &json!({"accepted": 3, "unlocated": 0})));
         let mut api = rum("hk-01");
