@@ -314,7 +314,7 @@ fn edges_measuring_netem_delays_move_the_answer_and_the_stabilize_band_holds_it(
     });
     assert_eq!(bj["nodes"], json!([]), "nobody measured Beijing: {bj}");
 
-    // Swapped by less than the band: gz-01 is now faster, but hk-01 stays within 20 ms of it.
+    // Swapped by less than the band: gz-01 is now faster, but hk-01 stays within the 25 ms band.
     net.delays(5, 15);
     let (gz, hk) = wait_measured(&net, &d, "gz-01 at 5 ms and hk-01 at 15 ms", |gz, hk| {
         gz < 15.0 && (13.0..35.0).contains(&hk) && (3.0..STABILIZE_MS).contains(&(hk - gz))
