@@ -87,7 +87,7 @@ fn start_control(edge_port: u16) -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
 }
 
 /// An origin serving the page that includes the script.
-fn start_origin() -> u16 {
+pub(crate) fn start_origin() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {

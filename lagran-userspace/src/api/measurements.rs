@@ -4,7 +4,10 @@
 //! times for a client.
 //!
 //! Who may report for whom: the agent token (and the admin token) for any
-//! node, a node's own token only for that node (403 otherwise). A batch is
+//! node, a node's own token only for that node (403 otherwise), except for
+//! entries with source `rum`: an edge forwards the browsers' timings of the
+//! candidate nodes the control plane named, which are other nodes by design
+//! (and which the edge has bounded per client subnet). A batch is
 //! taken whole or refused whole: 413 past [`MAX_BATCH`] entries, 422 naming
 //! the first bad field.
 
@@ -117,13 +120,21 @@ fn checked(
     now: i64,
 ) -> Result<Report, ApiError> {
     let field = |f: &str| format!("measurements[{i}].{f}");
+    let source = match e.source.as_deref() {
+        None => Source::Api,
+        Some(s) => Source::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| ApiError::bad_field(field("source"), format!("{s:?} is not edge, rum or api")))?,
+    };
     if let Some(own) = only
         && e.node != own
+        && source != Source::Rum
     {
         return Err(ApiError::field(
             StatusCode::FORBIDDEN,
             field("node"),
-            format!("node {own}'s token reports for {own} only, not for {}", e.node),
+            format!("node {own}'s token reports for {own} only (and browsers' `rum` timings), not for {}", e.node),
         ));
     }
     if !nodes.contains(&e.node) {
@@ -135,13 +146,6 @@ fn checked(
     if !(1..=MAX_SAMPLES).contains(&e.samples) {
         return Err(ApiError::bad_field(field("samples"), format!("{} is outside 1..={MAX_SAMPLES}", e.samples)));
     }
-    let source = match e.source.as_deref() {
-        None => Source::Api,
-        Some(s) => Source::ALL
-            .into_iter()
-            .find(|x| x.as_str() == s)
-            .ok_or_else(|| ApiError::bad_field(field("source"), format!("{s:?} is not edge, rum or api")))?,
-    };
     Ok(Report { at_ms: now, rtt_ms: e.rtt_ms as f32, samples: e.samples, source })
 }
 
@@ -376,6 +380,22 @@ mod tests {
         let (_, body) = call(&r, Method::GET, "/api/v1/measurements?subnet=58.60.0.0/24", AGENT, None).await;
         let nodes: Vec<&str> = body["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
         assert_eq!(nodes, ["edge-1"], "the refused batch left nothing");
+    }
+
+    #[tokio::test]
+    async fn a_node_token_forwards_browser_timings_of_other_nodes() {
+        let r = router().await;
+        let rum = |node: &str| json!({"client_subnet": "58.60.0.0/24", "node": node, "rtt_ms": 12.0, "samples": 1, "source": "rum"});
+        let (s, body) = post(&r, EDGE_TOKEN, vec![entry("edge-1", 30.0), rum("gz-01"), rum("edge-1")]).await;
+        assert_eq!((s, &body), (StatusCode::OK, &json!({"accepted": 3, "unlocated": 0})));
+        let mut api = rum("hk-01");
+        api["source"] = json!("api");
+        let (s, body) = post(&r, EDGE_TOKEN, vec![rum("hk-01"), api]).await;
+        assert_eq!((s, body["field"].clone()), (StatusCode::FORBIDDEN, json!("measurements[1].node")));
+        let (_, body) = call(&r, Method::GET, "/api/v1/measurements?subnet=58.60.0.0/24", AGENT, None).await;
+        let nodes: Vec<(&str, &Value)> =
+            body["nodes"].as_array().unwrap().iter().map(|n| (n["node"].as_str().unwrap(), &n["sources"])).collect();
+        assert_eq!(nodes, [("gz-01", &json!(["rum"])), ("edge-1", &json!(["edge", "rum"]))], "{body}");
     }
 
     #[tokio::test]
