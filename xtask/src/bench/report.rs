@@ -61,7 +61,9 @@ fn rows(m: &mut Measured, gens: &[String], no_recompute: bool) -> Vec<Row> {
     table_rows(&m.tables, &mut rows);
     answered_rows(&m.tables, &m.live, &mut rows);
     correctness_rows(&m.tables, &mut rows);
-    super::world::rows(&m.world, &mut rows);
+    let mut world = Vec::new();
+    super::world::rows(&m.world, &mut world);
+    rows.extend(world.into_iter().map(|r| row(r.metric, r.value, r.target, r.ok)));
     recompute_rows(m, no_recompute, &mut rows);
     rows
 }

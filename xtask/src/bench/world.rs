@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use super::report::{Row, render, row};
 use super::{Bench, Results, num, parse_results};
 use crate::util;
 
@@ -35,14 +34,30 @@ impl Bench {
         let w = self.world()?;
         let mut rows = Vec::new();
         self::rows(&w, &mut rows);
-        let (text, md) = render(&rows);
-        println!("\nLagran bench, world step ({:.0} s)\n{text}", started.elapsed().as_secs_f64());
+        let mut md = "| metric | value | target | ok? |\n|---|---|---|---|\n".to_string();
+        for r in &rows {
+            let ok = r.ok.map_or("-", |ok| if ok { "ok" } else { "MISS" });
+            md.push_str(&format!("| {} | {} | {} | {ok} |\n", r.metric, r.value, r.target));
+        }
+        println!("\nLagran bench, world step ({:.0} s)\n{md}", started.elapsed().as_secs_f64());
         let raw: String = w.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
         let path = self.work.join("world.md");
         std::fs::write(&path, format!("{md}\nRaw results:\n\n```\n{raw}```\n"))?;
         println!("report: {}", path.display());
         Ok(())
     }
+}
+
+/// One row of the report's table (the report makes its rows of these).
+pub(super) struct Row {
+    pub(super) metric: String,
+    pub(super) value: String,
+    pub(super) target: String,
+    pub(super) ok: Option<bool>,
+}
+
+fn row(metric: impl Into<String>, value: impl Into<String>, target: impl Into<String>, ok: Option<bool>) -> Row {
+    Row { metric: metric.into(), value: value.into(), target: target.into(), ok }
 }
 
 /// `ip2r → world` of one key (`<data>_<key>`), with `unit`.
@@ -135,7 +150,7 @@ fn fleet_rows(w: &Results, fleet: &str, what: &str, rows: &mut Vec<Row>) {
     rows.push(row(
         format!(
             "  route table [{what}, {} nodes]: entries v4; v6 (answers; build)",
-            w.get(&k("nodes")).map_or("-", String::as_str)
+            w.get(&format!("world_{}", k("nodes"))).map_or("-", String::as_str)
         ),
         format!(
             "{}; {} ({}; {})",
