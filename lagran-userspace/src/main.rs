@@ -230,6 +230,11 @@ enum Command {
         /// Print the decision as JSON (the /api/v1/schedule shape).
         #[arg(long)]
         json: bool,
+        /// Compute the decision in this process from the database and geo files instead of
+        /// asking the daemon (the default only when no --api / LAGRAN_API is given and no daemon
+        /// answers at the configured api_listen).
+        #[arg(long)]
+        local: bool,
     },
     /// Geo database tools: lookup, build, diff, partitions.
     Geo {
@@ -335,12 +340,18 @@ async fn main() -> Result<()> {
             let opts = daemon::DnsHostOptions { control, name, state_file: Some(state_file), xdp, config_path };
             daemon::dns_host(config, opts, shutdown_on_signal()).await?;
         }
-        Command::Explain { ip, subnet, resolver, domain, json } => {
+        Command::Explain { ip, subnet, resolver, domain, json, local } => {
             if ip.is_none() && subnet.is_none() {
                 bail!("explain needs --ip ADDRESS or --subnet CIDR");
             }
             let asker = explain::Asker { ip: ip.as_deref(), subnet: subnet.as_deref(), resolver: resolver.as_deref() };
-            let out = explain::run(&config, asker, domain.as_deref(), json).await?;
+            let api = client(&cli.api, &config);
+            let via = if local {
+                explain::Via::Local
+            } else {
+                explain::Via::Daemon { client: &api, named: cli.api.is_some() }
+            };
+            let out = explain::run(&config, asker, domain.as_deref(), json, via).await?;
             print!("{out}");
         }
         Command::Dnssec { command } => {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{Daemon, Options, have_tool, lagran_cli};
+use crate::support::{Daemon, Options, have_tool};
 
 const ZONE: &str = "edge.lagran.net";
 const SHENZHEN: [&str; 3] = [ZONE, "A", "+subnet=58.60.0.0/24"];
@@ -52,8 +52,18 @@ fn measurements_move_a_partition_to_the_faster_node_and_ageing_brings_geo_back()
     assert_eq!(v["decided_by"], "latency", "{v}");
     assert_eq!(v["primary"]["name"], "hk-01");
     assert_eq!((v["primary"]["rtt_ms"].clone(), v["primary"]["rtt_samples"].clone()), (json!(9.0), json!(20)));
-    let (ok, out, err) = lagran_cli(&d, &["explain", "--subnet", "58.60.0.0/24"]);
-    assert!(ok, "{err}");
+    // explain asks the daemon: the operator's configuration carries its agent token.
+    let run = std::process::Command::new(crate::support::lagran_bin())
+        .args(["explain", "--subnet", "58.60.0.0/24"])
+        .env("LAGRAN_API", format!("http://{}", d.api))
+        .env("LAGRAN_CONFIG", d.config_path())
+        .env_remove("AGENT_TOKEN")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running lagran explain");
+    let (out, err) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "{err}");
+    assert!(out.contains("via       the daemon"), "{out}");
     assert!(out.contains("rtt_ms 9.0 (20 samples)") && out.contains("rtt_ms 85.0"), "{out}");
     assert!(out.contains("decided   by latency"), "{out}");
 

@@ -17,6 +17,8 @@
 //!   answer for a client changes; run inside the daemon's namespaces.
 //! - `fleet-add`, `heartbeats`: a real-size fleet over the API, and heartbeats
 //!   per second against DNS p99 with and without them.
+//! - `world`: the ip2region file alone and merged with MaxMind City and ASN
+//!   data: load, lookup, route table, map sync and memory, side by side.
 //!
 //! Build with `--release`; xtask runs it as `target/release/examples/bench_helper`.
 
@@ -30,6 +32,7 @@ mod napi;
 mod query;
 mod rawxdp;
 mod tables;
+mod world;
 mod xdpcost;
 mod xdpinsns;
 
@@ -60,6 +63,9 @@ enum Cmd {
     XdpCost(xdpcost::Args),
     /// BPF instructions the XDP program executes per answered query (interpreted).
     XdpInsns(xdpinsns::Args),
+    /// The ip2region file alone vs merged with MaxMind City and ASN data: load,
+    /// lookup, route table, map sync and memory.
+    World(world::Args),
 }
 
 /// One machine-readable result line.
@@ -80,5 +86,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Heartbeats(a) => fleet::heartbeats(a),
         Cmd::XdpCost(a) => xdpcost::run(a),
         Cmd::XdpInsns(a) => xdpinsns::run(a),
+        Cmd::World(a) => world::run(a),
     }
 }

@@ -12,8 +12,8 @@ use axum::routing::{MethodFilter, on};
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
 use super::{
-    acme, asn_carriers, certificates, console, geo, measurements, nodes, purge, routes, rules, schedule, sites,
-    suspects, zones,
+    acme, asn_carriers, certificates, console, explain, geo, measurements, nodes, purge, routes, rules, schedule,
+    sites, suspects, zones,
 };
 
 /// One declared endpoint.
@@ -75,6 +75,7 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/metrics", Public, super::metrics)
         .at(GET, "/api/v1/schedule", ReadOrAnyNode, schedule::get_schedule)
         .at(POST, "/api/v1/schedule/what-if", Read, console::what_if)
+        .at(GET, "/api/v1/explain", Read, explain::get_explain)
         .at(GET, "/ui", Public, console::page)
         .at(POST, "/ui/login", Public, console::login)
         .at(POST, "/ui/logout", Public, console::logout)

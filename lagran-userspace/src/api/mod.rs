@@ -14,6 +14,7 @@ pub mod certificates;
 pub mod console;
 pub mod endpoints;
 pub mod error;
+pub mod explain;
 pub mod geo;
 pub mod measurements;
 pub mod nodes;

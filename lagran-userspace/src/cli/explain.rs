@@ -1,12 +1,23 @@
 //! `lagran explain`: the full ranked decision for a client, readable.
+//!
+//! The running daemon computes it (`GET /api/v1/explain`): its table, node
+//! liveness, measurements and geo data, already loaded. With `--local` (or
+//! when neither `--api` nor `LAGRAN_API` names a daemon and none answers at
+//! the configured `api_listen`) this process computes it instead, from the
+//! database and the configured geo files, which it loads and merges itself
+//! (with MaxMind and ASN data, minutes on the real files). The output says
+//! which of the two answered.
 
-use std::fmt::Write;
+use serde_json::Value;
 
+use super::geo_client::encode_segment;
+use crate::api::explain::render;
 use crate::api::schedule::{ScheduleJson, client_address, resolver_address};
+use crate::api_client::{ApiClient, ClientError};
 use crate::config::Config;
 use crate::geo::GeoDb;
 use crate::route_table::empty_shared;
-use crate::scheduler::{ClientQuery, Decision, Scheduler};
+use crate::scheduler::{ClientQuery, Scheduler};
 use crate::store::Store;
 
 /// Why an explanation could not be produced.
@@ -18,6 +29,8 @@ pub enum ExplainError {
     Input(String),
     #[error("scheduling: {0}")]
     Scheduler(#[from] crate::scheduler::SchedulerError),
+    #[error("asking the daemon: {0} (or pass --local to compute it here from the database and geo files)")]
+    Api(#[from] ClientError),
 }
 
 /// Who asks: `--ip`, or `--subnet` (ECS) sent by `--resolver`.
@@ -28,8 +41,68 @@ pub struct Asker<'a> {
     pub resolver: Option<&'a str>,
 }
 
-/// Computes the decision from the configured database and geo files.
-pub async fn run(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: bool) -> Result<String, ExplainError> {
+/// Who computes the decision.
+#[derive(Clone, Copy, Debug)]
+pub enum Via<'a> {
+    /// The daemon behind `client`. `named`: its URL was given (`--api`,
+    /// `LAGRAN_API`), so failing to reach it is an error; otherwise (the
+    /// configured `api_listen` on this machine) no daemon there means local.
+    Daemon { client: &'a ApiClient, named: bool },
+    /// This process (`--local`).
+    Local,
+}
+
+/// The decision as `lagran explain` prints it (the JSON form with `json`),
+/// computed by the daemon or here (see [`Via`]); the text ends with a `via`
+/// line naming which, and the JSON form's note goes to stderr.
+pub async fn run(
+    config: &Config,
+    asker: Asker<'_>,
+    domain: Option<&str>,
+    json: bool,
+    via: Via<'_>,
+) -> Result<String, ExplainError> {
+    // Bad input is said before anything is asked or loaded.
+    client_address(asker.subnet, asker.ip).map_err(|e| ExplainError::Input(e.message))?;
+    resolver_address(asker.resolver, asker.subnet).map_err(|e| ExplainError::Input(e.message))?;
+    let (out, note) = match via {
+        Via::Local => (
+            local(config, asker, domain, json).await?,
+            "this command (--local): the database and geo files loaded here".to_string(),
+        ),
+        Via::Daemon { client, named } => match daemon(client, asker, domain).await {
+            Ok(v) => {
+                let out = if json {
+                    serde_json::to_string_pretty(&v["schedule"]).unwrap_or_default() + "\n"
+                } else {
+                    v["text"].as_str().unwrap_or_default().to_string()
+                };
+                (out, format!("the daemon at {} (GET /api/v1/explain: its serving data)", client.base))
+            }
+            Err(ClientError::Connect { url, reason }) if !named => (
+                local(config, asker, domain, json).await?,
+                format!("this command: no daemon at {url} ({reason}), so the database and geo files loaded here"),
+            ),
+            Err(e) => return Err(e.into()),
+        },
+    };
+    if json {
+        eprintln!("explain: computed by {note}");
+        return Ok(out);
+    }
+    Ok(format!("{out}via       {note}\n"))
+}
+
+/// `GET /api/v1/explain` for `asker` and `domain`.
+async fn daemon(client: &ApiClient, asker: Asker<'_>, domain: Option<&str>) -> Result<Value, ClientError> {
+    let params = [("name", domain), ("subnet", asker.subnet), ("ip", asker.ip), ("resolver", asker.resolver)];
+    let query: Vec<String> =
+        params.iter().filter_map(|(k, v)| v.map(|v| format!("{k}={}", encode_segment(v.trim())))).collect();
+    client.call("GET", &format!("/api/v1/explain?{}", query.join("&")), None).await
+}
+
+/// Computes the decision here from the configured database and geo files.
+async fn local(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: bool) -> Result<String, ExplainError> {
     let address = client_address(asker.subnet, asker.ip).map_err(|e| ExplainError::Input(e.message))?;
     let resolver = resolver_address(asker.resolver, asker.subnet).map_err(|e| ExplainError::Input(e.message))?;
     let store = Store::connect(&config.database_url).await?;
@@ -59,98 +132,4 @@ pub async fn run(config: &Config, asker: Asker<'_>, domain: Option<&str>, json: 
         return Ok(s);
     }
     Ok(render(&decision, address))
-}
-
-/// The human-readable form.
-pub fn render(d: &Decision, address: Option<std::net::IpAddr>) -> String {
-    let mut out = String::new();
-    let c = &d.client;
-    let show = |s: &str| if s.is_empty() { "?".to_string() } else { s.to_string() };
-    let coords = crate::location::coords::coordinates(c).map_or("?".to_string(), |(a, b)| format!("{a:.2},{b:.2}"));
-    let _ = writeln!(
-        out,
-        "client    {}  ->  country={} province={} city={} isp={} continent={} coords={coords}",
-        address.map_or("-".to_string(), |a| a.to_string()),
-        show(&c.country),
-        show(&c.province),
-        show(&c.city),
-        show(&c.isp),
-        show(c.continent()),
-    );
-    if let Some(r) = &d.region {
-        let _ = writeln!(out, "region    {r}");
-    }
-    let sources = crate::location::sources::FieldSources::of_decision(d.region.as_deref(), c);
-    if !c.is_unknown() {
-        let _ = writeln!(out, "sources   {}", sources.summary());
-    }
-    if let Some(p) = &d.partition {
-        let _ = writeln!(out, "partition {p}");
-    }
-    let _ = writeln!(out, "domain    {} (pool {}, ttl {})", d.domain, d.pool, d.ttl);
-    let _ = writeln!(out);
-    let _ = writeln!(out, "{:>3}  {:<14} {:<16} {:>6}  {:<48} reason", "#", "node", "public_ip", "score", "terms");
-    for (i, cand) in d.ranking.candidates.iter().enumerate() {
-        let terms: Vec<String> = cand.terms.iter().map(|(k, v)| format!("{k} {v:+}")).collect();
-        let rtt = d.measured.get(&cand.name).map_or(String::new(), |(ms, n)| format!("  rtt_ms {ms:.1} ({n} samples)"));
-        let _ = writeln!(
-            out,
-            "{:>3}  {:<14} {:<16} {:>6}  {:<48} {}{rtt}",
-            i + 1,
-            cand.name,
-            cand.public_ip.map_or("-".to_string(), |a| a.to_string()),
-            cand.score,
-            terms.join(" "),
-            cand.reason
-        );
-    }
-    for (name, why) in &d.ranking.excluded {
-        let _ = writeln!(out, "  -  {name:<14} excluded: {}", why.as_str());
-    }
-    let _ = writeln!(out);
-    match (d.ranking.primary(), d.ranking.backup()) {
-        (Some(p), b) => {
-            let _ = writeln!(
-                out,
-                "primary   {} {} ({})",
-                p.name,
-                p.public_ip.map_or("-".to_string(), |a| a.to_string()),
-                p.reason
-            );
-            if let Some(b) = b {
-                let _ =
-                    writeln!(out, "backup    {} {}", b.name, b.public_ip.map_or("-".to_string(), |a| a.to_string()));
-            }
-        }
-        (None, _) => {
-            let _ = writeln!(out, "primary   none: {}", d.note);
-        }
-    }
-    if let Some(s) = &d.served {
-        render_served(&mut out, s, d.ttl);
-    }
-    let _ = writeln!(out, "decided   by {}", d.decided_by);
-    out
-}
-
-/// What `dig` gets: the CNAME and its target's records, or the addresses,
-/// with the ECS scope (and the resolver, when it decided).
-fn render_served(out: &mut String, s: &crate::scheduler::ServedAnswer, ttl: u32) {
-    let mut records: Vec<String> = Vec::new();
-    if let Some(c) = &s.cname {
-        records.push(format!("CNAME {c}."));
-    }
-    records.extend(s.a.iter().map(|a| format!("A {a}")));
-    records.extend(s.aaaa.iter().map(|a| format!("AAAA {a}")));
-    if records.is_empty() {
-        records.push("no records (DNS_FALLBACK_IP or SERVFAIL for A, NODATA for AAAA)".into());
-    }
-    let state = serde_json::to_value(s.state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-    let _ = writeln!(out, "dns       {}  (ttl {ttl}, scope /{}, {state})", records.join(", "), s.scope);
-    if let Some(r) = s.decided_for {
-        let _ = writeln!(
-            out,
-            "          the ECS block cannot be located: answered for resolver {r}, whose location decides"
-        );
-    }
 }

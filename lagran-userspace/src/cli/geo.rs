@@ -2,7 +2,7 @@
 //!
 //! | command | what it does |
 //! | --- | --- |
-//! | `lookup IP… [--raw] [--file F]` | look addresses up in the configured files (or `F`) |
+//! | `lookup IP… [--raw] [--file F] [--api URL]` | look addresses up in the configured files (or `F`), with the API's ASN → carrier entries |
 //! | `build --from FILE --out OUT.xdb [--out-v6 OUT6.xdb]` | convert ip2region source text / CIDR CSV (or any readable format) to xdb with the project's writer |
 //! | `diff OLD NEW [--sample N] [--json]` | ranges and sampled addresses that change tuple, by province and ISP |
 //! | `partitions [--top N] [--no-overrides]` | how the address space is cut: partitions with range and prefix counts |
@@ -32,7 +32,9 @@ pub use crate::partition::{PartitionRow, partition_rows, prefix_count};
 /// The `lagran geo` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum GeoCommand {
-    /// Look addresses up in the configured geo files (GEOIP_PATH, GEOIP_IPV6_PATH).
+    /// Look addresses up in the configured geo files (GEOIP_PATH, GEOIP_IPV6_PATH,
+    /// GEOIP_MMDB_PATH, GEOIP_ASN_PATH), with the ASN → carrier entries written
+    /// through the API (asked from the daemon, else read from the database).
     Lookup {
         ips: Vec<IpAddr>,
         /// One line per address: the address, a tab, the region string exactly as stored.
@@ -41,6 +43,10 @@ pub enum GeoCommand {
         /// Look up in this file (any format) instead of the configured ones.
         #[arg(long)]
         file: Option<PathBuf>,
+        /// The daemon asked for the API's ASN → carrier entries (default: the configured
+        /// api_listen on this machine; when none answers there, the database).
+        #[arg(long, env = "LAGRAN_API")]
+        api: Option<String>,
     },
     /// Build an xdb with the project's writer from ip2region source text
     /// (`start_ip|end_ip|region`, one range a line) or a CIDR CSV (any readable
@@ -169,10 +175,19 @@ impl From<FormatArg> for Format {
 /// Runs a geo subcommand and returns what to print.
 pub async fn run(cmd: GeoCommand, config: &Config) -> Result<String, GeoError> {
     match cmd {
-        GeoCommand::Lookup { ips, raw, file } => {
+        GeoCommand::Lookup { ips, raw, file, api } => {
             let geo = match &file {
                 Some(f) => GeoDb::try_load(Some(f), None)?,
-                None => GeoDb::load_sources(&crate::geo::Sources::of_settings(&config.geo)),
+                None => {
+                    let mut sources = crate::geo::Sources::of_settings(&config.geo);
+                    if sources.has_world() {
+                        let client = api_client(config, api.as_deref());
+                        let c = super::geo_carriers::api_carriers(config, &client, api.is_some()).await?;
+                        eprintln!("geo lookup: {} ASN → carrier entries of the API, from {}", c.entries.len(), c.from);
+                        sources.asn_carriers_api = c.entries;
+                    }
+                    GeoDb::load_sources(&sources)
+                }
             };
             Ok(lookup(&geo, &ips, raw))
         }

@@ -29,6 +29,9 @@
 //! 5. Userspace: geo lookup ns/op on the real file; the full real xdb loaded,
 //!    compiled and synced into the kernel maps; a route recompute for 1 000
 //!    nodes × 5 000 partitions × 10 names.
+//! 6. The world data: the same figures with the MaxMind City and ASN files
+//!    merged over the ip2region file, beside the ip2region file alone, plus
+//!    route-table entries and map memory (`bench_helper world`, see `world`).
 //!
 //! Everything it creates — namespaces, the veth pair, pinned maps, background
 //! processes — is owned by a guard that removes it on drop, also on error,
@@ -53,6 +56,7 @@ mod search;
 mod servers;
 mod tables;
 mod topology;
+mod world;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -146,6 +150,12 @@ pub struct Options {
     /// Seconds per load run of the edge comparison.
     #[arg(long, default_value_t = 10)]
     pub seconds: u32,
+    /// Skip the world step (MaxMind City + ASN merged over ip2region).
+    #[arg(long)]
+    pub no_world: bool,
+    /// Only the world step; its rows go to the terminal and `target/bench/world.md`.
+    #[arg(long, conflicts_with_all = ["no_world", "only_fleet", "only_recompute", "edge"])]
+    pub only_world: bool,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -195,6 +205,7 @@ struct Measured {
     recompute: Results,
     failover: Results,
     fleet: Results,
+    world: Results,
     qps: BTreeMap<(Server, String), Best>,
     /// Seconds from the daemon's start to its first answer, by mode.
     startup: BTreeMap<&'static str, f64>,
@@ -213,10 +224,17 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let b = build::prepare(&opts)?;
     let started = Instant::now();
     topology::remove_stale_namespaces();
+    if opts.only_world {
+        return b.only_world(started);
+    }
     let mut m = Measured::default();
     eprintln!("==> tables: real xdb, route table, LPM trie, BPF_PROG_TEST_RUN, ECS scopes (~30 s)");
     if !opts.only_recompute && !opts.only_fleet {
         m.tables = b.tables().context("bench_helper tables")?;
+    }
+    if !opts.no_world && !opts.only_recompute && !opts.only_fleet {
+        eprintln!("==> world: ip2region alone vs + MaxMind City + ASN: load, lookup, routes, maps (~2 min)");
+        m.world = b.world().context("bench_helper world")?;
     }
     check_interrupted()?;
     if !opts.no_recompute && !opts.only_fleet {

@@ -61,6 +61,9 @@ fn rows(m: &mut Measured, gens: &[String], no_recompute: bool) -> Vec<Row> {
     table_rows(&m.tables, &mut rows);
     answered_rows(&m.tables, &m.live, &mut rows);
     correctness_rows(&m.tables, &mut rows);
+    let mut world = Vec::new();
+    super::world::rows(&m.world, &mut world);
+    rows.extend(world.into_iter().map(|r| row(r.metric, r.value, r.target, r.ok)));
     recompute_rows(m, no_recompute, &mut rows);
     rows
 }
@@ -453,7 +456,9 @@ fn results_doc(summary: &str) -> String {
 /// Every raw result and every load run, as a fenced block.
 fn raw(m: &Measured) -> String {
     let mut doc = "\nRaw results:\n\n```\n".to_string();
-    for (k, v) in m.tables.iter().chain(m.recompute.iter()).chain(m.failover.iter()).chain(m.fleet.iter()) {
+    for (k, v) in
+        m.tables.iter().chain(m.recompute.iter()).chain(m.failover.iter()).chain(m.fleet.iter()).chain(m.world.iter())
+    {
         let _ = writeln!(doc, "{k} {v}");
     }
     for ((s, g), best) in &m.qps {
