@@ -64,7 +64,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let arch = util::output(Command::new("dpkg").arg("--print-architecture"))?.trim().to_string();
     let mut debs = Vec::new();
     for package in deb::packages(&root, &built) {
-        let deb = package.build(&out, &arch)?;
+        let deb = package.build(&out, &arch, opts.debug)?;
         println!("==> {}", deb.display());
         debs.push(deb);
     }
