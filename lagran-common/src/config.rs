@@ -38,8 +38,12 @@ pub struct Config {
     /// Random, chosen by the loader: keys the account slot (`rrl::slot`), so a
     /// spoofer cannot pick prefixes that take over a victim's slot.
     pub rrl_seed: u64,
+    /// Query logs (see `tap`): every `tap_every`-th answer is sampled into
+    /// `lagran_tap_ring`; 0 = none.
+    pub tap_every: u32,
+    pub _pad: u32,
 }
 
-const _: () = assert!(size_of::<Config>() == 32);
+const _: () = assert!(size_of::<Config>() == 40);
 
 crate::impl_pod!(Config);

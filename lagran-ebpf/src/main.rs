@@ -13,6 +13,7 @@
 //!   → lagran_route_v4 / lagran_route_v6 ([name id | client] → answer id, scope)
 //!   → lagran_answers / lagran_answers6 (answer id → TTL, records, canary split)
 //!   → response written in place, XDP_TX
+//!   [→ every Nth answer, query and response, into lagran_tap_ring (`tap`)]
 //! ```
 //!
 //! Fail open: any query it cannot answer exactly like userspace would is passed,
@@ -41,6 +42,7 @@ mod query;
 mod response;
 mod route4;
 mod rrl;
+mod tap;
 mod udp;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
@@ -55,6 +57,10 @@ pub fn lagran(ctx: XdpContext) -> u32 {
     match try_lagran(&ctx) {
         Ok((action, counter)) => {
             maps::count(counter);
+            // Once, after either record type's `response::build`.
+            if action == xdp_action::XDP_TX {
+                tap::response(&ctx);
+            }
             #[cfg(feature = "xdp-debug-log")]
             aya_log_ebpf::debug!(&ctx, "lagran: answered, counter {}", counter as u32);
             action
@@ -154,6 +160,8 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
         }
     }
     let counter = if slip != 0 { Counter::RrlSlipped } else { Counter::Answered };
+    // The query log's sample: the query copied now, before the response overwrites it.
+    tap::query(ctx, cfg.tap_every, eth.l3, eth.ipv6, l4, udp.payload_len);
     // One `response::build` per record type (see `response::Records`).
     if opaque(&q.aaaa) != 0 {
         let a = maps::answer6(answer_id).ok_or(Counter::NoAnswer)?;

@@ -6,7 +6,7 @@
 //! flat IPv4 route lookup (`route4`) read the arrays defined here.
 
 use aya_ebpf::{
-    btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, lpm_trie::Key},
+    btf_maps::{Array, HashMap, LpmTrie, PerCpuArray, RingBuf, lpm_trie::Key},
     macros::btf_map,
 };
 use lagran_common::{
@@ -20,6 +20,7 @@ use lagran_common::{
     route_v4_flat::{self, L1_ENTRIES, L2_ENTRIES, SLOTS_PER_ELEMENT},
     route_v6::{self, RouteV6Data},
     rrl::{self, Account},
+    tap::{self, TapBuf, TapRecord},
 };
 
 use crate::{ipv6::Addr6, query::Query};
@@ -96,6 +97,20 @@ pub static ANSWERS: Array<AnswerV4, { answers::MAX_ENTRIES as usize }> = Array::
 /// Per-CPU event counts indexed by [`Counter`]. Written here; summed by userspace.
 #[btf_map(name = "lagran_counters")]
 pub static COUNTERS: PerCpuArray<u64, { counters::COUNT as usize }> = PerCpuArray::new();
+
+/// Sampled answers, query and response, for the query log (see `tap`).
+/// Read by userspace when `[dnstap] xdp_sample` is set.
+#[btf_map(name = "lagran_tap_ring")]
+pub static TAP_RING: RingBuf<TapRecord, { tap::RING_BYTES as usize }> = RingBuf::new();
+
+/// Per-CPU countdown to the next sample and the record being filled (see `tap`).
+/// Only this program touches it.
+#[btf_map(name = "lagran_tap_buf")]
+pub static TAP_BUF: PerCpuArray<TapBuf, 1> = PerCpuArray::new();
+
+/// Per-CPU count of sampled answers the full `TAP_RING` refused. Summed by userspace.
+#[btf_map(name = "lagran_tap_drops")]
+pub static TAP_DROPS: PerCpuArray<u64, 1> = PerCpuArray::new();
 
 /// Per-CPU working memory of one packet. Only this program touches it.
 #[btf_map(name = "lagran_scratch")]

@@ -443,6 +443,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
                 confirmation: cp.scheduler.confirmation().clone(),
                 cookies: Some(guards.cookies.clone()),
                 rrl: (config.rrl.clone(), guards.xdp_rrl.clone()),
+                dnstap: guards.dnstap.clone().map(|t| (t, config.dnstap.xdp_sample.every())),
             },
             &metrics,
             shutdown.clone(),
@@ -451,6 +452,7 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
         loops.push(task);
     }
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
+    crate::geo_age::add_metrics(&metrics, &config.geo);
     let dns = Arc::new(guards.apply(DnsServer::new(
         table,
         Arc::new(config.dns.clone()),
@@ -490,6 +492,7 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let cp = start_control(&config, &opts, true).await?;
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
+    crate::geo_age::add_metrics(&metrics, &config.geo);
     let (api_listener, api_addr) = bind_api(&config).await?;
     let api_url = api_url(api_addr, tls.is_some());
     let tasks = Supervisor::new();
@@ -573,6 +576,7 @@ pub async fn dns_host(config: Config, opts: DnsHostOptions, shutdown: Cancellati
                     confirmation: confirmation.clone(),
                     cookies: Some(guards.cookies.clone()),
                     rrl: (config.rrl.clone(), guards.xdp_rrl.clone()),
+                    dnstap: guards.dnstap.clone().map(|t| (t, config.dnstap.xdp_sample.every())),
                 },
                 &metrics,
                 shutdown.clone(),

@@ -37,6 +37,7 @@ pub mod engine;
 pub mod entry;
 pub mod fail_static;
 pub mod geo;
+pub mod geo_age;
 pub mod health;
 pub mod listener;
 pub mod location;

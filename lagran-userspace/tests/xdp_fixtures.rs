@@ -654,6 +654,41 @@ fn ip(s: &str) -> Ipv4Addr {
 
 // ------------------------------------------------------------------ fixtures
 
+/// `[dnstap] xdp_sample = "1/2"`: every second answer reaches the query log
+/// ring with its addresses, ports, the query as received and the response as
+/// sent; with sampling off nothing does.
+#[test]
+fn every_nth_answer_reaches_the_query_log_ring_with_both_messages() {
+    let mut fx = Fixture::new();
+    let mut tap = fx.prog.take_tap().expect("the ring").expect("the object has the query log ring");
+    let query = |id: u16| Dns { id, ..Dns::a("edge.lagran.net") }.bytes();
+    fx.answered(&Frame::new().from("10.1.2.3").build(&query(1)));
+    assert!(tap.next_record().is_none(), "sampling is off until the writer turns it on");
+
+    fx.writer.set_tap_every(2).expect("sampling on");
+    let v4 = Frame::new().from("10.1.2.3");
+    let v6 = Frame::new().v6("2001:db8:9::1");
+    let first = fx.answered(&v4.build(&query(2)));
+    let second = fx.answered(&v4.build(&query(3)));
+    let third = fx.answered(&v6.build(&query(4)));
+    let fourth = fx.answered(&v6.build(&query(5)));
+    let records: Vec<_> = std::iter::from_fn(|| tap.next_record()).collect();
+    assert_eq!(records.len(), 2, "one answer in two is sampled (BPF_PROG_TEST_RUN runs on one CPU)");
+    let (r, e) = (&records[0], lagran::xdp::tap::exchange(&records[0], 0));
+    assert_ne!(first, second);
+    assert_eq!(r.query(), &query(3)[..], "the second answer's query, as received");
+    assert_eq!(r.response(), &second[..], "and its response, as sent");
+    assert_eq!(e.client, "10.1.2.3:40000".parse().unwrap());
+    assert_eq!(e.server, Some(std::net::SocketAddr::from((SERVER, DNS_PORT))));
+    let (r, e) = (&records[1], lagran::xdp::tap::exchange(&records[1], 0));
+    assert_ne!(third, fourth);
+    assert_eq!((r.query(), r.response()), (&query(5)[..], &fourth[..]), "the fourth, over IPv6");
+    assert_eq!(e.client, "[2001:db8:9::1]:40000".parse().unwrap());
+    assert_eq!(e.server, Some(std::net::SocketAddr::from((SERVER6, DNS_PORT))));
+    assert!(r.time_ns > 0);
+    assert_eq!(tap.dropped(), 0, "the ring had room");
+}
+
 #[test]
 fn plain_query_is_answered_in_place() {
     let fx = Fixture::new();

@@ -3,7 +3,8 @@
 //! by dig over UDP and TCP and by kdig over TLS comes back decoded as an
 //! `AUTH_QUERY` and an `AUTH_RESPONSE` with its name, type, addresses, ports
 //! and answer; the reader going away and coming back loses only what was
-//! sent in between (counted).
+//! sent in between (counted). With `--xdp` and `xdp_sample = "1/1"`, the
+//! answers the XDP program sends in the kernel come back the same way.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{Daemon, Dig, Options, have_tool, metric_value, write_test_certificate};
+use crate::support::{Daemon, Dig, Options, XdpNamespaces, have_tool, metric_value, write_test_certificate};
 
 /// `dnstap -u SOCKET -j -w FILE`: one JSON line per message, flushed as it
 /// comes; killed on drop.
@@ -175,4 +176,81 @@ fn a_dnstap_reader_decodes_every_userspace_query_and_response() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(d.log().contains("dnstap stream closed"), "STOP answered by FINISH:\n{}", d.log());
+}
+
+/// The `id: N` of a DNS header as dig and the dnstap reader both print it.
+fn header_id(text: &str) -> Option<u16> {
+    text.split(", id: ").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+#[test]
+fn a_dnstap_reader_decodes_the_answers_the_xdp_program_samples() {
+    let test = "dnstap_xdp";
+    if !have_tool("dnstap", test) {
+        return;
+    }
+    let Some(ns) = XdpNamespaces::create(test) else { return };
+    let pair = &ns.pair;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let socket = dir.path().join("dnstap.sock");
+    let reader = Reader::start(&socket, dir.path().join("xdp.json"));
+    let pins = format!("/sys/fs/bpf/lagran-e2e-dnstap-{}", std::process::id());
+    let mut options = ns.daemon_options(&pins);
+    options.config = Some(format!("[dnstap]\nsocket = {:?}\nxdp_sample = \"1/1\"\n", socket.display().to_string()));
+    let d = Daemon::start(options);
+    assert!(d.log().contains("XDP answers sampled into dnstap"), "{}", d.log());
+
+    // Answered in the kernel: ECS from a Shenzhen subnet, no cookie.
+    let mut sent = Vec::new();
+    for i in 0..4 {
+        let subnet = format!("+subnet=58.60.{i}.0/24");
+        let server = format!("@{}", pair.server_addr);
+        let args = [server.as_str(), "+tries=1", "+time=2", "+nocookie", "edge.lagran.net", "A", subnet.as_str()];
+        let out = pair.client_run("dig", &args).expect("running dig in the client namespace");
+        let dig = Dig::parse(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(dig.answers("A"), vec!["203.0.113.21"], "{}\n{}", dig.text, d.log());
+        sent.push((header_id(&dig.text).unwrap_or_else(|| panic!("an id in {}", dig.text)), subnet));
+    }
+    let m = ns.metrics(&d);
+    assert_eq!(metric_value(&m, "lagran_xdp_packets_total{result=\"answered\"}"), 4, "XDP answered them:\n{m}");
+    assert_eq!(metric_value(&m, "lagran_dns_queries_total{transport=\"udp\"}"), 0, "userspace saw none:\n{m}");
+
+    let messages = reader.wait_for(8);
+    assert_eq!(messages.len(), 8, "a query and a response for each of the 4: {messages:#?}\n{}", d.log());
+    let today = String::from_utf8_lossy(&Command::new("date").args(["-u", "+%Y-%m-%d"]).output().unwrap().stdout)
+        .trim()
+        .to_string();
+    for (id, subnet) in &sent {
+        let find = |kind: &str, field: &str| {
+            messages
+                .iter()
+                .map(|m| &m["message"])
+                .find(|m| m["type"] == kind && header_id(m[field].as_str().unwrap_or_default()) == Some(*id))
+                .unwrap_or_else(|| panic!("no {kind} with id {id} in {messages:#?}"))
+        };
+        let (q, r) = (find("AUTH_QUERY", "query_message"), find("AUTH_RESPONSE", "response_message"));
+        let query = flat(q["query_message"].as_str().unwrap());
+        assert!(query.contains(";edge.lagran.net. IN A"), "{q:#}");
+        let ecs = subnet.trim_start_matches("+subnet=");
+        assert!(query.contains(ecs), "the query as sent, with its ECS option {ecs}: {q:#}");
+        assert!(flat(r["response_message"].as_str().unwrap()).contains("IN A 203.0.113.21"), "{r:#}");
+        for m in [q, r] {
+            assert_eq!(m["socket_protocol"], "UDP", "{m:#}");
+            assert_eq!(m["socket_family"], "INET", "{m:#}");
+            assert_eq!(m["query_address"], pair.client_addr.to_string(), "{m:#}");
+            assert_eq!(m["response_address"], pair.server_addr.to_string(), "{m:#}");
+            assert_eq!(m["response_port"], 53, "{m:#}");
+            assert!(m["query_port"].as_u64().is_some_and(|p| p > 0), "{m:#}");
+            let time = m["query_time"].as_str().or(m["response_time"].as_str()).unwrap_or_default();
+            assert!(time.starts_with(&today), "the kernel's clock turned into wall time ({today}): {m:#}");
+        }
+    }
+    let m = ns.metrics(&d);
+    assert_eq!(metric_value(&m, "lagran_dnstap_dropped_total{source=\"xdp\"}"), 0, "{m}");
+    assert_eq!(metric_value(&m, "lagran_dnstap_messages_total"), 8, "{m}");
+    assert_eq!(
+        metric_value(&m, &format!("lagran_xdp_attached{{interface=\"{}\"", pair.server_if)),
+        1,
+        "the program is attached:\n{m}"
+    );
 }

@@ -13,6 +13,9 @@
 //!    directory (`target/fuzz`, its output in `target/fuzz-build.log`): the
 //!    end-to-end tests spend much of their time waiting on sockets and timers,
 //!    and the sanitizer build of the fuzz crates is the longest compile of the run.
+//!    Once they are built, the Debian packages of that debug build
+//!    (`cargo xtask package --debug --check`: gzip instead of xz, nothing
+//!    compiled again) are installed into a fresh root and checked, offline.
 //! 6. `cargo test` over the default members (not `--workspace`: that would build
 //!    `lagran-ebpf` for the host): unit tests, store tests against SQLite
 //!    and a throwaway PostgreSQL, end-to-end tests with `dig`/`kdig`.
@@ -80,6 +83,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let fuzz_built = fuzz_build.join().map_err(|_| anyhow::anyhow!("the fuzz build thread panicked"))?;
     compiled?;
     fuzz_built?;
+    crate::package::exec(crate::package::Options { debug: true, check: true })?;
     let mut test = test_cmd(&root, &obj, &debug_obj);
     if !opts.args.is_empty() {
         test.arg("--").args(&opts.args);

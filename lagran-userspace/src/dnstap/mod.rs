@@ -1,12 +1,14 @@
 //! Query logs in dnstap: every exchange of the userspace responders (UDP,
 //! TCP, DoT, DoQ) as `AUTH_QUERY`/`AUTH_RESPONSE` messages sent over Frame
-//! Streams to a reader on a Unix socket (`[dnstap] socket`). The answers the
-//! XDP fast path sends never reach userspace and are not logged.
+//! Streams to a reader on a Unix socket (`[dnstap] socket`); with
+//! `[dnstap] xdp_sample = "1/N"`, every Nth answer of the XDP fast path too,
+//! read from the program's ring buffer by `crate::xdp::tap`.
 //!
 //! - [`Tap`]: what a responder holds; [`Tap::log`] hands an [`Exchange`] to
 //!   a bounded channel with `try_send` and never waits: when the channel is
 //!   full (the reader is slow or gone) the exchange is dropped and counted in
-//!   `lagran_dnstap_dropped_total{source="userspace"}`;
+//!   `lagran_dnstap_dropped_total{source="userspace"}` (`source="xdp"`: the
+//!   fast path's samples, also those its ring buffer had no room for);
 //! - [`writer`]: the task that owns the socket: it encodes ([`schema`]),
 //!   frames ([`frame_streams`]), reconnects with backoff when the reader goes
 //!   away, and ends the stream with STOP/FINISH at shutdown;
@@ -28,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use settings::{DNSTAP_KEYS, DnstapSettings};
+pub use settings::{DNSTAP_KEYS, DnstapSettings, XdpSample};
 
 /// Exchanges waiting for the writer; beyond this they are dropped.
 pub const QUEUE: usize = 4096;
@@ -59,14 +61,17 @@ pub enum Protocol {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
     Userspace,
+    /// The XDP fast path's sampled answers (`[dnstap] xdp_sample`).
+    Xdp,
 }
 
 impl Source {
-    pub const ALL: [Source; 1] = [Source::Userspace];
+    pub const ALL: [Source; 2] = [Source::Userspace, Source::Xdp];
 
     fn label(self) -> &'static str {
         match self {
             Source::Userspace => "userspace",
+            Source::Xdp => "xdp",
         }
     }
 }
@@ -127,7 +132,8 @@ impl Tap {
     pub fn render_prometheus(&self, out: &mut String) {
         out.push_str(
             "# HELP lagran_dnstap_dropped_total Exchanges not logged to dnstap: the queue to the reader was full \
-             (a slow or absent reader) or the connection broke.\n\
+             (a slow or absent reader), the connection broke, or (source=\"xdp\") the XDP program's ring buffer \
+             was full.\n\
              # TYPE lagran_dnstap_dropped_total counter\n",
         );
         for source in Source::ALL {
@@ -168,6 +174,7 @@ mod tests {
         let mut out = String::new();
         tap.render_prometheus(&mut out);
         assert!(out.contains("lagran_dnstap_dropped_total{source=\"userspace\"} 2\n"), "{out}");
+        assert!(out.contains("lagran_dnstap_dropped_total{source=\"xdp\"} 0\n"), "{out}");
         assert!(out.contains("lagran_dnstap_messages_total 0\n"), "{out}");
     }
 }

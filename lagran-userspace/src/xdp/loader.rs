@@ -140,6 +140,15 @@ impl fmt::Display for AttachMode {
 }
 
 impl AttachMode {
+    /// The `mode` label of `lagran_xdp_attached`.
+    pub fn label(self) -> &'static str {
+        match self {
+            AttachMode::Native => "native",
+            AttachMode::Generic => "generic",
+            AttachMode::TakenOver => "taken_over",
+        }
+    }
+
     fn aya(self) -> XdpMode {
         match self {
             AttachMode::Native | AttachMode::TakenOver => XdpMode::Driver,
@@ -323,6 +332,11 @@ impl LoadedXdp {
             self.pins.push(path);
         }
         Ok(())
+    }
+
+    /// Takes the query log's ring and drop counts (see [`super::tap`]).
+    pub fn take_tap(&mut self) -> Result<Option<super::tap::TapMaps>, XdpError> {
+        super::tap::TapMaps::from_ebpf(&mut self.ebpf)
     }
 
     /// Takes the maps and writes the config (fast path off until the first sync).
@@ -608,6 +622,36 @@ impl XdpHandle {
     /// See [`LoadedXdp::take_debug_logger`].
     pub fn take_debug_logger<T: log::Log>(&mut self, logger: T) -> Option<aya_log::EbpfLogger<T>> {
         self.loaded.take_debug_logger(logger)
+    }
+
+    /// Whether the program is on the interface: this handle holds its link
+    /// and the interface still exists (a deleted interface takes the program
+    /// with it).
+    pub fn attached(&self) -> bool {
+        let Ok(name) = std::ffi::CString::new(self.iface.as_str()) else { return false };
+        // SAFETY: if_nametoindex(3) reads the NUL-terminated name only.
+        self.link.is_some() && unsafe { libc::if_nametoindex(name.as_ptr()) } != 0
+    }
+
+    /// `lagran_xdp_attached{interface,mode}`: 1 while [`XdpHandle::attached`], else 0.
+    pub fn render_attached(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        out.push_str(
+            "# HELP lagran_xdp_attached 1 while the XDP program is attached to the interface; 0 once detached \
+             (shutdown) or when the interface is gone.\n# TYPE lagran_xdp_attached gauge\n",
+        );
+        let iface = self.iface.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            out,
+            "lagran_xdp_attached{{interface=\"{iface}\",mode=\"{}\"}} {}",
+            self.mode.label(),
+            u8::from(self.attached())
+        );
+    }
+
+    /// See [`LoadedXdp::take_tap`].
+    pub fn take_tap(&mut self) -> Result<Option<super::tap::TapMaps>, XdpError> {
+        self.loaded.take_tap()
     }
 
     /// The writer that keeps the maps equal to the route table.

@@ -46,11 +46,15 @@ pub const MAP_NAMES: [&str; 9] = [
 /// Maps pinned beside [`MAP_NAMES`] when the object has them: the flat IPv4
 /// route arrays (what the program reads for a name's IPv4 routes, so an SRE
 /// and the bench see the answers the packets get) and the listen scans.
-pub const OPTIONAL_MAP_NAMES: [&str; 4] = [
+/// The query log's ring and drop counts too (`bpftool map dump pinned
+/// …/lagran_tap_drops`).
+pub const OPTIONAL_MAP_NAMES: [&str; 6] = [
     lagran_common::route_v4_flat::MAP_NAME_L1,
     lagran_common::route_v4_flat::MAP_NAME_L2,
     listen::MAP_NAME_V4,
     listen::MAP_NAME_V6,
+    lagran_common::tap::RING_MAP_NAME,
+    lagran_common::tap::DROPS_MAP_NAME,
 ];
 
 /// The `lagran_cookie` entry for `secrets`: the current secret as SipHash's

@@ -15,6 +15,8 @@
 //!   [`wire_name`]; [`route4_flat`] writes the flat IPv4 route arrays;
 //!   [`mapping`]: the shared mapping of an array map both write through.
 //! - [`privileges`]: the capabilities attaching takes, checked first.
+//! - [`tap`]: the program's sampled answers (`[dnstap] xdp_sample`) read from
+//!   its ring buffer into the dnstap query log.
 //! - `netns`: network-namespace and veth helpers for tests (feature `testkit`).
 //!
 //! aya's map types are imported by `maps`, `mapping`, `name_slots` and
@@ -37,6 +39,7 @@ pub mod netns;
 pub mod privileges;
 pub mod route4_flat;
 pub mod sync;
+pub mod tap;
 pub mod tick;
 pub mod wire_name;
 pub mod writer;

@@ -27,6 +27,9 @@ pub struct Follow {
     pub cookies: Option<Arc<crate::dns::cookie::CookieJar>>,
     /// `[rrl]` for the program, and where its limited/slipped counts go for `/metrics`.
     pub rrl: (crate::dns::rrl::RrlSettings, Arc<crate::dns::rrl::XdpCounts>),
+    /// The query log and `[dnstap] xdp_sample`'s N (`None`, or N 0: the
+    /// program's answers are not logged).
+    pub dnstap: Option<(Arc<crate::dnstap::Tap>, u32)>,
 }
 
 /// Attaches to `iface`, answering only DNS addressed to `listen` (the responder's
@@ -40,7 +43,7 @@ pub fn start(
     metrics: &Metrics,
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, XdpError> {
-    let Follow { table, mut versions, confirmation, cookies, rrl } = follow;
+    let Follow { table, mut versions, confirmation, cookies, rrl, dnstap } = follow;
     let obj = object_bytes()?;
     // LAGRAN_PIN_DIR moves the pins (tests and benchmarks running beside a production instance).
     let pin_dir = std::env::var_os("LAGRAN_PIN_DIR").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
@@ -57,6 +60,9 @@ pub fn start(
         tokio::spawn(forward_debug_log(logger, shutdown.clone()));
     }
     attached.writer().set_rrl(&rrl.0)?;
+    if let Some((tap, every)) = dnstap.filter(|(_, every)| *every != 0) {
+        crate::xdp::tap::start(&mut attached, tap, every, shutdown.clone());
+    }
     let rrl_counts = rrl.1;
     let handle = Arc::new(Mutex::new(attached));
     sync(&handle, &table, &settings);
@@ -64,6 +70,7 @@ pub fn start(
     let for_metrics = handle.clone();
     metrics.add_source(Box::new(move |out| {
         let mut h = for_metrics.lock().expect("xdp handle lock poisoned");
+        h.render_attached(out);
         if let Ok(c) = h.writer().counters() {
             c.render_prometheus(out);
         }

@@ -140,7 +140,17 @@ impl MapWriter {
     pub fn new(mut maps: Maps, dns_port: u16, udp_payload: u16) -> Result<MapWriter, XdpError> {
         // The RRL slot key: random per attach (std's RandomState draws it from the OS).
         let rrl_seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u64);
-        let config = Config { dns_port, udp_payload, enabled: 0, rrl_rate: 0, rrl_slip: 0, rrl_floor: 0, rrl_seed };
+        let config = Config {
+            dns_port,
+            udp_payload,
+            enabled: 0,
+            rrl_rate: 0,
+            rrl_slip: 0,
+            rrl_floor: 0,
+            rrl_seed,
+            tap_every: 0,
+            _pad: 0,
+        };
         maps.set_config(&config)?;
         maps.set_listen(&[
             SocketAddr::from((Ipv4Addr::UNSPECIFIED, dns_port)),
@@ -175,6 +185,15 @@ impl MapWriter {
     pub fn set_rrl(&mut self, settings: &crate::dns::rrl::RrlSettings) -> Result<(), XdpError> {
         let (rrl_rate, rrl_slip, rrl_floor) = crate::dns::rrl::kernel_knobs(settings);
         let c = Config { rrl_rate, rrl_slip, rrl_floor, ..self.config };
+        self.maps.set_config(&c)?;
+        self.config = c;
+        Ok(())
+    }
+
+    /// Samples one answer in `every` into the query log ring (0: none; see
+    /// [`super::tap`]).
+    pub fn set_tap_every(&mut self, every: u32) -> Result<(), XdpError> {
+        let c = Config { tap_every: every, ..self.config };
         self.maps.set_config(&c)?;
         self.config = c;
         Ok(())

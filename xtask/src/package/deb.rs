@@ -105,8 +105,11 @@ pub fn packages(root: &Path, built: &Built) -> Vec<Package> {
 }
 
 impl Package {
-    /// Assembles the tree under `out/<name>/` and builds `out/<name>_<version>_<arch>.deb`.
-    pub fn build(&self, out: &Path, arch: &str) -> anyhow::Result<PathBuf> {
+    /// Assembles the tree under `out/<name>/` and builds `out/<name>_<version>_<arch>.deb`,
+    /// compressed with xz, or with gzip at its fastest level when `quick` (a
+    /// debug build's package, only ever checked: xz takes minutes over its
+    /// hundreds of MiB).
+    pub fn build(&self, out: &Path, arch: &str, quick: bool) -> anyhow::Result<PathBuf> {
         let tree = out.join(self.name);
         if tree.exists() {
             std::fs::remove_dir_all(&tree).with_context(|| format!("removing {}", tree.display()))?;
@@ -127,7 +130,10 @@ impl Package {
         write(&control.join("conffiles"), &conffiles)?;
         write(&control.join("control"), &self.control(arch, installed_kib(&tree)?))?;
         let deb = out.join(format!("{}_{VERSION}_{arch}.deb", self.name));
-        util::run(Command::new("dpkg-deb").args(["--root-owner-group", "-Zxz", "--build"]).arg(&tree).arg(&deb))?;
+        let compression: &[&str] = if quick { &["-Zgzip", "-z1"] } else { &["-Zxz"] };
+        util::run(
+            Command::new("dpkg-deb").arg("--root-owner-group").args(compression).arg("--build").arg(&tree).arg(&deb),
+        )?;
         Ok(deb)
     }
 

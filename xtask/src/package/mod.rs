@@ -37,19 +37,24 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let root = util::workspace_root();
     let profile = if opts.debug { "debug" } else { "release" };
     let mut build = Command::new("cargo");
-    build.current_dir(&root).args([
-        "build",
-        "-p",
-        "lagran-userspace",
-        "-p",
-        "lagran-edge",
-        "--bin",
-        "lagran",
-        "--bin",
-        "lagran-edge",
-    ]);
-    if !opts.debug {
-        build.arg("--release");
+    build.current_dir(&root);
+    if opts.debug {
+        // The workspace's binaries as `cargo xtask test` builds them: the same
+        // features, so a check there compiles nothing again.
+        build.args(["build", "--bins"]);
+    } else {
+        build.args([
+            "build",
+            "--release",
+            "-p",
+            "lagran-userspace",
+            "-p",
+            "lagran-edge",
+            "--bin",
+            "lagran",
+            "--bin",
+            "lagran-edge",
+        ]);
     }
     util::run(&mut build)?;
     let bpf_object = build_ebpf::build_ebpf(&build_ebpf::Options { release: true, features: Vec::new() })?;
@@ -64,7 +69,7 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     let arch = util::output(Command::new("dpkg").arg("--print-architecture"))?.trim().to_string();
     let mut debs = Vec::new();
     for package in deb::packages(&root, &built) {
-        let deb = package.build(&out, &arch)?;
+        let deb = package.build(&out, &arch, opts.debug)?;
         println!("==> {}", deb.display());
         debs.push(deb);
     }
