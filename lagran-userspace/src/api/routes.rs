@@ -78,6 +78,8 @@ pub struct TableParams {
     pub queries: u64,
     #[serde(default)]
     pub confirmed_ms_ago: i64,
+    /// The client prefixes the NS host answered most ([`crate::answered::wire`]).
+    pub prefixes: Option<String>,
 }
 
 /// The route table stream for NS hosts ([`crate::table_stream`]): long-polls
@@ -120,6 +122,13 @@ pub async fn table(
         // fsyncing under load, a distant PostgreSQL) must not delay the answer
         // that confirms the NS host's table. Writes may finish out of order;
         // the store keeps the latest `reported_at_ms`, so a report never goes back.
+        if let Some(text) = p.prefixes.as_deref() {
+            // A bad list is logged and dropped; the report and the stream go on.
+            match crate::answered::wire::decode(text) {
+                Ok(list) => state.scheduler.answered().report(host, list, report.reported_at_ms),
+                Err(e) => tracing::warn!(host, error = %e, "an NS host's answered prefixes are unreadable"),
+            }
+        }
         let store = state.store.clone();
         tokio::spawn(async move {
             if let Err(e) = store.record_ns_report(&report).await {
