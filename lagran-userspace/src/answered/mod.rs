@@ -42,10 +42,13 @@ pub const REPORT_TTL_MS: i64 = 3_600_000;
 /// Prefixes read from this process's own responder.
 pub const LOCAL_TOP: usize = 1_024;
 
+/// One NS host's latest list: when it came, and its (prefix, queries).
+type HostList = (i64, Vec<(IpNet, u64)>);
+
 /// See the module doc.
 #[derive(Debug, Default)]
 pub struct AnsweredTraffic {
-    hosts: Mutex<HashMap<String, (i64, Vec<(IpNet, u64)>)>>,
+    hosts: Mutex<HashMap<String, HostList>>,
     local: OnceLock<Arc<AnsweredPrefixes>>,
 }
 
