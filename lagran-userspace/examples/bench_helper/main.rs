@@ -17,6 +17,8 @@
 //!   answer for a client changes; run inside the daemon's namespaces.
 //! - `fleet-add`, `heartbeats`: a real-size fleet over the API, and heartbeats
 //!   per second against DNS p99 with and without them.
+//! - `steering`: measurement ingest rate, a recompute with a populated
+//!   measurement matrix, the matrix's memory (no root, no data files).
 //!
 //! Build with `--release`; xtask runs it as `target/release/examples/bench_helper`.
 
@@ -29,6 +31,7 @@ mod gun;
 mod napi;
 mod query;
 mod rawxdp;
+mod steering;
 mod tables;
 mod xdpcost;
 mod xdpinsns;
@@ -60,6 +63,8 @@ enum Cmd {
     XdpCost(xdpcost::Args),
     /// BPF instructions the XDP program executes per answered query (interpreted).
     XdpInsns(xdpinsns::Args),
+    /// Latency steering: measurement ingest rate, recompute with a populated matrix, its memory.
+    Steering(steering::Args),
 }
 
 /// One machine-readable result line.
@@ -80,5 +85,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Heartbeats(a) => fleet::heartbeats(a),
         Cmd::XdpCost(a) => xdpcost::run(a),
         Cmd::XdpInsns(a) => xdpinsns::run(a),
+        Cmd::Steering(a) => steering::run(a),
     }
 }
