@@ -29,6 +29,9 @@
 //! 5. Userspace: geo lookup ns/op on the real file; the full real xdb loaded,
 //!    compiled and synced into the kernel maps; a route recompute for 1 000
 //!    nodes × 5 000 partitions × 10 names.
+//! 6. Latency steering: measurements ingested per second, a recompute with
+//!    every partition measured for 10 of 1 000 nodes, the matrix's memory
+//!    (`bench_helper steering`; `--only-steering` alone, without root).
 //!
 //! Everything it creates — namespaces, the veth pair, pinned maps, background
 //! processes — is owned by a guard that removes it on drop, also on error,
@@ -51,6 +54,7 @@ mod report;
 mod resolver;
 mod search;
 mod servers;
+mod steering;
 mod tables;
 mod topology;
 
@@ -146,6 +150,12 @@ pub struct Options {
     /// Seconds per load run of the edge comparison.
     #[arg(long, default_value_t = 10)]
     pub seconds: u32,
+    /// Skip the latency-steering step (ingest, recompute with measurements).
+    #[arg(long)]
+    pub no_steering: bool,
+    /// Only the latency-steering step (no root, no namespaces, no data files).
+    #[arg(long, conflicts_with_all = ["no_steering", "only_fleet", "only_recompute", "edge"])]
+    pub only_steering: bool,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -195,6 +205,7 @@ struct Measured {
     recompute: Results,
     failover: Results,
     fleet: Results,
+    steering: Results,
     qps: BTreeMap<(Server, String), Best>,
     /// Seconds from the daemon's start to its first answer, by mode.
     startup: BTreeMap<&'static str, f64>,
@@ -210,6 +221,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     if opts.edge {
         return edge::exec(&opts);
     }
+    if opts.only_steering {
+        return steering::exec_only(&opts);
+    }
     let b = build::prepare(&opts)?;
     let started = Instant::now();
     topology::remove_stale_namespaces();
@@ -222,6 +236,10 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     if !opts.no_recompute && !opts.only_fleet {
         eprintln!("==> recompute: 1 000 nodes × 5 000 partitions × 10 names (at most {} s)", opts.recompute_timeout);
         m.recompute = b.recompute()?;
+    }
+    if !opts.no_steering && !opts.only_fleet {
+        eprintln!("==> steering: ingest, recompute with a populated measurement matrix, its memory");
+        m.steering = b.steering()?;
     }
     if !opts.no_property && !opts.only_fleet {
         recompute::property(&b.root)?;

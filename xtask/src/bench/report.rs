@@ -62,6 +62,7 @@ fn rows(m: &mut Measured, gens: &[String], no_recompute: bool) -> Vec<Row> {
     answered_rows(&m.tables, &m.live, &mut rows);
     correctness_rows(&m.tables, &mut rows);
     recompute_rows(m, no_recompute, &mut rows);
+    super::steering::rows(&m.steering, &mut rows);
     rows
 }
 
@@ -453,7 +454,14 @@ fn results_doc(summary: &str) -> String {
 /// Every raw result and every load run, as a fenced block.
 fn raw(m: &Measured) -> String {
     let mut doc = "\nRaw results:\n\n```\n".to_string();
-    for (k, v) in m.tables.iter().chain(m.recompute.iter()).chain(m.failover.iter()).chain(m.fleet.iter()) {
+    for (k, v) in m
+        .tables
+        .iter()
+        .chain(m.recompute.iter())
+        .chain(m.failover.iter())
+        .chain(m.fleet.iter())
+        .chain(m.steering.iter())
+    {
         let _ = writeln!(doc, "{k} {v}");
     }
     for ((s, g), best) in &m.qps {
