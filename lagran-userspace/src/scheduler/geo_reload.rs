@@ -31,9 +31,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::Scheduler;
+use crate::answered::AnsweredTraffic;
 use crate::geo::{GeoDb, GeoError, Sources};
 use crate::partition::PartitionTable;
-use crate::answered::AnsweredTraffic;
 use crate::partition::diff::{DiffOptions, DiffReport, SampledFrom, diff_partitions_on};
 
 pub use crate::geo::settings::DEFAULT_MAX_CHANGE_RATIO;

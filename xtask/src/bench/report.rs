@@ -62,7 +62,9 @@ fn rows(m: &mut Measured, gens: &[String], no_recompute: bool) -> Vec<Row> {
     answered_rows(&m.tables, &m.live, &mut rows);
     correctness_rows(&m.tables, &mut rows);
     recompute_rows(m, no_recompute, &mut rows);
-    super::steering::rows(&m.steering, &mut rows);
+    let mut steering = Vec::new();
+    super::steering::rows(&m.steering, &mut steering);
+    rows.extend(steering.into_iter().map(|(metric, value, target, ok)| Row { metric, value, target, ok }));
     rows
 }
 

@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::report::{Row, render, row};
 use super::{Bench, Options, Results, num, parse_results};
 use crate::util;
 
@@ -26,6 +25,13 @@ impl Bench {
 
 fn run_helper(helper: &Path) -> anyhow::Result<Results> {
     Ok(parse_results(&util::output(Command::new(helper).arg("steering"))?))
+}
+
+/// One row of the report: metric, value, target, met (`None`: no target).
+pub(super) type Row = (String, String, String, Option<bool>);
+
+fn row(metric: impl Into<String>, value: impl Into<String>, target: impl Into<String>, ok: Option<bool>) -> Row {
+    (metric.into(), value.into(), target.into(), ok)
 }
 
 /// The step's rows, target beside result.
@@ -91,8 +97,12 @@ pub(super) fn exec_only(opts: &Options) -> anyhow::Result<()> {
     let results = run_helper(&helper)?;
     let mut table = Vec::new();
     rows(&results, &mut table);
-    let (text, md) = render(&table);
-    println!("{text}");
+    let mut md = "| metric | value | target | ok? |\n|---|---|---|---|\n".to_string();
+    for (metric, value, target, ok) in &table {
+        let ok = ok.map_or("-", |o| if o { "ok" } else { "MISS" });
+        println!("{metric}: {value} (target {target}) {ok}");
+        md += &format!("| {metric} | {value} | {target} | {ok} |\n");
+    }
     let work = target.join("bench");
     std::fs::create_dir_all(&work)?;
     let raw: String = results.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
