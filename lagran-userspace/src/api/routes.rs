@@ -279,4 +279,29 @@ mod tests {
         }
         assert_eq!(names, ["ns1", "ns2"], "only the authenticated reports are stored");
     }
+
+    /// The answered prefixes of a report reach the geo reload's sample; a
+    /// forged report's do not, and an unreadable list is dropped while the
+    /// stream still answers.
+    #[tokio::test]
+    async fn answered_prefixes_ride_on_the_report() {
+        let store = crate::store::Store::connect("sqlite::memory:").await.unwrap();
+        let state = state(store);
+        let scheduler = state.scheduler.clone();
+        let r = router(state);
+        let agent = [(AGENT_TOKEN_HEADER, AGENT)];
+        let forged = format!("{STREAM}forged&prefixes=9.9.9.0/24_5000");
+        assert_eq!(call(&r, Method::GET, &forged, &[], None).await.0, StatusCode::UNAUTHORIZED);
+        let now = crate::clock::now_ms();
+        assert_eq!(scheduler.answered().sample(now).queries_v4(), 0);
+        let good = format!("{STREAM}ns1&prefixes=58.60.1.0/24_150,240e:1:2::/48_40");
+        let (status, body) = call(&r, Method::GET, &good, &agent, None).await;
+        assert_ne!(status, StatusCode::UNAUTHORIZED, "{body}");
+        let sample = scheduler.answered().sample(now);
+        assert_eq!((sample.queries_v4(), sample.queries_v6()), (150, 40));
+        let bad = format!("{STREAM}ns2&prefixes=58.60.0.0/16_9");
+        let (status, body) = call(&r, Method::GET, &bad, &agent, None).await;
+        assert!(status != StatusCode::UNAUTHORIZED && status != StatusCode::UNPROCESSABLE_ENTITY, "{status} {body}");
+        assert_eq!(scheduler.answered().sample(now).queries_v4(), 150, "the bad list was dropped");
+    }
 }
