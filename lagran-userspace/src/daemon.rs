@@ -423,6 +423,8 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     let tls = api_tls(&config)?;
     let cp = start_control(&config, &opts, false).await?;
     let counters = Arc::new(DnsCounters::default());
+    // The geo reload's check samples what this process's responder answers.
+    cp.scheduler.answered().set_local(counters.answered_prefixes.clone());
     let metrics = Arc::new(Metrics::new(counters.clone()));
     let listeners = bind_dns(&config).await?;
     let (api_listener, api_addr) = bind_api(&config).await?;

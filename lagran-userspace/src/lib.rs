@@ -12,11 +12,13 @@
 //! - [`store`], [`geo`], [`health`], [`fail_static`], [`route_table`], [`control_tls`]: persistence,
 //!   geo file readers, probes and liveness, what keeps nodes in the answers when the
 //!   store fails, immutable versioned answers, TLS settings.
-//! - [`model`], [`location`], [`settings`], [`prefix_map`], [`clock`]: plain values.
+//! - [`model`], [`location`], [`settings`], [`prefix_map`], [`clock`], [`answered`]: plain values
+//!   (the last: the client prefixes answered, counted and sampled).
 //!
 //! `docs/architecture.md` walks a query, a PATCH and a heartbeat through these files.
 
 pub mod acme;
+pub mod answered;
 pub mod api;
 pub mod api_client;
 pub mod background;

@@ -180,6 +180,13 @@ impl Follower {
         Duration::from_millis(stale_secs.saturating_mul(1000).div_euclid(3).clamp(100, 25_000))
     }
 
+    /// `&prefixes=…`: the busiest client prefixes answered ([`crate::answered::wire`]);
+    /// empty before any.
+    fn answered_prefixes(&self) -> String {
+        let top = self.counters.answered_prefixes.top(crate::answered::wire::MAX_REPORTED);
+        if top.is_empty() { String::new() } else { format!("&prefixes={}", crate::answered::wire::encode(&top)) }
+    }
+
     fn queries(&self) -> u64 {
         let c = &self.counters;
         [&c.queries_udp, &c.queries_tcp, &c.queries_dot, &c.queries_doq].iter().map(|a| a.load(Ordering::Relaxed)).sum()
@@ -253,7 +260,7 @@ impl Follower {
     async fn exchange(&self, client: &ApiClient, want_full: bool) -> Exchange {
         let current = self.table.load_full();
         let path = format!(
-            "/api/v1/routes/table?since={}&epoch={}&deltas=1{}&wait_ms={}&host={}&queries={}&confirmed_ms_ago={}",
+            "/api/v1/routes/table?since={}&epoch={}&deltas=1{}&wait_ms={}&host={}&queries={}&confirmed_ms_ago={}{}",
             current.version,
             current.epoch,
             if want_full { "&full=1" } else { "" },
@@ -261,6 +268,7 @@ impl Follower {
             query_value(&self.host_name),
             self.queries(),
             self.confirmation.ms_ago(now_ms()).unwrap_or(-1),
+            self.answered_prefixes(),
         );
         let body = match tokio::time::timeout(Duration::from_secs(35), client.get_raw(&path)).await {
             Err(_) => return Exchange::Failed("no answer within 35 s".into()),

@@ -3,7 +3,7 @@
 //!
 //! # Request
 //!
-//! `GET /api/v1/routes/table?since=V&epoch=E&deltas=1&wait_ms=M&host=H&queries=Q&confirmed_ms_ago=C`
+//! `GET /api/v1/routes/table?since=V&epoch=E&deltas=1&wait_ms=M&host=H&queries=Q&confirmed_ms_ago=C&prefixes=P`
 //! with the agent token (`X-Lagran-Agent-Token`):
 //!
 //! - `since`, `epoch`: the table the NS host serves (0, 0: none). `since=0`
@@ -15,6 +15,9 @@
 //!   its name, the DNS queries it has answered since it started, and how long
 //!   ago its table was last confirmed. The control plane records the report
 //!   with the host's `since`/`epoch` (`GET /api/v1/nshosts`).
+//! - `prefixes` (optional, with `host`): the client prefixes the host answered
+//!   most, with their queries ([`crate::answered::wire`]); kept in memory for
+//!   the geo reload's check ([`crate::answered`]).
 //!
 //! # Answers
 //!

@@ -19,6 +19,8 @@
 //!   per second against DNS p99 with and without them.
 //! - `world`: the ip2region file alone and merged with MaxMind City and ASN
 //!   data: load, lookup, route table, map sync and memory, side by side.
+//! - `steering`: measurement ingest rate, a recompute with a populated
+//!   measurement matrix, the matrix's memory (no root, no data files).
 //!
 //! Build with `--release`; xtask runs it as `target/release/examples/bench_helper`.
 
@@ -31,6 +33,7 @@ mod gun;
 mod napi;
 mod query;
 mod rawxdp;
+mod steering;
 mod tables;
 mod world;
 mod xdpcost;
@@ -66,6 +69,8 @@ enum Cmd {
     /// The ip2region file alone vs merged with MaxMind City and ASN data: load,
     /// lookup, route table, map sync and memory.
     World(world::Args),
+    /// Latency steering: measurement ingest rate, recompute with a populated matrix, its memory.
+    Steering(steering::Args),
 }
 
 /// One machine-readable result line.
@@ -87,5 +92,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::XdpCost(a) => xdpcost::run(a),
         Cmd::XdpInsns(a) => xdpinsns::run(a),
         Cmd::World(a) => world::run(a),
+        Cmd::Steering(a) => steering::run(a),
     }
 }

@@ -72,7 +72,7 @@ fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
@@ -241,7 +241,7 @@ fn ecs_scopes(
     Ok(())
 }
 
-fn stats(mut v: Vec<f64>) -> (f64, f64) {
+pub(crate) fn stats(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
     let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
     (mean, v[v.len() / 2])
@@ -251,7 +251,7 @@ fn stats(mut v: Vec<f64>) -> (f64, f64) {
 /// the names sharing one pool and with ten pools (ten times the rankings).
 /// Bench node `i` at `[country, province, city, isp]`, with a random weight
 /// and load and the public address 10.0.0.0 + `i`.
-fn bench_node(i: usize, [country, province, city, isp]: [&str; 4], rng: &mut StdRng) -> Node {
+pub(crate) fn bench_node(i: usize, [country, province, city, isp]: [&str; 4], rng: &mut StdRng) -> Node {
     let mut n = Node::new(format!("node-{i:04}"));
     n.country = country.into();
     n.province = province.into();
@@ -266,7 +266,7 @@ fn bench_node(i: usize, [country, province, city, isp]: [&str; 4], rng: &mut Std
 
 /// `n` scheduled names in `zone`: the apex, then `n1.`, `n2.`, …; name `i` in
 /// pool `pool(i)`.
-fn bench_domains(zone: &Zone, n: usize, pool: impl Fn(usize) -> String) -> Vec<Domain> {
+pub(crate) fn bench_domains(zone: &Zone, n: usize, pool: impl Fn(usize) -> String) -> Vec<Domain> {
     (0..n)
         .map(|i| Domain {
             name: if i == 0 { zone.name.clone() } else { format!("n{i}.{}", zone.name) },
@@ -282,11 +282,13 @@ fn bench_domains(zone: &Zone, n: usize, pool: impl Fn(usize) -> String) -> Vec<D
         .collect()
 }
 
-fn recompute(a: &Args) -> anyhow::Result<()> {
-    let (parts_n, nodes_n, names_n) = (a.partitions, a.nodes, a.names);
-    let mut rng = StdRng::seed_from_u64(5000);
-    // 5 000 distinct (province, city, ISP) tuples.
-    let tuples: Vec<(String, String, String)> = (0..parts_n)
+/// A synthetic partition's (province, city, ISP).
+pub(crate) type Tuple = (String, String, String);
+
+/// The recompute benchmark's synthetic geo data: `parts_n` distinct
+/// (province, city, ISP) tuples, each over ten ranges of the IPv4 space.
+pub(crate) fn synthetic_partitions(parts_n: usize) -> anyhow::Result<(Vec<Tuple>, PartitionTable)> {
+    let tuples: Vec<Tuple> = (0..parts_n)
         .map(|i| (format!("P{}", i % 34), format!("C{}-{}", i % 34, (i / 34) % 40), format!("I{}", i / (34 * 40))))
         .collect();
     // 50 000 ranges over the address space, each tuple used ten times.
@@ -300,7 +302,13 @@ fn recompute(a: &Args) -> anyhow::Result<()> {
         })
         .collect();
     let xdb = Xdb::from_bytes(lagran::geo::write_xdb(IpVersion::V4, &ranges)?)?;
-    let partitions = PartitionTable::build(&GeoDb::from_xdbs(Some(xdb), None), &[]);
+    Ok((tuples, PartitionTable::build(&GeoDb::from_xdbs(Some(xdb), None), &[])))
+}
+
+fn recompute(a: &Args) -> anyhow::Result<()> {
+    let (parts_n, nodes_n, names_n) = (a.partitions, a.nodes, a.names);
+    let mut rng = StdRng::seed_from_u64(5000);
+    let (tuples, partitions) = synthetic_partitions(parts_n)?;
     result("recompute_partitions", partitions.locations().len());
     result("recompute_nodes", nodes_n);
     result("recompute_names", names_n);

@@ -78,6 +78,8 @@ pub struct TableParams {
     pub queries: u64,
     #[serde(default)]
     pub confirmed_ms_ago: i64,
+    /// The client prefixes the NS host answered most ([`crate::answered::wire`]).
+    pub prefixes: Option<String>,
 }
 
 /// The route table stream for NS hosts ([`crate::table_stream`]): long-polls
@@ -120,6 +122,13 @@ pub async fn table(
         // fsyncing under load, a distant PostgreSQL) must not delay the answer
         // that confirms the NS host's table. Writes may finish out of order;
         // the store keeps the latest `reported_at_ms`, so a report never goes back.
+        if let Some(text) = p.prefixes.as_deref() {
+            // A bad list is logged and dropped; the report and the stream go on.
+            match crate::answered::wire::decode(text) {
+                Ok(list) => state.scheduler.answered().report(host, list, report.reported_at_ms),
+                Err(e) => tracing::warn!(host, error = %e, "an NS host's answered prefixes are unreadable"),
+            }
+        }
         let store = state.store.clone();
         tokio::spawn(async move {
             if let Err(e) = store.record_ns_report(&report).await {
@@ -269,5 +278,30 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(names, ["ns1", "ns2"], "only the authenticated reports are stored");
+    }
+
+    /// The answered prefixes of a report reach the geo reload's sample; a
+    /// forged report's do not, and an unreadable list is dropped while the
+    /// stream still answers.
+    #[tokio::test]
+    async fn answered_prefixes_ride_on_the_report() {
+        let store = crate::store::Store::connect("sqlite::memory:").await.unwrap();
+        let state = state(store);
+        let scheduler = state.scheduler.clone();
+        let r = router(state);
+        let agent = [(AGENT_TOKEN_HEADER, AGENT)];
+        let forged = format!("{STREAM}forged&prefixes=9.9.9.0/24_5000");
+        assert_eq!(call(&r, Method::GET, &forged, &[], None).await.0, StatusCode::UNAUTHORIZED);
+        let now = crate::clock::now_ms();
+        assert_eq!(scheduler.answered().sample(now).queries_v4(), 0);
+        let good = format!("{STREAM}ns1&prefixes=58.60.1.0/24_150,240e:1:2::/48_40");
+        let (status, body) = call(&r, Method::GET, &good, &agent, None).await;
+        assert_ne!(status, StatusCode::UNAUTHORIZED, "{body}");
+        let sample = scheduler.answered().sample(now);
+        assert_eq!((sample.queries_v4(), sample.queries_v6()), (150, 40));
+        let bad = format!("{STREAM}ns2&prefixes=58.60.0.0/16_9");
+        let (status, body) = call(&r, Method::GET, &bad, &agent, None).await;
+        assert!(status != StatusCode::UNAUTHORIZED && status != StatusCode::UNPROCESSABLE_ENTITY, "{status} {body}");
+        assert_eq!(scheduler.answered().sample(now).queries_v4(), 150, "the bad list was dropped");
     }
 }

@@ -1,9 +1,11 @@
 //! Lock-free counters of the userspace responder, rendered as Prometheus text.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use super::answer::{DropReason, Outcome, Reply, Transport};
+use crate::answered::table::AnsweredPrefixes;
 
 /// Counters shared by every listener task.
 #[derive(Debug, Default)]
@@ -50,6 +52,9 @@ pub struct DnsCounters {
     pub io_errors: AtomicU64,
     /// When the last "serving stale answers" warning was logged (unix ms).
     pub(crate) last_stale_warn_ms: AtomicI64,
+    /// The client prefixes of the scheduled answers, by queries (what a geo
+    /// reload's check samples; see [`crate::answered`]).
+    pub answered_prefixes: Arc<AnsweredPrefixes>,
 }
 
 fn inc(c: &AtomicU64) {
@@ -81,6 +86,13 @@ impl DnsCounters {
         }
         if reply.stale {
             inc(&self.stale_served);
+        }
+        if reply.scheduled
+            && reply.outcome == Outcome::Answered
+            && let Some(client) = &reply.client
+        {
+            // The client the answer was chosen for: its ECS subnet, else the source.
+            self.answered_prefixes.record(client.ecs.map_or(client.address, |(a, _, _)| a));
         }
     }
 
@@ -284,5 +296,33 @@ mod tests {
         assert!(s.contains("lagran_dns_dropped_total{reason=\"short\"} 0"), "{s}");
         assert_eq!(snap["dropped_bad_question"], 1);
         assert!(s.contains("lagran_dns_queries_total{transport=\"tcp\"} 1"), "{s}");
+        assert!(c.answered_prefixes.top(1).is_empty(), "no scheduled answer yet");
+    }
+
+    #[test]
+    fn scheduled_answers_count_their_client_prefix() {
+        use super::super::answer::ClientInfo;
+        let c = DnsCounters::new();
+        let reply = |ecs: Option<&str>, outcome| Reply {
+            bytes: None,
+            outcome,
+            client: Some(ClientInfo {
+                address: "10.0.0.1".parse().unwrap(),
+                ecs: ecs.map(|a| (a.parse().unwrap(), 24, 0)),
+                name: "edge.lagran.net".into(),
+                node: None,
+            }),
+            truncated: false,
+            stale: false,
+            scheduled: true,
+            dropped: None,
+            cookie: None,
+        };
+        c.record(Transport::Udp, &reply(Some("58.60.1.0"), Outcome::Answered));
+        c.record(Transport::Udp, &reply(Some("58.60.1.0"), Outcome::Answered));
+        c.record(Transport::Udp, &reply(None, Outcome::Answered));
+        c.record(Transport::Udp, &reply(Some("58.60.9.0"), Outcome::ServFail));
+        let top: Vec<String> = c.answered_prefixes.top(5).iter().map(|(n, q)| format!("{n}={q}")).collect();
+        assert_eq!(top, ["58.60.1.0/24=2", "10.0.0.0/24=1"], "the ECS subnet, else the source");
     }
 }

@@ -30,7 +30,8 @@ pub struct GeoSettings {
     /// ASN (`4134` or `AS4134`) → carrier, laid over the built-in table.
     pub asn_carriers: BTreeMap<String, String>,
     /// A reload changing the partition of more than this share of the sampled
-    /// addresses is refused unless forced (GEO_MAX_CHANGE_RATIO).
+    /// addresses (drawn from the answered queries once there are some) is
+    /// refused unless forced (GEO_MAX_CHANGE_RATIO).
     pub max_change_ratio: f64,
 }
 
@@ -130,7 +131,7 @@ pub const GEO_KEYS: &[Key] = &[
         "geo.max_change_ratio",
         KeyDefault::Toml("0.01"),
         "0.05",
-        "a geo reload changing more sampled addresses than this is refused unless forced",
+        "a geo reload moving more than this share of the sampled answered queries (random addresses before there is traffic) is refused unless forced",
     )
     .env("GEO_MAX_CHANGE_RATIO"),
 ];

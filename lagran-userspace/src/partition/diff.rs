@@ -18,6 +18,12 @@
 //!   unallocated space, so a range with a known tuple is drawn first (uniformly among
 //!   the known ranges of both sides) and then an address inside it.
 //!
+//!   A reload's check draws instead from the client prefixes the responders
+//!   answered, weighted by their queries ([`diff_partitions_on`] with a
+//!   [`TrafficSample`]), per family once it has [`MIN_QUERIES`]: the ratio is
+//!   then the share of queries whose partition would change, not the share of
+//!   address space.
+//!
 //! `ratio` is the largest per-family ratio of changed samples, so a small family is
 //! not diluted by a large one.
 
@@ -30,6 +36,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::{PartitionTable, UNKNOWN};
+use crate::answered::sample::{MIN_QUERIES, TrafficSample};
 use crate::geo::{GeoDb, IpVersion, reserved};
 use crate::location::Location;
 
@@ -77,6 +84,18 @@ pub struct FamilyDiff {
     pub changed: usize,
     /// `changed / sampled` (0 when nothing was sampled).
     pub ratio: f64,
+    /// Where the sampled addresses came from.
+    pub sampled_from: SampledFrom,
+}
+
+/// Where a family's sampled addresses came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SampledFrom {
+    /// Uniform over the public (IPv4) or known (IPv6) address space.
+    Random,
+    /// The answered client prefixes, weighted by queries.
+    Traffic,
 }
 
 /// A name and how many changed samples it had.
@@ -200,8 +219,19 @@ fn top_counts(map: HashMap<String, usize>, top: usize) -> Vec<Count> {
     v
 }
 
-/// Compares two partition tables (see the module docs).
+/// Compares two partition tables on random addresses (see the module docs).
 pub fn diff_partitions(old: &PartitionTable, new: &PartitionTable, opts: &DiffOptions) -> DiffReport {
+    diff_partitions_on(old, new, opts, &TrafficSample::default())
+}
+
+/// Compares two partition tables, sampling each family from `traffic` when
+/// it has [`MIN_QUERIES`] (see the module docs).
+pub fn diff_partitions_on(
+    old: &PartitionTable,
+    new: &PartitionTable,
+    opts: &DiffOptions,
+    traffic: &TrafficSample,
+) -> DiffReport {
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let mut families = Vec::new();
     let mut changed_ranges = Vec::new();
@@ -215,8 +245,19 @@ pub fn diff_partitions(old: &PartitionTable, new: &PartitionTable, opts: &DiffOp
             IpVersion::V4 => opts.v4,
             IpVersion::V6 => opts.v6,
         };
-        let mut fam =
-            FamilyDiff { family: version.to_string(), compared, ranges_changed: 0, sampled: 0, changed: 0, ratio: 0.0 };
+        let from_traffic = match version {
+            IpVersion::V4 => traffic.queries_v4() >= MIN_QUERIES,
+            IpVersion::V6 => traffic.queries_v6() >= MIN_QUERIES,
+        };
+        let mut fam = FamilyDiff {
+            family: version.to_string(),
+            compared,
+            ranges_changed: 0,
+            sampled: 0,
+            changed: 0,
+            ratio: 0.0,
+            sampled_from: if from_traffic { SampledFrom::Traffic } else { SampledFrom::Random },
+        };
         if !compared {
             families.push(fam);
             continue;
@@ -247,18 +288,23 @@ pub fn diff_partitions(old: &PartitionTable, new: &PartitionTable, opts: &DiffOp
             t.get(i).map_or(UNKNOWN, |r| r.2)
         };
         let n = match version {
-            IpVersion::V6 if known.is_empty() => 0,
+            IpVersion::V6 if known.is_empty() && !from_traffic => 0,
             _ => opts.sample,
         };
         for _ in 0..n {
-            let addr = match version {
-                IpVersion::V4 => loop {
+            let drawn = match version {
+                IpVersion::V4 => traffic.draw_v4(&mut rng).map(u128::from),
+                IpVersion::V6 => traffic.draw_v6(&mut rng),
+            };
+            let addr = match (drawn, version) {
+                (Some(addr), _) => addr,
+                (None, IpVersion::V4) => loop {
                     let x: u32 = rng.r#gen();
                     if !reserved::is_special_v4(Ipv4Addr::from(x)) {
                         break u128::from(x);
                     }
                 },
-                IpVersion::V6 => {
+                (None, IpVersion::V6) => {
                     let (s, e) = known[rng.gen_range(0..known.len())];
                     s + rng.gen_range(0..=e - s)
                 }
@@ -317,12 +363,16 @@ impl DiffReport {
             }
             let _ = writeln!(
                 o,
-                "  {}: {} ranges changed; {} of {} sampled addresses change tuple ({:.3} %)",
+                "  {}: {} ranges changed; {} of {} sampled addresses change tuple ({:.3} %){}",
                 f.family,
                 f.ranges_changed,
                 f.changed,
                 f.sampled,
-                f.ratio * 100.0
+                f.ratio * 100.0,
+                match f.sampled_from {
+                    SampledFrom::Random => "",
+                    SampledFrom::Traffic => ", sampled from the answered traffic",
+                }
             );
         }
         let _ = writeln!(
@@ -416,6 +466,37 @@ mod tests {
             text.contains("ranges changed: 3") && text.contains("CN/广东/深圳/电信 -> CN/广西/南宁/电信"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_traffic_sample_weighs_a_change_by_the_queries_it_moves() {
+        let a = db(&[
+            ("1.0.0.0", "1.255.255.255", "中国|0|广东省|深圳市|电信"),
+            ("2.0.0.0", "2.255.255.255", "中国|0|北京|北京市|联通"),
+        ]);
+        // Only 1.0.0.0/16 moves: 0.002 % of the public address space.
+        let b = db(&[
+            ("1.0.0.0", "1.0.255.255", "中国|0|广西|南宁市|电信"),
+            ("1.1.0.0", "1.255.255.255", "中国|0|广东省|深圳市|电信"),
+            ("2.0.0.0", "2.255.255.255", "中国|0|北京|北京市|联通"),
+        ]);
+        let (old, new) = (PartitionTable::build(&a, &[]), PartitionTable::build(&b, &[]));
+        let opts = DiffOptions { sample: 20_000, ..Default::default() };
+        let net = |s: &str| s.parse::<ipnet::IpNet>().unwrap();
+        let random = diff_partitions(&old, &new, &opts);
+        assert!(random.ratio < 0.01, "random addresses hardly see it: {}", random.render());
+        // 60 % of the queries come from inside the moved /16.
+        let busy = TrafficSample::new([(net("1.0.5.0/24"), 600), (net("2.3.4.0/24"), 400)]);
+        let r = diff_partitions_on(&old, &new, &opts, &busy);
+        assert!((0.57..0.63).contains(&r.ratio), "{}", r.render());
+        assert_eq!(r.families[0].sampled_from, SampledFrom::Traffic);
+        assert_eq!(r.families[1].sampled_from, SampledFrom::Random, "no IPv6 traffic");
+        // The same change where nobody queries moves no query.
+        let elsewhere = TrafficSample::new([(net("1.2.5.0/24"), 600), (net("2.3.4.0/24"), 400)]);
+        assert_eq!(diff_partitions_on(&old, &new, &opts, &elsewhere).ratio, 0.0);
+        // Too little traffic: the random sample, exactly.
+        let little = TrafficSample::new([(net("1.0.5.0/24"), MIN_QUERIES - 1)]);
+        assert_eq!(diff_partitions_on(&old, &new, &opts, &little), random);
     }
 
     #[test]

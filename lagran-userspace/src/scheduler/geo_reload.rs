@@ -7,8 +7,12 @@
 //!    data stays.
 //! 2. The new data (with the overrides in force) is compared with the serving
 //!    partitions on a fixed-seed sample ([`diff`](crate::partition::diff), the same code as
-//!    `lagran geo diff`). A family the serving data did not have is not compared: its
-//!    first load has nothing to be checked against.
+//!    `lagran geo diff`). "The geo reload's `max_change_ratio` is judged on a sample
+//!    of the client prefixes the responders actually answered (weighted by queries;
+//!    random public addresses only before there is traffic)": the sample is drawn
+//!    from [`Scheduler::answered`] (see [`crate::answered`]), per family once it has
+//!    seen enough queries. A family the serving data did not have is not compared:
+//!    its first load has nothing to be checked against.
 //! 3. Above `max_change_ratio` the reload is refused unless forced; the serving data
 //!    stays. Otherwise `Scheduler::set_geo` + `Scheduler::recompute` publish it: the
 //!    next DNS answer and the XDP maps use it.
@@ -27,9 +31,10 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::Scheduler;
+use crate::answered::AnsweredTraffic;
 use crate::geo::{GeoDb, GeoError, Sources};
 use crate::partition::PartitionTable;
-use crate::partition::diff::{DiffOptions, DiffReport, diff_partitions};
+use crate::partition::diff::{DiffOptions, DiffReport, SampledFrom, diff_partitions_on};
 
 pub use crate::geo::settings::DEFAULT_MAX_CHANGE_RATIO;
 
@@ -106,12 +111,13 @@ pub async fn reload_sources(
     let old_parts = scheduler.partitions();
     let overrides = scheduler.overrides();
     let opts = DiffOptions { v4: serving.v4().is_some(), v6: serving.v6().is_some(), ..DiffOptions::default() };
+    let traffic = scheduler.answered.sample(crate::clock::now_ms());
     let read = sources.clone();
     // Reading, validating and comparing the real file takes a while: off the runtime.
     let (new, diff) = tokio::task::spawn_blocking(move || {
         let new = GeoDb::try_load_sources(&read)?;
         let new_parts = PartitionTable::build(&new, &overrides);
-        let diff = diff_partitions(&old_parts, &new_parts, &opts);
+        let diff = diff_partitions_on(&old_parts, &new_parts, &opts, &traffic);
         Ok::<_, GeoError>((new, diff))
     })
     .await
@@ -134,9 +140,11 @@ pub async fn reload_sources(
         diff,
     };
     let pct = |r: f64| r * 100.0;
+    let from_traffic = report.diff.families.iter().any(|f| f.compared && f.sampled_from == SampledFrom::Traffic);
+    let basis = if from_traffic { " (drawn from the answered traffic)" } else { "" };
     if !accepted {
         report.message = format!(
-            "refused: {} of {} sampled addresses ({:.3} %) change tuple, above the {:.3} % limit ({}); the serving data stays. Check the diff, then force the reload if it is right",
+            "refused: {} of {} sampled addresses{basis} ({:.3} %) change tuple, above the {:.3} % limit ({}); the serving data stays. Check the diff, then force the reload if it is right",
             report.diff.changed,
             report.diff.sampled,
             pct(report.diff.ratio),
@@ -161,7 +169,7 @@ pub async fn reload_sources(
         }
     }
     report.message = format!(
-        "accepted{}: {} of {} sampled addresses ({:.3} %) change tuple, {} ranges changed",
+        "accepted{}: {} of {} sampled addresses{basis} ({:.3} %) change tuple, {} ranges changed",
         if report.forced { " (forced)" } else { "" },
         report.diff.changed,
         report.diff.sampled,
@@ -180,6 +188,14 @@ pub async fn reload_sources(
         "geo data reloaded"
     );
     Ok(report)
+}
+
+impl Scheduler {
+    /// The client prefixes the responders answered: NS hosts' reports and
+    /// this process's own responder ([`crate::answered`]).
+    pub fn answered(&self) -> &Arc<AnsweredTraffic> {
+        &self.answered
+    }
 }
 
 /// [`reload_sources`] from the paths the serving data was configured with

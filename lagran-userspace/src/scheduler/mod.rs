@@ -120,6 +120,8 @@ pub struct Scheduler {
     measurements: Arc<crate::steering::Measurements>,
     /// The matrix is to be loaded from the store before the next build.
     measurements_due: std::sync::atomic::AtomicBool,
+    /// The client prefixes the responders answered ([`geo_reload`]'s sample).
+    answered: Arc<crate::answered::AnsweredTraffic>,
 }
 
 impl Scheduler {
@@ -148,6 +150,7 @@ impl Scheduler {
             dnssec: std::sync::OnceLock::new(),
             measurements: Arc::default(),
             measurements_due: std::sync::atomic::AtomicBool::new(true),
+            answered: Arc::default(),
         }
     }
 

@@ -121,6 +121,25 @@ impl Matrix {
     pub fn cells(&self) -> usize {
         self.rows.values().map(Vec::len).sum()
     }
+
+    /// The bytes the matrix holds, counted from its structures: the row
+    /// table's slots (key, row vector and one control byte each, over its
+    /// whole capacity), each key's strings, each row's cells over its
+    /// capacity and each node name. Allocator overhead is not counted.
+    pub fn memory_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let slot = size_of::<(Location, Vec<(String, Cell)>)>() + 1;
+        let rows: usize = self
+            .rows
+            .iter()
+            .map(|(l, row)| {
+                let key = l.country.capacity() + l.province.capacity() + l.city.capacity() + l.isp.capacity();
+                let names: usize = row.iter().map(|(n, _)| n.capacity()).sum();
+                key + row.capacity() * size_of::<(String, Cell)>() + names
+            })
+            .sum();
+        self.rows.capacity() * slot + rows
+    }
 }
 
 #[cfg(test)]
@@ -159,5 +178,17 @@ mod tests {
         assert!(!fresh.contains_key(&bj), "bj's only report is out of the window");
         assert_eq!(m.prune(1_000, 300_000), vec![(bj, "fast".to_string())]);
         assert_eq!(m.cells(), 2);
+    }
+
+    #[test]
+    fn memory_counts_every_cell_and_name() {
+        let mut m = Matrix::default();
+        let empty = m.memory_bytes();
+        let sz = Location::new("CN", "广东", "深圳", "电信");
+        m.record(&sz, "a", report(0, 8.0));
+        let one = m.memory_bytes();
+        assert!(one > empty + std::mem::size_of::<Cell>(), "{empty} -> {one}");
+        m.record(&sz, "node-with-a-long-name", report(0, 8.0));
+        assert!(m.memory_bytes() > one, "the second cell and its name count");
     }
 }

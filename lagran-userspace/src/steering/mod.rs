@@ -20,9 +20,12 @@
 //! holds at most [`matrix::MAX_NODES_PER_PARTITION`] (32) nodes whatever the
 //! fleet's size, so at 1 000 nodes and every partition measured (5 000
 //! partitions, the bench's table) the matrix is bounded by 5 000 × 32 × 240 B
-//! ≈ 38 MB, plus a location key per row (about 150 bytes: 0.75 MB); with 10
-//! nodes measured per partition it is about 12 MB. The stored form is the same
-//! cells as JSON (about 600 bytes each).
+//! ≈ 38 MB, plus a location key per row (about 150 bytes: 0.75 MB). Counted
+//! from the structures ([`matrix::Matrix::memory_bytes`]: the row table over
+//! its capacity, the keys, each row's spare capacity), `cargo xtask bench`
+//! measures 19.4 MB with 10 nodes measured for each of 5 000 partitions
+//! (50 000 cells, about 390 bytes each), so the 32-node bound is nearer
+//! 62 MB. The stored form is the same cells as JSON (about 600 bytes each).
 
 pub mod estimate;
 pub mod matrix;

@@ -32,6 +32,9 @@
 //! 6. The world data: the same figures with the MaxMind City and ASN files
 //!    merged over the ip2region file, beside the ip2region file alone, plus
 //!    route-table entries and map memory (`bench_helper world`, see `world`).
+//! 7. Latency steering: measurements ingested per second, a recompute with
+//!    every partition measured for 10 of 1 000 nodes, the matrix's memory
+//!    (`bench_helper steering`; `--only-steering` alone, without root).
 //!
 //! Everything it creates — namespaces, the veth pair, pinned maps, background
 //! processes — is owned by a guard that removes it on drop, also on error,
@@ -54,6 +57,7 @@ mod report;
 mod resolver;
 mod search;
 mod servers;
+mod steering;
 mod tables;
 mod topology;
 mod world;
@@ -154,8 +158,14 @@ pub struct Options {
     #[arg(long)]
     pub no_world: bool,
     /// Only the world step; its rows go to the terminal and `target/bench/world.md`.
-    #[arg(long, conflicts_with_all = ["no_world", "only_fleet", "only_recompute", "edge"])]
+    #[arg(long, conflicts_with_all = ["no_world", "only_fleet", "only_recompute", "only_steering", "edge"])]
     pub only_world: bool,
+    /// Skip the latency-steering step (ingest, recompute with measurements).
+    #[arg(long)]
+    pub no_steering: bool,
+    /// Only the latency-steering step (no root, no namespaces, no data files).
+    #[arg(long, conflicts_with_all = ["no_steering", "only_fleet", "only_recompute", "edge"])]
+    pub only_steering: bool,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -206,6 +216,7 @@ struct Measured {
     failover: Results,
     fleet: Results,
     world: Results,
+    steering: Results,
     qps: BTreeMap<(Server, String), Best>,
     /// Seconds from the daemon's start to its first answer, by mode.
     startup: BTreeMap<&'static str, f64>,
@@ -220,6 +231,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     if opts.edge {
         return edge::exec(&opts);
+    }
+    if opts.only_steering {
+        return steering::exec_only(&opts);
     }
     let b = build::prepare(&opts)?;
     let started = Instant::now();
@@ -240,6 +254,10 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     if !opts.no_recompute && !opts.only_fleet {
         eprintln!("==> recompute: 1 000 nodes × 5 000 partitions × 10 names (at most {} s)", opts.recompute_timeout);
         m.recompute = b.recompute()?;
+    }
+    if !opts.no_steering && !opts.only_fleet {
+        eprintln!("==> steering: ingest, recompute with a populated measurement matrix, its memory");
+        m.steering = b.steering()?;
     }
     if !opts.no_property && !opts.only_fleet {
         recompute::property(&b.root)?;

@@ -65,6 +65,9 @@ fn rows(m: &mut Measured, gens: &[String], no_recompute: bool) -> Vec<Row> {
     super::world::rows(&m.world, &mut world);
     rows.extend(world.into_iter().map(|r| row(r.metric, r.value, r.target, r.ok)));
     recompute_rows(m, no_recompute, &mut rows);
+    let mut steering = Vec::new();
+    super::steering::rows(&m.steering, &mut steering);
+    rows.extend(steering.into_iter().map(|(metric, value, target, ok)| Row { metric, value, target, ok }));
     rows
 }
 
@@ -456,8 +459,14 @@ fn results_doc(summary: &str) -> String {
 /// Every raw result and every load run, as a fenced block.
 fn raw(m: &Measured) -> String {
     let mut doc = "\nRaw results:\n\n```\n".to_string();
-    for (k, v) in
-        m.tables.iter().chain(m.recompute.iter()).chain(m.failover.iter()).chain(m.fleet.iter()).chain(m.world.iter())
+    for (k, v) in m
+        .tables
+        .iter()
+        .chain(m.recompute.iter())
+        .chain(m.failover.iter())
+        .chain(m.fleet.iter())
+        .chain(m.world.iter())
+        .chain(m.steering.iter())
     {
         let _ = writeln!(doc, "{k} {v}");
     }
