@@ -131,7 +131,11 @@ fn start_lagran(t: &Tools, port: u16) -> anyhow::Result<Bg> {
     let d = t.dir.join("lagran");
     std::fs::create_dir_all(&d)?;
     let conf = format!(
-        "listen_http = \"127.0.0.1:{port}\"\ncache_dir = \"{dd}/cache\"\ncache_disk_max_bytes = 1073741824\n\
+        // The generators are one client address: lift the per-client connection
+        // cap (64) as nginx and Varnish have none, so the miss storm's 1 000
+        // connections all reach the cache.
+        "listen_http = \"127.0.0.1:{port}\"\nmax_connections_per_client = 5000\n\
+         cache_dir = \"{dd}/cache\"\ncache_disk_max_bytes = 1073741824\n\
          access_log = \"{dd}/access.log\"\n\n[[site]]\nhost = \"{SITE}\"\norigin = \"http://127.0.0.1:{o}\"\n",
         dd = d.display(),
         o = t.origin
