@@ -204,14 +204,16 @@ fn dig(net: &Netem, d: &Daemon, args: &[&str]) -> Vec<String> {
     net.in_server(|| d.dig(args)).answers("A")
 }
 
-/// `lagran explain --subnet 58.60.0.0/24` (inside the server namespace): its text.
+/// `lagran explain --subnet 58.60.0.0/24` (inside the server namespace): its
+/// text, asked of the daemon with the agent token of its configuration, over
+/// http:// to the namespace's address (`--insecure-control`: it never leaves
+/// the namespaces the test made).
 fn explain(net: &Netem, d: &Daemon) -> String {
     let out = net.in_server(|| {
         Command::new(lagran_bin())
-            .args(["explain", "--subnet", "58.60.0.0/24"])
-            .env("DATABASE_URL", &d.db_url)
+            .args(["--insecure-control", "explain", "--subnet", "58.60.0.0/24"])
+            .env("LAGRAN_CONFIG", d.config_path())
             .env("LAGRAN_API", format!("http://{}", d.api))
-            .env("GEOIP_PATH", d.geo_path.as_ref().unwrap())
             .env_remove("AGENT_TOKEN")
             .env_remove("ADMIN_TOKEN")
             .env("RUST_LOG", "warn")
