@@ -77,7 +77,7 @@ async fn current(state: &AppState) -> Result<Vec<(Suspect, Location)>, ApiError>
     let view = measurements.view(now_ms());
     let found = suspects::find(&view, &nodes, &view.settings.band());
     let by_id: std::collections::HashMap<String, &Location> =
-        view.rows.keys().map(|l| (suspects::id_of(l), l)).collect();
+        view.rows.keys().map(|l| (suspects::id_of(l), &**l)).collect();
     Ok(found
         .into_iter()
         .filter_map(|s| Some((by_id.get(&s.id).map(|l| (*l).clone())?, s)))

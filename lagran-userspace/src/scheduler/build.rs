@@ -278,7 +278,7 @@ fn start(
 }
 
 /// Each node's index by name (the first of a name wins).
-fn by_name(views: &[NodeView]) -> HashMap<&str, usize> {
+fn by_name(views: &[NodeView]) -> FxHashMap<&str, usize> {
     views.iter().enumerate().rev().map(|(i, v)| (v.node.name.as_str(), i)).collect()
 }
 
@@ -331,12 +331,10 @@ impl<'a> Names<'a> {
         let applying: Vec<usize> =
             self.region.iter().enumerate().filter(|(_, r)| r.applies_to(&spec.name)).map(|(i, _)| i).collect();
         let previous = state.choices.get(&spec.name);
-        // A steered name decides partitions its own way: it neither copies a twin nor is one.
         let steered = spec.domain.filter(|d| steer::applies(d));
-        let twin = match steered {
-            Some(_) => None,
-            None => memo.names.twin(&spec.pool, shape.steady_ttl, &applying, previous, &state.choices),
-        };
+        let steer_key = steered.map(|d| steer::SteerKey::of(d, state.steered.get(&spec.name)));
+        let twin =
+            memo.names.twin((&spec.pool, shape.steady_ttl), &applying, steer_key.as_ref(), previous, &state.choices);
         // No line and no prefix rule applies: the answers come from the decisions alone.
         let plain = !self.inputs.lines.iter().any(|l| line_applies(l, &spec.name))
             && !self.rules.iter().any(|r| prefix_rule_applies(r, &spec.name));
@@ -345,6 +343,10 @@ impl<'a> Names<'a> {
             && let Some(copied) = memo.names.copy_done(t, &spec.name)
         {
             choices.insert(spec.name.clone(), copied.chosen);
+            match copied.held {
+                Some(held) => state.steered.insert(spec.name.clone(), held),
+                None => state.steered.remove(&spec.name),
+            };
             let maps = (copied.v4, copied.v6);
             return scheduled_name(spec, &mut state.name_ids, copied.answers, &self.hostnames, maps);
         }
@@ -357,21 +359,19 @@ impl<'a> Names<'a> {
                 let decided =
                     self.decide_partitions(&mut nb, (pr, dirty), previous, &state.chosen_names, &mut last, &mut rec);
                 let answers_len = nb.answers.list.len();
-                if steered.is_none() {
-                    let twin = Twin::new(&spec.name, &spec.pool, shape.steady_ttl, applying, answers_len, &decided);
-                    memo.names.push_twin(twin);
-                }
+                let key = (spec.pool.as_str(), shape.steady_ttl);
+                memo.names.push_twin(Twin::new(&spec.name, key, applying, steer_key, answers_len, &decided));
                 decided
             }
         };
-        match steered {
-            Some(domain) => {
-                let held = state.steered.entry(spec.name.clone()).or_default();
-                self.steer(pr, shape, domain).apply(&mut by_partition, &mut nb.answers, held);
-            }
-            None => {
-                state.steered.remove(&spec.name);
-            }
+        let held = steered.map(|domain| {
+            let held =
+                self.steer(pr, shape, domain).apply(&mut by_partition, &mut nb.answers, state.steered.get(&spec.name));
+            state.steered.insert(spec.name.clone(), held.clone());
+            held
+        });
+        if held.is_none() {
+            state.steered.remove(&spec.name);
         }
         choices.insert(spec.name.clone(), chosen);
         let class0 = self.ctx.plan.class_of()[0];
@@ -388,10 +388,15 @@ impl<'a> Names<'a> {
         let pre_answers = (!over.is_empty()).then(|| Arc::new(nb.answers.list.clone()));
         let maps = self.maps(&mut nb, (pr, dirty), &last, (&by_partition, unlocated), &over, &mut memo.names);
         let answers = maps.kept.unwrap_or_else(|| Arc::new(std::mem::take(&mut nb.answers.list)));
-        if twin.is_none() && steered.is_none() {
-            let done =
-                plain.then(|| Done { answers: answers.clone(), unlocated, v4: maps.v4.clone(), v6: maps.v6.clone() });
-            memo.names.finish_twin(&answers, done);
+        if twin.is_none() {
+            let done = plain.then(|| Done {
+                by_partition: by_partition.clone(),
+                answers: answers.clone(),
+                unlocated,
+                v4: maps.v4.clone(),
+                v6: maps.v6.clone(),
+            });
+            memo.names.finish_twin(&answers, done, held);
         }
         let record = NameRecord {
             by_partition,

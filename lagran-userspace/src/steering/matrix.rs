@@ -7,6 +7,7 @@
 //! node heard from least recently.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::estimate::{Cell, Estimate, Report};
 use crate::location::Location;
@@ -14,16 +15,17 @@ use crate::location::Location;
 /// The most nodes one partition keeps measurements of.
 pub const MAX_NODES_PER_PARTITION: usize = 32;
 
-/// See the module doc.
+/// See the module doc. Keys and node names are shared with the views a
+/// build reads ([`Matrix::fresh`]), which are made at every recompute.
 #[derive(Clone, Debug, Default)]
 pub struct Matrix {
-    rows: HashMap<Location, Vec<(String, Cell)>>,
+    rows: HashMap<Arc<Location>, Vec<(Arc<str>, Cell)>>,
 }
 
 /// One node's fresh estimate for one partition, as a build reads it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeRtt {
-    pub node: String,
+    pub node: Arc<str>,
     pub rtt_ms: f64,
     pub samples: u32,
 }
@@ -43,18 +45,18 @@ impl Matrix {
     pub fn record(&mut self, location: &Location, node: &str, report: Report) -> &Cell {
         let location = &*key(location);
         if !self.rows.contains_key(location) {
-            self.rows.insert(location.clone(), Vec::new());
+            self.rows.insert(Arc::new(location.clone()), Vec::new());
         }
         let row = self.rows.get_mut(location).expect("the row was just made");
-        let i = match row.iter().position(|(n, _)| n == node) {
+        let i = match row.iter().position(|(n, _)| **n == *node) {
             Some(i) => i,
             None if row.len() < MAX_NODES_PER_PARTITION => {
-                row.push((node.to_string(), Cell::default()));
+                row.push((node.into(), Cell::default()));
                 row.len() - 1
             }
             None => {
                 let stalest = (0..row.len()).min_by_key(|&i| row[i].1.newest_ms().unwrap_or(i64::MIN)).unwrap_or(0);
-                row[stalest] = (node.to_string(), Cell::default());
+                row[stalest] = (node.into(), Cell::default());
                 stalest
             }
         };
@@ -64,10 +66,10 @@ impl Matrix {
 
     /// Puts a stored cell back (a leader loading the matrix).
     pub fn restore(&mut self, location: Location, node: String, cell: Cell) {
-        let row = self.rows.entry(key(&location).into_owned()).or_default();
-        match row.iter().position(|(n, _)| *n == node) {
+        let row = self.rows.entry(Arc::new(key(&location).into_owned())).or_default();
+        match row.iter().position(|(n, _)| **n == *node) {
             Some(i) => row[i].1 = cell,
-            None if row.len() < MAX_NODES_PER_PARTITION => row.push((node, cell)),
+            None if row.len() < MAX_NODES_PER_PARTITION => row.push((node.into(), cell)),
             None => {}
         }
     }
@@ -79,22 +81,25 @@ impl Matrix {
             .get(&*key(location))
             .into_iter()
             .flatten()
-            .filter_map(|(n, c)| Some((n.clone(), c.estimate(now_ms, window_ms)?)))
+            .filter_map(|(n, c)| Some((n.to_string(), c.estimate(now_ms, window_ms)?)))
             .collect();
         out.sort_by(|a, b| a.1.rtt_ms.total_cmp(&b.1.rtt_ms).then_with(|| a.0.cmp(&b.0)));
         out
     }
 
     /// Every partition's fresh estimates, for a build.
-    pub fn fresh(&self, now_ms: i64, window_ms: i64) -> HashMap<Location, Vec<NodeRtt>> {
-        let mut out = HashMap::new();
-        for location in self.rows.keys() {
-            let row: Vec<NodeRtt> = self
-                .row(location, now_ms, window_ms)
-                .into_iter()
-                .map(|(node, e)| NodeRtt { node, rtt_ms: e.rtt_ms, samples: e.samples })
+    pub fn fresh(&self, now_ms: i64, window_ms: i64) -> HashMap<Arc<Location>, Vec<NodeRtt>> {
+        let mut out = HashMap::with_capacity(self.rows.len());
+        for (location, cells) in &self.rows {
+            let mut row: Vec<NodeRtt> = cells
+                .iter()
+                .filter_map(|(node, c)| {
+                    let e = c.estimate(now_ms, window_ms)?;
+                    Some(NodeRtt { node: node.clone(), rtt_ms: e.rtt_ms, samples: e.samples })
+                })
                 .collect();
             if !row.is_empty() {
+                row.sort_by(|a, b| a.rtt_ms.total_cmp(&b.rtt_ms).then_with(|| a.node.cmp(&b.node)));
                 out.insert(location.clone(), row);
             }
         }
@@ -108,7 +113,7 @@ impl Matrix {
             row.retain(|(node, cell)| {
                 let keep = cell.newest_ms().is_some_and(|t| now_ms - t <= window_ms);
                 if !keep {
-                    gone.push((location.clone(), node.clone()));
+                    gone.push((Location::clone(location), node.to_string()));
                 }
                 keep
             });
@@ -124,18 +129,20 @@ impl Matrix {
 
     /// The bytes the matrix holds, counted from its structures: the row
     /// table's slots (key, row vector and one control byte each, over its
-    /// whole capacity), each key's strings, each row's cells over its
-    /// capacity and each node name. Allocator overhead is not counted.
+    /// whole capacity), each key's shared allocation and strings, each
+    /// row's cells over its capacity and each node name's shared
+    /// allocation. Allocator overhead is not counted.
     pub fn memory_bytes(&self) -> usize {
         use std::mem::size_of;
-        let slot = size_of::<(Location, Vec<(String, Cell)>)>() + 1;
+        let slot = size_of::<(Arc<Location>, Vec<(Arc<str>, Cell)>)>() + 1;
         let rows: usize = self
             .rows
             .iter()
             .map(|(l, row)| {
-                let key = l.country.capacity() + l.province.capacity() + l.city.capacity() + l.isp.capacity();
-                let names: usize = row.iter().map(|(n, _)| n.capacity()).sum();
-                key + row.capacity() * size_of::<(String, Cell)>() + names
+                let strings = l.country.capacity() + l.province.capacity() + l.city.capacity() + l.isp.capacity();
+                let key = size_of::<Location>() + 2 * size_of::<usize>() + strings;
+                let names: usize = row.iter().map(|(n, _)| 2 * size_of::<usize>() + n.len()).sum();
+                key + row.capacity() * size_of::<(Arc<str>, Cell)>() + names
             })
             .sum();
         self.rows.capacity() * slot + rows
@@ -173,7 +180,7 @@ mod tests {
         m.record(&sz, "fast", report(0, 8.0));
         m.record(&bj, "fast", report(-400_000, 8.0));
         let fresh = m.fresh(1_000, 300_000);
-        let names: Vec<&str> = fresh[&sz].iter().map(|r| r.node.as_str()).collect();
+        let names: Vec<&str> = fresh[&sz].iter().map(|r| &*r.node).collect();
         assert_eq!(names, ["fast", "slow"]);
         assert!(!fresh.contains_key(&bj), "bj's only report is out of the window");
         assert_eq!(m.prune(1_000, 300_000), vec![(bj, "fast".to_string())]);

@@ -78,14 +78,14 @@ impl Steering {
 /// location, and the policy's settings.
 #[derive(Clone, Debug, Default)]
 pub struct LatencyView {
-    pub rows: HashMap<Location, Vec<NodeRtt>>,
+    pub rows: HashMap<Arc<Location>, Vec<NodeRtt>>,
     pub settings: SteeringSettings,
 }
 
 impl LatencyView {
     /// `node`'s fresh estimate for `location`.
     pub fn of(&self, location: &Location, node: &str) -> Option<&NodeRtt> {
-        self.rows.get(&*matrix::key(location))?.iter().find(|m| m.node == node)
+        self.rows.get(&*matrix::key(location))?.iter().find(|m| *m.node == *node)
     }
 }
 

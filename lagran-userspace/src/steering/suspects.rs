@@ -83,10 +83,10 @@ fn suspect(view: &LatencyView, location: &Location, nodes: &[(String, Location)]
         .iter()
         .filter(|m| m.samples >= band.min_samples)
         .filter_map(|m| {
-            let (_, place) = nodes.iter().find(|(n, _)| *n == m.node)?;
+            let (_, place) = nodes.iter().find(|(n, _)| **n == *m.node)?;
             let distance_km = haversine_km(here, coordinates(place)?);
             Some(Measured {
-                node: m.node.clone(),
+                node: m.node.to_string(),
                 place: place.into(),
                 rtt_ms: m.rtt_ms,
                 samples: m.samples,
@@ -128,7 +128,7 @@ mod tests {
 
     fn view(location: &Location, rtts: &[(&str, f64, u32)]) -> LatencyView {
         let row = rtts.iter().map(|&(n, rtt_ms, samples)| NodeRtt { node: n.into(), rtt_ms, samples }).collect();
-        LatencyView { rows: [(location.clone(), row)].into(), settings: Default::default() }
+        LatencyView { rows: [(std::sync::Arc::new(location.clone()), row)].into(), settings: Default::default() }
     }
 
     #[test]

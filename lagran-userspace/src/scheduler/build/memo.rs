@@ -6,7 +6,10 @@
 //! - twins: a name with the same pool, TTL, region rules and previous
 //!   choices as one already built decides every partition alike, so it
 //!   copies that name's decisions, and, when neither has prefix overrides,
-//!   its whole result;
+//!   its whole result; names steered past geo are twins only of names
+//!   steered alike ([`SteerKey`]: the same policy, strategy and latency
+//!   choices held from the last build), so ten names steered by latency
+//!   over one pool steer once;
 //! - unchanged reuse: the last build's record of each name (decisions to
 //!   replay, maps kept when nothing they depend on moved);
 //! - shared maps: names without prefix overrides whose partitions answer
@@ -20,6 +23,7 @@ use std::sync::Arc;
 use super::answers::Answers;
 use super::incremental::{NameRecord, RangesByPartition, Record};
 use super::rank::{Ctx, PoolRanks};
+use super::steer::{Choices, SteerKey};
 use crate::engine::NodeView;
 use crate::engine::planner::Plan;
 use crate::partition::PartitionTable;
@@ -65,6 +69,8 @@ pub(super) struct Twin {
     ttl: u32,
     /// The region rules that apply to it (indices).
     rules: Vec<usize>,
+    /// How it is steered past its geo decisions (`None`: it is not).
+    steer: Option<SteerKey>,
     /// Its answers; the first `answers_len` are those of its decisions.
     answers: Arc<Vec<Answer>>,
     answers_len: usize,
@@ -73,10 +79,14 @@ pub(super) struct Twin {
     /// For a name without prefix overrides (no line, no prefix rule applies):
     /// its finished answers and maps, which another such name copies whole.
     done: Option<Done>,
+    /// Its latency choices made in this build, when it is steered.
+    held: Option<Choices>,
 }
 
 /// A finished name without prefix overrides.
 pub(super) struct Done {
+    /// Per partition its answer, steering applied.
+    pub by_partition: Vec<u32>,
     pub answers: Arc<Vec<Answer>>,
     pub unlocated: u32,
     pub v4: PrefixMapV4,
@@ -90,6 +100,8 @@ pub(super) struct Copied<'a> {
     pub answers: Arc<Vec<Answer>>,
     pub v4: &'a PrefixMapV4,
     pub v6: &'a PrefixMapV6,
+    /// The twin's latency choices, when it is steered.
+    pub held: Option<Choices>,
 }
 
 impl Twin {
@@ -98,9 +110,9 @@ impl Twin {
     /// complete ([`NameMemo::finish_twin`]).
     pub fn new(
         name: &str,
-        pool: &str,
-        ttl: u32,
+        (pool, ttl): (&str, u32),
         rules: Vec<usize>,
+        steer: Option<SteerKey>,
         answers_len: usize,
         decided: &(Vec<u32>, Vec<u32>),
     ) -> Twin {
@@ -109,11 +121,13 @@ impl Twin {
             pool: pool.to_string(),
             ttl,
             rules,
+            steer,
             answers: Arc::default(),
             answers_len,
             by_partition: decided.0.clone(),
             chosen: decided.1.clone(),
             done: None,
+            held: None,
         }
     }
 }
@@ -177,19 +191,23 @@ impl NameMemo {
         self.built.insert(name, record);
     }
 
-    /// The twin of a name with this pool, TTL, region rules and previous
-    /// choices (`choices`: every name's), if one was built.
+    /// The twin of a name with this pool, TTL, region rules, steering and
+    /// previous choices (`choices`: every name's), if one was built.
     pub fn twin(
         &self,
-        pool: &str,
-        ttl: u32,
+        (pool, ttl): (&str, u32),
         rules: &[usize],
+        steer: Option<&SteerKey>,
         previous: Option<&Vec<u32>>,
         choices: &HashMap<String, Vec<u32>>,
     ) -> Option<usize> {
-        self.twins
-            .iter()
-            .position(|t| t.pool == pool && t.ttl == ttl && t.rules == rules && choices.get(&t.name) == previous)
+        self.twins.iter().position(|t| {
+            t.pool == pool
+                && t.ttl == ttl
+                && t.rules == rules
+                && t.steer.as_ref() == steer
+                && choices.get(&t.name) == previous
+        })
     }
 
     /// The twin's decisions: its decisions' answers, and per partition its
@@ -207,7 +225,7 @@ impl NameMemo {
         let t = &self.twins[twin];
         let done = t.done.as_ref()?;
         let record = NameRecord {
-            by_partition: t.by_partition.clone(),
+            by_partition: done.by_partition.clone(),
             pre_answers: done.answers.clone(),
             answers: done.answers.clone(),
             v4: Some(done.v4.clone()),
@@ -216,7 +234,13 @@ impl NameMemo {
             ..Default::default()
         };
         self.built.insert(name.to_string(), record);
-        Some(Copied { chosen: t.chosen.clone(), answers: done.answers.clone(), v4: &done.v4, v6: &done.v6 })
+        Some(Copied {
+            chosen: t.chosen.clone(),
+            answers: done.answers.clone(),
+            v4: &done.v4,
+            v6: &done.v6,
+            held: t.held.clone(),
+        })
     }
 
     /// A name decided anew: a twin for the names after it.
@@ -224,12 +248,13 @@ impl NameMemo {
         self.twins.push(twin);
     }
 
-    /// The last twin pushed is complete: its answers, and its whole result
-    /// when it has no prefix overrides.
-    pub fn finish_twin(&mut self, answers: &Arc<Vec<Answer>>, done: Option<Done>) {
+    /// The last twin pushed is complete: its answers, its whole result
+    /// when it has no prefix overrides, and its latency choices when steered.
+    pub fn finish_twin(&mut self, answers: &Arc<Vec<Answer>>, done: Option<Done>, held: Option<Choices>) {
         if let Some(t) = self.twins.last_mut() {
             t.answers = answers.clone();
             t.done = done;
+            t.held = held;
         }
     }
 

@@ -1,7 +1,7 @@
 //! Ranking for one build: the plan's rankings per (pool, class), shared by
 //! every name of a pool, and the region rules canonicalised once.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::rule_domain;
 use crate::engine::planner::{Eligible, Plan, RegionFilter, Top};
@@ -58,7 +58,9 @@ impl<'a> RegionRule<'a> {
 /// What the build shares across names: nodes, plan, rules.
 pub(super) struct Ctx<'a> {
     pub views: &'a [NodeView],
-    pub by_name: HashMap<&'a str, usize>,
+    /// Each node's index by name (looked up per measured node and partition
+    /// when steering: a fast hash).
+    pub by_name: FxHashMap<&'a str, usize>,
     pub plan: Plan,
     pub policy: &'a Policy,
     pub partitions: &'a PartitionTable,

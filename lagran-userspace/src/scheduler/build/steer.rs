@@ -13,6 +13,7 @@
 //! the partition gets exactly the answer the geo scoring gives it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::answers::AnswerShape;
 use super::answers::Answers;
@@ -24,6 +25,7 @@ use crate::partition::UNKNOWN;
 use crate::route_table::AnswerState;
 use crate::scheduler::settings::ScheduleSettings;
 use crate::steering::LatencyView;
+use crate::steering::matrix::MAX_NODES_PER_PARTITION;
 use crate::steering::policy::{self, Measured};
 use crate::steering::strategy::{hash_pick, node_key, partition_key, weighted_pick};
 
@@ -39,9 +41,41 @@ pub fn applies(domain: &Domain) -> bool {
     domain.steering != Steering::Geo || domain.strategy != Strategy::Best
 }
 
-/// The latency choices of the last build, per name and partition location
-/// (what the stabilize band holds on to).
-pub type Held = HashMap<String, HashMap<Location, String>>;
+/// One name's latency choices, per partition location (what the stabilize
+/// band holds on to). Shared: names that steer alike hold one copy, and a
+/// choice that stays shares its key and node name with the last build's.
+pub type Choices = Arc<HashMap<Arc<Location>, Arc<str>>>;
+
+/// The latency choices of the last build, per name.
+pub type Held = HashMap<String, Choices>;
+
+/// What makes two names steered alike, beside what makes their geo
+/// decisions alike: the policy, the strategy and the latency choices they
+/// start from.
+#[derive(Clone, Debug)]
+pub struct SteerKey {
+    pub steering: Steering,
+    pub strategy: Strategy,
+    pub held: Option<Choices>,
+}
+
+impl SteerKey {
+    /// The key of `domain`'s name, holding `held` from the last build.
+    pub fn of(domain: &Domain, held: Option<&Choices>) -> SteerKey {
+        SteerKey { steering: domain.steering, strategy: domain.strategy, held: held.cloned() }
+    }
+}
+
+impl PartialEq for SteerKey {
+    fn eq(&self, other: &SteerKey) -> bool {
+        let held = match (&self.held, &other.held) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        self.steering == other.steering && self.strategy == other.strategy && held
+    }
+}
 
 /// What steering one name reads.
 pub(super) struct Steer<'a, 'c> {
@@ -57,27 +91,34 @@ pub(super) struct Steer<'a, 'c> {
 
 impl Steer<'_, '_> {
     /// Rewrites `by_partition` (answer ids in `answers`) where steering
-    /// decides; `held` is the name's last latency choices, replaced by this
-    /// build's.
-    pub fn apply(&self, by_partition: &mut [u32], answers: &mut Answers, held: &mut HashMap<Location, String>) {
+    /// decides, given the name's last latency choices; returns this build's.
+    pub fn apply(&self, by_partition: &mut [u32], answers: &mut Answers, held: Option<&Choices>) -> Choices {
         let class_of = self.ctx.plan.class_of();
         let locations = self.ctx.partitions.locations();
         let mut made: HashMap<(u32, u32, &str), u32> = HashMap::new();
         let mut eligible: HashMap<u32, Vec<(usize, i64)>> = HashMap::new();
-        let mut now_held = HashMap::new();
+        let mut now_held = HashMap::with_capacity(held.map_or(0, |h| h.len()));
+        let mut measured = Vec::with_capacity(MAX_NODES_PER_PARTITION);
         for (pid, answer) in by_partition.iter_mut().enumerate() {
             let class = class_of[pid];
             if pid as u32 == UNKNOWN || self.ruled(class) {
                 continue;
             }
             let location = &locations[pid];
+            let last = held.and_then(|h| h.get_key_value(location));
             let by_latency = match self.domain.steering {
-                Steering::Latency => self.by_latency(class, location, held.get(location)),
+                Steering::Latency => self.by_latency(class, location, last.map(|l| &**l.1), &mut measured),
                 Steering::Geo => None,
             };
             let (node, why) = match by_latency {
                 Some(n) => {
-                    now_held.insert(location.clone(), self.ctx.views[n].node.name.clone());
+                    let name = &self.ctx.views[n].node.name;
+                    let choice = match last {
+                        Some((key, was)) if **was == **name => (key.clone(), was.clone()),
+                        Some((key, _)) => (key.clone(), name.as_str().into()),
+                        None => (Arc::new(location.clone()), name.as_str().into()),
+                    };
+                    now_held.insert(choice.0, choice.1);
                     (n, BY_LATENCY)
                 }
                 None => {
@@ -99,7 +140,7 @@ impl Steer<'_, '_> {
                 *answer = id;
             }
         }
-        *held = now_held;
+        Arc::new(now_held)
     }
 
     /// Whether a manual or canary region rule decides `class` of this name.
@@ -111,19 +152,24 @@ impl Steer<'_, '_> {
         })
     }
 
-    /// The node the latency policy picks for a partition, if it is measured enough.
-    fn by_latency(&self, class: u32, location: &Location, current: Option<&String>) -> Option<usize> {
+    /// The node the latency policy picks for a partition, if it is
+    /// measured enough (`measured`: a buffer reused across partitions).
+    fn by_latency(
+        &self,
+        class: u32,
+        location: &Location,
+        current: Option<&str>,
+        measured: &mut Vec<Measured>,
+    ) -> Option<usize> {
         let row = self.latency.rows.get(&*crate::steering::matrix::key(location))?;
-        let measured: Vec<Measured> = row
-            .iter()
-            .filter_map(|m| {
-                let &i = self.ctx.by_name.get(m.node.as_str())?;
-                self.ctx.score_in(self.pr, class, i)?;
-                Some(Measured { node: i as u32, rtt_ms: m.rtt_ms, samples: m.samples })
-            })
-            .collect();
-        let current = current.and_then(|c| self.ctx.by_name.get(c.as_str())).map(|&i| i as u32);
-        policy::choose(&measured, current, &self.latency.settings.band()).map(|n| n as usize)
+        measured.clear();
+        measured.extend(row.iter().filter_map(|m| {
+            let &i = self.ctx.by_name.get(&*m.node)?;
+            self.ctx.score_in(self.pr, class, i)?;
+            Some(Measured { node: i as u32, rtt_ms: m.rtt_ms, samples: m.samples })
+        }));
+        let current = current.and_then(|c| self.ctx.by_name.get(c)).map(|&i| i as u32);
+        policy::choose(measured, current, &self.latency.settings.band()).map(|n| n as usize)
     }
 
     /// Every node eligible for `class`, with its score, best first.

@@ -31,7 +31,7 @@ fn steered_inputs(steering: Steering, strategy: Strategy) -> Inputs {
 fn measured(rows: &[(&str, f64, u32)]) -> Arc<LatencyView> {
     let shenzhen = partitions().lookup(SHENZHEN.parse().unwrap()).location.clone();
     let row = rows.iter().map(|&(n, rtt_ms, samples)| NodeRtt { node: n.into(), rtt_ms, samples }).collect();
-    Arc::new(LatencyView { rows: [(shenzhen, row)].into(), settings: Default::default() })
+    Arc::new(LatencyView { rows: [(Arc::new(shenzhen), row)].into(), settings: Default::default() })
 }
 
 /// A build after `change`, carrying `state`.
@@ -114,4 +114,33 @@ fn the_hash_strategy_stays_in_the_best_region_and_weighted_within_the_band() {
     let (node, reason) = node_of(&build(&inputs, &ScheduleSettings::default()), CDN, SHENZHEN);
     assert!(node == "gz-01" || node == "gz-02", "{node} is far outside the band");
     assert_eq!(reason, steer::BY_WEIGHT);
+}
+
+#[test]
+fn names_steered_alike_share_a_build_and_part_when_their_held_choices_differ() {
+    const IMG: &str = "img.edge.lagran.net";
+    let mut inputs = steered_inputs(Steering::Latency, Strategy::Best);
+    let mut state = BuildState::default();
+    inputs.latency = measured(&[("gz-01", 85.0, 20), ("hk-01", 9.0, 20)]);
+    build_with(&inputs, &mut state, Change::Everything);
+    // A second name steered the same way joins once the first holds hk-01.
+    let mut img = inputs.domains.iter().find(|d| d.name == CDN).unwrap().clone();
+    img.name = IMG.into();
+    inputs.domains.push(img);
+    inputs.latency = measured(&[("gz-01", 12.0, 20), ("hk-01", 20.0, 20)]);
+    let t = build_with(&inputs, &mut state, Change::Everything);
+    assert_eq!(node_of(&t, CDN, SHENZHEN).0, "hk-01", "within the band, the held choice stays");
+    assert_eq!(node_of(&t, IMG, SHENZHEN).0, "gz-01", "a name holding nothing takes the best");
+    // Past the band both move to gz-01, hold the same choices, and build alike from then on.
+    inputs.latency = measured(&[("gz-01", 5.0, 20), ("hk-01", 30.0, 20)]);
+    build_with(&inputs, &mut state, Change::Everything);
+    let cdn = state.steered.get(CDN).cloned().unwrap();
+    assert_eq!(state.steered.get(IMG).map(|h| h == &cdn), Some(true));
+    inputs.latency = measured(&[("gz-01", 20.0, 20), ("hk-01", 12.0, 20)]);
+    let t = build_with(&inputs, &mut state, Change::Everything);
+    assert!(Arc::ptr_eq(&state.steered[CDN], &state.steered[IMG]), "the second name copied the first's build");
+    for name in [CDN, IMG] {
+        assert_eq!(node_of(&t, name, SHENZHEN), ("gz-01".into(), steer::BY_LATENCY.into()), "{name}");
+        assert_eq!(answer(&t, name, BEIJING), answer(&t, APEX, BEIJING), "{name}: unmeasured, the geo answer");
+    }
 }
