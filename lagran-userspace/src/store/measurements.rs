@@ -3,9 +3,10 @@
 //! leader had: one row per (partition location, node), the cell as JSON.
 //! Cells with nothing inside the window are deleted as reports arrive.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use sqlx::any::AnyRow;
+use sqlx::{Any, Transaction};
 
 use super::{Cols, DbContext, Store, StoreError};
 use crate::location::Location;
@@ -30,9 +31,70 @@ fn cell_from_row(row: &AnyRow) -> Result<StoredCell, StoreError> {
     Ok(StoredCell { location, node: c.key().to_string(), cell })
 }
 
+/// Cells read or written by one statement: a batch of reports costs two
+/// statements per this many cells, not two per cell (7 parameters a row,
+/// well under SQLite's and PostgreSQL's limits).
+const CELLS_PER_STATEMENT: usize = 256;
+
+/// The stored cells among `keys` (sorted), by key.
+async fn stored_cells<'k>(
+    tx: &mut Transaction<'static, Any>,
+    keys: &[(&'k Location, &'k str)],
+) -> Result<HashMap<(&'k Location, &'k str), Cell>, StoreError> {
+    let rows: Vec<String> = (0..keys.len())
+        .map(|i| {
+            let p = i * 5;
+            format!("(${}, ${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4, p + 5)
+        })
+        .collect();
+    let sql = format!(
+        "SELECT {CELL_COLUMNS} FROM measurement_cells WHERE (country, province, city, isp, node) IN (VALUES {})",
+        rows.join(", ")
+    );
+    let mut q = sqlx::query(&sql);
+    for (l, node) in keys {
+        q = q.bind(&l.country).bind(&l.province).bind(&l.city).bind(&l.isp).bind(*node);
+    }
+    let found = q.fetch_all(&mut **tx).await.ctx(|| format!("reading {} measurement cells", keys.len()))?;
+    let mut out = HashMap::with_capacity(found.len());
+    for row in &found {
+        let c = cell_from_row(row)?;
+        if let Ok(i) = keys.binary_search(&(&c.location, c.node.as_str())) {
+            out.insert(keys[i], c.cell);
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `cells` (inserted, or replacing the stored ones) in one statement.
+async fn write_cells(tx: &mut Transaction<'static, Any>, cells: &[StoredCell]) -> Result<(), StoreError> {
+    let rows: Vec<String> = (0..cells.len())
+        .map(|i| {
+            let p = i * 7;
+            format!("(${}, ${}, ${}, ${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4, p + 5, p + 6, p + 7)
+        })
+        .collect();
+    let sql = format!(
+        "INSERT INTO measurement_cells (country, province, city, isp, node, cell_json, updated_at_ms) VALUES {} \
+         ON CONFLICT (country, province, city, isp, node) DO UPDATE SET \
+         cell_json = excluded.cell_json, updated_at_ms = excluded.updated_at_ms",
+        rows.join(", ")
+    );
+    let mut q = sqlx::query(&sql);
+    for c in cells {
+        let json = serde_json::to_string(&c.cell).expect("a cell serializes");
+        let l = &c.location;
+        q = q.bind(&l.country).bind(&l.province).bind(&l.city).bind(&l.isp).bind(&c.node);
+        q = q.bind(json).bind(c.cell.newest_ms().unwrap_or(0));
+    }
+    q.execute(&mut **tx).await.ctx(|| format!("writing {} measurement cells", cells.len()))?;
+    Ok(())
+}
+
 impl Store {
-    /// Adds `reports` to their stored cells in one transaction (each cell read,
-    /// extended, written back) and deletes the cells last written before
+    /// Adds `reports` to their stored cells in one transaction (the cells
+    /// read, extended and written back, [`CELLS_PER_STATEMENT`] per
+    /// statement) and deletes the cells last written before
     /// `stale_before_ms`. Returns the cells as written.
     pub async fn add_measurements(
         &self,
@@ -43,44 +105,22 @@ impl Store {
         for (location, node, report) in reports {
             by_cell.entry((location, node.as_str())).or_default().push(*report);
         }
+        let by_cell: Vec<_> = by_cell.into_iter().collect();
         let mut tx = self.begin().await?;
         let mut written = Vec::with_capacity(by_cell.len());
-        for ((location, node), reports) in by_cell {
-            let what = || format!("adding measurements of {node} for {location:?}");
-            let row = sqlx::query(&format!(
-                "SELECT {CELL_COLUMNS} FROM measurement_cells \
-                 WHERE country = $1 AND province = $2 AND city = $3 AND isp = $4 AND node = $5"
-            ))
-            .bind(&location.country)
-            .bind(&location.province)
-            .bind(&location.city)
-            .bind(&location.isp)
-            .bind(node)
-            .fetch_optional(&mut *tx)
-            .await
-            .ctx(what)?;
-            let mut cell = row.as_ref().map(cell_from_row).transpose()?.map(|s| s.cell).unwrap_or_default();
-            for r in reports {
-                cell.add(r);
-            }
-            let json = serde_json::to_string(&cell).expect("a cell serializes");
-            sqlx::query(
-                "INSERT INTO measurement_cells (country, province, city, isp, node, cell_json, updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                 ON CONFLICT (country, province, city, isp, node) DO UPDATE SET \
-                 cell_json = excluded.cell_json, updated_at_ms = excluded.updated_at_ms",
-            )
-            .bind(&location.country)
-            .bind(&location.province)
-            .bind(&location.city)
-            .bind(&location.isp)
-            .bind(node)
-            .bind(json)
-            .bind(cell.newest_ms().unwrap_or(0))
-            .execute(&mut *tx)
-            .await
-            .ctx(what)?;
-            written.push(StoredCell { location: location.clone(), node: node.to_string(), cell });
+        for chunk in by_cell.chunks(CELLS_PER_STATEMENT) {
+            let keys: Vec<(&Location, &str)> = chunk.iter().map(|(k, _)| *k).collect();
+            let mut stored = stored_cells(&mut tx, &keys).await?;
+            let cells: Vec<StoredCell> = chunk
+                .iter()
+                .map(|((location, node), reports)| {
+                    let mut cell = stored.remove(&(*location, *node)).unwrap_or_default();
+                    reports.iter().for_each(|r| cell.add(*r));
+                    StoredCell { location: (*location).clone(), node: node.to_string(), cell }
+                })
+                .collect();
+            write_cells(&mut tx, &cells).await?;
+            written.extend(cells);
         }
         sqlx::query("DELETE FROM measurement_cells WHERE updated_at_ms < $1")
             .bind(stale_before_ms)
@@ -129,11 +169,29 @@ mod tests {
         assert_eq!(left, ["hk-01"]);
     }
 
+    /// More cells than one statement takes, half of them already stored.
+    async fn a_batch_spans_several_statements(store: Store) {
+        let sz = Location::new("CN", "广东", "深圳", "电信");
+        let report = |at_ms| Report { at_ms, rtt_ms: 30.0, samples: 10, source: Source::Edge };
+        let n = CELLS_PER_STATEMENT * 2 + 7;
+        let batch = |at_ms| -> Vec<_> { (0..n).map(|i| (sz.clone(), format!("n{i:04}"), report(at_ms))).collect() };
+        store.add_measurements(&batch(1_000)[..n / 2], 0).await.unwrap();
+        let written = store.add_measurements(&batch(2_000), 0).await.unwrap();
+        assert_eq!(written.len(), n);
+        let all = store.list_measurements(0).await.unwrap();
+        assert_eq!(all.len(), n);
+        let merged = all.iter().filter(|c| c.cell.estimate(2_000, 10_000).unwrap().samples == 20).count();
+        assert_eq!(merged, n / 2, "the cells stored before got the new report added, the others were made");
+    }
+
     #[tokio::test]
     async fn sqlite() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::connect(&crate::testkit::temp_sqlite_url(dir.path())).await.unwrap();
-        cells_are_merged_kept_and_aged(store).await;
+        cells_are_merged_kept_and_aged(store.clone()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&crate::testkit::temp_sqlite_url(dir.path())).await.unwrap();
+        a_batch_spans_several_statements(store).await;
     }
 
     #[tokio::test]
@@ -143,5 +201,7 @@ mod tests {
         };
         let store = Store::connect(&pg.fresh_database().await).await.unwrap();
         cells_are_merged_kept_and_aged(store).await;
+        let store = Store::connect(&pg.fresh_database().await).await.unwrap();
+        a_batch_spans_several_statements(store).await;
     }
 }
