@@ -58,21 +58,22 @@ struct Asked {
 
 pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Forward<'_>) -> Response<EdgeBody> {
     let asked = Asked { head_only: parts.method == Method::HEAD, uri: parts.uri, headers: parts.headers };
-    let primary = cache::key(forward.host, &asked.uri);
-    let key = edge.cache.key_for(&primary, &asked.headers);
+    let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
     let ticket = edge.cache.ticket();
     let mut stored = edge.cache.get(&key).await;
+    // One clock read for the object's state and its `Age`.
+    let now = SystemTime::now();
     // Past every stale window and nothing to revalidate with: of no more use.
-    if stored.as_ref().is_some_and(|o| o.is_dead(SystemTime::now())) {
+    if stored.as_ref().is_some_and(|o| o.is_dead(now)) {
         edge.cache.remove(&key);
         stored = None;
     }
     if let Some(object) = &stored {
-        match object.state(SystemTime::now()) {
-            State::Fresh => return from_cache(object, &asked, CacheResult::Hit, None),
+        match object.state(now) {
+            State::Fresh => return from_cache_at(object, &asked, CacheResult::Hit, now),
             State::StaleWhileRevalidate => {
                 revalidate_in_background(edge, site, &asked, forward, key);
-                return from_cache(object, &asked, CacheResult::Stale, None);
+                return from_cache_at(object, &asked, CacheResult::Stale, now);
             }
             State::Stale { .. } => {}
         }
@@ -88,7 +89,7 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
         Turn::Lead(_leader) => fetch(edge, site, &asked, (stored, ticket), forward).await,
         Turn::Follow(follower) => {
             follower.wait().await;
-            let key = edge.cache.key_for(&primary, &asked.headers);
+            let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
             if let Some(object) = edge.cache.get(&key).await
                 && object.state(SystemTime::now()) == State::Fresh
             {
@@ -345,6 +346,29 @@ fn not_modified_for(object: &CachedObject, asked: &HeaderMap) -> bool {
     }
 }
 
+/// The stored headers for an answer with a body of `body_len` bytes, in a map
+/// sized for the four the answer adds (`Accept-Ranges`, `Age`, `X-Cache`,
+/// `Content-Range`), so adding them allocates nothing; the stored
+/// `Content-Length` is kept when it is already the body's (no new value).
+fn served_headers(stored: &HeaderMap, body_len: u64) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(stored.len() + 4);
+    let same_length = content_length(stored) == Some(body_len);
+    for (name, value) in stored {
+        if name != header::CONTENT_LENGTH || same_length {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    if !same_length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    }
+    headers
+}
+
+/// [`from_cache`] for a hit, with the clock already read.
+fn from_cache_at(object: &CachedObject, asked: &Asked, result: CacheResult, now: SystemTime) -> Response<EdgeBody> {
+    answer(object, asked, (result, None), now)
+}
+
 /// The answer from a stored object: whole, a range of it, or `304`.
 fn from_cache(
     object: &CachedObject,
@@ -352,8 +376,17 @@ fn from_cache(
     result: CacheResult,
     origin_time: Option<Duration>,
 ) -> Response<EdgeBody> {
+    answer(object, asked, (result, origin_time), SystemTime::now())
+}
+
+fn answer(
+    object: &CachedObject,
+    asked: &Asked,
+    (result, origin_time): (CacheResult, Option<Duration>),
+    now: SystemTime,
+) -> Response<EdgeBody> {
     let len = object.body.len();
-    let age = HeaderValue::from(object.age(SystemTime::now()).as_secs());
+    let age = HeaderValue::from(object.age(now).as_secs());
     if not_modified_for(object, &asked.headers) {
         let mut resp = Response::new(body::empty());
         *resp.status_mut() = StatusCode::NOT_MODIFIED;
@@ -387,9 +420,8 @@ fn from_cache(
     };
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
+    *resp.headers_mut() = served_headers(&object.headers, body_len);
     let headers = resp.headers_mut();
-    *headers = object.headers.clone();
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     headers.insert(header::AGE, age);
     if let Some(cr) = content_range {

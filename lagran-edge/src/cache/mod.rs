@@ -200,9 +200,15 @@ impl Cache {
 
     /// The key a request for `primary` with `request` headers is stored under.
     pub fn key_for(&self, primary: &str, request: &HeaderMap) -> String {
-        match self.lock_varies().get(primary) {
-            Some(names) => variant_key(primary, names, request),
-            None => primary.to_owned(),
+        self.key_from(primary.to_owned(), request)
+    }
+
+    /// [`Cache::key_for`], reusing `primary` as the key when the URL has no
+    /// variants (the common case: no copy).
+    pub fn key_from(&self, primary: String, request: &HeaderMap) -> String {
+        match self.lock_varies().get(&primary) {
+            Some(names) => variant_key(&primary, names, request),
+            None => primary,
         }
     }
 
