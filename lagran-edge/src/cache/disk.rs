@@ -251,6 +251,10 @@ impl DiskTier {
             return false;
         }
         self.make_room(&mut index, size);
+        if index.bytes + index.reserved + size > self.max_bytes {
+            // What is left is promised to other files being written.
+            return false;
+        }
         index.reserved += size;
         index.filling.insert(key.to_owned());
         true

@@ -31,7 +31,10 @@ pub enum Chunk {
     End,
 }
 
-/// A reserved place in the disk tier for one object being streamed.
+/// A reserved place in the disk tier for one object being streamed. The
+/// reservation is given back by [`DiskFill::write`], whatever becomes of the
+/// file, so every fill begun is to be written (its channel may be closed at
+/// once: the file is then removed).
 pub struct DiskFill {
     disk: Arc<DiskTier>,
     key: String,

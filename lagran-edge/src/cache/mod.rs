@@ -528,5 +528,18 @@ mod tests {
         assert!(stream_fill(&cache, cache.ticket(), "a/cut", &body, 5000, true).await, "its reservation was released");
         assert_eq!(cache.disk_usage().0, 1);
         assert!(!stream_fill(&cache, cache.ticket(), "a/huge", &body, 2 << 20, true).await, "over the disk budget");
+        let half = DiskFill::begin(
+            cache.disk.as_ref().unwrap(),
+            "a/half".into(),
+            &object("a/half", "", &[]),
+            600 << 10,
+            (cache.purges.clone(), cache.ticket()),
+        )
+        .expect("room for one");
+        let other = cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/other", "", &[]), 600 << 10);
+        assert!(other.is_none(), "what is left is promised to the fill under way");
+        let (_, mut closed) = tokio::sync::mpsc::channel(1);
+        tokio::task::spawn_blocking(move || half.write(&mut closed)).await.unwrap();
+        assert!(stream_fill(&cache, cache.ticket(), "a/other", &body, 5000, true).await, "released by the write");
     }
 }
