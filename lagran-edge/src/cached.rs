@@ -16,8 +16,12 @@
 //!   cuts the range from it; when the object turns out too large to store, or not
 //!   storable, that fetch is abandoned and the range itself is asked from the
 //!   origin, so the client never receives more than it asked for.
-//! - Bodies over `cache_max_object_bytes` stream through to the client as they
-//!   arrive and are not stored.
+//! - Bodies over `cache_max_object_bytes` are never read whole: they stream to
+//!   the client as they arrive and, when the origin announced their length and
+//!   the disk tier has room, into the disk tier at once ([`crate::tee`]); later
+//!   requests, `Range` ones included, are served from the file. Requests that
+//!   waited for the fetch of such an object find nothing stored when its head
+//!   arrives and make a fetch each, streamed through without a second file.
 //! - A client's own `If-None-Match` / `If-Modified-Since` is answered `304` from a
 //!   stored object that matches. A client's `Cache-Control` is not obeyed: the
 //!   origin's says how long objects are good for, and one client's `no-cache`
@@ -35,7 +39,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use tracing::{debug, warn};
 
 use crate::body::{self, EdgeBody, Read};
-use crate::cache::{self, CachedObject, Ticket};
+use crate::cache::{self, CachedObject, Payload, Ticket};
 use crate::collapse::Turn;
 use crate::freshness::{self, Freshness, State};
 use crate::origin::{Forward, RequestHead};
@@ -54,21 +58,22 @@ struct Asked {
 
 pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Forward<'_>) -> Response<EdgeBody> {
     let asked = Asked { head_only: parts.method == Method::HEAD, uri: parts.uri, headers: parts.headers };
-    let primary = cache::key(forward.host, &asked.uri);
-    let key = edge.cache.key_for(&primary, &asked.headers);
+    let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
     let ticket = edge.cache.ticket();
     let mut stored = edge.cache.get(&key).await;
+    // One clock read for the object's state and its `Age`.
+    let now = SystemTime::now();
     // Past every stale window and nothing to revalidate with: of no more use.
-    if stored.as_ref().is_some_and(|o| o.is_dead(SystemTime::now())) {
+    if stored.as_ref().is_some_and(|o| o.is_dead(now)) {
         edge.cache.remove(&key);
         stored = None;
     }
     if let Some(object) = &stored {
-        match object.state(SystemTime::now()) {
-            State::Fresh => return from_cache(object, &asked, CacheResult::Hit, None),
+        match object.state(now) {
+            State::Fresh => return from_cache_at(object, &asked, CacheResult::Hit, now),
             State::StaleWhileRevalidate => {
                 revalidate_in_background(edge, site, &asked, forward, key);
-                return from_cache(object, &asked, CacheResult::Stale, None);
+                return from_cache_at(object, &asked, CacheResult::Stale, now);
             }
             State::Stale { .. } => {}
         }
@@ -84,7 +89,7 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
         Turn::Lead(_leader) => fetch(edge, site, &asked, (stored, ticket), forward).await,
         Turn::Follow(follower) => {
             follower.wait().await;
-            let key = edge.cache.key_for(&primary, &asked.headers);
+            let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
             if let Some(object) = edge.cache.get(&key).await
                 && object.state(SystemTime::now()) == State::Fresh
             {
@@ -193,11 +198,7 @@ async fn fetch(
         return from_cache(o, asked, CacheResult::Stale, Some(took));
     }
     let freshness = if status == StatusCode::OK { Freshness::of(resp.headers(), site.cache_ttl) } else { None };
-    let too_large = resp
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .is_some_and(|len| len > edge.cache.max_object_bytes() as u64);
+    let too_large = content_length(resp.headers()).is_some_and(|len| len > edge.cache.max_object_bytes() as u64);
     let ranged = asked.headers.contains_key(header::RANGE);
     let Some(freshness) = freshness.filter(|_| !too_large || !ranged) else {
         if let Some(old) = &stored {
@@ -236,21 +237,29 @@ async fn fill(
 ) -> Response<EdgeBody> {
     let Exchange { request_time, response_time, took, ticket } = exchange;
     let ranged = asked.headers.contains_key(header::RANGE);
-    let (mut parts, incoming) = resp.into_parts();
+    let (parts, incoming) = resp.into_parts();
+    let head = |headers: HeaderMap, body: Payload| CachedObject {
+        vary: cache::vary_names(&headers),
+        initial_age: freshness::initial_age(&headers, request_time, response_time),
+        headers: without_age(headers),
+        body,
+        response_time,
+        freshness,
+        primary: cache::key(forward.host, &asked.uri),
+    };
+    let max = edge.cache.max_object_bytes() as u64;
+    if let Some(len) = content_length(&parts.headers).filter(|&len| len > max) {
+        let body = match edge.cache.begin_disk_fill(ticket, &asked.headers, &head(parts.headers.clone(), empty()), len)
+        {
+            Some(fill) => crate::tee::tee(incoming, fill),
+            None => incoming,
+        };
+        return with_outcome(Response::from_parts(parts, body), CacheResult::Miss, Some(took));
+    }
     match body::read_up_to(incoming, edge.cache.max_object_bytes()).await {
         Ok(Read::Whole(bytes)) => {
             site.metrics.origin_bytes(bytes.len() as u64);
-            let initial_age = freshness::initial_age(&parts.headers, request_time, response_time);
-            parts.headers.remove(header::AGE);
-            let object = Arc::new(CachedObject {
-                vary: cache::vary_names(&parts.headers),
-                headers: parts.headers,
-                body: bytes,
-                response_time,
-                initial_age,
-                freshness,
-                primary: cache::key(forward.host, &asked.uri),
-            });
+            let object = Arc::new(head(parts.headers, bytes.into()));
             edge.cache.insert_since(ticket, &asked.headers, object.clone());
             from_cache(&object, asked, CacheResult::Miss, Some(took))
         }
@@ -267,6 +276,19 @@ async fn fill(
             text(StatusCode::BAD_GATEWAY, "origin response failed\n")
         }
     }
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+fn without_age(mut headers: HeaderMap) -> HeaderMap {
+    headers.remove(header::AGE);
+    headers
+}
+
+fn empty() -> Payload {
+    Payload::Memory(bytes::Bytes::new())
 }
 
 /// `old` with the headers of a `304` answering its revalidation; `None` when the
@@ -324,6 +346,29 @@ fn not_modified_for(object: &CachedObject, asked: &HeaderMap) -> bool {
     }
 }
 
+/// The stored headers for an answer with a body of `body_len` bytes, in a map
+/// sized for the four the answer adds (`Accept-Ranges`, `Age`, `X-Cache`,
+/// `Content-Range`), so adding them allocates nothing; the stored
+/// `Content-Length` is kept when it is already the body's (no new value).
+fn served_headers(stored: &HeaderMap, body_len: u64) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(stored.len() + 4);
+    let same_length = content_length(stored) == Some(body_len);
+    for (name, value) in stored {
+        if name != header::CONTENT_LENGTH || same_length {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    if !same_length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    }
+    headers
+}
+
+/// [`from_cache`] for a hit, with the clock already read.
+fn from_cache_at(object: &CachedObject, asked: &Asked, result: CacheResult, now: SystemTime) -> Response<EdgeBody> {
+    answer(object, asked, (result, None), now)
+}
+
 /// The answer from a stored object: whole, a range of it, or `304`.
 fn from_cache(
     object: &CachedObject,
@@ -331,8 +376,17 @@ fn from_cache(
     result: CacheResult,
     origin_time: Option<Duration>,
 ) -> Response<EdgeBody> {
+    answer(object, asked, (result, origin_time), SystemTime::now())
+}
+
+fn answer(
+    object: &CachedObject,
+    asked: &Asked,
+    (result, origin_time): (CacheResult, Option<Duration>),
+    now: SystemTime,
+) -> Response<EdgeBody> {
     let len = object.body.len();
-    let age = HeaderValue::from(object.age(SystemTime::now()).as_secs());
+    let age = HeaderValue::from(object.age(now).as_secs());
     if not_modified_for(object, &asked.headers) {
         let mut resp = Response::new(body::empty());
         *resp.status_mut() = StatusCode::NOT_MODIFIED;
@@ -346,11 +400,10 @@ fn from_cache(
         resp.headers_mut().insert(header::AGE, age);
         return with_outcome(resp, result, origin_time);
     }
-    let (status, body, content_range) = match range::resolve(&asked.headers, &object.headers, len as u64) {
-        ByteRange::Full => (StatusCode::OK, object.body.clone(), None),
+    let (status, (first, last), content_range) = match range::resolve(&asked.headers, &object.headers, len) {
+        ByteRange::Full => (StatusCode::OK, (0, len.saturating_sub(1)), None),
         ByteRange::Part(first, last) => {
-            let part = object.body.slice(first as usize..=last as usize);
-            (StatusCode::PARTIAL_CONTENT, part, Some(format!("bytes {first}-{last}/{len}")))
+            (StatusCode::PARTIAL_CONTENT, (first, last), Some(format!("bytes {first}-{last}/{len}")))
         }
         ByteRange::Unsatisfiable => {
             let mut resp = text(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable\n");
@@ -359,12 +412,16 @@ fn from_cache(
             return with_outcome(resp, result, origin_time);
         }
     };
-    let body_len = body.len();
-    let mut resp = Response::new(if asked.head_only { body::empty() } else { body::full(body) });
+    let body_len = if len == 0 { 0 } else { last + 1 - first };
+    let body = match &object.body {
+        _ if asked.head_only || body_len == 0 => body::empty(),
+        Payload::Memory(bytes) => body::full(bytes.slice(first as usize..=last as usize)),
+        Payload::File(range) => crate::file_body::file_range(range.part(first, last)),
+    };
+    let mut resp = Response::new(body);
     *resp.status_mut() = status;
+    *resp.headers_mut() = served_headers(&object.headers, body_len);
     let headers = resp.headers_mut();
-    *headers = object.headers.clone();
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     headers.insert(header::AGE, age);
     if let Some(cr) = content_range {

@@ -18,6 +18,7 @@ pub mod config;
 pub mod conn_limit;
 pub mod control;
 pub mod control_api;
+pub mod file_body;
 pub mod freshness;
 pub mod host;
 pub mod idle;
@@ -37,6 +38,7 @@ pub mod rum;
 pub mod server;
 #[cfg(unix)]
 pub mod tcp_info;
+pub mod tee;
 pub mod tls;
 pub mod waf;
 

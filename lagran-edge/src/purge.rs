@@ -229,7 +229,7 @@ mod tests {
             headers.insert("surrogate-key", HeaderValue::from_static(tags));
             Arc::new(CachedObject {
                 headers,
-                body: bytes::Bytes::from_static(b"body"),
+                body: bytes::Bytes::from_static(b"body").into(),
                 response_time: SystemTime::now(),
                 initial_age: Duration::ZERO,
                 freshness: Freshness {

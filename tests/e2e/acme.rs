@@ -3,9 +3,10 @@
 //! serve` as control plane and NS, and a real `lagran-edge` on pebble's
 //! HTTP-01 port. A site with `"acme": true` gets a certificate from pebble
 //! (the challenge answered by the edge from the control plane), the edge
-//! serves it under the site's SNI to a client trusting pebble's root, and a
-//! renewal window wider than the certificate's lifetime replaces it with a
-//! certificate of a new serial number.
+//! serves it under the site's SNI to a client trusting pebble's root; a
+//! renewal asked through the API (`POST /api/v1/sites/{domain}/certificate/renew`)
+//! and then a renewal window wider than the certificate's lifetime each
+//! replace it with a certificate of a new serial number.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -179,16 +180,30 @@ fn a_site_gets_its_certificate_from_pebble_and_renews_it() {
     let (_, warnings) = lagran.http("GET", "/api/v1/console/certificates", None, &admin);
     assert_eq!(warnings, json!([]), "a fresh certificate is no console warning");
 
-    // The same store, a renewal window wider than the certificate's lifetime: renewed at once.
-    drop(lagran);
-    let lagran = start_lagran(&db, dns, api, &acme(36_500));
+    // A renewal asked through the API, far from the renewal window: renewed now.
+    let (s, v) = lagran.http("POST", &format!("/api/v1/sites/{HOST}/certificate/renew"), None, &admin);
+    assert_eq!((s, &v["domain"]), (202, &json!(HOST)), "{v}");
     let second = wait_for(
-        "a renewed certificate on the edge",
+        "a certificate renewed on request on the edge",
         Duration::from_secs(90),
         || served_serial(HOST, https).filter(|s| *s != first),
         || format!("edge:\n{}\nlagran:\n{}", edge.log(), lagran.log()),
     );
-    assert_ne!(first, second);
+    let (ok, body) = curl(HOST, https, &root);
+    assert!(ok && body == "origin says hi", "the renewed certificate verifies too: {body}");
+    let metrics = ureq::get(&format!("http://127.0.0.1:{api}/metrics")).call().unwrap().into_string().unwrap();
+    assert!(metrics.contains("lagran_acme_orders_total{result=\"issued\"} 2"), "one order per renewal: {metrics}");
+
+    // The same store, a renewal window wider than the certificate's lifetime: renewed at once.
+    drop(lagran);
+    let lagran = start_lagran(&db, dns, api, &acme(36_500));
+    let third = wait_for(
+        "a certificate renewed by its window on the edge",
+        Duration::from_secs(90),
+        || served_serial(HOST, https).filter(|s| *s != second),
+        || format!("edge:\n{}\nlagran:\n{}", edge.log(), lagran.log()),
+    );
+    assert_ne!(first, third);
     let (ok, body) = curl(HOST, https, &root);
     assert!(ok && body == "origin says hi", "the renewed certificate verifies too: {body}");
     assert!(lagran.log().contains("ACME account restored from the store"), "one account, kept in the store");

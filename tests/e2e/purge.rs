@@ -163,6 +163,10 @@ fn a_purge_by_tag_reaches_two_edges_and_each_confirms() {
 
     let seen = confirmations(&control, id, &["gz-01"], || a.log());
     assert_eq!(seen, [("gz-01".to_owned(), 2)], "the running edge removed both red objects");
+    let (_, status) = control.http("GET", &format!("/api/v1/purge/{id}"), None, &admin);
+    // The site is in the edges' files only, so every node serves it: the
+    // stopped edge and the demo's kr-01, which runs no edge here.
+    assert_eq!(status["pending"], json!(["hk-01", "kr-01"]), "still to confirm: {status}");
     assert_eq!(x_cache(port_a, "/red/1"), "MISS", "purged");
     assert_eq!(x_cache(port_a, "/blue/1"), "HIT", "untagged red: kept");
     assert_eq!(hits.load(Ordering::SeqCst), 7);
@@ -176,4 +180,5 @@ fn a_purge_by_tag_reaches_two_edges_and_each_confirms() {
     assert_eq!(hits.load(Ordering::SeqCst), 8);
     let (_, v) = control.http("GET", &format!("/api/v1/purge/{id}"), None, &admin);
     assert!(v["confirmations"].as_array().unwrap().iter().all(|c| c["confirmed_at_ms"].as_i64() > Some(0)), "{v}");
+    assert_eq!(v["pending"], json!(["kr-01"]), "only the node without an edge is left: {v}");
 }

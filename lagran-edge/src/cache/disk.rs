@@ -8,14 +8,19 @@
 //! request path never waits for the disk to store, and when the queue is full
 //! the object is simply not written. Reads run on tokio's blocking pool.
 //!
+//! Objects over `cache_max_object_bytes` are written as they stream to their
+//! client ([`super::fill`]): their bytes are reserved against the budget while
+//! the file is written, and they are read back as a file range, never whole.
+//!
 //! Written by hand rather than with `foyer`: purging by prefix and by tag needs
 //! the keys of every stored object, and foyer's hybrid cache offers no way to
 //! list them; the index here is a map of keys in memory, rebuilt at start by
 //! reading each file's record.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::time::{Duration, SystemTime};
@@ -27,6 +32,7 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use super::CachedObject;
+use super::payload::{FileRange, Payload};
 use crate::freshness::Freshness;
 
 const MAGIC: &[u8; 4] = b"LGC1";
@@ -66,7 +72,7 @@ impl Record {
         }
     }
 
-    fn into_object(self, body: Bytes) -> Option<CachedObject> {
+    fn into_object(self, body: Payload) -> Option<CachedObject> {
         let mut headers = HeaderMap::new();
         for (k, v) in self.headers {
             headers.append(HeaderName::from_bytes(k.as_bytes()).ok()?, HeaderValue::from_bytes(&v).ok()?);
@@ -88,9 +94,24 @@ impl Record {
     }
 }
 
+/// What [`Op::Commit`] calls once the file is renamed into place (`true`) or
+/// could not be (`false`).
+pub type Committed = Box<dyn FnOnce(bool) + Send>;
+
 enum Op {
-    Write { path: PathBuf, bytes: Vec<u8> },
+    /// `bytes`, then `tail` copied from another file.
+    Write {
+        path: PathBuf,
+        bytes: Vec<u8>,
+        tail: Option<FileRange>,
+    },
     Delete(PathBuf),
+    /// Renames a file written elsewhere into place, in order with the deletes.
+    Commit {
+        tmp: PathBuf,
+        path: PathBuf,
+        then: Committed,
+    },
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
@@ -100,6 +121,10 @@ struct Index {
     lru: BTreeMap<u64, String>,
     tick: u64,
     bytes: u64,
+    /// Bytes promised to files being written ([`DiskTier::reserve`]).
+    reserved: u64,
+    /// Keys whose file is being written.
+    filling: HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -114,6 +139,9 @@ struct Entry {
 pub struct DiskTier {
     dir: PathBuf,
     max_bytes: u64,
+    /// Bodies up to this size are read into memory; larger ones are served
+    /// from the file.
+    inline_max: u64,
     index: Mutex<Index>,
     ops: mpsc::SyncSender<Op>,
 }
@@ -132,7 +160,7 @@ pub struct Opened {
 impl DiskTier {
     /// Opens `dir` (created if missing), indexes the objects already there and
     /// returns the Vary lists found and when the oldest of them arrived.
-    pub fn open(dir: &Path, max_bytes: u64) -> io::Result<(DiskTier, Opened)> {
+    pub fn open(dir: &Path, max_bytes: u64, inline_max: u64) -> io::Result<(DiskTier, Opened)> {
         fs::create_dir_all(dir)?;
         let mut found = Vec::new();
         for entry in fs::read_dir(dir)? {
@@ -156,7 +184,7 @@ impl DiskTier {
         found.sort_by_key(|(r, _)| r.response_time_ms);
         let (tx, rx) = mpsc::sync_channel(WRITE_QUEUE);
         std::thread::Builder::new().name("cache-disk".into()).spawn(move || writer(rx))?;
-        let tier = DiskTier { dir: dir.to_owned(), max_bytes, index: Mutex::default(), ops: tx };
+        let tier = DiskTier { dir: dir.to_owned(), max_bytes, inline_max, index: Mutex::default(), ops: tx };
         let mut varies = Vec::new();
         let mut oldest = None;
         for (record, size) in found {
@@ -175,12 +203,29 @@ impl DiskTier {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn path(&self, key: &str) -> PathBuf {
+    pub(super) fn path(&self, key: &str) -> PathBuf {
         self.dir.join(format!("{}.obj", hex::encode(Sha256::digest(key.as_bytes()))))
     }
 
+    /// Where the file of `key` is written while its object streams in (removed
+    /// at start like every `.tmp`).
+    pub(super) fn fill_path(&self, key: &str) -> PathBuf {
+        self.path(key).with_extension("fill.tmp")
+    }
+
+    /// Evicts least recently used files until `size` more bytes fit.
+    fn make_room(&self, index: &mut Index, size: u64) {
+        while index.bytes + index.reserved + size > self.max_bytes {
+            let Some((_, oldest)) = index.lru.pop_first() else { break };
+            if let Some(e) = index.entries.remove(&oldest) {
+                index.bytes -= e.size;
+                let _ = self.ops.try_send(Op::Delete(self.path(&oldest)));
+            }
+        }
+    }
+
     /// Counts `key` in, evicting least recently used files beyond the budget.
-    fn admit(&self, key: &str, size: u64, tags: Vec<String>) -> bool {
+    pub(super) fn admit(&self, key: &str, size: u64, tags: Vec<String>) -> bool {
         if size > self.max_bytes {
             return false;
         }
@@ -189,13 +234,7 @@ impl DiskTier {
             index.lru.remove(&old.tick);
             index.bytes -= old.size;
         }
-        while index.bytes + size > self.max_bytes {
-            let Some((_, oldest)) = index.lru.pop_first() else { break };
-            if let Some(e) = index.entries.remove(&oldest) {
-                index.bytes -= e.size;
-                let _ = self.ops.try_send(Op::Delete(self.path(&oldest)));
-            }
-        }
+        self.make_room(&mut index, size);
         index.tick += 1;
         let tick = index.tick;
         index.lru.insert(tick, key.to_owned());
@@ -204,18 +243,55 @@ impl DiskTier {
         true
     }
 
+    /// Reserves `size` bytes for the file of `key` about to be written, evicting
+    /// others to make room; false when it cannot fit or is being written already.
+    pub(super) fn reserve(&self, key: &str, size: u64) -> bool {
+        let mut index = self.lock();
+        if size > self.max_bytes || index.filling.contains(key) {
+            return false;
+        }
+        self.make_room(&mut index, size);
+        if index.bytes + index.reserved + size > self.max_bytes {
+            // What is left is promised to other files being written.
+            return false;
+        }
+        index.reserved += size;
+        index.filling.insert(key.to_owned());
+        true
+    }
+
+    /// Gives back what [`DiskTier::reserve`] took.
+    pub(super) fn release(&self, key: &str, size: u64) {
+        let mut index = self.lock();
+        index.reserved -= size;
+        index.filling.remove(key);
+    }
+
+    /// Queues the rename of `tmp` into the place of `key`'s file; `then` is
+    /// called on the writer thread once it is done.
+    pub(super) fn commit(&self, key: &str, tmp: PathBuf, then: Committed) {
+        let op = Op::Commit { tmp, path: self.path(key), then };
+        if let Err(mpsc::SendError(Op::Commit { tmp, then, .. })) = self.ops.send(op) {
+            let _ = fs::remove_file(tmp);
+            then(false);
+        }
+    }
+
     /// Queues `object` for writing under `key`.
     pub fn put(&self, key: &str, object: &CachedObject) {
-        let record = serde_json::to_vec(&Record::of(key, object)).expect("a record serializes");
-        let mut bytes = Vec::with_capacity(8 + record.len() + object.body.len());
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&(record.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(&record);
-        bytes.extend_from_slice(&object.body);
-        if !self.admit(key, bytes.len() as u64, super::tags(&object.headers)) {
+        let mut bytes = head(key, object);
+        let tail = match &object.body {
+            Payload::Memory(body) => {
+                bytes.extend_from_slice(body);
+                None
+            }
+            Payload::File(range) => Some(range.clone()),
+        };
+        let size = bytes.len() as u64 + tail.as_ref().map_or(0, |t| t.len);
+        if !self.admit(key, size, super::tags(&object.headers)) {
             return;
         }
-        if self.ops.try_send(Op::Write { path: self.path(key), bytes }).is_err() {
+        if self.ops.try_send(Op::Write { path: self.path(key), bytes, tail }).is_err() {
             debug!(key, "disk write queue full; object kept in memory only");
             self.forget(key);
         }
@@ -273,8 +349,8 @@ impl DiskTier {
     /// The object under `key`, read from its file.
     pub async fn get(self: &Arc<Self>, key: &str) -> Option<CachedObject> {
         self.touch(key)?;
-        let path = self.path(key);
-        let read = tokio::task::spawn_blocking(move || read_object(&path)).await;
+        let (path, inline_max) = (self.path(key), self.inline_max);
+        let read = tokio::task::spawn_blocking(move || read_object(&path, inline_max)).await;
         match read {
             Ok(Ok((stored_key, object))) if stored_key == key => Some(object),
             _ => {
@@ -301,13 +377,47 @@ impl DiskTier {
     }
 }
 
+/// `LGC1`, the record's length and the record: a file up to its body.
+pub(super) fn head(key: &str, object: &CachedObject) -> Vec<u8> {
+    let record = serde_json::to_vec(&Record::of(key, object)).expect("a record serializes");
+    let mut bytes = Vec::with_capacity(8 + record.len() + object.body.memory_cost());
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&record);
+    bytes
+}
+
+/// Copies `range` to the end of `to`.
+fn copy_range(range: &FileRange, to: &mut fs::File) -> io::Result<()> {
+    let mut buf = vec![0; 256 * 1024];
+    let mut done = 0;
+    while done < range.len {
+        let want = buf.len().min((range.len - done) as usize);
+        let n = range.file.read_at(&mut buf[..want], range.offset + done)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the source cache file is short"));
+        }
+        to.write_all(&buf[..n])?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+fn write_file(tmp: &Path, bytes: &[u8], tail: Option<&FileRange>) -> io::Result<()> {
+    let mut file = fs::File::create(tmp)?;
+    file.write_all(bytes)?;
+    match tail {
+        Some(range) => copy_range(range, &mut file),
+        None => Ok(()),
+    }
+}
+
 fn writer(ops: mpsc::Receiver<Op>) {
     for op in ops {
         match op {
-            Op::Write { path, bytes } => {
+            Op::Write { path, bytes, tail } => {
                 let tmp = path.with_extension("tmp");
-                let written =
-                    fs::File::create(&tmp).and_then(|mut f| f.write_all(&bytes)).and_then(|()| fs::rename(&tmp, &path));
+                let written = write_file(&tmp, &bytes, tail.as_ref()).and_then(|()| fs::rename(&tmp, &path));
                 if let Err(e) = written {
                     warn!(path = %path.display(), error = %e, "cache file not written");
                     let _ = fs::remove_file(&tmp);
@@ -315,6 +425,14 @@ fn writer(ops: mpsc::Receiver<Op>) {
             }
             Op::Delete(path) => {
                 let _ = fs::remove_file(&path);
+            }
+            Op::Commit { tmp, path, then } => {
+                let renamed = fs::rename(&tmp, &path);
+                if let Err(e) = &renamed {
+                    warn!(path = %path.display(), error = %e, "cache file not renamed into place");
+                    let _ = fs::remove_file(&tmp);
+                }
+                then(renamed.is_ok());
             }
             Op::Flush(done) => {
                 let _ = done.send(());
@@ -341,13 +459,22 @@ fn read_record(path: &Path) -> io::Result<(Record, u64)> {
     Ok((read_head(&mut file)?, size))
 }
 
-fn read_object(path: &Path) -> io::Result<(String, CachedObject)> {
+/// The object in `path`: its body read into memory up to `inline_max` bytes,
+/// else left in the file.
+fn read_object(path: &Path, inline_max: u64) -> io::Result<(String, CachedObject)> {
     let mut file = fs::File::open(path)?;
+    let size = file.metadata()?.len();
     let record = read_head(&mut file)?;
-    let mut body = Vec::new();
-    file.read_to_end(&mut body)?;
+    let offset = std::io::Seek::stream_position(&mut file)?;
+    let len = size.saturating_sub(offset);
+    let body = if len > inline_max {
+        Payload::File(FileRange { file: Arc::new(file), offset, len })
+    } else {
+        let mut body = Vec::with_capacity(len as usize);
+        file.read_to_end(&mut body)?;
+        Payload::Memory(Bytes::from(body))
+    };
     let key = record.key.clone();
-    let object =
-        record.into_object(body.into()).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad header"))?;
+    let object = record.into_object(body).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "bad header"))?;
     Ok((key, object))
 }

@@ -1,4 +1,7 @@
 //! The memory tier: objects bounded by bytes, least recently used out first.
+//!
+//! Keys are shared between the map and the recency order (`Arc<str>`), so a
+//! hit, which moves its key in the order, copies no string.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,9 +16,9 @@ pub struct MemoryTier {
 
 #[derive(Debug, Default)]
 struct Inner {
-    entries: HashMap<String, Entry>,
+    entries: HashMap<Arc<str>, Entry>,
     /// Last-use tick → key; the first entry is the least recently used.
-    lru: BTreeMap<u64, String>,
+    lru: BTreeMap<u64, Arc<str>>,
     tick: u64,
     bytes: usize,
 }
@@ -53,11 +56,13 @@ impl MemoryTier {
     pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
         let mut inner = self.lock();
         let inner = &mut *inner;
+        let (shared, _) = inner.entries.get_key_value(key)?;
+        let shared = shared.clone();
         let entry = inner.entries.get_mut(key)?;
-        inner.lru.remove(&entry.tick);
+        let old = inner.lru.remove(&entry.tick);
         inner.tick += 1;
         entry.tick = inner.tick;
-        inner.lru.insert(inner.tick, key.to_owned());
+        inner.lru.insert(inner.tick, old.unwrap_or(shared));
         Some(entry.object.clone())
     }
 
@@ -78,6 +83,7 @@ impl MemoryTier {
         }
         inner.tick += 1;
         let tick = inner.tick;
+        let key: Arc<str> = key.into();
         inner.lru.insert(tick, key.clone());
         inner.bytes += cost;
         inner.entries.insert(key, Entry { object, tick, cost });
@@ -92,7 +98,7 @@ impl MemoryTier {
     pub fn remove_where(&self, mut doomed: impl FnMut(&str, &CachedObject) -> bool) -> Vec<String> {
         let mut inner = self.lock();
         let keys: Vec<String> =
-            inner.entries.iter().filter(|(k, e)| doomed(k, &e.object)).map(|(k, _)| k.clone()).collect();
+            inner.entries.iter().filter(|(k, e)| doomed(k, &e.object)).map(|(k, _)| k.to_string()).collect();
         for k in &keys {
             inner.remove(k);
         }

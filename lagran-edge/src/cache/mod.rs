@@ -12,7 +12,9 @@
 //! header fields nominated by the stored response … match").
 //!
 //! Every object goes to both tiers when stored; an object found only on disk is
-//! read back into memory.
+//! read back into memory. Objects over `cache_max_object_bytes` live on disk
+//! only: written as they stream to their first client ([`fill`]) and served
+//! from their file ([`Payload::File`]).
 //!
 //! Each object's tags are the origin's `Surrogate-Key` and `Cache-Tag` response
 //! headers (values separated by spaces or commas), kept with it in both tiers
@@ -25,7 +27,9 @@
 //! response still goes to its client; the next request fetches again).
 
 mod disk;
+mod fill;
 mod memory;
+mod payload;
 
 use std::collections::HashMap;
 use std::io;
@@ -34,18 +38,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use hyper::Uri;
 use hyper::header::{self, HeaderMap, HeaderName};
 
 use crate::freshness::{Freshness, State};
 use disk::DiskTier;
+pub use fill::{Chunk, DiskFill};
 use memory::MemoryTier;
+pub use payload::{FileRange, Payload};
 
 #[derive(Debug, Clone)]
 pub struct CachedObject {
     pub headers: HeaderMap,
-    pub body: Bytes,
+    pub body: Payload,
     /// When the response arrived, or was last revalidated.
     pub response_time: SystemTime,
     /// Its age on arrival.
@@ -61,7 +66,7 @@ impl CachedObject {
     /// What the object is charged against the memory budget.
     fn cost(&self, key: &str) -> usize {
         let headers: usize = self.headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 32).sum();
-        self.body.len() + headers + key.len() + 128
+        self.body.memory_cost() + headers + key.len() + 128
     }
 
     /// Its current age (RFC 9111 §4.2.3: initial age plus resident time).
@@ -156,7 +161,7 @@ pub struct Cache {
     /// Purges begun so far. Inserts hold it shared from their check to their
     /// store; a purge takes it exclusively only to count itself, so an insert
     /// that passed its check is in the tiers before the purge removes anything.
-    purges: RwLock<u64>,
+    purges: Arc<RwLock<u64>>,
 }
 
 impl Cache {
@@ -168,13 +173,13 @@ impl Cache {
             disk: None,
             varies: Mutex::default(),
             oldest_ms: AtomicU64::new(u64::MAX),
-            purges: RwLock::new(0),
+            purges: Arc::default(),
         }
     }
 
     /// A cache with a disk tier in `dir`, holding the objects stored there before.
     pub fn with_disk(max_bytes: usize, max_object_bytes: usize, dir: &Path, disk_max_bytes: u64) -> io::Result<Cache> {
-        let (disk, opened) = DiskTier::open(dir, disk_max_bytes)?;
+        let (disk, opened) = DiskTier::open(dir, disk_max_bytes, max_object_bytes as u64)?;
         let cache = Cache { disk: Some(Arc::new(disk)), ..Cache::new(max_bytes, max_object_bytes) };
         cache.lock_varies().extend(opened.varies);
         if let Some(ms) = opened.oldest_ms {
@@ -183,7 +188,8 @@ impl Cache {
         Ok(cache)
     }
 
-    /// Bodies larger than this are not stored.
+    /// Bodies larger than this are not kept in memory (nor stored at all
+    /// without a disk tier).
     pub fn max_object_bytes(&self) -> usize {
         self.max_object_bytes
     }
@@ -194,9 +200,15 @@ impl Cache {
 
     /// The key a request for `primary` with `request` headers is stored under.
     pub fn key_for(&self, primary: &str, request: &HeaderMap) -> String {
-        match self.lock_varies().get(primary) {
-            Some(names) => variant_key(primary, names, request),
-            None => primary.to_owned(),
+        self.key_from(primary.to_owned(), request)
+    }
+
+    /// [`Cache::key_for`], reusing `primary` as the key when the URL has no
+    /// variants (the common case: no copy).
+    pub fn key_from(&self, primary: String, request: &HeaderMap) -> String {
+        match self.lock_varies().get(&primary) {
+            Some(names) => variant_key(&primary, names, request),
+            None => primary,
         }
     }
 
@@ -206,7 +218,9 @@ impl Cache {
             return Some(object);
         }
         let object = Arc::new(self.disk.as_ref()?.get(key).await?);
-        self.memory.insert(key.to_owned(), object.clone());
+        if object.body.in_memory().is_some() {
+            self.memory.insert(key.to_owned(), object.clone());
+        }
         Some(object)
     }
 
@@ -232,23 +246,53 @@ impl Cache {
     /// tiers; returns the key it is stored under. Fetches store through
     /// [`Cache::insert_since`].
     pub fn insert(&self, request: &HeaderMap, object: Arc<CachedObject>) -> String {
-        let key = if object.vary.is_empty() {
+        let key = self.key_of(request, &object);
+        let large = object.body.len() > self.max_object_bytes as u64;
+        if large && (self.disk.is_none() || object.body.in_memory().is_some()) {
+            return key;
+        }
+        self.arrived(&object);
+        if let Some(disk) = &self.disk {
+            disk.put(&key, &object);
+        }
+        if !large {
+            self.memory.insert(key.clone(), object);
+        }
+        key
+    }
+
+    /// The key `object` is stored under, noting its `Vary` list for its URL.
+    fn key_of(&self, request: &HeaderMap, object: &CachedObject) -> String {
+        if object.vary.is_empty() {
             self.lock_varies().remove(&object.primary);
             object.primary.clone()
         } else {
             self.lock_varies().insert(object.primary.clone(), object.vary.clone());
             variant_key(&object.primary, &object.vary, request)
-        };
-        if object.body.len() > self.max_object_bytes {
-            return key;
         }
+    }
+
+    fn arrived(&self, object: &CachedObject) {
         let arrived = object.response_time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
         self.oldest_ms.fetch_min(arrived.as_millis() as u64, Ordering::Relaxed);
-        if let Some(disk) = &self.disk {
-            disk.put(&key, &object);
-        }
-        self.memory.insert(key.clone(), object);
-        key
+    }
+
+    /// A place in the disk tier for an object whose body of `body_len` bytes
+    /// will be streamed to its client and written at once (`head` is the object
+    /// without it); `None` without a disk tier, when it does not fit, or when
+    /// the same object is being written already.
+    pub fn begin_disk_fill(
+        &self,
+        ticket: Ticket,
+        request: &HeaderMap,
+        head: &CachedObject,
+        body_len: u64,
+    ) -> Option<DiskFill> {
+        let disk = self.disk.as_ref()?;
+        let key = self.key_of(request, head);
+        let fill = DiskFill::begin(disk, key, head, body_len, (self.purges.clone(), ticket))?;
+        self.arrived(head);
+        Some(fill)
     }
 
     pub fn remove(&self, key: &str) {
@@ -309,6 +353,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use hyper::header::HeaderValue;
 
     fn object(primary: &str, body: &'static str, vary: &[&'static str]) -> Arc<CachedObject> {
@@ -316,7 +361,7 @@ mod tests {
         headers.insert(header::ETAG, HeaderValue::from_static("\"v1\""));
         Arc::new(CachedObject {
             headers,
-            body: Bytes::from_static(body.as_bytes()),
+            body: Bytes::from_static(body.as_bytes()).into(),
             response_time: SystemTime::now(),
             initial_age: Duration::ZERO,
             freshness: Freshness {
@@ -358,7 +403,7 @@ mod tests {
         let after = cache.ticket();
         let stored = cache.insert_since(after, &HeaderMap::new(), object("a/x", "new", &[]));
         assert_eq!(stored.as_deref(), Some("a/x"));
-        assert_eq!(cache.get("a/x").await.map(|o| o.body.clone()).as_deref(), Some(&b"new"[..]));
+        assert_eq!(cache.get("a/x").await.and_then(|o| o.body.in_memory().cloned()).as_deref(), Some(&b"new"[..]));
     }
 
     #[tokio::test]
@@ -374,9 +419,9 @@ mod tests {
         let (fr, de) = (request(&[("accept-language", "fr")]), request(&[("accept-language", "de")]));
         cache.insert(&fr, object("a/x", "bonjour", &["accept-language"]));
         cache.insert(&de, object("a/x", "hallo", &["accept-language"]));
-        let body = async |h: &HeaderMap| cache.get(&cache.key_for("a/x", h)).await.map(|o| o.body.clone());
-        assert_eq!(body(&fr).await.as_deref(), Some(&b"bonjour"[..]));
-        assert_eq!(body(&de).await.as_deref(), Some(&b"hallo"[..]));
+        let body = async |h: &HeaderMap| cache.get(&cache.key_for("a/x", h)).await.map(|o| o.body.in_memory().cloned());
+        assert_eq!(body(&fr).await.flatten().as_deref(), Some(&b"bonjour"[..]));
+        assert_eq!(body(&de).await.flatten().as_deref(), Some(&b"hallo"[..]));
         assert_eq!(body(&request(&[("accept-language", "en")])).await, None);
     }
 
@@ -393,7 +438,10 @@ mod tests {
         let cache = Cache::with_disk(1 << 20, 1 << 16, dir.path(), 1 << 20).unwrap();
         assert!(cache.is_empty() && cache.disk_usage().0 == 2);
         let x = cache.get(&cache.key_for("a/x", &en)).await.expect("the variant is found on disk");
-        assert_eq!((&x.body[..], x.headers.get(header::ETAG).unwrap().as_bytes()), (&b"hello"[..], &b"\"v1\""[..]));
+        assert_eq!(
+            (&x.body.in_memory().unwrap()[..], x.headers.get(header::ETAG).unwrap().as_bytes()),
+            (&b"hello"[..], &b"\"v1\""[..])
+        );
         assert_eq!(x.freshness.lifetime, Duration::from_secs(60));
         assert!(cache.get("a/y").await.is_some() && cache.len() == 2, "read back into memory");
     }
@@ -410,5 +458,88 @@ mod tests {
         assert!(bytes <= 700 && objects < 4, "{objects} objects, {bytes} bytes");
         let files = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(files, objects, "evicted files are deleted");
+    }
+
+    /// Streams `body` through a fill of `key` begun now (`None`: refused), the
+    /// channel ended by `End` when `complete`.
+    async fn stream_fill(
+        cache: &Cache,
+        ticket: Ticket,
+        key: &str,
+        body: &[u8],
+        announced: u64,
+        complete: bool,
+    ) -> bool {
+        let Some(fill) = cache.begin_disk_fill(ticket, &HeaderMap::new(), &object(key, "", &[]), announced) else {
+            return false;
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        let writer = tokio::task::spawn_blocking(move || fill.write(&mut rx));
+        for chunk in body.chunks(1000) {
+            tx.send(Chunk::Data(Bytes::copy_from_slice(chunk))).await.unwrap();
+        }
+        if complete {
+            tx.send(Chunk::End).await.unwrap();
+        }
+        drop(tx);
+        writer.await.unwrap();
+        cache.flush().await;
+        true
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn a_large_object_streamed_to_disk_is_served_from_its_file() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::with_disk(1 << 16, 1 << 10, dir.path(), 1 << 20).unwrap();
+        let body: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+        assert!(stream_fill(&cache, cache.ticket(), "a/big", &body, body.len() as u64, true).await);
+        assert_eq!(cache.disk_usage().0, 1);
+        let stored = cache.get("a/big").await.expect("on disk");
+        let Payload::File(range) = &stored.body else { panic!("a large object is not read into memory") };
+        assert_eq!(range.len, body.len() as u64);
+        let mut back = vec![0; 100];
+        range.file.read_exact_at(&mut back, range.offset + 40_000).unwrap();
+        assert_eq!(back, body[40_000..40_100]);
+        assert!(cache.is_empty(), "the memory tier holds none of it");
+
+        let cache = Cache::with_disk(1 << 16, 1 << 10, dir.path(), 1 << 20).unwrap();
+        assert_eq!(cache.get("a/big").await.map(|o| o.body.len()), Some(50_000), "found again after a restart");
+    }
+
+    #[tokio::test]
+    async fn an_incomplete_or_purged_fill_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::with_disk(1 << 16, 1 << 10, dir.path(), 1 << 20).unwrap();
+        let body = vec![7u8; 5000];
+        assert!(stream_fill(&cache, cache.ticket(), "a/short", &body, 6000, true).await, "shorter than announced");
+        assert!(stream_fill(&cache, cache.ticket(), "a/cut", &body, 5000, false).await, "the origin failed");
+        let before = cache.ticket();
+        cache.purge(|_, _| true);
+        assert!(stream_fill(&cache, before, "a/purged", &body, 5000, true).await);
+        assert_eq!((cache.disk_usage(), files(dir.path())), ((0, 0), vec![]));
+        assert!(stream_fill(&cache, cache.ticket(), "a/cut", &body, 5000, true).await, "its reservation was released");
+        assert_eq!(cache.disk_usage().0, 1);
+        assert!(!stream_fill(&cache, cache.ticket(), "a/huge", &body, 2 << 20, true).await, "over the disk budget");
+        let half = DiskFill::begin(
+            cache.disk.as_ref().unwrap(),
+            "a/half".into(),
+            &object("a/half", "", &[]),
+            600 << 10,
+            (cache.purges.clone(), cache.ticket()),
+        )
+        .expect("room for one");
+        let other = cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/other", "", &[]), 600 << 10);
+        assert!(other.is_none(), "what is left is promised to the fill under way");
+        let (_, mut closed) = tokio::sync::mpsc::channel(1);
+        tokio::task::spawn_blocking(move || half.write(&mut closed)).await.unwrap();
+        assert!(stream_fill(&cache, cache.ticket(), "a/other", &body, 5000, true).await, "released by the write");
     }
 }

@@ -11,10 +11,10 @@ use crate::origins::{handler, reply, scripted};
 use crate::support::get;
 
 /// The edge process; killed if a test fails before stopping it.
-struct EdgeProcess(Child);
+pub struct EdgeProcess(Child);
 
 impl EdgeProcess {
-    fn start(config: &std::path::Path) -> EdgeProcess {
+    pub fn start(config: &std::path::Path) -> EdgeProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_lagran-edge"))
             .arg("--config")
             .arg(config)
@@ -24,8 +24,12 @@ impl EdgeProcess {
         EdgeProcess(child)
     }
 
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
     /// SIGTERM, then waits for the exit.
-    fn stop(mut self) {
+    pub fn stop(mut self) {
         let pid = self.0.id().to_string();
         assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
@@ -45,11 +49,11 @@ impl Drop for EdgeProcess {
     }
 }
 
-fn free_port() -> SocketAddr {
+pub fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
-async fn wait_ready(addr: SocketAddr) {
+pub async fn wait_ready(addr: SocketAddr) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     while tokio::net::TcpStream::connect(addr).await.is_err() {
         assert!(tokio::time::Instant::now() < deadline, "lagran-edge is not listening on {addr}");

@@ -1,8 +1,10 @@
 //! The renewal scheduler, run by the leader only: every `check_secs` it looks
 //! at each site with `acme` and its certificate, and orders one when there is
-//! none or the renewal window is open ([`super::window`]). A failed order is
-//! retried after a pause that doubles; the account is loaded (or created) on
-//! the first order of the term.
+//! none, the renewal window is open ([`super::window`]) or an operator asked
+//! for a renewal (`POST /api/v1/sites/{domain}/certificate/renew`, a row in the
+//! store, looked for every [`ASKED_EVERY`] between two looks). A failed order
+//! is retried after a pause that doubles; the account is loaded (or created)
+//! on the first order of the term.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +26,8 @@ const FIRST_RETRY: Duration = Duration::from_secs(60);
 const STALE_CHALLENGE_MS: i64 = 3600 * 1000;
 /// The pseudo-site under which failures to reach the account are paced.
 const ACCOUNT: &str = "";
+/// How often the renewals asked for are looked for between two rounds.
+pub const ASKED_EVERY: Duration = Duration::from_secs(1);
 
 /// Orders and renews the certificates of the sites with `acme`.
 pub struct Renewer {
@@ -59,6 +63,7 @@ impl Renewer {
             tokio::select! {
                 () = token.cancelled() => return,
                 () = tokio::time::sleep(self.settings.check_every()) => {}
+                () = self.asked(&failures) => {}
             }
         }
     }
@@ -70,11 +75,25 @@ impl Renewer {
         failures: &mut Failures,
         token: &CancellationToken,
     ) -> Result<(), AcmeError> {
-        for site in self.store.list_sites().await?.into_iter().filter(|s| s.site.acme) {
+        let renewals = self.store.acme_renewals().await?;
+        let sites: Vec<_> = self.store.list_sites().await?.into_iter().filter(|s| s.site.acme).collect();
+        let mut asked = HashMap::new();
+        for (host, at) in renewals {
+            match sites.iter().any(|s| s.site.host == host) {
+                true => _ = asked.insert(host, at),
+                // Asked for a site that no longer has `acme` (or is gone): nothing to do.
+                false => self.store.clear_acme_renewal(&host, at).await?,
+            }
+        }
+        for site in sites {
             let host = site.site.host;
             let cert = self.store.get_certificate(&host).await?;
             let not_after = cert.as_ref().and_then(|c| not_after_of_pem(&c.cert_pem));
-            let plan = window::plan(not_after, now_secs(), self.settings.renew_before());
+            let mut plan = window::plan(not_after, now_secs(), self.settings.renew_before());
+            let asked_at = asked.get(&host).copied();
+            if asked_at.is_some() && matches!(plan, Plan::WaitUntil(_)) {
+                plan = Plan::Renew;
+            }
             if matches!(plan, Plan::WaitUntil(_)) || paused(failures, &host) || token.is_cancelled() {
                 continue;
             }
@@ -85,11 +104,14 @@ impl Renewer {
                 }
             }
             let Some(acct) = account.as_ref() else { return Ok(()) };
-            tracing::info!(host = %host, ?plan, "ordering an ACME certificate");
+            tracing::info!(host = %host, ?plan, asked = asked_at.is_some(), "ordering an ACME certificate");
             match self.order(acct, &host).await {
                 Ok(not_after) => {
                     failures.remove(&host);
                     tracing::info!(host = %host, not_after, "ACME certificate issued and stored");
+                    if let Some(at) = asked_at {
+                        self.store.clear_acme_renewal(&host, at).await?;
+                    }
                 }
                 Err(e) => self.failed(failures, &host, &e),
             }
@@ -124,6 +146,25 @@ impl Renewer {
         entry.1 = Instant::now() + pause;
         let what = if host == ACCOUNT { "the ACME account" } else { host };
         tracing::warn!(site = what, failures = entry.0, retry_in = ?pause, error = %e, "ACME order failed");
+    }
+}
+
+impl Renewer {
+    /// Returns once a renewal is asked for a site not paused by failures
+    /// (looked for every [`ASKED_EVERY`]; a store that cannot be read is
+    /// looked at again at the next round).
+    async fn asked(&self, failures: &Failures) {
+        loop {
+            tokio::time::sleep(ASKED_EVERY).await;
+            match self.store.acme_renewals().await {
+                Ok(asked) if asked.iter().any(|(host, _)| !paused(failures, host)) => return,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the ACME renewals asked for");
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
     }
 }
 

@@ -130,6 +130,7 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/api/v1/certificates", ReadOrQueriedNode, certificates::list)
         .at(GET, "/api/v1/certificates/{domain}", ReadOrQueriedNode, certificates::get_one)
         .at(GET, "/api/v1/acme/challenges/{token}", ReadOrAnyNode, acme::challenge)
+        .at(POST, "/api/v1/sites/{host}/certificate/renew", Admin, acme::renew)
         .at(PUT, "/api/v1/certificates/{domain}", Admin, certificates::put)
         .at(DELETE, "/api/v1/certificates/{domain}", Admin, certificates::delete)
         .at(POST, "/api/v1/purge", Admin, purge::create)

@@ -5,7 +5,10 @@
 //!   `"tags": [...]` (the origin's `Surrogate-Key` / `Cache-Tag` values):
 //!   recorded, answered `202` with the purge and its `id`. A bad field is `422`
 //!   naming it. The site is a host name or `*.suffix`; full URLs must be of it.
-//! - `GET /api/v1/purge/{id}`: the purge and each edge's confirmation.
+//! - `GET /api/v1/purge/{id}`: the purge, each edge's confirmation, and the
+//!   edges still to confirm (`pending`): the nodes that serve the site (those
+//!   of its `pools`, every node when it has none or is not stored) and have
+//!   not confirmed.
 //! - `GET /api/v1/nodes/{name}/purges?after=ID&since_ms=MS` (the node's
 //!   token): the purges an edge has not applied yet, after the last id it
 //!   applied and no older than its oldest cached object, with the last id
@@ -13,8 +16,8 @@
 //! - `POST /api/v1/nodes/{name}/purges/{id}` with `{"removed": N}`: the
 //!   edge's confirmation.
 //!
-//! Every edge serves every site it hears of, so every edge polling the
-//! control plane applies every purge.
+//! Every edge applies every purge it reads (a site may also be in an edge's
+//! own file), so an edge outside the site's pools may confirm one too.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -22,8 +25,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 
+use lagran_site::Site;
+
 use super::AppState;
 use super::error::{ApiError, parse_json};
+use crate::model::Node;
 use crate::store::purges::{Confirmation, Purge, Target};
 
 /// The body of `POST /api/v1/purge`.
@@ -36,12 +42,27 @@ pub struct PurgeRequest {
     pub tags: Option<Vec<String>>,
 }
 
-/// A purge with each edge's confirmation.
+/// A purge with each edge's confirmation and the edges yet to confirm.
 #[derive(Debug, Serialize)]
 pub struct PurgeStatus {
     #[serde(flatten)]
     pub purge: Purge,
     pub confirmations: Vec<Confirmation>,
+    /// Names of the nodes serving the site that have not confirmed, sorted.
+    pub pending: Vec<String>,
+}
+
+/// The nodes of `nodes` that serve `site` (every node when the site is not
+/// stored) and are not among `confirmations`, sorted by name.
+fn pending_nodes(nodes: &[Node], site: Option<&Site>, confirmations: &[Confirmation]) -> Vec<String> {
+    let mut pending: Vec<String> = nodes
+        .iter()
+        .filter(|n| site.is_none_or(|s| s.served_by_pool(&n.pool)))
+        .filter(|n| !confirmations.iter().any(|c| c.node == n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    pending.sort();
+    pending
 }
 
 /// `cdn.Example.com.` → `cdn.example.com`.
@@ -109,7 +130,10 @@ pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> R
         return Err(ApiError::not_found(format!("no purge {id}")));
     };
     let confirmations = state.store.purge_confirmations(id).await?;
-    Ok(Json(PurgeStatus { purge, confirmations }))
+    let site = state.store.get_site(&purge.site).await?.map(|s| s.site);
+    let nodes = state.store.list_nodes().await?;
+    let pending = pending_nodes(&nodes, site.as_ref(), &confirmations);
+    Ok(Json(PurgeStatus { purge, confirmations, pending }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -188,5 +212,50 @@ mod tests {
         assert!(target("cdn.test", req(None, None, None)).is_err());
         let both = target("cdn.test", req(Some(vec!["/a".into()]), Some("/b"), None)).unwrap_err();
         assert_eq!(both.status, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    /// `pending` lists the nodes of the site's pools (every node for a site
+    /// without pools or not stored) until each confirms.
+    #[tokio::test]
+    async fn the_status_lists_the_edges_still_to_confirm() {
+        use crate::api::auth::AGENT_TOKEN_HEADER;
+        use crate::api::testing::{ADMIN, AGENT, call, router, state};
+        use crate::store::Store;
+        use axum::http::Method;
+        use serde_json::json;
+
+        let store = Store::connect("sqlite::memory:").await.unwrap();
+        for (name, pool) in [("gz-01", "south"), ("sz-01", "south"), ("bj-01", "north")] {
+            store.create_node(&Node { pool: pool.into(), ..Node::new(name) }, None).await.unwrap();
+        }
+        let r = router(state(store.clone()));
+        let admin = format!("Bearer {ADMIN}");
+        let admin = [("authorization", admin.as_str())];
+        let site = json!({"origin": "http://o", "pools": ["south"]});
+        assert_eq!(call(&r, Method::PUT, "/api/v1/sites/shop.test", &admin, Some(site)).await.0, StatusCode::CREATED);
+        let mut ids = Vec::new();
+        for site in ["shop.test", "other.test"] {
+            let (s, purge) =
+                call(&r, Method::POST, "/api/v1/purge", &admin, Some(json!({"site": site, "prefix": "/"}))).await;
+            assert_eq!(s, StatusCode::ACCEPTED, "{purge}");
+            ids.push(purge["id"].as_i64().unwrap());
+        }
+        let status = async |id: i64| call(&r, Method::GET, &format!("/api/v1/purge/{id}"), &admin, None).await.1;
+        assert_eq!(status(ids[0]).await["pending"], json!(["gz-01", "sz-01"]), "the nodes of the site's pool");
+        assert_eq!(status(ids[1]).await["pending"], json!(["bj-01", "gz-01", "sz-01"]), "not stored: every node");
+
+        let confirm = format!("/api/v1/nodes/sz-01/purges/{}", ids[0]);
+        let agent = [(AGENT_TOKEN_HEADER, AGENT)];
+        let (s, body) = call(&r, Method::POST, &confirm, &agent, Some(json!({"removed": 3}))).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        let after = status(ids[0]).await;
+        assert_eq!(
+            (after["pending"].clone(), after["confirmations"][0]["node"].clone()),
+            (json!(["gz-01"]), json!("sz-01"))
+        );
+        let (s, body) =
+            call(&r, Method::POST, &confirm.replace("sz-01", "gz-01"), &agent, Some(json!({"removed": 0}))).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        assert_eq!(status(ids[0]).await["pending"], json!([]), "every edge of the pool confirmed");
     }
 }

@@ -1,7 +1,8 @@
 //! What the ACME client keeps between runs and shares with every control
 //! process: the account of each ACME directory (its private key and URL, as
 //! the client serializes them) and the HTTP-01 challenges pending while an
-//! order is being validated, which any control process answers to the edges.
+//! order is being validated, which any control process answers to the edges,
+//! and the renewals an operator asked for, which the leader orders next.
 //! The certificates it obtains are ordinary rows of `certificates`.
 
 use super::{DbContext, Store, StoreError, now_ms};
@@ -84,5 +85,43 @@ impl Store {
             .await
             .ctx(|| "deleting old ACME challenges".to_string())?;
         Ok(done.rows_affected())
+    }
+
+    /// Asks for `domain`'s certificate to be renewed at the leader's next look
+    /// (a second request before then replaces the first); returns when it was asked.
+    pub async fn request_acme_renewal(&self, domain: &str) -> Result<i64, StoreError> {
+        let at = now_ms();
+        sqlx::query(
+            "INSERT INTO acme_renewals (domain, requested_at_ms) VALUES ($1, $2) \
+             ON CONFLICT (domain) DO UPDATE SET requested_at_ms = excluded.requested_at_ms",
+        )
+        .bind(domain)
+        .bind(at)
+        .execute(self.pool())
+        .await
+        .ctx(|| format!("asking for the renewal of {domain}'s certificate"))?;
+        Ok(at)
+    }
+
+    /// The renewals asked for and not done yet: domain and when it was asked.
+    pub async fn acme_renewals(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT domain, requested_at_ms FROM acme_renewals ORDER BY requested_at_ms, domain")
+                .fetch_all(self.pool())
+                .await
+                .ctx(|| "reading the ACME renewals asked for".to_string())?;
+        Ok(rows)
+    }
+
+    /// Marks the renewal of `domain` asked at `requested_at_ms` done; a request
+    /// made since stays.
+    pub async fn clear_acme_renewal(&self, domain: &str, requested_at_ms: i64) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM acme_renewals WHERE domain = $1 AND requested_at_ms <= $2")
+            .bind(domain)
+            .bind(requested_at_ms)
+            .execute(self.pool())
+            .await
+            .ctx(|| format!("marking the renewal of {domain}'s certificate done"))?;
+        Ok(())
     }
 }

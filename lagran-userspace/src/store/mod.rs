@@ -75,6 +75,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (11, "acme", include_str!("../../../migrations/sqlite/0011_acme.sql")),
     (12, "asn carriers", include_str!("../../../migrations/sqlite/0012_asn_carriers.sql")),
     (13, "site origins", include_str!("../../../migrations/sqlite/0013_site_origins.sql")),
+    (15, "acme renewals", include_str!("../../../migrations/sqlite/0015_acme_renewals.sql")),
 ]);
 
 /// The PostgreSQL migrations: the same versions as [`SQLITE_MIGRATIONS`].
@@ -92,6 +93,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (11, "acme", include_str!("../../../migrations/postgres/0011_acme.sql")),
     (12, "asn carriers", include_str!("../../../migrations/postgres/0012_asn_carriers.sql")),
     (13, "site origins", include_str!("../../../migrations/postgres/0013_site_origins.sql")),
+    (15, "acme renewals", include_str!("../../../migrations/postgres/0015_acme_renewals.sql")),
 ]);
 
 /// Migrations embedded in the binary, as `(version, description, sql)`.

@@ -21,6 +21,9 @@ use crate::util;
 struct Measured {
     h1_small: WrkRun,
     h2_small: H2Run,
+    /// Over TLS; `None` for a server without TLS (Varnish).
+    h1_tls: Option<WrkRun>,
+    h2_tls: Option<H2Run>,
     large: WrkRun,
     rate: WrkRun,
     storm: H2Run,
@@ -63,13 +66,23 @@ pub(super) fn exec(opts: &Options) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir.0)?;
     let (cpu, gen_cpu) = (opts.server_cpu, opts.gen_cpu);
     let (_origin, origin) = peers::start_origin(&dir.0, &nginx, gen_cpu)?;
-    let tools =
-        Tools { dir: &dir.0, edge: &edge, nginx: &nginx, varnishd: &varnishd, varnishncsa: &varnishncsa, origin, cpu };
+    let (cert, key) = peers::self_signed(&dir.0)?;
+    let tools = Tools {
+        dir: &dir.0,
+        edge: &edge,
+        nginx: &nginx,
+        varnishd: &varnishd,
+        varnishncsa: &varnishncsa,
+        origin,
+        cpu,
+        cert: &cert,
+        key: &key,
+    };
     let load = Load { dir: &dir.0, cpu: gen_cpu, seconds: opts.seconds };
     let mut all = Vec::new();
     for server in EdgeServer::ALL {
         check_interrupted()?;
-        eprintln!("==> {}: cached 1 KiB (HTTP/1.1, h2c), 1 MiB, fixed rate, miss storm", server.label());
+        eprintln!("==> {}: cached 1 KiB (HTTP/1.1, h2c, TLS), 1 MiB, fixed rate, miss storm", server.label());
         all.push((server, measure(server, &tools, &load)?));
     }
     let md = table(&all);
@@ -104,6 +117,15 @@ fn measure(server: EdgeServer, t: &Tools, load: &Load) -> anyhow::Result<Measure
     check_interrupted()?;
     let h2_small = logged(server, "h2-1k", load.h2_small(&url(running.h2, SMALL)))?;
     check_interrupted()?;
+    let (h1_tls, h2_tls) = match running.tls {
+        Some(port) => {
+            let h1 = logged(server, "h1-tls-1k", load.h1_tls(port, SMALL))?;
+            check_interrupted()?;
+            (Some(h1), Some(logged(server, "h2-tls-1k", load.h2_tls(port, SMALL))?))
+        }
+        None => (None, None),
+    };
+    check_interrupted()?;
     let large = logged(server, "h1-1m", load.h1_large(&url(running.h1, LARGE)))?;
     check_interrupted()?;
     let rate = logged(server, "rate", load.fixed_rate(&url(running.h1, SMALL)))?;
@@ -112,6 +134,8 @@ fn measure(server: EdgeServer, t: &Tools, load: &Load) -> anyhow::Result<Measure
     let m = Measured {
         h1_small,
         h2_small,
+        h1_tls,
+        h2_tls,
         large,
         rate,
         storm,
@@ -129,31 +153,38 @@ fn logged<T>(server: EdgeServer, what: &str, run: anyhow::Result<(T, String)>) -
     Ok(value)
 }
 
-/// The markdown table: one row per measure, the ratios beside.
+/// The markdown table: one row per measure, the ratios beside; a server
+/// without a measure (Varnish over TLS) shows why.
 fn table(all: &[(EdgeServer, Measured)]) -> String {
-    type Get = fn(&Measured) -> f64;
-    let rows: [(&str, Get, usize); 9] = [
-        ("cached 1 KiB, HTTP/1.1 (wrk), requests/s", |m| m.h1_small.rps, 0),
-        ("cached 1 KiB, HTTP/2 h2c (h2load), requests/s", |m| m.h2_small.rps, 0),
-        ("cached 1 MiB, HTTP/1.1 (wrk), MB/s of bodies", |m| m.large.rps * 1.048_576, 0),
-        ("p50 latency at a fixed rate, ms", |m| m.rate.p50_ms, 3),
-        ("p99 latency at a fixed rate, ms", |m| m.rate.p99_ms, 3),
-        ("fixed rate achieved, requests/s", |m| m.rate.rps, 0),
-        ("miss storm: origin fetches", |m| m.storm_fetches as f64, 0),
-        ("miss storm: clients answered 2xx", |m| m.storm.succeeded as f64, 0),
-        ("RSS after the runs, MiB", |m| m.rss_mib, 1),
+    type Get = fn(&Measured) -> Option<f64>;
+    let rows: [(&str, Get, usize); 11] = [
+        ("cached 1 KiB, HTTP/1.1 (wrk), requests/s", |m| Some(m.h1_small.rps), 0),
+        ("cached 1 KiB, HTTP/2 h2c (h2load), requests/s", |m| Some(m.h2_small.rps), 0),
+        ("cached 1 KiB, HTTP/1.1 over TLS (wrk), requests/s", |m| m.h1_tls.as_ref().map(|r| r.rps), 0),
+        ("cached 1 KiB, HTTP/2 over TLS (h2load), requests/s", |m| m.h2_tls.as_ref().map(|r| r.rps), 0),
+        ("cached 1 MiB, HTTP/1.1 (wrk), MB/s of bodies", |m| Some(m.large.rps * 1.048_576), 0),
+        ("p50 latency at a fixed rate, ms", |m| Some(m.rate.p50_ms), 3),
+        ("p99 latency at a fixed rate, ms", |m| Some(m.rate.p99_ms), 3),
+        ("fixed rate achieved, requests/s", |m| Some(m.rate.rps), 0),
+        ("miss storm: origin fetches", |m| Some(m.storm_fetches as f64), 0),
+        ("miss storm: clients answered 2xx", |m| Some(m.storm.succeeded as f64), 0),
+        ("RSS after the runs, MiB", |m| Some(m.rss_mib), 1),
     ];
     let mut md = "| measure | lagran-edge | nginx | varnish | edge/nginx | edge/varnish |\n|---|--:|--:|--:|--:|--:|\n"
         .to_string();
     for (name, get, prec) in rows {
-        let v: Vec<f64> = all.iter().map(|(_, m)| get(m)).collect();
-        let ratio = |d: f64| if d > 0.0 { format!("{:.2}×", v[0] / d) } else { "-".into() };
+        let v: Vec<Option<f64>> = all.iter().map(|(_, m)| get(m)).collect();
+        let cell = |x: Option<f64>| x.map_or_else(|| "no TLS".to_string(), |x| format!("{x:.prec$}"));
+        let ratio = |d: Option<f64>| match (v[0], d) {
+            (Some(n), Some(d)) if d > 0.0 => format!("{:.2}×", n / d),
+            _ => "-".into(),
+        };
         let _ = writeln!(
             md,
-            "| {name} | {:.prec$} | {:.prec$} | {:.prec$} | {} | {} |",
-            v[0],
-            v[1],
-            v[2],
+            "| {name} | {} | {} | {} | {} | {} |",
+            cell(v[0]),
+            cell(v[1]),
+            cell(v[2]),
             ratio(v[1]),
             ratio(v[2])
         );
@@ -161,7 +192,8 @@ fn table(all: &[(EdgeServer, Measured)]) -> String {
     let errors: Vec<String> = all
         .iter()
         .map(|(s, m)| {
-            format!("{} {}", s.label(), m.h1_small.errors + m.large.errors + m.rate.errors + m.h2_small.failed)
+            let tls = m.h1_tls.as_ref().map_or(0, |r| r.errors) + m.h2_tls.as_ref().map_or(0, |r| r.failed);
+            format!("{} {}", s.label(), m.h1_small.errors + m.large.errors + m.rate.errors + m.h2_small.failed + tls)
         })
         .collect();
     let _ = write!(
@@ -170,8 +202,10 @@ fn table(all: &[(EdgeServer, Measured)]) -> String {
          between requests; wrk times each request from its send.\n\
          - Miss storm: {STORM_CLIENTS} HTTP/1.1 clients at once, one request each, on an object the origin \
          sends at 2 MB/s (~0.5 s); fetches counted in the origin's access log.\n\
-         - HTTP/2 is h2c with prior knowledge (nginx on a second, HTTP/2-only listener). TLS is not measured: \
-         Varnish has no TLS.\n\
+         - HTTP/2 is h2c with prior knowledge (nginx on a second, HTTP/2-only listener).\n\
+         - TLS: lagran-edge and nginx on one listener each (HTTP/2 and HTTP/1.1 by ALPN), the same self-signed \
+         P-256 certificate, connections kept open (handshakes are not what is measured). Varnish has no TLS \
+         (it is deployed behind a TLS terminator): its TLS rows are empty.\n\
          - Errors (non-2xx and socket errors, h2 failures) across the cached runs: {}.\n",
         errors.join(", ")
     );

@@ -80,6 +80,33 @@ impl Load<'_> {
         self.wrk(url, RATE_CONNECTIONS, true)
     }
 
+    /// `wrk` over TLS to the listener on `port`, with `SITE` as SNI and Host:
+    /// the URL names the site and a script makes wrk connect to loopback
+    /// instead of resolving it (wrk takes its SNI from the URL's host).
+    pub(super) fn h1_tls(&self, port: u16, path: &str) -> anyhow::Result<(WrkRun, String)> {
+        let mut cmd = self.pinned("wrk", self.seconds + 30);
+        cmd.args(["-t1", &format!("-c{H1_CONNECTIONS}"), &format!("-d{}s", self.seconds), "--latency"]);
+        let script = self.dir.join("loopback.lua");
+        std::fs::write(
+            &script,
+            "function wrk.resolve(host, service)\n  wrk.addrs = wrk.lookup(\"127.0.0.1\", service)\nend\n",
+        )?;
+        cmd.arg("-s").arg(script).arg(format!("https://{SITE}:{port}{path}"));
+        let out = util::output(&mut cmd)?;
+        Ok((parse_wrk(&out).with_context(|| format!("wrk printed:\n{out}"))?, out))
+    }
+
+    /// `h2load` over TLS (HTTP/2 by ALPN) to the listener on `port`, with
+    /// `SITE` as SNI and authority, for `seconds`.
+    pub(super) fn h2_tls(&self, port: u16, path: &str) -> anyhow::Result<(H2Run, String)> {
+        let mut cmd = self.pinned("h2load", self.seconds + 30);
+        cmd.args(["-t1", "-c", &H2_CONNECTIONS.to_string(), "-m", &H2_STREAMS.to_string()]);
+        cmd.args(["-D", &self.seconds.to_string(), &format!("--connect-to=127.0.0.1:{port}")]);
+        cmd.arg(format!("https://{SITE}:{port}{path}"));
+        let out = util::output(&mut cmd)?;
+        Ok((parse_h2load(&out).with_context(|| format!("h2load printed:\n{out}"))?, out))
+    }
+
     /// `h2load` over h2c (prior knowledge) for `seconds`.
     pub(super) fn h2_small(&self, url: &str) -> anyhow::Result<(H2Run, String)> {
         let mut cmd = self.pinned("h2load", self.seconds + 30);

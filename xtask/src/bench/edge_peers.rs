@@ -1,7 +1,9 @@
 //! The servers of the edge comparison: the origin (nginx serving static files),
 //! lagran-edge, nginx with `proxy_cache` and Varnish, each configured for the same
 //! site and origin in the run's directory, with its access log and a disk-backed
-//! cache, pinned to the server CPU.
+//! cache, pinned to the server CPU. lagran-edge and nginx also serve the site
+//! over TLS (HTTP/1.1 and HTTP/2 by ALPN on one listener) with the same
+//! self-signed certificate; Varnish has no TLS.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -49,11 +51,27 @@ impl EdgeServer {
 }
 
 /// A running server: its processes (the first is the one whose process tree
-/// is measured for memory), and where it speaks HTTP/1.1 and h2c.
+/// is measured for memory), and where it speaks HTTP/1.1, h2c and TLS (none
+/// for Varnish).
 pub(super) struct Running {
     pub(super) procs: Vec<Bg>,
     pub(super) h1: u16,
     pub(super) h2: u16,
+    pub(super) tls: Option<u16>,
+}
+
+/// The site's self-signed certificate (P-256, for `SITE`) and its key, written
+/// with `openssl` into `dir/tls`; the same files for every server.
+pub(super) fn self_signed(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let d = dir.join("tls");
+    std::fs::create_dir_all(&d)?;
+    let (cert, key) = (d.join("cert.pem"), d.join("key.pem"));
+    let mut cmd = Command::new("openssl");
+    cmd.args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"]);
+    cmd.args(["-subj", &format!("/CN={SITE}"), "-addext", &format!("subjectAltName=DNS:{SITE}")]);
+    cmd.arg("-keyout").arg(&key).arg("-out").arg(&cert);
+    crate::util::output(&mut cmd).context("making the self-signed certificate with openssl")?;
+    Ok((cert, key))
 }
 
 /// A free loopback port (bound, then released for the server to take).
@@ -110,35 +128,44 @@ pub(super) struct Tools<'a> {
     pub(super) varnishncsa: &'a Path,
     pub(super) origin: u16,
     pub(super) cpu: u32,
+    /// The certificate and key of the TLS listeners.
+    pub(super) cert: &'a Path,
+    pub(super) key: &'a Path,
 }
 
 /// Starts `server` for the site, waits until it serves the small object.
 pub(super) fn start(server: EdgeServer, t: &Tools) -> anyhow::Result<Running> {
     let h1 = free_port()?;
     let mut running = match server {
-        EdgeServer::Lagran => Running { procs: vec![start_lagran(t, h1)?], h1, h2: h1 },
-        EdgeServer::Nginx => {
-            let h2 = free_port()?;
-            Running { procs: vec![start_nginx_cache(t, h1, h2)?], h1, h2 }
+        EdgeServer::Lagran => {
+            let tls = free_port()?;
+            Running { procs: vec![start_lagran(t, h1, tls)?], h1, h2: h1, tls: Some(tls) }
         }
-        EdgeServer::Varnish => Running { procs: start_varnish(t, h1)?, h1, h2: h1 },
+        EdgeServer::Nginx => {
+            let (h2, tls) = (free_port()?, free_port()?);
+            Running { procs: vec![start_nginx_cache(t, h1, h2, tls)?], h1, h2, tls: Some(tls) }
+        }
+        EdgeServer::Varnish => Running { procs: start_varnish(t, h1)?, h1, h2: h1, tls: None },
     };
     wait_ready(&mut running.procs[0], running.h1, SMALL)?;
     Ok(running)
 }
 
-fn start_lagran(t: &Tools, port: u16) -> anyhow::Result<Bg> {
+fn start_lagran(t: &Tools, port: u16, tls: u16) -> anyhow::Result<Bg> {
     let d = t.dir.join("lagran");
     std::fs::create_dir_all(&d)?;
     let conf = format!(
         // The generators are one client address: lift the per-client connection
         // cap (64) as nginx and Varnish have none, so the miss storm's 1 000
         // connections all reach the cache.
-        "listen_http = \"127.0.0.1:{port}\"\nmax_connections_per_client = 5000\n\
+        "listen_http = \"127.0.0.1:{port}\"\nlisten_https = \"127.0.0.1:{tls}\"\nmax_connections_per_client = 5000\n\
          cache_dir = \"{dd}/cache\"\ncache_disk_max_bytes = 1073741824\n\
-         access_log = \"{dd}/access.log\"\n\n[[site]]\nhost = \"{SITE}\"\norigin = \"http://127.0.0.1:{o}\"\n",
+         access_log = \"{dd}/access.log\"\n\n[[site]]\nhost = \"{SITE}\"\norigin = \"http://127.0.0.1:{o}\"\n\
+         cert_pem = \"{cert}\"\nkey_pem = \"{key}\"\n",
         dd = d.display(),
-        o = t.origin
+        o = t.origin,
+        cert = t.cert.display(),
+        key = t.key.display(),
     );
     let path = d.join("edge.toml");
     std::fs::write(&path, conf)?;
@@ -148,18 +175,22 @@ fn start_lagran(t: &Tools, port: u16) -> anyhow::Result<Bg> {
 }
 
 /// nginx as a cache: on-disk `proxy_cache`, concurrent misses held behind one
-/// fetch (`proxy_cache_lock`), HTTP/1.1 on one port and h2c (prior knowledge:
-/// nginx's `http2` on a plain listener speaks only HTTP/2) on another.
-fn start_nginx_cache(t: &Tools, h1: u16, h2: u16) -> anyhow::Result<Bg> {
+/// fetch (`proxy_cache_lock`), HTTP/1.1 on one port, h2c (prior knowledge:
+/// nginx's `http2` on a plain listener speaks only HTTP/2) on another, and TLS
+/// with HTTP/2 and HTTP/1.1 by ALPN on a third.
+fn start_nginx_cache(t: &Tools, h1: u16, h2: u16, tls: u16) -> anyhow::Result<Bg> {
     let cache = t.dir.join("nginx/cache");
     let server = format!(
         "proxy_cache_path {c} levels=1:2 keys_zone=edge:16m max_size=1g inactive=1h use_temp_path=off;\n\
          upstream origin {{ server 127.0.0.1:{o}; keepalive 32; }}\n\
          server {{\n listen 127.0.0.1:{h1} backlog=4096;\n listen 127.0.0.1:{h2} http2 backlog=4096;\n\
+          listen 127.0.0.1:{tls} ssl http2 backlog=4096;\n ssl_certificate {cert};\n ssl_certificate_key {key};\n\
          location / {{\n  proxy_pass http://origin;\n  proxy_http_version 1.1;\n  proxy_set_header Connection \"\";\n\
            proxy_set_header Host $host;\n  proxy_cache edge;\n  proxy_cache_lock on;\n  proxy_cache_lock_timeout 30s;\n }}\n}}\n",
         c = cache.display(),
-        o = t.origin
+        o = t.origin,
+        cert = t.cert.display(),
+        key = t.key.display(),
     );
     start_nginx(t.dir, t.nginx, "nginx", &server, t.cpu)
 }

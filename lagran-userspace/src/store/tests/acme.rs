@@ -3,7 +3,7 @@
 use super::*;
 use crate::store::acme::Challenge;
 
-on_both_backends!(acme_accounts_and_challenges, the_acme_flag_round_trips);
+on_both_backends!(acme_accounts_and_challenges, the_acme_flag_round_trips, renewals_asked_until_done);
 
 async fn the_acme_flag_round_trips(store: Store) {
     let site: Site =
@@ -33,4 +33,18 @@ async fn acme_accounts_and_challenges(store: Store) {
     store.put_acme_challenge(&c).await.unwrap();
     assert_eq!(store.delete_acme_challenges_before(crate::clock::now_ms() - 60_000).await.unwrap(), 0);
     assert_eq!(store.delete_acme_challenges_before(crate::clock::now_ms() + 1).await.unwrap(), 1);
+}
+
+async fn renewals_asked_until_done(store: Store) {
+    assert_eq!(store.acme_renewals().await.unwrap(), vec![]);
+    let first = store.request_acme_renewal("a.test").await.unwrap();
+    store.request_acme_renewal("b.test").await.unwrap();
+    let asked = store.acme_renewals().await.unwrap();
+    assert_eq!(asked.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["a.test", "b.test"]);
+    assert_eq!(asked[0].1, first);
+    store.clear_acme_renewal("a.test", first - 1).await.unwrap();
+    assert_eq!(store.acme_renewals().await.unwrap().len(), 2, "a request newer than the order stays");
+    store.clear_acme_renewal("a.test", first).await.unwrap();
+    let left = store.acme_renewals().await.unwrap();
+    assert_eq!(left.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), ["b.test"]);
 }
