@@ -21,6 +21,7 @@ pub struct StoredCell {
 }
 
 const CELL_COLUMNS: &str = "country, province, city, isp, node, cell_json";
+const CELL_COLUMNS_OF_M: &str = "m.country, m.province, m.city, m.isp, m.node, m.cell_json";
 
 fn cell_from_row(row: &AnyRow) -> Result<StoredCell, StoreError> {
     let c = Cols::keyed(row, "measurement cell", "node")?;
@@ -34,7 +35,7 @@ fn cell_from_row(row: &AnyRow) -> Result<StoredCell, StoreError> {
 /// Cells read or written by one statement: a batch of reports costs two
 /// statements per this many cells, not two per cell (7 parameters a row,
 /// well under SQLite's and PostgreSQL's limits).
-const CELLS_PER_STATEMENT: usize = 256;
+const CELLS_PER_STATEMENT: usize = 32;
 
 /// The stored cells among `keys` (sorted), by key.
 async fn stored_cells<'k>(
@@ -47,8 +48,12 @@ async fn stored_cells<'k>(
             format!("(${}, ${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4, p + 5)
         })
         .collect();
+    // A join, not a row-value `IN`: SQLite plans the latter as a scan of
+    // the whole table, the join as one primary-key search per key.
     let sql = format!(
-        "SELECT {CELL_COLUMNS} FROM measurement_cells WHERE (country, province, city, isp, node) IN (VALUES {})",
+        "SELECT {CELL_COLUMNS_OF_M} FROM (VALUES {}) AS k JOIN measurement_cells m \
+         ON m.country = k.column1 AND m.province = k.column2 AND m.city = k.column3 \
+         AND m.isp = k.column4 AND m.node = k.column5",
         rows.join(", ")
     );
     let mut q = sqlx::query(&sql);
