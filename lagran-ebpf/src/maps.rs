@@ -156,7 +156,16 @@ pub struct Scratch {
     /// The RRSIG record's length (0 when the answer is unsigned), stored and
     /// reloaded by `response::build`.
     pub sig_len: u32,
+    /// The answer's RRSIG record and its checksum share, copied from
+    /// `lagran_rrsig` (`main::signed`): `response::build` reads it here, so
+    /// signed and unsigned answers reach it with the same registers.
+    pub rrsig_sum: u32,
+    pub _pad2: u32,
+    pub rrsig: [u64; RRSIG_WORDS],
 }
+
+/// 8-octet words of the largest RRSIG record the program sends.
+pub const RRSIG_WORDS: usize = rrsig::RECORD_MAX / 8;
 
 /// Stores `v` in `slot` and reads it back, volatile: the verifier then holds one
 /// unknown value where each path brought its own exact one, so the paths meet at

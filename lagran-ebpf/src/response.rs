@@ -33,7 +33,7 @@ use aya_ebpf::{
 use lagran_common::{
     answers::{AnswerV4, AnswerV6, RR_LEN, RR6_LEN},
     counters::Counter,
-    rrsig::{FIXED_RDATA_LEN, HEAD_LEN, RECORD_MAX, RrsigValue},
+    rrsig::RECORD_MAX,
 };
 
 use crate::{
@@ -42,7 +42,7 @@ use crate::{
     eth::Eth,
     ipv4::{self, Ipv4},
     ipv6,
-    maps::{Scratch, launder},
+    maps::{RRSIG_WORDS, Scratch, launder},
     packet::{Frame, MAX_OFF},
     query::Query,
     udp::{self, Udp},
@@ -117,9 +117,9 @@ pub struct Reply<R: Records> {
     /// (RCODE 23, AA=0) when the query had a client cookie, exactly as
     /// userspace's `dns::rrl::slipped` makes of the full response.
     pub slip: u32,
-    /// The answer's RRSIG, for a query with DO in a signed zone (not sent
-    /// when slipped).
-    pub rrsig: Option<&'static RrsigValue>,
+    /// Length of the answer's RRSIG record, copied into `Scratch::rrsig`
+    /// for a query with DO in a signed zone (0: none; not sent when slipped).
+    pub sig_len: u32,
 }
 
 /// The COOKIE option we write: code, length, client cookie, server cookie.
@@ -172,13 +172,15 @@ pub fn build<R: Records>(
     if count > answers_max() {
         return Err(Counter::NoAnswer);
     }
-    let rrsig = if r.slip != 0 { None } else { r.rrsig };
-    let sig_len = rrsig.map_or(0, |s| s.len);
+    let sig_len = if r.slip != 0 { 0 } else { r.sig_len };
     let sig_len = launder(unsafe { &raw mut (*scratch).sig_len }, sig_len) as usize;
-    if sig_len > RECORD_MAX || (sig_len != 0 && sig_len <= HEAD_LEN + FIXED_RDATA_LEN) {
+    // One range, 0 included: a lower bound on a present record would split
+    // the paths again.
+    if sig_len > RECORD_MAX {
         return Err(Counter::RrsigMissing);
     }
-    let ancount = (count + (sig_len != 0) as usize) as u16;
+    // Plus one with a record, without a branch (`sig_len` ≤ 255).
+    let ancount = (count + ((sig_len + 255) >> 8)) as u16;
     let badcookie = slip != 0 && cookie != 0;
     // The response's OPT carries the echoed ECS option and our COOKIE: the
     // query's other options (padding) are not echoed, so it may be shorter
@@ -265,10 +267,9 @@ pub fn build<R: Records>(
     // The RRSIG after the RRset it covers (RFC 4035 §3.1.1), at an even
     // distance from the tail start; the OPT after it is at an odd one when
     // the RRSIG's length is odd.
-    let off = match rrsig {
-        Some(s) => write_rrsig(&f, off, s, sig_len, &mut tail)?,
-        None => off,
-    };
+    let off = write_rrsig(&f, off, scratch, sig_len, &mut tail)?;
+    // The frame's pointers loaded again: none of the ranges the copy checked lives on.
+    let f = Frame::reload(ctx);
     // One state after the records, whatever their number.
     let off = launder(unsafe { &raw mut (*scratch).records_end }, off as u32) as usize & MAX_OFF;
     // The OPT's sum as if it started at an even offset; swapped below when it does not.
@@ -346,8 +347,13 @@ pub fn build<R: Records>(
         // The option starts 11 + ecs_len octets after the OPT, which is at an even tail offset.
         opt_sum.add(if (OPT_FIXED_LEN + ecs_len) & 1 == 1 { be.swap_bytes() } else { be } as u32);
     }
-    let o = fold(opt_sum.value());
-    tail.add(if sig_len & 1 == 1 { o.swap_bytes() } else { o } as u32);
+    // Swapped when the OPT starts at an odd offset, without a branch.
+    let o = fold(opt_sum.value()) as u32;
+    // The length read again: the copy's comparisons split the ranges of the
+    // copy they were made on, not of this one.
+    // SAFETY: this CPU's scratch.
+    let shift = 8 * (unsafe { core::ptr::read_volatile(&(*scratch).sig_len) } & 1);
+    tail.add(((o << shift) | (o >> (16 - shift))) & 0xffff);
 
     // UDP checksum over the pseudo-header (RFC 768; RFC 8200 §8.1: the same
     // words, the length as 32 bits and the next header 17), the UDP header and
@@ -374,6 +380,8 @@ pub fn build<R: Records>(
         c = 0xffff;
     }
     // Ports swapped: one 4-octet word rotated.
+    // The header window made again, for the same reason.
+    let l4w = f.window::<{ udp::HDR_LEN + dns::HDR_LEN }>(l4).map_err(|_| Counter::Malformed)?;
     let ports: u32 = l4w.load::<u32, 0>();
     l4w.store::<u32, 0>(ports.rotate_left(16));
     l4w.store::<u16, 4>((udp_len as u16).to_be());
@@ -569,31 +577,35 @@ fn write_aaaa(f: &Frame, mut off: usize, a: &AnswerV6, count: usize) -> Result<u
     Ok(off)
 }
 
-/// Appends the RRSIG record `s`, `len` octets (its `len`, bounded by the
-/// caller), at frame offset `off` (even from the tail start) and adds it to
-/// `tail`. Returns the offset after it.
+/// Appends the RRSIG record in `scratch` (`Scratch::rrsig`), `len` octets
+/// (0: none; checked by the caller), at frame offset `off` (even from the
+/// tail start) and adds it to `tail`. Returns the offset after it.
 ///
 /// In 8-octet words: the last may write up to 7 octets past the record,
 /// which the OPT record written after it (11 octets at least: a query with
-/// DO has one) overwrites, inside the frame sized for both.
+/// DO has one) overwrites, inside the frame sized for both. The loop leaves
+/// the verifier one path per length in words; the caller lets none of what
+/// they narrowed (the length, the frame's checked range) live on after it,
+/// so they meet again.
 #[inline(always)]
-fn write_rrsig(f: &Frame, off: usize, s: &RrsigValue, len: usize, tail: &mut Sum) -> Result<usize, Counter> {
-    let src = s.record.as_ptr();
+fn write_rrsig(f: &Frame, off: usize, scratch: *const Scratch, len: usize, tail: &mut Sum) -> Result<usize, Counter> {
     let mut i = 0;
-    while i < RECORD_MAX / 8 {
+    while i < RRSIG_WORDS {
         if 8 * i >= len {
             break;
         }
         let p = f.at::<8>(off + 8 * i).map_err(|_| Counter::Malformed)?;
-        // SAFETY: `at` checked `[p, p + 8)` against the frame end; `src` is
-        // `RECORD_MAX` octets of map memory and `8 * i` < `RECORD_MAX`.
+        // SAFETY: `at` checked `[p, p + 8)` against the frame end; the word
+        // is this CPU's scratch, `i` < RRSIG_WORDS.
         unsafe {
-            let w = core::ptr::read_unaligned(src.add(8 * i) as *const u64);
+            let w = core::ptr::read_volatile(&(*scratch).rrsig[i]);
             core::ptr::write_unaligned(p as *mut u64, w);
         }
         i += 1;
     }
-    tail.add(s.sum);
+    // 0 without a record (`main` stores it).
+    // SAFETY: this CPU's scratch, written for this packet.
+    tail.add(unsafe { core::ptr::read_volatile(&(*scratch).rrsig_sum) });
     Ok(off + len)
 }
 
