@@ -84,6 +84,9 @@ fn qps_rows(m: &mut Measured, g: &String, rows: &mut Vec<Row>) {
     if let Some(x) = x {
         rows.push(row(format!("QPS XDP path [{g}: {how}]"), x.describe(), "-", None));
     }
+    if g == "gun" {
+        super::signed::rows(m, x, rows);
+    }
     if let Some(u) = u {
         rows.push(row(format!("QPS userspace path [{g}]"), u.describe(), "-", None));
     }
