@@ -180,7 +180,12 @@ pub fn build<R: Records>(
         return Err(Counter::RrsigMissing);
     }
     // Plus one with a record, without a branch (`sig_len` ≤ 255).
-    let ancount = (count + ((sig_len + 255) >> 8)) as u16;
+    let signed = (sig_len + 255) >> 8;
+    let ancount = (count + signed) as u16;
+    // A signed answer's frame is first made `RECORD_MAX - sig_len` octets
+    // longer, so the record is copied in one fixed-size window, and cut back
+    // to its length at the end (no branch: 0 when unsigned).
+    let slack = (RECORD_MAX - sig_len) * signed;
     let badcookie = slip != 0 && cookie != 0;
     // The response's OPT carries the echoed ECS option and our COOKIE: the
     // query's other options (padding) are not echoed, so it may be shorter
@@ -211,7 +216,7 @@ pub fn build<R: Records>(
     let ip_len = ip_hdr + udp_len;
     let new_len = eth.l3 + ip_len;
     let old_len = Frame::reload(ctx).len();
-    let delta = new_len as i32 - old_len as i32;
+    let delta = (new_len + slack) as i32 - old_len as i32;
     // SAFETY: the helper only resizes the frame; every packet pointer is derived
     // again from the context below.
     if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
@@ -267,7 +272,13 @@ pub fn build<R: Records>(
     // The RRSIG after the RRset it covers (RFC 4035 §3.1.1), at an even
     // distance from the tail start; the OPT after it is at an odd one when
     // the RRSIG's length is odd.
-    let off = write_rrsig(&f, off, scratch, sig_len, &mut tail)?;
+    if sig_len != 0 {
+        write_rrsig(&f, off, scratch)?;
+    }
+    // 0 without a record (`main` stores it).
+    // SAFETY: this CPU's scratch, written for this packet.
+    tail.add(unsafe { core::ptr::read_volatile(&(*scratch).rrsig_sum) });
+    let off = off + sig_len;
     // The frame's pointers loaded again: none of the ranges the copy checked lives on.
     let f = Frame::reload(ctx);
     // One state after the records, whatever their number.
@@ -386,6 +397,12 @@ pub fn build<R: Records>(
     l4w.store::<u32, 0>(ports.rotate_left(16));
     l4w.store::<u16, 4>((udp_len as u16).to_be());
     l4w.store::<u16, 6>(c.to_be());
+    if slack != 0 {
+        // Shrinking always succeeds; were it refused, the octets after the
+        // IP datagram would be ignored by the receiver, as Ethernet padding is.
+        // SAFETY: the helper only resizes the frame; nothing reads it after.
+        unsafe { bpf_xdp_adjust_tail(ctx.ctx, -(slack as i32)) };
+    }
     Ok(xdp_action::XDP_TX)
 }
 
@@ -577,36 +594,25 @@ fn write_aaaa(f: &Frame, mut off: usize, a: &AnswerV6, count: usize) -> Result<u
     Ok(off)
 }
 
-/// Appends the RRSIG record in `scratch` (`Scratch::rrsig`), `len` octets
-/// (0: none; checked by the caller), at frame offset `off` (even from the
-/// tail start) and adds it to `tail`. Returns the offset after it.
-///
-/// In 8-octet words: the last may write up to 7 octets past the record,
-/// which the OPT record written after it (11 octets at least: a query with
-/// DO has one) overwrites, inside the frame sized for both. The loop leaves
-/// the verifier one path per length in words; the caller lets none of what
-/// they narrowed (the length, the frame's checked range) live on after it,
-/// so they meet again.
+/// Copies the RRSIG record in `scratch` (`Scratch::rrsig`) to frame offset
+/// `off`, all `RECORD_MAX` octets in one checked window: the frame was made
+/// that much longer (`slack`), the OPT record is written over the octets
+/// after the record, and the frame is cut back after the last write. One
+/// path for every length, no loop exit per length for the verifier to follow.
 #[inline(always)]
-fn write_rrsig(f: &Frame, off: usize, scratch: *const Scratch, len: usize, tail: &mut Sum) -> Result<usize, Counter> {
+fn write_rrsig(f: &Frame, off: usize, scratch: *const Scratch) -> Result<(), Counter> {
+    let p = f.at::<RECORD_MAX>(off).map_err(|_| Counter::Malformed)?;
     let mut i = 0;
     while i < RRSIG_WORDS {
-        if 8 * i >= len {
-            break;
-        }
-        let p = f.at::<8>(off + 8 * i).map_err(|_| Counter::Malformed)?;
-        // SAFETY: `at` checked `[p, p + 8)` against the frame end; the word
-        // is this CPU's scratch, `i` < RRSIG_WORDS.
+        // SAFETY: `at` checked `[p, p + RECORD_MAX)` against the frame end;
+        // the word is this CPU's scratch, `i` < RRSIG_WORDS.
         unsafe {
             let w = core::ptr::read_volatile(&(*scratch).rrsig[i]);
-            core::ptr::write_unaligned(p as *mut u64, w);
+            core::ptr::write_unaligned((p + 8 * i) as *mut u64, w);
         }
         i += 1;
     }
-    // 0 without a record (`main` stores it).
-    // SAFETY: this CPU's scratch, written for this packet.
-    tail.add(unsafe { core::ptr::read_volatile(&(*scratch).rrsig_sum) });
-    Ok(off + len)
+    Ok(())
 }
 
 #[inline(always)]

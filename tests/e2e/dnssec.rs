@@ -351,7 +351,7 @@ fn flip_signatures(path: &str) -> usize {
         value[len - 1] ^= 0x01;
         // The checksum share follows the flip (an odd or even position of the record).
         let sum = u32::from_ne_bytes(value[record_max + 4..].try_into().unwrap());
-        let delta = if (len - 1) % 2 == 0 { 0x100 } else { 0x1 };
+        let delta = if (len - 1).is_multiple_of(2) { 0x100 } else { 0x1 };
         let sum = if value[len - 1] & 0x01 == 1 { sum + delta } else { sum - delta };
         value[record_max + 4..].copy_from_slice(&sum.to_ne_bytes());
         let mut args = vec!["map".to_string(), "update".into(), "pinned".into(), path.into(), "key".into()];
