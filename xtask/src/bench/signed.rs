@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use super::process::Bg;
-use super::report::{Row, row};
-use super::search::{Best, find_best};
+use super::search::find_best;
 use super::servers::Server;
 use super::topology::Topology;
 use super::{Bench, Measured, PIN_DIR};
@@ -19,7 +18,7 @@ use crate::util;
 pub(super) const GUN_DO: &str = "gun-do";
 
 /// The signed rate should hold this share of the unsigned one.
-const TARGET_RATIO: f64 = 0.8;
+pub(super) const TARGET_RATIO: f64 = 0.8;
 
 /// The demo zone as `--demo` makes it, with signing on.
 const SIGN_BODY: &str = r#"{"ns_hosts":[{"name":"ns1.edge.lagran.net","ipv4":"198.51.100.53"},{"name":"ns2.edge.lagran.net","ipv4":"198.51.100.54"}],"dnssec":true}"#;
@@ -67,20 +66,5 @@ impl Bench {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-    }
-}
-
-/// The signed rate and its ratio to the unsigned XDP rate (`x`) of `gun`.
-pub(super) fn rows(m: &Measured, x: Option<&Best>, rows: &mut Vec<Row>) {
-    let Some(s) = m.qps.get(&(Server::LagranXdp, GUN_DO.to_string())) else { return };
-    rows.push(row("QPS XDP path, signed zone, DO set [gun]", s.describe(), "-", None));
-    if let Some(x) = x.filter(|x| x.qps > 0.0) {
-        let ratio = s.qps / x.qps;
-        rows.push(row(
-            "signed (DO) / unsigned, XDP QPS [gun]",
-            format!("{ratio:.2}×"),
-            format!("≥ {TARGET_RATIO}×"),
-            Some(ratio >= TARGET_RATIO),
-        ));
     }
 }
