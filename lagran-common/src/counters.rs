@@ -98,9 +98,16 @@ counters! {
     /// Response rate limiting sent the answer truncated (TC=1), or BADCOOKIE
     /// when the query had a client cookie (`XDP_TX`).
     RrlSlipped = "rrl_slipped",
+    /// A query with DO for a signed zone whose answer has no RRSIG in
+    /// `lagran_rrsig` (not signed, signed by more than one key, or a record
+    /// longer than the map holds).
+    RrsigMissing = "rrsig_missing",
+    /// A query with DO for a signed zone whose signed answer exceeds the
+    /// client's UDP size: userspace answers it truncated (TC=1).
+    SignedTooLarge = "signed_too_large",
 }
 
 /// Number of counters: the `lagran_counters` array size.
 pub const COUNT: u32 = Counter::ALL.len() as u32;
 
-const _: () = assert!(Counter::RrlSlipped as u32 + 1 == COUNT);
+const _: () = assert!(Counter::SignedTooLarge as u32 + 1 == COUNT);

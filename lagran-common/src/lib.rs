@@ -23,6 +23,7 @@ pub mod route_v4;
 pub mod route_v4_flat;
 pub mod route_v6;
 pub mod rrl;
+pub mod rrsig;
 pub mod tap;
 
 /// The directory under bpffs where the loader pins every map.

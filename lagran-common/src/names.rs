@@ -53,8 +53,11 @@ pub struct NameValue {
     /// its IPv4 routes are looked up in the trie.
     pub route4: u32,
     /// Length of the wire name in octets, root label included (1–255).
+    /// With `signed`, one aligned 8-byte word (`LEN_OFFSET`).
     pub len: u32,
-    pub _pad: u32,
+    /// 1: the name is in a signed zone, and a query with DO gets its answer's
+    /// RRSIG from `lagran_rrsig`; 0: answered unsigned.
+    pub signed: u32,
     /// The wire name (`04 e d g e 06 l a g r a n 03 n e t 00`), ASCII letters
     /// lowercased, as little-endian 8-byte words (octet `i` is byte `i % 8` of
     /// word `i / 8`), zero after `len` octets.
@@ -64,7 +67,7 @@ pub struct NameValue {
 impl NameValue {
     /// The value for `wire` (lowercased wire format, at most `NAME_MAX` octets).
     pub fn new(id: u32, wire: &[u8]) -> NameValue {
-        NameValue { hash: hash_wire(wire), id, route4: 0, len: wire.len() as u32, _pad: 0, name: words(wire) }
+        NameValue { hash: hash_wire(wire), id, route4: 0, len: wire.len() as u32, signed: 0, name: words(wire) }
     }
 
     /// `id` and `route4` as the one word they share (id in the low half).

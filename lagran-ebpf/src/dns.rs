@@ -365,12 +365,14 @@ fn parse_opt(f: &Frame, off: usize, left: usize, q: &mut Query) -> Result<(), Co
     if opt[0] != 0 || u16::from_be_bytes([opt[1], opt[2]]) != TYPE_OPT {
         return Err(Counter::OtherSections);
     }
-    // CLASS is the requestor's UDP payload size: any value fits our small answers.
+    // CLASS is the requestor's UDP payload size: any unsigned answer fits it
+    // (`main::signed` checks a signed one).
     // TTL: EXTENDED-RCODE, VERSION, DO|Z. Version > 0 gets BADVERS from userspace.
     if opt[5] != 0 || opt[6] != 0 {
         return Err(Counter::OptUnsupported);
     }
     q.has_opt = 1;
+    q.udp_size = u16::from_be_bytes([opt[3], opt[4]]) as u32;
     q.do_bit = opt[7] & 0x80;
     let rdlen = u16::from_be_bytes([opt[9], opt[10]]) as usize;
     let rest = left - OPT_FIXED_LEN;

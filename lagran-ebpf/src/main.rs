@@ -143,6 +143,17 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
         source
     };
     let (answer_id, scope, primary) = route(name_id, route4, &client)?;
+    // A signed zone's answer to a query with DO carries its RRSIG.
+    let sig_len = if opaque(&q.do_bit) != 0 && opaque(&name.signed) != 0 {
+        signed(q, name_id, answer_id, cfg.udp_payload, scratch)?
+    } else {
+        // SAFETY: this CPU's scratch: no RRSIG, no share of the checksum.
+        unsafe { core::ptr::write_volatile(&raw mut (*scratch).rrsig_sum, 0) };
+        0
+    };
+    // One state for signed and unsigned answers from here on (see `maps::launder`).
+    // SAFETY: a field of this CPU's scratch.
+    let sig_len = maps::launder(unsafe { &raw mut (*scratch).sig_len }, sig_len);
     // The packet's source (not the ECS address) is what a server cookie binds.
     let cookie = if opaque(&q.cookie) != 0 {
         cookie::respond(q, &source)?
@@ -170,7 +181,7 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
         if count == 0 || count > lagran_common::answers::MAX_ADDRS {
             return Err(Counter::NoAnswer);
         }
-        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip };
+        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip, sig_len };
         response::build(ctx, &eth, &ip, &udp, q, &reply, scratch).map(|action| (action, counter))
     } else {
         // The route's own answer unless the canary split chose another.
@@ -182,9 +193,58 @@ fn try_lagran(ctx: &XdpContext) -> Result<(u32, Counter), Counter> {
         if count == 0 || count > lagran_common::answers::MAX_ADDRS {
             return Err(Counter::NoAnswer);
         }
-        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip };
+        let reply = response::Reply { records: a, count, scope, udp_payload: cfg.udp_payload, cookie, slip, sig_len };
         response::build(ctx, &eth, &ip, &udp, q, &reply, scratch).map(|action| (action, counter))
     }
+}
+
+/// Longest tail of a signed answer besides its RRSIG: QTYPE and QCLASS,
+/// four `AAAA` records, and the largest OPT the program writes (ECS with a
+/// full IPv6 address, our COOKIE).
+const SIGNED_MAX_TAIL: usize = 4 + 4 * lagran_common::answers::RR6_LEN + 11 + 8 + 16 + 28;
+
+/// The RRSIG of answer `answer_id` of the signed name `name_id`, for a query
+/// with DO; an answer the program does not send signed is passed, and
+/// userspace answers it:
+/// - no RRSIG in `lagran_rrsig` (`RrsigMissing`);
+/// - a response that might exceed the client's UDP size (`SignedTooLarge`):
+///   RFC 6891 §6.2.5, the smaller of the requestor's size and ours, 512 at
+///   least (§6.2.3), as userspace's `Framing::accept_payload`. Checked for
+///   the longest answer the name could get, before rate limiting charges
+///   the client: with a zone apex of 17 octets it passes only names longer
+///   than about 220 octets.
+///
+/// The record is copied into `scratch` (`Scratch::rrsig`); returns its length.
+#[inline(always)]
+fn signed(
+    q: &query::Query,
+    name_id: u32,
+    answer_id: u32,
+    udp_payload: u16,
+    scratch: *mut maps::Scratch,
+) -> Result<u32, Counter> {
+    let s = maps::rrsig(name_id, answer_id, opaque(&q.aaaa)).ok_or(Counter::RrsigMissing)?;
+    let qlen = opaque(&q.qlen) & 0xff;
+    let requested = opaque(&q.udp_size);
+    let ours = udp_payload as u32;
+    let limit = if requested < ours { requested } else { ours };
+    let limit = if limit < 512 { 512 } else { limit } as usize;
+    if dns::HDR_LEN + qlen + SIGNED_MAX_TAIL + s.len as usize > limit {
+        return Err(Counter::SignedTooLarge);
+    }
+    // Volatile word copies: a plain copy of the array becomes a `memcpy` call.
+    let mut i = 0;
+    while i < maps::RRSIG_WORDS {
+        // SAFETY: map memory on both sides; `i` < RRSIG_WORDS.
+        unsafe {
+            let w = core::ptr::read_volatile(&s.record[8 * i] as *const u8 as *const u64);
+            core::ptr::write_volatile(&raw mut (*scratch).rrsig[i], w);
+        }
+        i += 1;
+    }
+    // SAFETY: this CPU's scratch.
+    unsafe { core::ptr::write_volatile(&raw mut (*scratch).rrsig_sum, s.sum) };
+    Ok(s.len)
 }
 
 /// The client address an answer is chosen for: an IPv4 address (in the low 32

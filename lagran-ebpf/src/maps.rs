@@ -20,6 +20,7 @@ use lagran_common::{
     route_v4_flat::{self, L1_ENTRIES, L2_ENTRIES, SLOTS_PER_ELEMENT},
     route_v6::{self, RouteV6Data},
     rrl::{self, Account},
+    rrsig::{self, RrsigKey, RrsigValue},
     tap::{self, TapBuf, TapRecord},
 };
 
@@ -94,6 +95,14 @@ pub static ANSWERS6: Array<AnswerV6, { answers::MAX_ENTRIES as usize }> = Array:
 #[btf_map(name = "lagran_answers")]
 pub static ANSWERS: Array<AnswerV4, { answers::MAX_ENTRIES as usize }> = Array::new();
 
+/// `(name id, answer id, A or AAAA)` -> the RRSIG record of that answer, for
+/// queries with DO in a signed zone (`NameValue::signed`). Written by the
+/// userspace map writer from the route table's signatures, one entry per
+/// distinct answer of a name.
+#[btf_map(name = "lagran_rrsig")]
+pub static RRSIG: HashMap<RrsigKey, RrsigValue, { rrsig::MAX_ENTRIES as usize }, { rrsig::MAP_FLAGS as usize }> =
+    HashMap::new();
+
 /// Per-CPU event counts indexed by [`Counter`]. Written here; summed by userspace.
 #[btf_map(name = "lagran_counters")]
 pub static COUNTERS: PerCpuArray<u64, { counters::COUNT as usize }> = PerCpuArray::new();
@@ -144,8 +153,19 @@ pub struct Scratch {
     pub ecs_len: u32,
     pub opt_len: u32,
     pub records_end: u32,
-    pub _pad: u32,
+    /// The RRSIG record's length (0 when the answer is unsigned), stored and
+    /// reloaded by `response::build`.
+    pub sig_len: u32,
+    /// The answer's RRSIG record and its checksum share, copied from
+    /// `lagran_rrsig` (`main::signed`): `response::build` reads it here, so
+    /// signed and unsigned answers reach it with the same registers.
+    pub rrsig_sum: u32,
+    pub _pad2: u32,
+    pub rrsig: [u64; RRSIG_WORDS],
 }
+
+/// 8-octet words of the largest RRSIG record the program sends.
+pub const RRSIG_WORDS: usize = rrsig::RECORD_MAX / 8;
 
 /// Stores `v` in `slot` and reads it back, volatile: the verifier then holds one
 /// unknown value where each path brought its own exact one, so the paths meet at
@@ -304,4 +324,24 @@ pub fn answer(id: u32) -> Option<&'static AnswerV4> {
 #[inline(always)]
 pub fn answer6(id: u32) -> Option<&'static AnswerV6> {
     ANSWERS6.get(id)
+}
+
+/// The RRSIG record of answer `answer_id` of name `name_id` (`aaaa`: 1 for
+/// the `AAAA` RRset).
+#[inline(always)]
+pub fn rrsig(name_id: u32, answer_id: u32, aaaa: u32) -> Option<&'static RrsigValue> {
+    // Word stores into room on the stack: a struct literal may be built with a
+    // `memset` first (see `listen_key_v4`).
+    let mut room = core::mem::MaybeUninit::<[u32; 3]>::uninit();
+    let p = room.as_mut_ptr() as *mut u32;
+    // SAFETY: three stores covering the 12 bytes of the key.
+    let key = unsafe {
+        core::ptr::write_volatile(p, name_id);
+        core::ptr::write_volatile(p.add(1), answer_id);
+        core::ptr::write_volatile(p.add(2), aaaa);
+        &*(p as *const RrsigKey)
+    };
+    // SAFETY: the value is only read; the map writer replaces an entry whole
+    // (a hash map update swaps in a new element), never in place.
+    unsafe { RRSIG.get(key) }
 }

@@ -42,6 +42,8 @@ pub struct Query {
     /// IPv4 ECS: the 4 octets ending at the end of ADDRESS as loaded from the
     /// query (a machine-order word), written back to end the echoed option.
     pub ecs_window4: u32,
+    /// The requestor's UDP payload size (the OPT CLASS), when `has_opt`.
+    pub udp_size: u32,
     /// IPv4 ECS ADDRESS, zero-extended to four bytes (bits beyond SOURCE are zero).
     pub ecs_addr: [u8; 4],
     /// Header flags as received (host order).

@@ -4,10 +4,13 @@
 //!
 //! The response (RFC 1035 §4.1, RFC 6891 §6.1.3, RFC 7871 §7.2):
 //! - header: ID kept; QR, AA, RD and CD copied from the query; RCODE 0;
-//!   QDCOUNT 1, ANCOUNT = addresses, NSCOUNT 0, ARCOUNT as in the query;
+//!   QDCOUNT 1, ANCOUNT = addresses (and the RRSIG), NSCOUNT 0, ARCOUNT as
+//!   in the query;
 //! - question as received (the client's letter case);
 //! - answers `C0 0C | 0001 | 0001 | TTL | 0004 | address` (A) or
 //!   `C0 0C | 001C | 0001 | TTL | 0010 | address` (AAAA, RFC 3596 §2.2);
+//! - for a query with DO in a signed zone, the RRset's RRSIG from
+//!   `lagran_rrsig` (RFC 4035 §3.1.1), ready as the map writer made it;
 //! - OPT when the query had one: root, TYPE 41, CLASS = our UDP payload size,
 //!   TTL 0 but the DO bit copied, and the ECS option echoed with SCOPE
 //!   PREFIX-LENGTH set to the matched block's length (0 when SOURCE was 0).
@@ -16,7 +19,8 @@
 //! hop limit set; there is no header checksum, and the UDP checksum, mandatory
 //! there (RFC 8200 §8.1), covers the IPv6 pseudo-header.
 //!
-//! Sizes: the frame grows by 16 (A) or 28 (AAAA) bytes per address and by 16
+//! Sizes: the frame grows by 16 (A) or 28 (AAAA) bytes per address, by the
+//! RRSIG's length, and by 16
 //! where our server cookie answers a client cookie alone, less the padding
 //! option (not echoed) and any Ethernet padding the query carried. Where the
 //! frame's end cannot grow that much, its front does (`grow_at_head`).
@@ -29,6 +33,7 @@ use aya_ebpf::{
 use lagran_common::{
     answers::{AnswerV4, AnswerV6, RR_LEN, RR6_LEN},
     counters::Counter,
+    rrsig::RECORD_MAX,
 };
 
 use crate::{
@@ -37,7 +42,7 @@ use crate::{
     eth::Eth,
     ipv4::{self, Ipv4},
     ipv6,
-    maps::{Scratch, launder},
+    maps::{RRSIG_WORDS, Scratch, launder},
     packet::{Frame, MAX_OFF},
     query::Query,
     udp::{self, Udp},
@@ -112,6 +117,9 @@ pub struct Reply<R: Records> {
     /// (RCODE 23, AA=0) when the query had a client cookie, exactly as
     /// userspace's `dns::rrl::slipped` makes of the full response.
     pub slip: u32,
+    /// Length of the answer's RRSIG record, copied into `Scratch::rrsig`
+    /// for a query with DO in a signed zone (0: none; not sent when slipped).
+    pub sig_len: u32,
 }
 
 /// The COOKIE option we write: code, length, client cookie, server cookie.
@@ -164,6 +172,20 @@ pub fn build<R: Records>(
     if count > answers_max() {
         return Err(Counter::NoAnswer);
     }
+    let sig_len = if r.slip != 0 { 0 } else { r.sig_len };
+    let sig_len = launder(unsafe { &raw mut (*scratch).sig_len }, sig_len) as usize;
+    // One range, 0 included: a lower bound on a present record would split
+    // the paths again.
+    if sig_len > RECORD_MAX {
+        return Err(Counter::RrsigMissing);
+    }
+    // Plus one with a record, without a branch (`sig_len` ≤ 255).
+    let signed = (sig_len + 255) >> 8;
+    let ancount = (count + signed) as u16;
+    // A signed answer's frame is first made `RECORD_MAX - sig_len` octets
+    // longer, so the record is copied in one fixed-size window, and cut back
+    // to its length at the end (no branch: 0 when unsigned).
+    let slack = (RECORD_MAX - sig_len) * signed;
     let badcookie = slip != 0 && cookie != 0;
     // The response's OPT carries the echoed ECS option and our COOKIE: the
     // query's other options (padding) are not echoed, so it may be shorter
@@ -189,12 +211,12 @@ pub fn build<R: Records>(
         Ip::V6 => ipv6::HDR_LEN,
     };
     let qlen = opaque(&q.qlen) & 0xff;
-    let dns_len = dns::HDR_LEN + qlen + 4 + rr_len * count + opt_len;
+    let dns_len = dns::HDR_LEN + qlen + 4 + rr_len * count + sig_len + opt_len;
     let udp_len = udp::HDR_LEN + dns_len;
     let ip_len = ip_hdr + udp_len;
     let new_len = eth.l3 + ip_len;
     let old_len = Frame::reload(ctx).len();
-    let delta = new_len as i32 - old_len as i32;
+    let delta = (new_len + slack) as i32 - old_len as i32;
     // SAFETY: the helper only resizes the frame; every packet pointer is derived
     // again from the context below.
     if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
@@ -234,7 +256,7 @@ pub fn build<R: Records>(
     // The UDP and DNS headers: one window for the fields written here and below.
     let l4w = f.window::<{ udp::HDR_LEN + dns::HDR_LEN }>(l4).map_err(|_| Counter::Malformed)?;
     l4w.store::<u16, { udp::HDR_LEN + 2 }>(flags.to_be());
-    l4w.store::<u16, { udp::HDR_LEN + 6 }>((count as u16).to_be());
+    l4w.store::<u16, { udp::HDR_LEN + 6 }>(ancount.to_be());
 
     // Everything after the name: QTYPE/QCLASS (kept), answers, OPT. It starts at
     // DNS offset 12 + qlen; its sum is taken as if that were even and swapped below.
@@ -247,11 +269,25 @@ pub fn build<R: Records>(
         tail.add(r.records.sum());
     }
     let off = r.records.write(&f, off, count)?;
+    // The RRSIG after the RRset it covers (RFC 4035 §3.1.1), at an even
+    // distance from the tail start; the OPT after it is at an odd one when
+    // the RRSIG's length is odd.
+    if sig_len != 0 {
+        write_rrsig(&f, off, scratch)?;
+    }
+    // 0 without a record (`main` stores it).
+    // SAFETY: this CPU's scratch, written for this packet.
+    tail.add(unsafe { core::ptr::read_volatile(&(*scratch).rrsig_sum) });
+    let off = off + sig_len;
+    // The frame's pointers loaded again: none of the ranges the copy checked lives on.
+    let f = Frame::reload(ctx);
     // One state after the records, whatever their number.
     let off = launder(unsafe { &raw mut (*scratch).records_end }, off as u32) as usize & MAX_OFF;
+    // The OPT's sum as if it started at an even offset; swapped below when it does not.
+    let mut opt_sum = Sum::new();
     if has_opt != 0 {
-        // The OPT starts at an even distance from the tail start (4 + 16·count
-        // or 4 + 28·count).
+        // Summed into `opt_sum` as if the OPT started at an even distance from
+        // the tail start (4 + 16·count or 4 + 28·count, plus the RRSIG's length).
         if has_ecs != 0 && ecs_v6 == 0 && n > 0 {
             // The same for an IPv4 address: the 4 octets ending at its end, as in
             // the query; the ECS header below overwrites the octets before it.
@@ -260,7 +296,7 @@ pub fn build<R: Records>(
             // The address, left-aligned and zero-padded, as big-endian words at
             // an odd position of the tail (19 octets after the OPT start).
             let w = u32::from_be_bytes(q.ecs_addr);
-            tail.add(fold((w >> 16) + (w & 0xffff)).swap_bytes() as u32);
+            opt_sum.add(fold((w >> 16) + (w & 0xffff)).swap_bytes() as u32);
         }
         if has_ecs != 0 && ecs_v6 != 0 && n > 0 {
             // The 16 octets ending at the end of the address, as in the query:
@@ -278,7 +314,7 @@ pub fn build<R: Records>(
             // an odd position of the tail (19 octets after the OPT start).
             let a = q.ecs_addr6;
             let s = fold64(a.hi) as u32 + fold64(a.lo) as u32;
-            tail.add(fold(s).swap_bytes() as u32);
+            opt_sum.add(fold(s).swap_bytes() as u32);
         }
         let rdlen = (ecs_len + cookie_len) as u16;
         let pl = r.udp_payload.to_be_bytes();
@@ -288,7 +324,7 @@ pub fn build<R: Records>(
         f.write::<OPT_FIXED_LEN>(off, opt)?;
         let mut j = 0;
         while j < OPT_FIXED_LEN {
-            tail.byte_at(opt[j], j);
+            opt_sum.byte_at(opt[j], j);
             j += 1;
         }
         if has_ecs != 0 {
@@ -298,7 +334,7 @@ pub fn build<R: Records>(
             f.write::<ECS_FIXED_LEN>(off + OPT_FIXED_LEN, ecs)?;
             let mut j = 0;
             while j < ECS_FIXED_LEN {
-                tail.byte_at(ecs[j], OPT_FIXED_LEN + j);
+                opt_sum.byte_at(ecs[j], OPT_FIXED_LEN + j);
                 j += 1;
             }
         }
@@ -320,8 +356,15 @@ pub fn build<R: Records>(
         let le = fold64(q.cookie_client) as u32 + fold64(c.head) as u32 + fold64(c.hash) as u32;
         let be = fold(fold(le).swap_bytes() as u32 + 10 + 24);
         // The option starts 11 + ecs_len octets after the OPT, which is at an even tail offset.
-        tail.add(if (OPT_FIXED_LEN + ecs_len) & 1 == 1 { be.swap_bytes() } else { be } as u32);
+        opt_sum.add(if (OPT_FIXED_LEN + ecs_len) & 1 == 1 { be.swap_bytes() } else { be } as u32);
     }
+    // Swapped when the OPT starts at an odd offset, without a branch.
+    let o = fold(opt_sum.value()) as u32;
+    // The length read again: the copy's comparisons split the ranges of the
+    // copy they were made on, not of this one.
+    // SAFETY: this CPU's scratch.
+    let shift = 8 * (unsafe { core::ptr::read_volatile(&(*scratch).sig_len) } & 1);
+    tail.add(((o << shift) | (o >> (16 - shift))) & 0xffff);
 
     // UDP checksum over the pseudo-header (RFC 768; RFC 8200 §8.1: the same
     // words, the length as 32 bits and the next header 17), the UDP header and
@@ -336,7 +379,7 @@ pub fn build<R: Records>(
     sum.word(u16::from_be_bytes(q.id));
     sum.word(flags);
     sum.word(1); // QDCOUNT
-    sum.word(count as u16);
+    sum.word(ancount);
     sum.word(q.arcount);
     sum.add(q.qsum);
     let t = fold(tail.value());
@@ -348,16 +391,25 @@ pub fn build<R: Records>(
         c = 0xffff;
     }
     // Ports swapped: one 4-octet word rotated.
+    // The header window made again, for the same reason.
+    let l4w = f.window::<{ udp::HDR_LEN + dns::HDR_LEN }>(l4).map_err(|_| Counter::Malformed)?;
     let ports: u32 = l4w.load::<u32, 0>();
     l4w.store::<u32, 0>(ports.rotate_left(16));
     l4w.store::<u16, 4>((udp_len as u16).to_be());
     l4w.store::<u16, 6>(c.to_be());
+    if slack != 0 {
+        // Shrinking always succeeds; were it refused, the octets after the
+        // IP datagram would be ignored by the receiver, as Ethernet padding is.
+        // SAFETY: the helper only resizes the frame; nothing reads it after.
+        unsafe { bpf_xdp_adjust_tail(ctx.ctx, -(slack as i32)) };
+    }
     Ok(xdp_action::XDP_TX)
 }
 
-/// Most a response outgrows its query: four AAAA records, an ECS option the
-/// query's OPT carried and our COOKIE where the query had a client cookie alone.
-const MAX_GROWTH: usize = 4 * RR6_LEN + COOKIE_OPTION_LEN;
+/// Most a response outgrows its query: four AAAA records, their RRSIG, an
+/// ECS option the query's OPT carried and our COOKIE where the query had a
+/// client cookie alone.
+const MAX_GROWTH: usize = 4 * RR6_LEN + RECORD_MAX + COOKIE_OPTION_LEN;
 /// Most octets before the answers: Ethernet with one VLAN tag, IPv6, UDP, the
 /// DNS header, a 255-octet name, QTYPE and QCLASS.
 const MAX_KEPT: usize = 18 + ipv6::HDR_LEN + udp::HDR_LEN + dns::HDR_LEN + 255 + 4;
@@ -540,6 +592,27 @@ fn write_aaaa(f: &Frame, mut off: usize, a: &AnswerV6, count: usize) -> Result<u
         k += 1;
     }
     Ok(off)
+}
+
+/// Copies the RRSIG record in `scratch` (`Scratch::rrsig`) to frame offset
+/// `off`, all `RECORD_MAX` octets in one checked window: the frame was made
+/// that much longer (`slack`), the OPT record is written over the octets
+/// after the record, and the frame is cut back after the last write. One
+/// path for every length, no loop exit per length for the verifier to follow.
+#[inline(always)]
+fn write_rrsig(f: &Frame, off: usize, scratch: *const Scratch) -> Result<(), Counter> {
+    let p = f.at::<RECORD_MAX>(off).map_err(|_| Counter::Malformed)?;
+    let mut i = 0;
+    while i < RRSIG_WORDS {
+        // SAFETY: `at` checked `[p, p + RECORD_MAX)` against the frame end;
+        // the word is this CPU's scratch, `i` < RRSIG_WORDS.
+        unsafe {
+            let w = core::ptr::read_volatile(&(*scratch).rrsig[i]);
+            core::ptr::write_unaligned((p + 8 * i) as *mut u64, w);
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 #[inline(always)]

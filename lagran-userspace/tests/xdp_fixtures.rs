@@ -652,6 +652,9 @@ fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
 }
 
+#[path = "xdp_fixtures/signed.rs"]
+mod signed;
+
 // ------------------------------------------------------------------ fixtures
 
 /// `[dnstap] xdp_sample = "1/2"`: every second answer reaches the query log
@@ -1464,19 +1467,36 @@ fn fuzz_packets() -> u64 {
 /// The differential fuzz: mutated queries through BPF_PROG_TEST_RUN. Every
 /// XDP_TX carries, byte for byte, the DNS message userspace would send, under
 /// headers with valid checksums ([`Fixture::answered`]); everything else is
-/// passed untouched.
+/// passed untouched. Once against the unsigned fixture table, once against
+/// the same zone signed, with DO set in most queries, `AAAA` and upper-case
+/// letters among them.
 #[test]
 fn random_packets_are_passed_or_answered_correctly() {
-    let fx = Fixture::new();
     let seed = std::env::var("LAGRAN_XDP_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x1a9a4);
-    let mut rng = StdRng::seed_from_u64(seed);
     let names = ["edge.lagran.net", "pool-a.edge.lagran.net", "canary.edge.lagran.net", "nope.lagran.net"];
+    fuzz(&Fixture::new(), seed, &names, false);
+    let names = ["edge.lagran.net", "pool-a.edge.lagran.net", "canary.edge.lagran.net", "dual.edge.lagran.net"];
+    fuzz(&Fixture::signed(), seed ^ 0x5197, &names, true);
+}
+
+/// [`fuzz_packets`] mutated queries for `names` to `fx`; `signed`: DO in
+/// most, some `AAAA`, some with an upper-case letter.
+fn fuzz(fx: &Fixture, seed: u64, names: &[&str], signed: bool) {
+    let mut rng = StdRng::seed_from_u64(seed);
     let (mut tx, mut pass) = (0u64, 0u64);
     let packets = fuzz_packets();
+    let do_odds = if signed { 0.8 } else { 0.0 };
     for i in 0..packets {
         let name = names[rng.gen_range(0..names.len())];
         let src = Ipv4Addr::from(rng.r#gen::<u32>());
         let mut d = Dns::a(name);
+        if signed && rng.gen_bool(0.3) {
+            d = d.qtype(28);
+        }
+        if signed && rng.gen_bool(0.1) {
+            let at = rng.gen_range(0..d.qname.len());
+            d.qname[at] = d.qname[at].to_ascii_uppercase();
+        }
         if rng.gen_bool(0.5) {
             let subnet =
                 format!("{}.{}.0.0/{}", rng.gen_range(0..=255u8), rng.gen_range(0..=255u8), rng.gen_range(0..=32u8));
@@ -1492,11 +1512,16 @@ fn random_packets_are_passed_or_answered_correctly() {
             }
             d = d.opt(rng.gen_range(0..=4096), 0, rng.gen_bool(0.5), &options);
         } else if rng.gen_bool(0.3) {
-            d = d.opt(1232, 0, false, &[]);
+            d = d.opt(1232, 0, rng.gen_bool(do_odds), &[]);
         } else if rng.gen_bool(0.3) {
-            d = d.opt(1232, 0, false, &[cookie(), padding(rng.gen_range(0..20))].concat());
-        } else if rng.gen_bool(0.3) {
-            d = d.opt(1232, 0, false, &cookie_valid(IpAddr::V4(src), rng.gen_range(-400..4000)));
+            d = d.opt(1232, 0, rng.gen_bool(do_odds), &[cookie(), padding(rng.gen_range(0..20))].concat());
+        } else if rng.gen_bool(0.3 + do_odds / 2.0) {
+            d = d.opt(
+                rng.gen_range(0..=1232),
+                0,
+                rng.gen_bool(do_odds),
+                &cookie_valid(IpAddr::V4(src), rng.gen_range(-400..4000)),
+            );
         }
         let mut dns = d.bytes();
         // Mutate: flip bytes, truncate or extend.
@@ -1536,7 +1561,7 @@ fn random_packets_are_passed_or_answered_correctly() {
     }
     assert!(
         tx > packets / 10 && pass > packets / 10,
-        "the mutations exercise both outcomes (tx {tx}, pass {pass} of {packets})"
+        "the mutations exercise both outcomes (tx {tx}, pass {pass} of {packets}, signed: {signed})"
     );
 }
 
@@ -1631,10 +1656,10 @@ fn a_spliced_map_syncs_over_its_changed_blocks_only() {
 fn per_packet_cost() {
     let mut fx = Fixture::new();
     let repeat = 200_000;
-    let median_single = |frame: &[u8]| {
+    let median_single = |prog: &LoadedXdp, frame: &[u8]| {
         let mut v: Vec<u128> = (0..4000)
             .map(|_| {
-                let (action, d) = fx.prog.test_run_repeat(frame, 1).unwrap();
+                let (action, d) = prog.test_run_repeat(frame, 1).unwrap();
                 assert_eq!(action, XDP_TX, "timed frames are answered");
                 d.as_nanos()
             })
@@ -1657,8 +1682,15 @@ fn per_packet_cost() {
     eprintln!("verified_insns: {:?}", fx.prog.verified_insns());
     eprintln!("cost: pass at L2 (ARP): {} ns/run (repeat {repeat})", base.as_nanos());
     for (what, f) in &frames {
-        eprintln!("cost: {what} answered: median {} ns/run (4000 single runs)", median_single(f));
+        eprintln!("cost: {what} answered: median {} ns/run (4000 single runs)", median_single(&fx.prog, f));
     }
+    // The same ECS query with DO, its zone signed: the answer and its RRSIG.
+    let do_ecs = Frame::new().build(&Dns::a("edge.lagran.net").opt(1232, 0, true, &ecs4("10.9.0.0/16")).bytes());
+    let unsigned = median_single(&fx.prog, &do_ecs);
+    fx.writer.sync(&signed::signed_table(), &settings()).unwrap();
+    let signed = median_single(&fx.prog, &do_ecs);
+    eprintln!("cost: ecs-do unsigned zone answered: median {unsigned} ns/run (4000 single runs)");
+    eprintln!("cost: ecs-do signed zone answered (with RRSIG): median {signed} ns/run (4000 single runs)");
     // Lookup only: every answer emptied, so the program walks every lookup and passes.
     let mut t = table();
     for z in &mut t.zones {

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{Daemon, Dig, Options, have_tool};
+use lagran::xdp::netns::NetNs;
+
+use crate::support::{Daemon, Dig, Options, XdpNamespaces, have_tool, metric_value};
 
 const ZONE: &str = "edge.lagran.net";
 const CDN: &str = "cdn.edge.lagran.net";
@@ -22,18 +24,30 @@ const GZ_V6: &str = "2001:db8:21::1";
 
 /// An Unbound that validates with one trust anchor and asks the NS host
 /// under test for the zone; killed on drop.
-struct Unbound {
+struct Unbound<'n> {
     child: Child,
     port: u16,
     dir: PathBuf,
+    /// The network namespace it runs in (and `dig` asks it from), if not ours.
+    netns: Option<&'n NetNs>,
 }
 
-impl Unbound {
+/// `program` run in `netns`, or here.
+fn command(netns: Option<&NetNs>, program: &str) -> Command {
+    netns.map_or_else(|| Command::new(program), |n| n.command(program))
+}
+
+impl<'n> Unbound<'n> {
     /// Starts Unbound on a free port, trying another when the port was taken
     /// between choosing it and Unbound binding it (UDP and TCP).
-    fn start(dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Unbound {
+    fn start(dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Unbound<'n> {
+        Unbound::start_in(None, dir, ns, anchor)
+    }
+
+    /// [`Unbound::start`] inside `netns` (its loopback), when given.
+    fn start_in(netns: Option<&'n NetNs>, dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Unbound<'n> {
         for _ in 0..5 {
-            if let Some(u) = Unbound::start_on(free_port(), dir, ns, anchor) {
+            if let Some(u) = Unbound::start_on(netns, free_port(), dir, ns, anchor) {
                 return u;
             }
         }
@@ -44,7 +58,13 @@ impl Unbound {
     }
 
     /// `None` when Unbound could not bind `port`.
-    fn start_on(port: u16, dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Option<Unbound> {
+    fn start_on(
+        netns: Option<&'n NetNs>,
+        port: u16,
+        dir: &Path,
+        ns: std::net::SocketAddr,
+        anchor: &str,
+    ) -> Option<Unbound<'n>> {
         let conf = format!(
             "server:\n  interface: 127.0.0.1@{port}\n  port: {port}\n  do-daemonize: no\n  username: \"\"\n\
              \x20 chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n\
@@ -60,7 +80,7 @@ impl Unbound {
         );
         std::fs::write(dir.join("unbound.conf"), conf).expect("writing unbound.conf");
         let log = std::fs::File::create(dir.join("unbound.log")).expect("unbound.log");
-        let child = Command::new("unbound")
+        let child = command(netns, "unbound")
             .args(["-d", "-c"])
             .arg(dir.join("unbound.conf"))
             .stdin(Stdio::null())
@@ -68,7 +88,7 @@ impl Unbound {
             .stderr(log)
             .spawn()
             .expect("starting unbound");
-        let mut u = Unbound { child, port, dir: dir.to_path_buf() };
+        let mut u = Unbound { child, port, dir: dir.to_path_buf(), netns };
         // Up when it answers at all (SERVFAIL included): bounded.
         let deadline = Instant::now() + Duration::from_secs(10);
         while u.dig(&[ZONE, "SOA"]).status.is_empty() {
@@ -82,7 +102,7 @@ impl Unbound {
     }
 
     fn dig(&self, args: &[&str]) -> Dig {
-        let out = Command::new("dig")
+        let out = command(self.netns, "dig")
             .args(["@127.0.0.1", "-p", &self.port.to_string(), "+time=5", "+tries=1"])
             .args(args)
             .output()
@@ -95,7 +115,7 @@ impl Unbound {
     }
 }
 
-impl Drop for Unbound {
+impl Drop for Unbound<'_> {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -247,4 +267,99 @@ fn unbound_and_delv_validate_every_kind_of_answer_and_a_wrong_anchor_fails() {
     let out = delv(&d, &anchor_file, &[ZONE, "A"]);
     assert!(!out.contains("fully validated") && out.contains("resolution failed"), "a wrong anchor: {out}");
     drop(unbound);
+}
+
+/// The scheduled `A` answer validated from the kernel: Unbound in a client
+/// namespace asks the NS host across a veth, where the XDP program answers
+/// its query (DO and ECS) with the RRSIG from `lagran_rrsig`, and sets AD;
+/// with one byte of every stored signature flipped (`bpftool map update`),
+/// the answer still comes from the kernel and Unbound says SERVFAIL.
+#[test]
+fn unbound_validates_the_kernels_signed_answer_and_a_flipped_signature_byte_fails() {
+    if !have_tool("unbound", "dnssec_xdp") || !have_tool("bpftool", "dnssec_xdp") {
+        return;
+    }
+    let Some(ns) = XdpNamespaces::create("dnssec_xdp") else { return };
+    let pair = &ns.pair;
+    // The pins on a bpffs of our own, which the daemon's namespace shares.
+    let bpffs = crate::xdp::BpfFs::mount();
+    let pins = format!("{}/pins", bpffs.dir.path().display());
+    let keys = tempfile::tempdir().expect("key dir");
+    let mut options = ns.daemon_options(&pins);
+    options.env.push(("DNSSEC_KEY_DIR".into(), keys.path().display().to_string()));
+    let d = Daemon::start(options);
+    pair.server.enter(|| sign_the_zone(&d)).expect("entering the server namespace");
+    let anchor = pair.server.enter(|| ksk(&d)).expect("entering the server namespace");
+    let answered = || metric_value(&ns.metrics(&d), "lagran_xdp_packets_total{result=\"answered\"}");
+
+    // The signed table reaches the maps: a query with DO across the veth gets an RRSIG.
+    let server_at = format!("@{}", pair.server_addr);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let out = pair
+            .client_run("dig", &[&server_at, "+tries=1", "+time=2", "+dnssec", ZONE, "A", SHENZHEN])
+            .expect("running dig in the client namespace");
+        let r = Dig::parse(&String::from_utf8_lossy(&out.stdout));
+        if !r.answers("RRSIG").is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no signed answer across the veth within 15 s: {}\n{}", r.text, d.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dir = tempfile::tempdir().expect("unbound dir");
+    let server = std::net::SocketAddr::from((pair.server_addr, 53));
+    let unbound = Unbound::start_in(Some(&pair.client), dir.path(), server, &anchor);
+    let before = answered();
+    let r = unbound.dig(&[ZONE, "A", SHENZHEN]);
+    assert_validated(&r, "NOERROR", "A from the kernel");
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "the scheduled answer: gz-01: {}", r.text);
+    let signed = answered();
+    assert!(signed > before, "the XDP program answered ({before} -> {signed}):\n{}", ns.metrics(&d));
+
+    let flipped = flip_signatures(&format!("{pins}/lagran_rrsig"));
+    assert!(flipped > 0, "lagran_rrsig holds the zone's answers' RRSIGs");
+    // A fresh Unbound, with nothing cached: the question goes to the NS host.
+    drop(unbound);
+    let dir = tempfile::tempdir().expect("unbound dir");
+    let unbound = Unbound::start_in(Some(&pair.client), dir.path(), server, &anchor);
+    let r = unbound.dig(&[ZONE, "A", SHENZHEN]);
+    assert_eq!(r.status, "SERVFAIL", "a flipped signature byte fails validation: {}\n{}", r.text, unbound.log());
+    assert!(!r.has_flag("ad"), "{}", r.text);
+    assert!(answered() > signed, "the tampered answer came from the kernel:\n{}", ns.metrics(&d));
+    drop(unbound);
+    drop(d);
+}
+
+/// Flips the last octet (the signature's) of every record in the pinned
+/// `lagran_rrsig` map at `path`; returns how many.
+fn flip_signatures(path: &str) -> usize {
+    let out = Command::new("bpftool").args(["-j", "map", "dump", "pinned", path]).output().expect("running bpftool");
+    assert!(out.status.success(), "bpftool map dump: {}", String::from_utf8_lossy(&out.stderr));
+    let entries: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool's JSON");
+    let entries = entries.as_array().cloned().unwrap_or_default();
+    let hex = |v: &serde_json::Value| -> Vec<u8> {
+        let octets = v.as_array().cloned().unwrap_or_default();
+        octets
+            .iter()
+            .map(|o| u8::from_str_radix(o.as_str().unwrap_or("").trim_start_matches("0x"), 16).unwrap())
+            .collect()
+    };
+    for e in &entries {
+        let (key, mut value) = (hex(&e["key"]), hex(&e["value"]));
+        let record_max = value.len() - 8;
+        let len = u32::from_ne_bytes(value[record_max..record_max + 4].try_into().unwrap()) as usize;
+        value[len - 1] ^= 0x01;
+        // The checksum share follows the flip (an odd or even position of the record).
+        let sum = u32::from_ne_bytes(value[record_max + 4..].try_into().unwrap());
+        let delta = if (len - 1).is_multiple_of(2) { 0x100 } else { 0x1 };
+        let sum = if value[len - 1] & 0x01 == 1 { sum + delta } else { sum - delta };
+        value[record_max + 4..].copy_from_slice(&sum.to_ne_bytes());
+        let mut args = vec!["map".to_string(), "update".into(), "pinned".into(), path.into(), "key".into()];
+        args.extend(key.iter().map(|b| b.to_string()));
+        args.push("value".into());
+        args.extend(value.iter().map(|b| b.to_string()));
+        let st = Command::new("bpftool").args(&args).output().expect("running bpftool map update");
+        assert!(st.status.success(), "bpftool map update: {}", String::from_utf8_lossy(&st.stderr));
+    }
+    entries.len()
 }

@@ -138,12 +138,12 @@ fn a_daemon_killed_hard_is_taken_over_by_the_next_one() {
 }
 
 /// A bpffs mounted on a temp dir for one test; unmounted on drop, also when the test fails.
-struct BpfFs {
-    dir: tempfile::TempDir,
+pub(crate) struct BpfFs {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl BpfFs {
-    fn mount() -> BpfFs {
+    pub(crate) fn mount() -> BpfFs {
         let dir = tempfile::tempdir().expect("temp dir");
         let ok = std::process::Command::new("mount")
             .args(["-t", "bpf", "bpf"])

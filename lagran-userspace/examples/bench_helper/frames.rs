@@ -39,6 +39,20 @@ pub fn dns_query(name: &str, id: u16, ecs: Option<(Ipv4Addr, u8)>) -> Vec<u8> {
     m
 }
 
+/// Sets the DO bit (RFC 3225) of the OPT record that ends a [`dns_query`]
+/// with ECS: the high bit of the OPT TTL's third octet.
+pub fn set_dnssec_ok(m: &mut [u8]) {
+    let mut at = 12;
+    while at < m.len() && m[at] != 0 {
+        at += 1 + m[at] as usize;
+    }
+    // Past the root, QTYPE and QCLASS: the OPT's root, TYPE, CLASS, EXTENDED-RCODE, VERSION.
+    let flags = at + 1 + 4 + 1 + 2 + 2 + 2;
+    if let Some(b) = m.get_mut(flags) {
+        *b |= 0x80;
+    }
+}
+
 /// Header fields of one UDP/IPv4 frame.
 #[derive(Clone, Copy, Debug)]
 pub struct Addrs {
@@ -194,6 +208,12 @@ mod tests {
         // header 12 + name 17 + type/class 4 + OPT 11 + ECS 4+4+3
         assert_eq!(q.len(), 12 + 17 + 4 + 11 + 11);
         assert_eq!(&q[q.len() - 3..], &[58, 60, 1]);
+        let mut d = q.clone();
+        set_dnssec_ok(&mut d);
+        // The OPT's TTL: EXTENDED-RCODE, VERSION, then DO in the high bit.
+        let opt = 12 + 17 + 4;
+        assert_eq!((&d[opt..opt + 3], d[opt + 7]), (&[0u8, 0, 41][..], 0x80));
+        assert_eq!(d.iter().zip(&q).filter(|(a, b)| a != b).count(), 1, "only the DO bit changes");
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct Args {
     /// Send plain queries (no OPT/ECS) instead.
     #[arg(long)]
     no_ecs: bool,
+    /// Set the DO bit (RFC 3225) in the OPT: a signed zone answers with RRSIGs.
+    #[arg(long, conflicts_with = "no_ecs")]
+    dnssec_ok: bool,
 }
 
 /// The DNS queries a command sends: one a real client /24 of the geo file,
@@ -199,7 +202,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 dst_port: a.port,
             };
             let ecs = (!a.no_ecs).then_some((*s, 24));
-            frames::udp_frame(&addrs, &frames::dns_query(&a.queries.name, i as u16, ecs))
+            let mut q = frames::dns_query(&a.queries.name, i as u16, ecs);
+            if a.dnssec_ok {
+                frames::set_dnssec_ok(&mut q);
+            }
+            frames::udp_frame(&addrs, &q)
         })
         .collect();
     let refs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();

@@ -23,6 +23,7 @@ use lagran_common::{
     names::{self, NameValue},
     route_v4::{self, NAME_BITS, RouteV4Data, RouteValue},
     route_v6::{self, RouteV6Data},
+    rrsig::{self, RrsigKey, RrsigValue},
 };
 
 use super::XdpError;
@@ -48,13 +49,15 @@ pub const MAP_NAMES: [&str; 9] = [
 /// and the bench see the answers the packets get) and the listen scans.
 /// The query log's ring and drop counts too (`bpftool map dump pinned
 /// …/lagran_tap_drops`).
-pub const OPTIONAL_MAP_NAMES: [&str; 6] = [
+/// The RRSIGs of signed answers too (`lagran_rrsig`).
+pub const OPTIONAL_MAP_NAMES: [&str; 7] = [
     lagran_common::route_v4_flat::MAP_NAME_L1,
     lagran_common::route_v4_flat::MAP_NAME_L2,
     listen::MAP_NAME_V4,
     listen::MAP_NAME_V6,
     lagran_common::tap::RING_MAP_NAME,
     lagran_common::tap::DROPS_MAP_NAME,
+    rrsig::MAP_NAME,
 ];
 
 /// The `lagran_cookie` entry for `secrets`: the current secret as SipHash's
@@ -106,6 +109,9 @@ pub struct Maps {
     listen4: Option<Array<MapData, ListenV4>>,
     /// The scanned IPv6 listen set (`None`: an object without it, or pinned maps).
     listen6: Option<Array<MapData, ListenV6>>,
+    /// The RRSIGs of signed answers (`None`: an object without them, which
+    /// answers unsigned only, or pinned maps).
+    rrsig: Option<HashMap<MapData, RrsigKey, RrsigValue>>,
     /// Created by the load these handles came from, so still as the kernel made
     /// them: every entry zero, every hash and trie empty. The loader never
     /// reuses a pinned map (it replaces stale pins), so that is every writer's case.
@@ -137,11 +143,16 @@ impl Maps {
             Some(m) => Some(Array::try_from(m).map_err(map_err(listen::MAP_NAME_V6))?),
             None => None,
         };
+        let rrsig = match ebpf.take_map(rrsig::MAP_NAME) {
+            Some(m) => Some(HashMap::try_from(m).map_err(map_err(rrsig::MAP_NAME))?),
+            None => None,
+        };
         let mut maps =
             Maps::from_maps([config, listen, names, routes, answers, counters, routes6, answers6, cookie], true)?;
         maps.flat = flat;
         maps.listen4 = listen4;
         maps.listen6 = listen6;
+        maps.rrsig = rrsig;
         maps.fresh = true;
         Ok(maps)
     }
@@ -187,6 +198,7 @@ impl Maps {
             flat: None,
             listen4: None,
             listen6: None,
+            rrsig: None,
             fresh: false,
         })
     }
@@ -418,8 +430,33 @@ impl Maps {
         })
     }
 
+    /// Whether the program answers signed (its object has `lagran_rrsig`).
+    pub(super) fn has_rrsig(&self) -> bool {
+        self.rrsig.is_some()
+    }
+
+    /// Writes (or replaces, whole) the RRSIG of an answer.
+    pub(super) fn set_rrsig(&mut self, key: RrsigKey, value: &RrsigValue) -> Result<(), XdpError> {
+        let Some(map) = self.rrsig.as_mut() else { return Err(XdpError::NoMap(rrsig::MAP_NAME)) };
+        map.insert(key, value, 0)
+            .map_err(|e| full_or(rrsig::MAP_NAME, rrsig::MAX_ENTRIES, e, "too many signed answers"))
+    }
+
+    /// Removes the RRSIG of an answer.
+    pub(super) fn remove_rrsig(&mut self, key: &RrsigKey) -> Result<(), XdpError> {
+        let Some(map) = self.rrsig.as_mut() else { return Ok(()) };
+        remove_ok_if_missing(map.remove(key), rrsig::MAP_NAME)
+    }
+
+    /// The RRSIG entries as they are in the map now.
+    pub fn rrsigs(&self) -> Result<Vec<(RrsigKey, RrsigValue)>, XdpError> {
+        let Some(map) = self.rrsig.as_ref() else { return Ok(Vec::new()) };
+        map.iter().collect::<Result<_, _>>().map_err(map_err(rrsig::MAP_NAME))
+    }
+
     /// Empties every map the writer fills (every key, including entries from
-    /// an earlier process): the names, both tries, the answers and the flat arrays.
+    /// an earlier process): the names, both tries, the answers, the flat
+    /// arrays and the RRSIGs.
     pub(super) fn clear(&mut self) -> Result<(), XdpError> {
         self.names.reset()?;
         let keys: Vec<Key<RouteV4Data>> =
@@ -444,6 +481,12 @@ impl Maps {
         }
         if let Some(flat) = self.flat.as_mut() {
             flat.reset();
+        }
+        if let Some(map) = self.rrsig.as_mut() {
+            let keys: Vec<RrsigKey> = map.keys().collect::<Result<_, _>>().map_err(map_err(rrsig::MAP_NAME))?;
+            for k in keys {
+                remove_ok_if_missing(map.remove(&k), rrsig::MAP_NAME)?;
+            }
         }
         Ok(())
     }

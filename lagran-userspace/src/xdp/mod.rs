@@ -10,7 +10,8 @@
 //!   ([`CounterSnapshot`], with its Prometheus text).
 //! - [`writer`]: [`MapWriter::sync`] turns a
 //!   [`RouteTable`](crate::route_table::RouteTable) into map entries, writing
-//!   only what changed (`diff` finds the trie entries that did).
+//!   only what changed (`diff` finds the trie entries that did); `rrsig`
+//!   makes and diffs the signed answers' RRSIGs (`lagran_rrsig`).
 //! - [`name_slots`]: places the served names in `lagran_names`' slots, keyed by
 //!   [`wire_name`]; [`route4_flat`] writes the flat IPv4 route arrays;
 //!   [`mapping`]: the shared mapping of an array map both write through.
@@ -38,6 +39,7 @@ pub mod name_slots;
 pub mod netns;
 pub mod privileges;
 pub mod route4_flat;
+mod rrsig;
 pub mod sync;
 pub mod tap;
 pub mod tick;

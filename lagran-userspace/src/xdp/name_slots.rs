@@ -56,8 +56,8 @@ pub struct NameSlots {
     mapping: Mapping,
     writable: bool,
     slots: Vec<Slot>,
-    /// Wire name -> (slot, id, route4) as written.
-    placed: HashMap<Vec<u8>, (u32, u32, u32)>,
+    /// Wire name -> (slot, id, route4, signed) as written.
+    placed: HashMap<Vec<u8>, (u32, u32, u32, u32)>,
     /// Slots given up during this sync.
     retired: Vec<u32>,
     /// Names that found no room at their last attempt (warned once).
@@ -92,17 +92,26 @@ impl NameSlots {
         }
     }
 
-    /// Serves `wire` (lowercased wire format) as name `id` with flat block `route4`.
-    pub fn put(&mut self, wire: &[u8], id: u32, route4: u32) -> Result<Put, XdpError> {
+    /// Serves `wire` (lowercased wire format) as name `id` with flat block
+    /// `route4`; `signed` (0 or 1): its zone is signed (`NameValue::signed`).
+    pub fn put(&mut self, wire: &[u8], id: u32, route4: u32, signed: u32) -> Result<Put, XdpError> {
         self.check_writable()?;
         let target = NameValue::target_word(id, route4);
         if let Some(p) = self.placed.get_mut(wire) {
-            if (p.1, p.2) == (id, route4) {
+            if (p.1, p.2, p.3) == (id, route4, signed) {
                 return Ok(Put::Unchanged);
             }
-            // One store: a packet reads the old pair or the new one.
-            self.mapping.u64(p.0 as usize * STRIDE + NameValue::TARGET_OFFSET).store(target, Ordering::Relaxed);
-            (p.1, p.2) = (id, route4);
+            let base = p.0 as usize * STRIDE;
+            if (p.1, p.2) != (id, route4) {
+                // One store: a packet reads the old pair or the new one.
+                self.mapping.u64(base + NameValue::TARGET_OFFSET).store(target, Ordering::Relaxed);
+            }
+            if p.3 != signed {
+                // Length and flag share a word: the length stays, the flag flips in one store.
+                let word = wire.len() as u64 | u64::from(signed) << 32;
+                self.mapping.u64(base + NameValue::LEN_OFFSET).store(word, Ordering::Relaxed);
+            }
+            (p.1, p.2, p.3) = (id, route4, signed);
             return Ok(Put::Written);
         }
         let hash = hash_wire(wire);
@@ -116,8 +125,8 @@ impl NameSlots {
             return Ok(Put::NoRoom);
         };
         self.unfit.remove(wire);
-        self.publish(slot, &NameValue { route4, ..NameValue::new(id, wire) });
-        self.placed.insert(wire.to_vec(), (slot, id, route4));
+        self.publish(slot, &NameValue { route4, signed, ..NameValue::new(id, wire) });
+        self.placed.insert(wire.to_vec(), (slot, id, route4, signed));
         Ok(Put::Written)
     }
 
@@ -132,7 +141,8 @@ impl NameSlots {
         let base = slot as usize * STRIDE;
         let target = NameValue::target_word(value.id, value.route4);
         self.mapping.u64(base + NameValue::TARGET_OFFSET).store(target, Ordering::Relaxed);
-        self.mapping.u64(base + NameValue::LEN_OFFSET).store(u64::from(value.len), Ordering::Relaxed);
+        let len_word = u64::from(value.len) | u64::from(value.signed) << 32;
+        self.mapping.u64(base + NameValue::LEN_OFFSET).store(len_word, Ordering::Relaxed);
         for (i, w) in value.name.iter().enumerate() {
             self.mapping.u64(base + NameValue::NAME_OFFSET + 8 * i).store(*w, Ordering::Relaxed);
         }
@@ -145,7 +155,7 @@ impl NameSlots {
     pub fn remove(&mut self, wire: &[u8]) -> Result<bool, XdpError> {
         self.check_writable()?;
         self.unfit.remove(wire);
-        let Some((slot, _, _)) = self.placed.remove(wire) else { return Ok(false) };
+        let Some((slot, ..)) = self.placed.remove(wire) else { return Ok(false) };
         self.mapping.u64(slot as usize * STRIDE + NameValue::HASH_OFFSET).store(TOMBSTONE, Ordering::Relaxed);
         self.slots[slot as usize] = Slot::Retired;
         self.retired.push(slot);
@@ -179,7 +189,7 @@ impl NameSlots {
             id: target as u32,
             route4: (target >> 32) as u32,
             len: word(NameValue::LEN_OFFSET) as u32,
-            _pad: 0,
+            signed: (word(NameValue::LEN_OFFSET) >> 32) as u32,
             name,
         }
     }

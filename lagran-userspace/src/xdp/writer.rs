@@ -6,9 +6,11 @@
 //!
 //! Write order, so that a packet racing a sync sees either the old answer, the
 //! new answer, or no answer (and is passed to userspace), never a wrong one:
-//! new answers → trie inserts/updates → name inserts → name deletes → trie
-//! deletes → answer ids freed (they are reused only by a later sync, after
-//! every trie entry pointing at them is gone).
+//! new answers → new RRSIGs → trie inserts/updates → name inserts → name
+//! deletes → trie deletes → RRSIGs gone → answer ids freed (they are reused
+//! only by a later sync, after every trie entry pointing at them is gone).
+//! A name whose zone becomes signed is marked so after its RRSIGs are in,
+//! and unmarked before they go.
 //!
 //! A failed write leaves the maps in an unknown state: the writer switches the
 //! fast path off (every query goes to userspace, which answers correctly) and
@@ -32,6 +34,7 @@ use super::diff::{Route, RouteDiff, answer_of, diff_maps, diff_routes, diff_spli
 use super::maps::Maps;
 use super::name_slots::Put;
 use super::route4_flat::{self, FlatRoute, FlatV4};
+use super::rrsig::{self, RrsigWriter};
 use super::wire_name::wire_key;
 use crate::dns::settings::DnsSettings;
 use crate::prefix_map::{PrefixMapV4, PrefixMapV6};
@@ -62,6 +65,9 @@ pub struct SyncStats {
     /// Names whose routes were diffed over the blocks their build spliced
     /// only (their map was spliced from the one written last).
     pub names_spliced: usize,
+    /// `lagran_rrsig` entries written (new or re-signed) and removed.
+    pub rrsigs_written: usize,
+    pub rrsigs_removed: usize,
 }
 
 impl SyncStats {
@@ -73,6 +79,8 @@ impl SyncStats {
             + self.routes_deleted
             + self.answers_written
             + self.answers_freed
+            + self.rrsigs_written
+            + self.rrsigs_removed
     }
 }
 
@@ -107,6 +115,10 @@ struct Plan {
     kept: HashSet<u32>,
     /// What every name's entries are made from.
     written: StdHashMap<u32, Written>,
+    /// Ids of the names in a signed zone (`NameValue::signed`).
+    signed: HashSet<u32>,
+    /// The RRSIG of every answer of those names.
+    rrsigs: rrsig::Entries,
 }
 
 /// Keeps the maps equal to the route table, writing only differences.
@@ -127,6 +139,8 @@ pub struct MapWriter {
     /// Keyed by the answers' whole records (~200 bytes each, thousands per
     /// fleet-sized table): hashed with FxHash, not SipHash (our own data).
     answers: FxHashMap<AnswerPair, u32>,
+    /// Written `lagran_rrsig` entries.
+    rrsigs: RrsigWriter,
     free_ids: Vec<u32>,
     next_id: u32,
     /// A write failed: clear and rewrite everything on the next sync.
@@ -166,6 +180,7 @@ impl MapWriter {
             routes6: StdHashMap::new(),
             written: StdHashMap::new(),
             answers: FxHashMap::default(),
+            rrsigs: RrsigWriter::default(),
             free_ids: Vec::new(),
             next_id: 0,
             // Maps a load just created are empty. Others (opened from pins) may
@@ -287,13 +302,16 @@ impl MapWriter {
         // 1. Desired names, answers (written now, before anything points at them)
         //    and trie entries.
         let mut plan = self.plan(table, settings, &mut stats)?;
+        stats.rrsigs_written = self.rrsigs.write_changed(&mut self.maps, &plan.rrsigs)?;
         // 2. Trie inserts, updates and deletes for every name still served.
         self.write_routes4(&mut plan, started, &mut stats)?;
         self.write_routes6(&plan, &mut stats)?;
         // 3. Names.
-        let placed = self.write_names(std::mem::take(&mut plan.names), std::mem::take(&mut plan.order), &mut stats)?;
-        // 4. Trie entries of names no longer served.
+        let (names, order) = (std::mem::take(&mut plan.names), std::mem::take(&mut plan.order));
+        let placed = self.write_names(names, order, &plan.signed, &mut stats)?;
+        // 4. Trie entries of names no longer served, and RRSIGs of answers no longer signed.
         self.remove_gone_routes(&plan, &mut stats)?;
+        stats.rrsigs_removed = self.rrsigs.remove_gone(&mut self.maps, &plan.rrsigs)?;
         // 5. Answers nothing points at any more.
         self.free_unused_answers(&plan.used, &mut stats)?;
         if let Some(flat) = self.maps.flat_mut() {
@@ -313,9 +331,10 @@ impl MapWriter {
         // Name hash -> wire name: two names with one hash cannot share the key.
         let mut hashes: StdHashMap<u64, Vec<u8>> = StdHashMap::new();
         for name in table.scheduled_names() {
-            // The kernel answers unsigned: a signed zone's names are left to
-            // userspace, which answers a query with DO set with its RRSIGs.
-            if table.signed_zone_of(&name.name).is_some() {
+            let signatures = table.signed_zone_of(&name.name).map(|(_, s)| s);
+            // A program without `lagran_rrsig` answers unsigned only: a signed
+            // zone's names are then left to userspace.
+            if signatures.is_some() && !self.maps.has_rrsig() {
                 stats.names_skipped += 1;
                 continue;
             }
@@ -327,6 +346,10 @@ impl MapWriter {
                 return Err(XdpError::DuplicateNameId { id: name.id, a: other.to_string(), b: name.name.clone() });
             }
             let ids = self.answer_ids(name, settings, &mut plan.used, stats)?;
+            if let Some(signatures) = signatures {
+                plan.signed.insert(name.id);
+                rrsig::add_name(name, &ids, signatures, settings, &mut plan.rrsigs);
+            }
             if plan.names.insert(key.clone(), name.id).is_none() {
                 plan.order.push(key);
             }
@@ -393,6 +416,7 @@ impl MapWriter {
         &mut self,
         want: StdHashMap<Vec<u8>, u32>,
         order: Vec<Vec<u8>>,
+        signed: &HashSet<u32>,
         stats: &mut SyncStats,
     ) -> Result<StdHashMap<Vec<u8>, (u32, u32)>, XdpError> {
         let want: StdHashMap<Vec<u8>, (u32, u32)> = want
@@ -422,7 +446,7 @@ impl MapWriter {
         let mut placed = StdHashMap::with_capacity(want.len());
         for key in order {
             let Some(&(id, route4)) = want.get(&key) else { continue };
-            match self.maps.names_mut().put(&key, id, route4)? {
+            match self.maps.names_mut().put(&key, id, route4, u32::from(signed.contains(&id)))? {
                 Put::Written => stats.names_upserted += 1,
                 Put::Unchanged => {}
                 // No slot: userspace answers it (warned by `NameSlots`); tried again next sync.
@@ -564,6 +588,7 @@ impl MapWriter {
         self.written.clear();
         self.routes6.clear();
         self.answers.clear();
+        self.rrsigs.clear();
         self.free_ids.clear();
         self.next_id = 0;
         self.needs_reset = false;

@@ -29,30 +29,30 @@ pub(super) fn choose(opts: &Options, notes: &mut Vec<String>) -> Vec<String> {
 }
 
 impl Bench {
-    pub(super) fn run_gun(&self, t: &Topology, rate: u64) -> anyhow::Result<Run> {
+    /// `gun` at `rate`; `dnssec_ok`: its queries with the DO bit set.
+    pub(super) fn run_gun(&self, t: &Topology, rate: u64, dnssec_ok: bool) -> anyhow::Result<Run> {
         let (rate_s, dur, xdb) = (rate.to_string(), self.opts.duration.to_string(), self.xdb.display().to_string());
-        let mut cmd = self.helper_cmd(
-            t,
-            &t.cli,
-            Some(self.opts.gen_cpu),
-            &[
-                "gun",
-                "--iface",
-                CLI_IF,
-                "--src-ip",
-                CLI_IP,
-                "--dst-ip",
-                SRV_IP,
-                "--dst-mac",
-                &t.srv_mac,
-                "--rate",
-                &rate_s,
-                "--duration",
-                &dur,
-                "--xdb",
-                &xdb,
-            ],
-        );
+        let mut args = vec![
+            "gun",
+            "--iface",
+            CLI_IF,
+            "--src-ip",
+            CLI_IP,
+            "--dst-ip",
+            SRV_IP,
+            "--dst-mac",
+            &t.srv_mac,
+            "--rate",
+            &rate_s,
+            "--duration",
+            &dur,
+            "--xdb",
+            &xdb,
+        ];
+        if dnssec_ok {
+            args.push("--dnssec-ok");
+        }
+        let mut cmd = self.helper_cmd(t, &t.cli, Some(self.opts.gen_cpu), &args);
         let out = util::output(&mut cmd)?;
         let r = parse_results(&out);
         Ok(Run {

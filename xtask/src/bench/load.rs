@@ -23,7 +23,8 @@ impl Bench {
             busy::watch(self.opts.server_cpu, Duration::from_millis(700), Duration::from_secs_f64(secs - 1.0))
         });
         let mut run = match generator {
-            "gun" => self.run_gun(t, rate)?,
+            "gun" => self.run_gun(t, rate, false)?,
+            super::signed::GUN_DO => self.run_gun(t, rate, true)?,
             "kxdpgun" => self.run_kxdpgun(t, rate)?,
             "dnsperf" => self.run_dnsperf(t, rate)?,
             other => bail!("unknown generator {other:?} (gun, kxdpgun, dnsperf)"),
@@ -100,6 +101,11 @@ impl Bench {
         daemon.check_alive()?;
         if !self.opts.no_fleet {
             m.fleet = self.fleet_step(&mut daemon)?;
+        }
+        // Last: signing the zone changes what the steps above measure.
+        if gens.iter().any(|g| g == "gun") {
+            self.signed_qps(t, &daemon, m)?;
+            daemon.check_alive()?;
         }
         daemon.stop();
         Ok(())

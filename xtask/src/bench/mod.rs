@@ -57,6 +57,7 @@ mod report;
 mod resolver;
 mod search;
 mod servers;
+mod signed;
 mod steering;
 mod tables;
 mod topology;

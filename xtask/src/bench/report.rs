@@ -84,6 +84,9 @@ fn qps_rows(m: &mut Measured, g: &String, rows: &mut Vec<Row>) {
     if let Some(x) = x {
         rows.push(row(format!("QPS XDP path [{g}: {how}]"), x.describe(), "-", None));
     }
+    if g == "gun" {
+        signed_rows(m, x, rows);
+    }
     if let Some(u) = u {
         rows.push(row(format!("QPS userspace path [{g}]"), u.describe(), "-", None));
     }
@@ -495,4 +498,19 @@ pub(super) fn cpus() -> usize {
 
 pub(super) fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").map_or("?".into(), |s| s.trim().to_string())
+}
+
+/// The signed rate and its ratio to the unsigned XDP rate (`x`) of `gun`.
+fn signed_rows(m: &Measured, x: Option<&Best>, rows: &mut Vec<Row>) {
+    let Some(s) = m.qps.get(&(Server::LagranXdp, super::signed::GUN_DO.to_string())) else { return };
+    rows.push(row("QPS XDP path, signed zone, DO set [gun]", s.describe(), "-", None));
+    if let Some(x) = x.filter(|x| x.qps > 0.0) {
+        let (ratio, target) = (s.qps / x.qps, super::signed::TARGET_RATIO);
+        rows.push(row(
+            "signed (DO) / unsigned, XDP QPS [gun]",
+            format!("{ratio:.2}×"),
+            format!("≥ {target}×"),
+            Some(ratio >= target),
+        ));
+    }
 }
