@@ -12,6 +12,7 @@ pub mod auth;
 pub mod browser_guard;
 pub mod certificates;
 pub mod console;
+pub mod dnssec;
 pub mod endpoints;
 pub mod error;
 pub mod explain;
