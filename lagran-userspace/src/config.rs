@@ -115,7 +115,7 @@ impl Default for Config {
             dnstap: DnstapSettings::default(),
             dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
             dnssec_key_file: PathBuf::from("./lagran-data/dnssec.key"),
-            dnssec_delete_wait_secs: crate::dnssec::DEFAULT_DELETE_WAIT_SECS,
+            dnssec_delete_wait_secs: crate::model::DEFAULT_DELETE_WAIT_SECS,
             steering: Default::default(),
             acme: Default::default(),
             cluster: Default::default(),
@@ -124,6 +124,15 @@ impl Default for Config {
 }
 
 impl Config {
+    /// DNSSEC signing as this configuration sets it up: keys sealed with
+    /// `dnssec_key_file`, the old `dnssec_key_dir` imported.
+    pub fn dnssec_signing(&self, store: crate::store::Store) -> crate::dnssec::Signing {
+        let import = Some(crate::dnssec::KeyDirectory::new(&self.dnssec_key_dir));
+        let keeper =
+            crate::dnssec::KeyKeeper::new(store, self.dnssec_key_file.clone(), import, self.dnssec_delete_wait_secs);
+        crate::dnssec::Signing::new(keeper)
+    }
+
     /// Reads `path` (if given), then applies the environment.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let mut cfg = match path {

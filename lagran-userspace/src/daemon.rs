@@ -240,13 +240,7 @@ async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) 
     let health = HealthMonitor::new(config.health.clone());
     let scheduler =
         Arc::new(Scheduler::new(store.clone(), config.schedule.clone(), health.clone(), geo, empty_shared()));
-    let keeper = crate::dnssec::KeyKeeper::new(
-        store.clone(),
-        config.dnssec_key_file.clone(),
-        Some(crate::dnssec::KeyDirectory::new(&config.dnssec_key_dir)),
-        config.dnssec_delete_wait_secs,
-    );
-    scheduler.set_dnssec(Arc::new(crate::dnssec::Signing::new(keeper)));
+    scheduler.set_dnssec(Arc::new(config.dnssec_signing(store.clone())));
     scheduler.measurements().set_settings(config.steering.clone());
     let overrides = scheduler.reload_overrides().await.map_err(DaemonError::FirstRecompute)?;
     if overrides > 0 {
@@ -461,9 +455,6 @@ pub async fn serve(config: Config, opts: ServeOptions, shutdown: CancellationTok
     }
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     crate::geo_age::add_metrics(&metrics, &config.geo);
-    if let Some(signing) = cp.scheduler.dnssec().cloned() {
-        metrics.add_source(Box::new(move |out| crate::dnssec::metrics::render_signing(&signing, out)));
-    }
     let dns = Arc::new(guards.apply(DnsServer::new(
         table,
         Arc::new(config.dns.clone()),
@@ -504,9 +495,6 @@ pub async fn control(config: Config, opts: ServeOptions, shutdown: CancellationT
     let metrics = Arc::new(Metrics::new(Arc::new(DnsCounters::default())));
     add_confirmation_metrics(&metrics, cp.scheduler.confirmation().clone(), &config);
     crate::geo_age::add_metrics(&metrics, &config.geo);
-    if let Some(signing) = cp.scheduler.dnssec().cloned() {
-        metrics.add_source(Box::new(move |out| crate::dnssec::metrics::render_signing(&signing, out)));
-    }
     let (api_listener, api_addr) = bind_api(&config).await?;
     let api_url = api_url(api_addr, tls.is_some());
     let tasks = Supervisor::new();

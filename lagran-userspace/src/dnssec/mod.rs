@@ -40,9 +40,7 @@ pub use key_store::KeyDirectory;
 pub use keys::{KeyError, KeyRole, ZoneKey, ZoneKeys};
 pub use zone_signer::TableSigner;
 
-/// A zone whose signing is turned off serves the CDS/CDNSKEY DELETE records
-/// this long (two days: a parent scanning daily, then its DS TTL).
-pub const DEFAULT_DELETE_WAIT_SECS: u32 = 2 * 86_400;
+pub use crate::model::DEFAULT_DELETE_WAIT_SECS;
 
 /// Signing on a control process: the keys and the table signer.
 pub struct Signing {

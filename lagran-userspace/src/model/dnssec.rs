@@ -90,6 +90,9 @@ pub const DEFAULT_ZSK_LIFETIME_SECS: u32 = 30 * 86_400;
 pub const DEFAULT_KSK_LIFETIME_SECS: u32 = 365 * 86_400;
 /// Two days for the parent to pick up a CDS change and its DS TTL to pass.
 pub const DEFAULT_DS_WAIT_SECS: u32 = 2 * 86_400;
+/// A zone whose signing is turned off serves the CDS/CDNSKEY DELETE records
+/// this long (two days: a parent scanning daily, then its DS TTL).
+pub const DEFAULT_DELETE_WAIT_SECS: u32 = 2 * 86_400;
 /// Tables reach the NS hosts in seconds; five minutes leaves room.
 pub const DEFAULT_PROPAGATION_SECS: u32 = 300;
 
