@@ -77,6 +77,11 @@ pub struct Config {
     pub dnstap: DnstapSettings,
     /// Where the control plane keeps the DNSSEC keys of the signed zones.
     pub dnssec_key_dir: PathBuf,
+    /// The 32-byte key the DNSSEC private keys are sealed with in the database.
+    pub dnssec_key_file: PathBuf,
+    /// How long a zone whose signing was turned off serves the CDS/CDNSKEY
+    /// DELETE records, still signed, before it is served unsigned.
+    pub dnssec_delete_wait_secs: u32,
     /// `[steering]`: the latency policy's window, sample floor and stabilize band.
     pub steering: crate::steering::settings::SteeringSettings,
     /// `[acme]`: certificates of the sites with `acme`, from an ACME server.
@@ -109,6 +114,8 @@ impl Default for Config {
             cookies: CookieSettings::default(),
             dnstap: DnstapSettings::default(),
             dnssec_key_dir: PathBuf::from("./lagran-data/dnssec"),
+            dnssec_key_file: PathBuf::from("./lagran-data/dnssec.key"),
+            dnssec_delete_wait_secs: crate::model::DEFAULT_DELETE_WAIT_SECS,
             steering: Default::default(),
             acme: Default::default(),
             cluster: Default::default(),
@@ -117,6 +124,15 @@ impl Default for Config {
 }
 
 impl Config {
+    /// DNSSEC signing as this configuration sets it up: keys sealed with
+    /// `dnssec_key_file`, the old `dnssec_key_dir` imported.
+    pub fn dnssec_signing(&self, store: crate::store::Store) -> crate::dnssec::Signing {
+        let import = Some(crate::dnssec::KeyDirectory::new(&self.dnssec_key_dir));
+        let keeper =
+            crate::dnssec::KeyKeeper::new(store, self.dnssec_key_file.clone(), import, self.dnssec_delete_wait_secs);
+        crate::dnssec::Signing::new(keeper)
+    }
+
     /// Reads `path` (if given), then applies the environment.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let mut cfg = match path {
@@ -212,6 +228,12 @@ impl Config {
         }
         if let Some(v) = non_empty("DNSSEC_KEY_DIR") {
             self.dnssec_key_dir = PathBuf::from(v);
+        }
+        if let Some(v) = non_empty("DNSSEC_KEY_FILE") {
+            self.dnssec_key_file = PathBuf::from(v);
+        }
+        if let Some(v) = non_empty("DNSSEC_DELETE_WAIT_SECS") {
+            self.dnssec_delete_wait_secs = parse("DNSSEC_DELETE_WAIT_SECS", v)?;
         }
         if let Some(v) = non_empty("RRL_RPS") {
             self.rrl.responses_per_second = parse("RRL_RPS", v)?;

@@ -240,7 +240,7 @@ async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) 
     let health = HealthMonitor::new(config.health.clone());
     let scheduler =
         Arc::new(Scheduler::new(store.clone(), config.schedule.clone(), health.clone(), geo, empty_shared()));
-    scheduler.set_dnssec_keys(crate::dnssec::KeyDirectory::new(&config.dnssec_key_dir));
+    scheduler.set_dnssec(Arc::new(config.dnssec_signing(store.clone())));
     scheduler.measurements().set_settings(config.steering.clone());
     let overrides = scheduler.reload_overrides().await.map_err(DaemonError::FirstRecompute)?;
     if overrides > 0 {

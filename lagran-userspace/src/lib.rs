@@ -54,6 +54,7 @@ pub mod redirect;
 pub mod route_table;
 pub mod scheduler;
 pub mod settings;
+pub mod signature_expiry;
 pub mod steering;
 pub mod store;
 pub mod supervisor;

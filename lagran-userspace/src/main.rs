@@ -261,7 +261,8 @@ enum Command {
         #[command(subcommand)]
         command: lagran::cli::ops::RoutesCommand,
     },
-    /// DNSSEC keys and the DS for the parent zone (reads `dnssec_key_dir`).
+    /// DNSSEC keys, their states and next events, the DS for the parent zone;
+    /// rollovers by hand (through the API).
     Dnssec {
         #[command(subcommand)]
         command: lagran::cli::dnssec::DnssecCommand,
@@ -355,8 +356,7 @@ async fn main() -> Result<()> {
             print!("{out}");
         }
         Command::Dnssec { command } => {
-            let keys = lagran::dnssec::KeyDirectory::new(&config.dnssec_key_dir);
-            print!("{}", lagran::cli::dnssec::run(command, &keys)?);
+            print!("{}", lagran::cli::dnssec::run(&client(&cli.api, &config), command).await?);
         }
         Command::Geo { command } => {
             let out = lagran::cli::geo::run(command, &config).await?;

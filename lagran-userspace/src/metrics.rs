@@ -94,6 +94,7 @@ impl Metrics {
             }
             render_nodes(&mut out, nodes, now_ms());
         }
+        crate::signature_expiry::render_prometheus(table, now_ms() / 1000, &mut out);
         self.dns.render_prometheus(&mut out);
         for source in self.sources.lock().expect("metrics sources lock poisoned").iter() {
             source(&mut out);

@@ -12,8 +12,8 @@ use axum::routing::{MethodFilter, on};
 use super::access::{Requirement, enforce};
 use super::{ApiError, AppState};
 use super::{
-    acme, asn_carriers, certificates, console, explain, geo, measurements, nodes, purge, routes, rules, schedule,
-    sites, suspects, zones,
+    acme, asn_carriers, certificates, console, dnssec, explain, geo, measurements, nodes, purge, routes, rules,
+    schedule, sites, suspects, zones,
 };
 
 /// One declared endpoint.
@@ -85,6 +85,7 @@ pub fn all(state: AppState) -> Endpoints {
         .at(GET, "/api/v1/console/traffic", Read, console::traffic)
         .at(GET, "/api/v1/console/faults", Read, console::faults)
         .at(GET, "/api/v1/console/certificates", Read, console::certificates)
+        .at(GET, "/api/v1/console/dnssec", Read, dnssec::console_warnings)
         .at(POST, "/api/v1/measurements", ReadOrAnyNode, measurements::post)
         .at(GET, "/api/v1/measurements", Read, measurements::get)
         .at(GET, "/api/v1/measurements/candidates", ReadOrAnyNode, measurements::candidates)
@@ -104,6 +105,8 @@ pub fn all(state: AppState) -> Endpoints {
         .at(PUT, "/api/v1/zones/{name}", Admin, zones::put_zone)
         .at(GET, "/api/v1/zones/{name}", Read, zones::get_zone)
         .at(DELETE, "/api/v1/zones/{name}", Admin, zones::delete_zone)
+        .at(POST, "/api/v1/zones/{name}/dnssec/rollover", Admin, dnssec::rollover)
+        .at(GET, "/api/v1/dnssec", Read, dnssec::status)
         .at(GET, "/api/v1/domains", Read, zones::list_domains)
         .at(PUT, "/api/v1/domains/{name}", Admin, zones::put_domain)
         .at(DELETE, "/api/v1/domains/{name}", Admin, zones::delete_domain)

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod browser_guard;
 pub mod certificates;
 pub mod console;
+pub mod dnssec;
 pub mod endpoints;
 pub mod error;
 pub mod explain;
@@ -141,5 +142,8 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         Some(&ControlStats { last_recompute_us, recomputes, nodes, leading: state.scheduler.leading() }),
     );
     state.scheduler.health().fail_static().render_metrics(&mut body);
+    if let Some(signing) = state.scheduler.dnssec() {
+        crate::dnssec::metrics::render_signing(signing, &mut body);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body)
 }

@@ -38,6 +38,14 @@ pub struct ZoneBody {
     pub dnssec_refresh_secs: Option<u32>,
     /// `"nsec"`, the only denial offered.
     pub dnssec_denial: Option<String>,
+    /// A ZSK rolls this long after it started signing (0: never by itself).
+    pub dnssec_zsk_lifetime_secs: Option<u32>,
+    /// A KSK rolls this long after it started signing (0: never by itself).
+    pub dnssec_ksk_lifetime_secs: Option<u32>,
+    /// The parent's time to act on a CDS change plus its DS TTL.
+    pub dnssec_ds_wait_secs: Option<u32>,
+    /// How long a table takes to reach every NS host.
+    pub dnssec_propagation_secs: Option<u32>,
 }
 
 /// `PUT /api/v1/domains/{name}` body.
@@ -103,7 +111,11 @@ fn dnssec_from_body(body: &ZoneBody) -> Result<Option<ZoneDnssec>, ApiError> {
     let tuned = body.dnssec_algorithm.is_some()
         || body.dnssec_validity_secs.is_some()
         || body.dnssec_refresh_secs.is_some()
-        || body.dnssec_denial.is_some();
+        || body.dnssec_denial.is_some()
+        || body.dnssec_zsk_lifetime_secs.is_some()
+        || body.dnssec_ksk_lifetime_secs.is_some()
+        || body.dnssec_ds_wait_secs.is_some()
+        || body.dnssec_propagation_secs.is_some();
     if body.dnssec != Some(true) {
         if tuned {
             return Err(ApiError::bad_field("dnssec", "the dnssec_* fields need \"dnssec\": true"));
@@ -129,6 +141,10 @@ fn dnssec_from_body(body: &ZoneBody) -> Result<Option<ZoneDnssec>, ApiError> {
     }
     policy.validity_secs = body.dnssec_validity_secs.unwrap_or(policy.validity_secs);
     policy.refresh_secs = body.dnssec_refresh_secs.unwrap_or(policy.refresh_secs);
+    policy.zsk_lifetime_secs = body.dnssec_zsk_lifetime_secs.unwrap_or(policy.zsk_lifetime_secs);
+    policy.ksk_lifetime_secs = body.dnssec_ksk_lifetime_secs.unwrap_or(policy.ksk_lifetime_secs);
+    policy.ds_wait_secs = body.dnssec_ds_wait_secs.unwrap_or(policy.ds_wait_secs);
+    policy.propagation_secs = body.dnssec_propagation_secs.unwrap_or(policy.propagation_secs);
     policy.check().map_err(|reason| ApiError::bad_field("dnssec_refresh_secs", reason))?;
     Ok(Some(policy))
 }

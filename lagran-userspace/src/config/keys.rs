@@ -50,10 +50,26 @@ pub const TOP_LEVEL_KEYS: &[Key] = &[
         "dnssec_key_dir",
         KeyDefault::Toml("\"./lagran-data/dnssec\""),
         "\"/etc/lagran/dnssec\"",
-        "the control plane's DNSSEC key files (one KSK and one ZSK per signed zone, made when missing; \
-         every control process of a cluster needs the same ones)",
+        "key files of an earlier version (one KSK and one ZSK per signed zone), imported into the database \
+         once at start",
     )
     .env("DNSSEC_KEY_DIR"),
+    Key::toml(
+        "dnssec_key_file",
+        KeyDefault::Toml("\"./lagran-data/dnssec.key\""),
+        "\"/etc/lagran/dnssec.key\"",
+        "32 random bytes (raw or 64 hex digits) sealing the DNSSEC private keys in the database (AES-256-GCM); \
+         made when missing and the database holds no key; every control process needs the same file",
+    )
+    .env("DNSSEC_KEY_FILE"),
+    Key::toml(
+        "dnssec_delete_wait_secs",
+        KeyDefault::Toml("172800"),
+        "3600",
+        "a zone whose signing is turned off serves signed CDS/CDNSKEY DELETE records this long before it is \
+         served unsigned",
+    )
+    .env("DNSSEC_DELETE_WAIT_SECS"),
 ];
 
 /// Options of the command line that have no TOML key.

@@ -6,12 +6,14 @@
 //!   the daemon samples).
 //! - [`nshosts`]: each NS host's table version and lag.
 //! - [`certificates`]: the certificates that expire within 14 days.
+//! - [`dnssec`]: signatures near expiry and key rollovers that do not advance.
 //! - [`page`]: the page itself (HTML, CSS and script, embedded).
 //! - this module: what the API handlers call — the live matrix and the
 //!   what-if, computed with the scheduler's own compiler
 //!   ([`build_route_table`]) on copies of its inputs; nothing is published.
 
 pub mod certificates;
+pub mod dnssec;
 pub mod matrix;
 pub mod nshosts;
 pub mod page;

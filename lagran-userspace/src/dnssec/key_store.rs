@@ -1,15 +1,9 @@
-//! The key directory: where the control plane keeps each signed zone's
-//! private keys, one PKCS#8 DER file per key
-//! (`<zone>.<ksk|zsk>.<algorithm number>.pk8`, mode 0600).
-//!
-//! Keys live in files rather than in the database: the database is read by
-//! every control process and often copied into backups and test systems,
-//! while a private key should sit where only the signer reads it; a key file
-//! is also what an operator moves to an offline store or an HSM later. The
-//! cost: every control process that may lead a cluster needs the same
-//! directory (shared storage or a copy), and a missing key is generated — so
-//! a leader without the directory would publish new keys the parent's DS
-//! does not name. `lagran dnssec status` prints which keys a directory holds.
+//! The key directory of earlier versions: each signed zone's private keys,
+//! one PKCS#8 DER file per key (`<zone>.<ksk|zsk>.<algorithm number>.pk8`,
+//! mode 0600). The keys now live in the database (the keeper); a
+//! directory is read once, at start, and its keys imported so the DS a
+//! parent holds keeps matching. Writing (`load_or_create`) remains for
+//! tests of that import.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -9,6 +9,7 @@ use hickory_proto::rr::Name;
 use rustls::pki_types::PrivatePkcs8KeyDer;
 
 use crate::model::DnssecAlgorithm;
+pub use crate::model::KeyRole;
 
 /// A key that cannot be made or read.
 #[derive(Debug, thiserror::Error)]
@@ -21,31 +22,6 @@ pub struct KeyError {
 impl KeyError {
     pub fn new(what: impl Into<String>, reason: impl std::fmt::Display) -> Self {
         KeyError { what: what.into(), reason: reason.to_string() }
-    }
-}
-
-/// What a key signs (RFC 6781 §3.1): the KSK signs the DNSKEY RRset and is
-/// what the parent's DS names; the ZSK signs every other RRset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum KeyRole {
-    Ksk,
-    Zsk,
-}
-
-impl KeyRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyRole::Ksk => "ksk",
-            KeyRole::Zsk => "zsk",
-        }
-    }
-
-    /// DNSKEY flags (RFC 4034 §2.1.1): Zone Key, plus Secure Entry Point for a KSK.
-    pub fn flags(self) -> u16 {
-        match self {
-            KeyRole::Ksk => 257,
-            KeyRole::Zsk => 256,
-        }
     }
 }
 

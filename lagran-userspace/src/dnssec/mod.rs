@@ -5,26 +5,51 @@
 //! private key.
 //!
 //! - `keys`: one zone key (KSK or ZSK), its DNSKEY, key tag and DS;
-//! - `key_store`: the directory of key files (why files, not the database:
-//!   see there);
+//! - `sealing`: the operator's key file, sealing the keys in the database;
+//! - `key_store`: the key directory of earlier versions, imported once;
+//! - `rollover`: when each key moves to its next state (RFC 7583 timings);
+//! - `keeper`: the keys in the database, moved along on the leader;
 //! - `signer`: signing one RRset, keeping signatures until they near expiry;
 //! - `denial`: the NSEC chain;
 //! - `zone_signer`: a whole table, zone by zone.
 //!
 //! Keys are ECDSA P-256 (algorithm 13) unless a zone asks for Ed25519
 //! (algorithm 15); hickory-proto makes the records and the data to sign, and
-//! ring (through it) the signatures. Key rollover is not automatic: both keys
-//! of a zone stay active until they are replaced by hand.
+//! ring (through it) the signatures. Keys roll over on timers, ZSKs by
+//! pre-publication and KSKs by double signature ([`rollover`]).
 
 pub mod denial;
+pub mod keeper;
 pub mod key_store;
 pub mod keys;
+pub mod metrics;
+pub mod rollover;
+pub mod sealing;
 pub mod signer;
 pub mod zone_signer;
 
 #[cfg(test)]
+mod keeper_tests;
+#[cfg(test)]
+mod rollover_tests;
+#[cfg(test)]
 mod tests;
 
+pub use keeper::{KeyKeeper, KeySnapshot, ZonesView};
 pub use key_store::KeyDirectory;
 pub use keys::{KeyError, KeyRole, ZoneKey, ZoneKeys};
 pub use zone_signer::TableSigner;
+
+pub use crate::model::DEFAULT_DELETE_WAIT_SECS;
+
+/// Signing on a control process: the keys and the table signer.
+pub struct Signing {
+    pub keeper: KeyKeeper,
+    pub signer: std::sync::Arc<std::sync::Mutex<TableSigner>>,
+}
+
+impl Signing {
+    pub fn new(keeper: KeyKeeper) -> Self {
+        Signing { keeper, signer: std::sync::Arc::new(std::sync::Mutex::new(TableSigner::new())) }
+    }
+}

@@ -17,17 +17,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use hickory_proto::dnssec::PublicKey as _;
 use hickory_proto::dnssec::rdata::{CDNSKEY, CDS, DNSSECRData};
+use hickory_proto::dnssec::{DigestType, PublicKey as _};
 use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::denial::ZoneNames;
-use super::key_store::KeyDirectory;
-use super::keys::{KeyError, ZoneKey, ZoneKeys};
+use super::keeper::{ChildKeys, KeySnapshot, ZoneKeySet};
+use super::keys::{KeyError, ZoneKey};
 use super::signer::{Rrset, RrsetSigner};
 use crate::dns::answer::{MAX_ANSWERS, fqdn, negative_ttl, soa_record_at};
-use crate::model::{DnssecAlgorithm, Zone, ZoneDnssec};
+use crate::model::Zone;
 use crate::route_table::{Answer, NodeHost, RouteTable, ZoneRoutes};
 use crate::zone_signatures::ZoneSignatures;
 
@@ -36,17 +36,16 @@ use crate::zone_signatures::ZoneSignatures;
 /// takes the smaller of the two (RFC 4035 §5.3.3).
 pub const NODE_HOST_ORIGINAL_TTL: u32 = 86_400;
 
-/// Signs route tables with the keys of a key directory, keeping signatures
-/// from one table to the next.
+/// Signs route tables with the keys of a [`KeySnapshot`], keeping
+/// signatures from one table to the next.
+#[derive(Default)]
 pub struct TableSigner {
-    keys: KeyDirectory,
-    loaded: HashMap<(String, DnssecAlgorithm), ZoneKeys>,
     signer: RrsetSigner,
 }
 
 impl TableSigner {
-    pub fn new(keys: KeyDirectory) -> Self {
-        TableSigner { keys, loaded: HashMap::new(), signer: RrsetSigner::default() }
+    pub fn new() -> Self {
+        TableSigner::default()
     }
 
     /// Signatures made since this signer started.
@@ -54,22 +53,22 @@ impl TableSigner {
         self.signer.made
     }
 
-    /// The DNSSEC records of `table`'s signed zones, signed at `now` (Unix
-    /// seconds), for [`RouteTable::with_signatures`]. A zone whose keys cannot
-    /// be had fails the whole table: publishing it unsigned would turn a
-    /// signed delegation bogus.
-    pub fn sign(&mut self, table: &RouteTable, now: u32) -> Result<BTreeMap<String, ZoneSignatures>, KeyError> {
+    /// The DNSSEC records of `table`'s zones that have keys in `keys`, signed
+    /// at `now` (Unix seconds), for [`RouteTable::with_signatures`]. A zone
+    /// being withdrawn (its policy off, its keys withdrawing) is signed too,
+    /// with the CDS/CDNSKEY DELETE records. One zone failing fails the whole
+    /// table: publishing it unsigned would turn a signed delegation bogus.
+    pub fn sign(
+        &mut self,
+        table: &RouteTable,
+        keys: &KeySnapshot,
+        now: u32,
+    ) -> Result<BTreeMap<String, ZoneSignatures>, KeyError> {
         self.signer.begin_pass();
         let mut signatures = BTreeMap::new();
         for zone in &table.zones {
-            let Some(policy) = zone.zone.dnssec else { continue };
-            let id = (zone.zone.name.clone(), policy.algorithm);
-            if !self.loaded.contains_key(&id) {
-                let keys = self.keys.load_or_create(&zone.zone.name, policy.algorithm)?;
-                self.loaded.insert(id.clone(), keys);
-            }
-            let keys = &self.loaded[&id];
-            let signed = sign_zone(&mut self.signer, zone, &table.hosts, keys, &policy, now)?;
+            let Some(set) = keys.zones.get(&zone.zone.name) else { continue };
+            let signed = sign_zone(&mut self.signer, zone, &table.hosts, set, now)?;
             signatures.insert(zone.zone.name.clone(), signed);
         }
         self.signer.end_pass();
@@ -143,11 +142,11 @@ fn sign_zone(
     signer: &mut RrsetSigner,
     routes: &ZoneRoutes,
     hosts: &[NodeHost],
-    keys: &ZoneKeys,
-    policy: &ZoneDnssec,
+    keys: &ZoneKeySet,
     now: u32,
 ) -> Result<ZoneSignatures, KeyError> {
     let zone = &routes.zone;
+    let policy = &keys.policy;
     let apex = name(&zone.name)?;
     let mut content = ZoneContent::default();
     zone_records(&mut content, zone, &apex)?;
@@ -180,29 +179,55 @@ fn sign_zone(
         sign(&Rrset::new(record.name(), record.ttl(), vec![record.data().clone()]), &keys.zsk)?;
     }
     let dnskeys: Vec<RData> =
-        [&keys.ksk, &keys.zsk].iter().map(|k| RData::DNSSEC(DNSSECRData::DNSKEY(k.dnskey().clone()))).collect();
-    let dnskey_rrset = Rrset::new(&apex, zone.ns_ttl, dnskeys.clone());
-    // RFC 6781 §3.1: the KSK signs the DNSKEY RRset, the ZSK everything else.
-    sign(&dnskey_rrset, &keys.ksk)?;
-    // RFC 7344 §4.1: "the CDS/CDNSKEY RRset MUST be signed with a key that is
-    // represented in both the current DNSKEY and DS RRsets": the KSK.
-    let (cds, cdnskey) = child_keys(&keys.ksk, &apex)?;
-    sign(&Rrset::new(&apex, zone.ns_ttl, vec![cds.clone()]), &keys.ksk)?;
-    sign(&Rrset::new(&apex, zone.ns_ttl, vec![cdnskey.clone()]), &keys.ksk)?;
+        keys.served.iter().map(|k| RData::DNSSEC(DNSSECRData::DNSKEY(k.dnskey().clone()))).collect();
+    let (cds, cdnskey) = child_keys(&keys.child, &apex)?;
+    // RFC 6781 §3.1: the KSK signs the DNSKEY RRset, the ZSK everything else;
+    // during a KSK rollover both KSKs sign it (RFC 6781 §4.1.2, double
+    // signature). RFC 7344 §4.1: "the CDS/CDNSKEY RRset MUST be signed with a
+    // key that is represented in both the current DNSKEY and DS RRsets": the
+    // KSKs again, so whichever DS the parent holds validates them.
+    for ksk in &keys.ksks {
+        sign(&Rrset::new(&apex, zone.ns_ttl, dnskeys.clone()), ksk)?;
+        sign(&Rrset::new(&apex, zone.ns_ttl, cds.clone()), ksk)?;
+        sign(&Rrset::new(&apex, zone.ns_ttl, cdnskey.clone()), ksk)?;
+    }
     let at_apex = |r: RData| Record::from_rdata(apex.clone(), zone.ns_ttl, r);
     let dnskey_records = dnskeys.into_iter().map(at_apex).collect();
-    let child_keys = vec![at_apex(cds), at_apex(cdnskey)];
-    Ok(ZoneSignatures::new(dnskey_records, nsec, rrsigs).with_child_keys(child_keys))
+    let child_records = cds.into_iter().chain(cdnskey).map(at_apex).collect();
+    Ok(ZoneSignatures::new(dnskey_records, nsec, rrsigs).with_child_keys(child_records))
 }
 
-/// The CDS (the DS a parent should hold, SHA-256) and CDNSKEY records of the
-/// zone's KSK (RFC 7344 §3), so a parent that scans its children (RFC 8078)
-/// picks up the key without the operator copying a DS by hand.
-fn child_keys(ksk: &ZoneKey, apex: &Name) -> Result<(RData, RData), KeyError> {
-    let ds = ksk.ds(apex)?;
-    let cds = CDS::new(ds.key_tag(), Some(ds.algorithm()), ds.digest_type(), ds.digest().to_vec());
-    let key = ksk.dnskey();
-    let cdnskey =
-        CDNSKEY::with_flags(key.flags(), Some(key.public_key().algorithm()), key.public_key().public_bytes().to_vec());
-    Ok((RData::DNSSEC(DNSSECRData::CDS(cds)), RData::DNSSEC(DNSSECRData::CDNSKEY(cdnskey))))
+/// The CDS (the DS a parent should hold, SHA-256) and CDNSKEY records
+/// (RFC 7344 §3), so a parent that scans its children (RFC 8078) picks up a
+/// new key, or the DELETE records of RFC 8078 §4 (`CDS 0 0 0 00`,
+/// `CDNSKEY 0 3 0 AA==`) when the zone's signing is being turned off.
+fn child_keys(child: &ChildKeys, apex: &Name) -> Result<(Vec<RData>, Vec<RData>), KeyError> {
+    let ksks = match child {
+        ChildKeys::Delete => {
+            let cds = CDS::new(0, None, DigestType::Unknown(0), vec![0]);
+            let cdnskey = CDNSKEY::with_flags(0, None, vec![0]);
+            return Ok((
+                vec![RData::DNSSEC(DNSSECRData::CDS(cds))],
+                vec![RData::DNSSEC(DNSSECRData::CDNSKEY(cdnskey))],
+            ));
+        }
+        ChildKeys::Keys(ksks) => ksks,
+    };
+    let (mut cds, mut cdnskey) = (Vec::new(), Vec::new());
+    for ksk in ksks {
+        let ds = ksk.ds(apex)?;
+        cds.push(RData::DNSSEC(DNSSECRData::CDS(CDS::new(
+            ds.key_tag(),
+            Some(ds.algorithm()),
+            ds.digest_type(),
+            ds.digest().to_vec(),
+        ))));
+        let key = ksk.dnskey();
+        cdnskey.push(RData::DNSSEC(DNSSECRData::CDNSKEY(CDNSKEY::with_flags(
+            key.flags(),
+            Some(key.public_key().algorithm()),
+            key.public_key().public_bytes().to_vec(),
+        ))));
+    }
+    Ok((cds, cdnskey))
 }

@@ -65,6 +65,51 @@ pub struct ZoneDnssec {
     pub refresh_secs: u32,
     #[serde(default)]
     pub denial: Denial,
+    /// A ZSK is rolled (pre-publication) this long after it started
+    /// signing; 0: never by itself.
+    #[serde(default = "default_zsk_lifetime")]
+    pub zsk_lifetime_secs: u32,
+    /// A KSK is rolled (double signature) this long after it started
+    /// signing; 0: never by itself.
+    #[serde(default = "default_ksk_lifetime")]
+    pub ksk_lifetime_secs: u32,
+    /// How long the parent takes to act on a changed CDS/CDNSKEY RRset, plus
+    /// the TTL of its DS RRset: an old KSK leaves only this long after the
+    /// new one's DS could be seen.
+    #[serde(default = "default_ds_wait")]
+    pub ds_wait_secs: u32,
+    /// How long a changed table takes to reach every NS host and the
+    /// secondaries, if any (RFC 7583 Dprp).
+    #[serde(default = "default_propagation")]
+    pub propagation_secs: u32,
+}
+
+/// A ZSK signs for thirty days.
+pub const DEFAULT_ZSK_LIFETIME_SECS: u32 = 30 * 86_400;
+/// A KSK signs for a year.
+pub const DEFAULT_KSK_LIFETIME_SECS: u32 = 365 * 86_400;
+/// Two days for the parent to pick up a CDS change and its DS TTL to pass.
+pub const DEFAULT_DS_WAIT_SECS: u32 = 2 * 86_400;
+/// A zone whose signing is turned off serves the CDS/CDNSKEY DELETE records
+/// this long (two days: a parent scanning daily, then its DS TTL).
+pub const DEFAULT_DELETE_WAIT_SECS: u32 = 2 * 86_400;
+/// Tables reach the NS hosts in seconds; five minutes leaves room.
+pub const DEFAULT_PROPAGATION_SECS: u32 = 300;
+
+fn default_zsk_lifetime() -> u32 {
+    DEFAULT_ZSK_LIFETIME_SECS
+}
+
+fn default_ksk_lifetime() -> u32 {
+    DEFAULT_KSK_LIFETIME_SECS
+}
+
+fn default_ds_wait() -> u32 {
+    DEFAULT_DS_WAIT_SECS
+}
+
+fn default_propagation() -> u32 {
+    DEFAULT_PROPAGATION_SECS
 }
 
 fn default_validity() -> u32 {
@@ -82,6 +127,10 @@ impl Default for ZoneDnssec {
             validity_secs: DEFAULT_VALIDITY_SECS,
             refresh_secs: DEFAULT_REFRESH_SECS,
             denial: Denial::Nsec,
+            zsk_lifetime_secs: DEFAULT_ZSK_LIFETIME_SECS,
+            ksk_lifetime_secs: DEFAULT_KSK_LIFETIME_SECS,
+            ds_wait_secs: DEFAULT_DS_WAIT_SECS,
+            propagation_secs: DEFAULT_PROPAGATION_SECS,
         }
     }
 }
@@ -100,5 +149,95 @@ impl ZoneDnssec {
             ));
         }
         Ok(())
+    }
+}
+
+/// What a key signs (RFC 6781 §3.1): the KSK signs the DNSKEY RRset and is
+/// what the parent's DS names; the ZSK signs every other RRset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyRole {
+    Ksk,
+    Zsk,
+}
+
+impl KeyRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyRole::Ksk => "ksk",
+            KeyRole::Zsk => "zsk",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KeyRole> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ksk" => Some(KeyRole::Ksk),
+            "zsk" => Some(KeyRole::Zsk),
+            _ => None,
+        }
+    }
+
+    /// DNSKEY flags (RFC 4034 §2.1.1): Zone Key, plus Secure Entry Point for a KSK.
+    pub fn flags(self) -> u16 {
+        match self {
+            KeyRole::Ksk => 257,
+            KeyRole::Zsk => 256,
+        }
+    }
+}
+
+/// Where a key is in its life, in the terms of RFC 7583 §3.1 (a subset,
+/// plus `withdrawing` for a zone whose signing is being turned off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyState {
+    /// Made, kept in the database, not served yet (a rollover asked for by
+    /// hand waits here for the leader's next table).
+    Generated,
+    /// In the DNSKEY RRset. A ZSK does not sign yet; a KSK signs the DNSKEY
+    /// RRset beside the active one (double signature) and is listed in
+    /// CDS/CDNSKEY so the parent adds its DS.
+    Published,
+    /// Signs: a ZSK every RRset, a KSK the DNSKEY, CDS and CDNSKEY RRsets.
+    Active,
+    /// A ZSK that no longer signs, left in the DNSKEY RRset until the
+    /// signatures it made have left every cache.
+    Retired,
+    /// The zone's signing is turned off: the key still signs, and the apex
+    /// publishes the CDS/CDNSKEY DELETE records until the parent had time to
+    /// remove the DS.
+    Withdrawing,
+    /// Not served any more; the row stays for the record.
+    Removed,
+}
+
+impl KeyState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Generated => "generated",
+            KeyState::Published => "published",
+            KeyState::Active => "active",
+            KeyState::Retired => "retired",
+            KeyState::Withdrawing => "withdrawing",
+            KeyState::Removed => "removed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KeyState> {
+        [
+            KeyState::Generated,
+            KeyState::Published,
+            KeyState::Active,
+            KeyState::Retired,
+            KeyState::Withdrawing,
+            KeyState::Removed,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// Whether the key is in the DNSKEY RRset served.
+    pub fn served(self) -> bool {
+        matches!(self, KeyState::Published | KeyState::Active | KeyState::Retired | KeyState::Withdrawing)
     }
 }

@@ -14,7 +14,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
-pub use dnssec::{DEFAULT_REFRESH_SECS, DEFAULT_VALIDITY_SECS, Denial, DnssecAlgorithm, ZoneDnssec};
+pub use dnssec::{
+    DEFAULT_DELETE_WAIT_SECS, DEFAULT_REFRESH_SECS, DEFAULT_VALIDITY_SECS, Denial, DnssecAlgorithm, KeyRole, KeyState,
+    ZoneDnssec,
+};
 pub use geo_override::GeoOverride;
 pub use line::{Line, LineAnswer};
 pub use rule::{Rule, RuleKind};

@@ -115,7 +115,7 @@ pub struct Scheduler {
     /// Where builds run.
     builder: Background,
     /// Signs the signed zones of every table built (set once at start).
-    dnssec: std::sync::OnceLock<Arc<std::sync::Mutex<crate::dnssec::TableSigner>>>,
+    dnssec: std::sync::OnceLock<Arc<crate::dnssec::Signing>>,
     /// The measurement matrix ([`measured`]).
     measurements: Arc<crate::steering::Measurements>,
     /// The matrix is to be loaded from the store before the next build.
@@ -154,10 +154,16 @@ impl Scheduler {
         }
     }
 
-    /// Signs every table built from now on with the keys of `keys` (the
-    /// zones with a DNSSEC policy; the others stay unsigned). Once only.
-    pub fn set_dnssec_keys(&self, keys: crate::dnssec::KeyDirectory) {
-        let _ = self.dnssec.set(Arc::new(std::sync::Mutex::new(crate::dnssec::TableSigner::new(keys))));
+    /// Signs every table built from now on with the keys `signing` keeps
+    /// (the zones with a DNSSEC policy, and those being withdrawn; the others
+    /// stay unsigned). Once only.
+    pub fn set_dnssec(&self, signing: Arc<crate::dnssec::Signing>) {
+        let _ = self.dnssec.set(signing);
+    }
+
+    /// The DNSSEC keys and signer, when set.
+    pub fn dnssec(&self) -> Option<&Arc<crate::dnssec::Signing>> {
+        self.dnssec.get()
     }
 
     pub fn table(&self) -> &SharedRouteTable {

@@ -162,6 +162,7 @@ impl Scheduler {
         }
         let reading = Instant::now();
         let inputs = self.read_inputs(&change, now_ms()).await?;
+        let signer = self.dnssec_keys(&change, &inputs).await?;
         let read = reading.elapsed();
         let started = Instant::now();
         self.pending.build_started(started);
@@ -176,7 +177,7 @@ impl Scheduler {
             state: std::mem::take(&mut *guard),
             current: current.clone(),
             change,
-            signer: self.dnssec.get().cloned(),
+            signer,
         };
         // The build and the comparison run on the build thread, so DNS and API
         // tasks keep their runtime threads (and the CPU) while a large table compiles.
@@ -196,6 +197,37 @@ impl Scheduler {
         self.publish_recomputed(&guard, &table).await?;
         times.log(table.version, "route table recomputed and published");
         Ok(table)
+    }
+
+    /// The signer and the keys a build signs with: the keys are moved along
+    /// their rollovers and read again on a full recompute (writes, rollovers
+    /// asked for, the periodic one) and on the first; other builds take the
+    /// last ones.
+    async fn dnssec_keys(
+        &self,
+        change: &Change,
+        inputs: &Inputs,
+    ) -> Result<
+        Option<(Arc<std::sync::Mutex<crate::dnssec::TableSigner>>, Arc<crate::dnssec::KeySnapshot>)>,
+        SchedulerError,
+    > {
+        let Some(signing) = self.dnssec.get() else { return Ok(None) };
+        let keys = match signing.keeper.last() {
+            Some(keys) if *change != Change::Everything => keys,
+            _ => {
+                let view = crate::dnssec::ZonesView {
+                    zones: &inputs.zones,
+                    domains: &inputs.domains,
+                    default_ttl: self.settings.ttl,
+                };
+                signing
+                    .keeper
+                    .prepare(&view, inputs.now_ms, true)
+                    .await
+                    .map_err(|e| SchedulerError::Build(format!("the DNSSEC keys: {e}")))?
+            }
+        };
+        Ok(Some((signing.signer.clone(), keys)))
     }
 
     /// What a recompute at `now` builds from: the lists and nodes as the
@@ -293,7 +325,7 @@ struct BuildJob {
     current: Arc<RouteTable>,
     change: Change,
     /// Signs the signed zones of the table built.
-    signer: Option<Arc<std::sync::Mutex<crate::dnssec::TableSigner>>>,
+    signer: Option<(Arc<std::sync::Mutex<crate::dnssec::TableSigner>>, Arc<crate::dnssec::KeySnapshot>)>,
 }
 
 /// What the build thread hands back.
@@ -322,10 +354,10 @@ impl BuildJob {
         );
         let (table, signing_failed) = match &self.signer {
             None => (table, None),
-            Some(signer) => {
+            Some((signer, keys)) => {
                 let now = u32::try_from(self.inputs.now_ms / 1000).unwrap_or(u32::MAX);
                 let mut signer = signer.lock().unwrap_or_else(|e| e.into_inner());
-                match signer.sign(&table, now) {
+                match signer.sign(&table, keys, now) {
                     Ok(signatures) => (table.with_signatures(signatures), None),
                     Err(e) => (table, Some(e.to_string())),
                 }

@@ -34,6 +34,7 @@ pub mod acme;
 pub mod asn_carriers;
 pub mod certificates;
 pub mod cluster;
+pub mod dnssec_keys;
 pub mod freeze;
 mod heartbeats;
 pub mod lines;
@@ -75,6 +76,7 @@ const SQLITE_MIGRATIONS: Embedded = Embedded(&[
     (11, "acme", include_str!("../../../migrations/sqlite/0011_acme.sql")),
     (12, "asn carriers", include_str!("../../../migrations/sqlite/0012_asn_carriers.sql")),
     (13, "site origins", include_str!("../../../migrations/sqlite/0013_site_origins.sql")),
+    (14, "dnssec keys", include_str!("../../../migrations/sqlite/0014_dnssec_keys.sql")),
     (15, "acme renewals", include_str!("../../../migrations/sqlite/0015_acme_renewals.sql")),
 ]);
 
@@ -93,6 +95,7 @@ const POSTGRES_MIGRATIONS: Embedded = Embedded(&[
     (11, "acme", include_str!("../../../migrations/postgres/0011_acme.sql")),
     (12, "asn carriers", include_str!("../../../migrations/postgres/0012_asn_carriers.sql")),
     (13, "site origins", include_str!("../../../migrations/postgres/0013_site_origins.sql")),
+    (14, "dnssec keys", include_str!("../../../migrations/postgres/0014_dnssec_keys.sql")),
     (15, "acme renewals", include_str!("../../../migrations/postgres/0015_acme_renewals.sql")),
 ]);
 

@@ -824,5 +824,6 @@ fn sqlite_urls_create_the_file() {
 
 mod acme;
 mod asn_carriers;
+mod dnssec_keys;
 mod integrity;
 mod site_origins;

@@ -5,7 +5,10 @@
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
-use lagran::dnssec::{KeyDirectory, TableSigner};
+use std::sync::Arc;
+
+use lagran::dnssec::keeper::{ChildKeys, ZoneKeySet};
+use lagran::dnssec::{KeyRole, KeySnapshot, TableSigner, ZoneKey};
 use lagran::model::ZoneDnssec;
 
 use super::*;
@@ -29,9 +32,24 @@ pub(super) fn signed_table_at(now: u32) -> RouteTable {
         v6: PrefixMapV6::uniform(0),
     });
     let t = RouteTable::new(8, now_ms(), t.zones);
-    let keys = tempfile::tempdir().expect("a key directory");
-    let signatures = TableSigner::new(KeyDirectory::new(keys.path())).sign(&t, now).expect("signing the fixture table");
+    let keys = keys_of(&t.zones[0].zone.name);
+    let signatures = TableSigner::new().sign(&t, &keys, now).expect("signing the fixture table");
     t.with_signatures(signatures)
+}
+
+/// One KSK and one ZSK for `zone`, made for the test.
+fn keys_of(zone: &str) -> KeySnapshot {
+    let policy = ZoneDnssec::default();
+    let key = |role| Arc::new(ZoneKey::generate(role, policy.algorithm).expect("a test key"));
+    let (ksk, zsk) = (key(KeyRole::Ksk), key(KeyRole::Zsk));
+    let set = ZoneKeySet {
+        policy,
+        served: vec![ksk.clone(), zsk.clone()],
+        zsk,
+        ksks: vec![ksk.clone()],
+        child: ChildKeys::Keys(vec![ksk]),
+    };
+    KeySnapshot { zones: [(zone.to_string(), set)].into(), ..KeySnapshot::default() }
 }
 
 pub(super) fn signed_table() -> RouteTable {
