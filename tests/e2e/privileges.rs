@@ -93,8 +93,10 @@ impl Topology {
 struct PinDir(PathBuf);
 
 impl PinDir {
-    fn create() -> PinDir {
-        let dir = PathBuf::from(format!("/sys/fs/bpf/lagran-ops-e2e-{}", std::process::id()));
+    /// A directory of its own per test (`tag`): the tests of one binary run
+    /// side by side under one process id, and each removes its directory.
+    fn create(tag: &str) -> PinDir {
+        let dir = PathBuf::from(format!("/sys/fs/bpf/lagran-ops-e2e-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a directory on /sys/fs/bpf (root, bpffs mounted)");
         chown(&dir, Some(NOBODY), Some(NOBODY)).expect("chown nobody");
         PinDir(dir)
@@ -182,7 +184,7 @@ fn a_daemon_that_is_not_root_answers_in_the_kernel_with_the_stated_capabilities(
         return;
     }
     let topo = Topology::create();
-    let pins = PinDir::create();
+    let pins = PinDir::create("caps");
     let dir = nobody_dir();
     let mut child = unprivileged_serve(&topo, &pins.0, dir.path(), ALL_CAPS);
     let (api, _log) = wait_serving(&mut child);
@@ -214,7 +216,7 @@ fn without_cap_bpf_the_daemon_says_which_capability_is_missing() {
         return;
     }
     let topo = Topology::create();
-    let pins = PinDir::create();
+    let pins = PinDir::create("nocap");
     let dir = nobody_dir();
     let mut child = unprivileged_serve(&topo, &pins.0, dir.path(), "+perfmon,+net_admin,+net_bind_service");
     let mut status = None;
