@@ -21,6 +21,8 @@
 //!   data: load, lookup, route table, map sync and memory, side by side.
 //! - `steering`: measurement ingest rate, a recompute with a populated
 //!   measurement matrix, the matrix's memory (no root, no data files).
+//! - `signing`: a full route table signed for 1 000 nodes, signatures per
+//!   second, the re-signing after one node down (no root, no data files).
 //!
 //! Build with `--release`; xtask runs it as `target/release/examples/bench_helper`.
 
@@ -33,6 +35,7 @@ mod gun;
 mod napi;
 mod query;
 mod rawxdp;
+mod signing;
 mod steering;
 mod tables;
 mod world;
@@ -71,6 +74,8 @@ enum Cmd {
     World(world::Args),
     /// Latency steering: measurement ingest rate, recompute with a populated matrix, its memory.
     Steering(steering::Args),
+    /// DNSSEC signing: a full route table for 1 000 nodes, signatures per second, one node down.
+    Signing(signing::Args),
 }
 
 /// One machine-readable result line.
@@ -93,5 +98,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::XdpInsns(a) => xdpinsns::run(a),
         Cmd::World(a) => world::run(a),
         Cmd::Steering(a) => steering::run(a),
+        Cmd::Signing(a) => signing::run(a),
     }
 }

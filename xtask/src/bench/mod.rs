@@ -35,6 +35,9 @@
 //! 7. Latency steering: measurements ingested per second, a recompute with
 //!    every partition measured for 10 of 1 000 nodes, the matrix's memory
 //!    (`bench_helper steering`; `--only-steering` alone, without root).
+//! 8. DNSSEC signing: a full route table for 1 000 nodes signed, signatures
+//!    per second, the next table after one node down (`bench_helper signing`;
+//!    `--only-signing` alone, without root).
 //!
 //! Everything it creates — namespaces, the veth pair, pinned maps, background
 //! processes — is owned by a guard that removes it on drop, also on error,
@@ -48,6 +51,7 @@ mod edge_peers;
 mod edge_section;
 mod fleet;
 mod generators;
+mod helper_step;
 mod load;
 mod metrics;
 mod peers;
@@ -58,6 +62,7 @@ mod resolver;
 mod search;
 mod servers;
 mod signed;
+mod signing;
 mod steering;
 mod tables;
 mod topology;
@@ -167,6 +172,12 @@ pub struct Options {
     /// Only the latency-steering step (no root, no namespaces, no data files).
     #[arg(long, conflicts_with_all = ["no_steering", "only_fleet", "only_recompute", "edge"])]
     pub only_steering: bool,
+    /// Skip the signing step (a route table signed for 1 000 nodes).
+    #[arg(long)]
+    pub no_signing: bool,
+    /// Only the signing step (no root, no namespaces, no data files).
+    #[arg(long, conflicts_with_all = ["no_signing", "only_fleet", "only_recompute", "only_steering", "edge"])]
+    pub only_signing: bool,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -218,6 +229,7 @@ struct Measured {
     fleet: Results,
     world: Results,
     steering: Results,
+    signing: Results,
     qps: BTreeMap<(Server, String), Best>,
     /// Seconds from the daemon's start to its first answer, by mode.
     startup: BTreeMap<&'static str, f64>,
@@ -235,6 +247,9 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     }
     if opts.only_steering {
         return steering::exec_only(&opts);
+    }
+    if opts.only_signing {
+        return signing::exec_only(&opts);
     }
     let b = build::prepare(&opts)?;
     let started = Instant::now();
@@ -259,6 +274,10 @@ pub fn exec(opts: Options) -> anyhow::Result<()> {
     if !opts.no_steering && !opts.only_fleet {
         eprintln!("==> steering: ingest, recompute with a populated measurement matrix, its memory");
         m.steering = b.steering()?;
+    }
+    if !opts.no_signing && !opts.only_fleet {
+        eprintln!("==> signing: a route table for 1 000 nodes signed, one node down");
+        m.signing = b.signing()?;
     }
     if !opts.no_property && !opts.only_fleet {
         recompute::property(&b.root)?;

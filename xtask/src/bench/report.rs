@@ -65,9 +65,10 @@ fn rows(m: &mut Measured, gens: &[String], no_recompute: bool) -> Vec<Row> {
     super::world::rows(&m.world, &mut world);
     rows.extend(world.into_iter().map(|r| row(r.metric, r.value, r.target, r.ok)));
     recompute_rows(m, no_recompute, &mut rows);
-    let mut steering = Vec::new();
-    super::steering::rows(&m.steering, &mut steering);
-    rows.extend(steering.into_iter().map(|(metric, value, target, ok)| Row { metric, value, target, ok }));
+    let mut helper_rows = Vec::new();
+    super::steering::rows(&m.steering, &mut helper_rows);
+    super::signing::rows(&m.signing, &mut helper_rows);
+    rows.extend(helper_rows.into_iter().map(|(metric, value, target, ok)| Row { metric, value, target, ok }));
     rows
 }
 
@@ -470,6 +471,7 @@ fn raw(m: &Measured) -> String {
         .chain(m.fleet.iter())
         .chain(m.world.iter())
         .chain(m.steering.iter())
+        .chain(m.signing.iter())
     {
         let _ = writeln!(doc, "{k} {v}");
     }

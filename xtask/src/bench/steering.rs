@@ -2,14 +2,10 @@
 //! files): measurements ingested per second on one thread, a full recompute
 //! with a populated measurement matrix (1 000 nodes, every partition measured
 //! for 10 nodes), and the matrix's memory. `--only-steering` runs just this
-//! step and writes `target/bench/steering.md`, leaving the results document
-//! (a full run's) alone.
+//! step (see [`super::helper_step`]).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use super::{Bench, Options, Results, num, parse_results};
-use crate::util;
+use super::helper_step::{Row, row};
+use super::{Bench, Options, Results, num};
 
 /// "ingest ≥ 100 000 measurements/s on one core".
 const INGEST_GOAL: f64 = 100_000.0;
@@ -19,19 +15,8 @@ const RECOMPUTE_GOAL_MS: f64 = 100.0;
 impl Bench {
     /// `bench_helper steering`.
     pub(super) fn steering(&self) -> anyhow::Result<Results> {
-        run_helper(&self.helper)
+        super::helper_step::run(&self.helper, "steering")
     }
-}
-
-fn run_helper(helper: &Path) -> anyhow::Result<Results> {
-    Ok(parse_results(&util::output(Command::new(helper).arg("steering"))?))
-}
-
-/// One row of the report: metric, value, target, met (`None`: no target).
-pub(super) type Row = (String, String, String, Option<bool>);
-
-fn row(metric: impl Into<String>, value: impl Into<String>, target: impl Into<String>, ok: Option<bool>) -> Row {
-    (metric.into(), value.into(), target.into(), ok)
 }
 
 /// The step's rows, target beside result.
@@ -77,37 +62,5 @@ pub(super) fn rows(r: &Results, rows: &mut Vec<Row>) {
 
 /// `cargo xtask bench --only-steering`.
 pub(super) fn exec_only(opts: &Options) -> anyhow::Result<()> {
-    let root = util::workspace_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |d| root.join(d));
-    if !opts.no_build {
-        util::run(Command::new("cargo").current_dir(&root).args([
-            "build",
-            "--release",
-            "--package",
-            "lagran-userspace",
-            "--example",
-            "bench_helper",
-        ]))?;
-    }
-    let helper: PathBuf = target.join("release/examples/bench_helper");
-    if !helper.is_file() {
-        anyhow::bail!("{} is missing: run without --no-build", helper.display());
-    }
-    eprintln!("==> steering: ingest, recompute with a populated matrix, its memory");
-    let results = run_helper(&helper)?;
-    let mut table = Vec::new();
-    rows(&results, &mut table);
-    let mut md = "| metric | value | target | ok? |\n|---|---|---|---|\n".to_string();
-    for (metric, value, target, ok) in &table {
-        let ok = ok.map_or("-", |o| if o { "ok" } else { "MISS" });
-        println!("{metric}: {value} (target {target}) {ok}");
-        md += &format!("| {metric} | {value} | {target} | {ok} |\n");
-    }
-    let work = target.join("bench");
-    std::fs::create_dir_all(&work)?;
-    let raw: String = results.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
-    let report = work.join("steering.md");
-    std::fs::write(&report, format!("{md}\n```\n{raw}```\n"))?;
-    println!("report: {}", report.display());
-    Ok(())
+    super::helper_step::exec_only(opts, "steering", "ingest, recompute with a populated matrix, its memory", rows)
 }

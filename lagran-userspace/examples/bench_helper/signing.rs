@@ -1,0 +1,110 @@
+//! `signing`: what signing a route table costs the control plane. The
+//! recompute benchmark's fleet and partitions (1 000 nodes, 5 000
+//! partitions, 10 names) in one zone with DNSSEC on, a KSK and a ZSK made
+//! for the run, for each algorithm:
+//!
+//! - **full table**: `TableSigner::sign` from nothing (every RRset the
+//!   responder can answer: each name's distinct answers, SOA, NS, DNSKEY,
+//!   CDS/CDNSKEY, the NSEC chain), its signatures and their rate;
+//! - **one node down**: the next table after a node went offline, signed
+//!   by the same signer, which keeps every signature whose RRset did not
+//!   change (what the leader does at each recompute).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use lagran::config::ScheduleSettings;
+use lagran::dnssec::keeper::{ChildKeys, ZoneKeySet};
+use lagran::dnssec::{KeyRole, KeySnapshot, TableSigner, ZoneKey};
+use lagran::model::{DEFAULT_POOL, DnssecAlgorithm, Node, NodeStatus, Zone, ZoneDnssec};
+use lagran::route_table::RouteTable;
+use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
+use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
+
+use crate::result;
+use crate::tables::{bench_domains, bench_node, now_ms, synthetic_partitions};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 1_000)]
+    nodes: usize,
+    #[arg(long, default_value_t = 5_000)]
+    partitions: usize,
+    #[arg(long, default_value_t = 10)]
+    names: usize,
+}
+
+/// One KSK and one ZSK of `algorithm` for `zone`, made for the run.
+fn keys(zone: &str, algorithm: DnssecAlgorithm) -> anyhow::Result<KeySnapshot> {
+    let key = |role| ZoneKey::generate(role, algorithm).map(Arc::new);
+    let (ksk, zsk) = (key(KeyRole::Ksk)?, key(KeyRole::Zsk)?);
+    let policy = ZoneDnssec { algorithm, ..ZoneDnssec::default() };
+    let set = ZoneKeySet {
+        policy,
+        served: vec![ksk.clone(), zsk.clone()],
+        zsk,
+        ksks: vec![ksk.clone()],
+        child: ChildKeys::Keys(vec![ksk]),
+    };
+    Ok(KeySnapshot { zones: [(zone.to_string(), set)].into(), ..KeySnapshot::default() })
+}
+
+/// The RRSIG records a signed table carries.
+fn signatures_in(table: &RouteTable) -> usize {
+    table.signatures.values().map(|z| z.rrsigs().values().map(Vec::len).sum::<usize>()).sum()
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let (tuples, partitions) = synthetic_partitions(a.partitions)?;
+    let mut rng = StdRng::seed_from_u64(39);
+    let nodes: Vec<Node> = (0..a.nodes)
+        .map(|i| {
+            let (p, c, isp) = &tuples[rng.gen_range(0..tuples.len())];
+            bench_node(i, ["CN", p, c, isp], &mut rng)
+        })
+        .collect();
+    let schedule = ScheduleSettings::default();
+    let policy = schedule.policy();
+    let now = now_ms();
+    let now_secs = (now / 1_000) as u32;
+    for (label, algorithm) in [("ecdsa", DnssecAlgorithm::Ecdsap256sha256), ("ed25519", DnssecAlgorithm::Ed25519)] {
+        let mut zone = Zone::new("bench.lagran.net");
+        zone.dnssec = Some(ZoneDnssec { algorithm, ..ZoneDnssec::default() });
+        let domains = bench_domains(&zone, a.names, |_| DEFAULT_POOL.to_string());
+        let mut inputs =
+            Inputs { nodes: nodes.clone(), zones: vec![zone.clone()], domains, now_ms: now, ..Inputs::default() };
+        let mut state = BuildState::default();
+        let table = build_route_table(1, &inputs, &partitions, &schedule, &policy, &mut state, &Change::Everything);
+        let answers: usize = table.zones.iter().flat_map(|z| &z.names).map(|n| n.answers.len()).sum();
+        let keys = keys(&zone.name, algorithm)?;
+        let mut signer = TableSigner::new();
+
+        let t = Instant::now();
+        let signatures = signer.sign(&table, &keys, now_secs).context("signing the full table")?;
+        let full_ms = t.elapsed().as_secs_f64() * 1e3;
+        let made = signer.made();
+        let table = table.with_signatures(signatures);
+        result(&format!("signing_{label}_answers"), answers);
+        result(&format!("signing_{label}_signatures"), signatures_in(&table));
+        result(&format!("signing_{label}_full_table_ms"), format!("{full_ms:.1}"));
+        result(&format!("signing_{label}_per_s"), format!("{:.0}", made as f64 / (full_ms / 1e3)));
+
+        // One node down: the scheduler's next table, signed by the same signer.
+        let busiest = table.zones[0].names[0].answers[0].node.clone().context("the apex's first answer has a node")?;
+        let down = inputs.nodes.iter_mut().find(|n| n.name == busiest).context("the answer's node")?;
+        down.status = NodeStatus::Offline;
+        let next = build_route_table(2, &inputs, &partitions, &schedule, &policy, &mut state, &Change::Everything);
+        let t = Instant::now();
+        signer.sign(&next, &keys, now_secs).context("signing the next table")?;
+        let again_ms = t.elapsed().as_secs_f64() * 1e3;
+        result(&format!("signing_{label}_node_down_ms"), format!("{again_ms:.1}"));
+        result(&format!("signing_{label}_node_down_signatures"), signer.made() - made);
+        eprintln!(
+            "signing ({label}): {answers} answers, {} signatures in {full_ms:.1} ms; {busiest} down: {} new in {again_ms:.1} ms",
+            signatures_in(&table),
+            signer.made() - made
+        );
+    }
+    Ok(())
+}
