@@ -6,131 +6,19 @@
 //! that names another key fails validation, so `AD` is not given away. A node
 //! taken out re-points the answer, and the new answer is signed as well.
 
-use std::net::{TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use lagran::xdp::netns::NetNs;
-
 use crate::support::{Daemon, Dig, Options, XdpNamespaces, have_tool, metric_value};
+use crate::unbound::{Anchor, Unbound};
 
 const ZONE: &str = "edge.lagran.net";
 const CDN: &str = "cdn.edge.lagran.net";
 const SHENZHEN: &str = "+subnet=58.60.0.0/24";
 const GZ_V6: &str = "2001:db8:21::1";
-
-/// An Unbound that validates with one trust anchor and asks the NS host
-/// under test for the zone; killed on drop.
-struct Unbound<'n> {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-    /// The network namespace it runs in (and `dig` asks it from), if not ours.
-    netns: Option<&'n NetNs>,
-}
-
-/// `program` run in `netns`, or here.
-fn command(netns: Option<&NetNs>, program: &str) -> Command {
-    netns.map_or_else(|| Command::new(program), |n| n.command(program))
-}
-
-impl<'n> Unbound<'n> {
-    /// Starts Unbound on a free port, trying another when the port was taken
-    /// between choosing it and Unbound binding it (UDP and TCP).
-    fn start(dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Unbound<'n> {
-        Unbound::start_in(None, dir, ns, anchor)
-    }
-
-    /// [`Unbound::start`] inside `netns` (its loopback), when given.
-    fn start_in(netns: Option<&'n NetNs>, dir: &Path, ns: std::net::SocketAddr, anchor: &str) -> Unbound<'n> {
-        for _ in 0..5 {
-            if let Some(u) = Unbound::start_on(netns, free_port(), dir, ns, anchor) {
-                return u;
-            }
-        }
-        panic!(
-            "unbound could not bind a port in 5 tries:\n{}",
-            std::fs::read_to_string(dir.join("unbound.log")).unwrap_or_default()
-        );
-    }
-
-    /// `None` when Unbound could not bind `port`.
-    fn start_on(
-        netns: Option<&'n NetNs>,
-        port: u16,
-        dir: &Path,
-        ns: std::net::SocketAddr,
-        anchor: &str,
-    ) -> Option<Unbound<'n>> {
-        let conf = format!(
-            "server:\n  interface: 127.0.0.1@{port}\n  port: {port}\n  do-daemonize: no\n  username: \"\"\n\
-             \x20 chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n\
-             \x20 logfile: \"\"\n  verbosity: 1\n  val-log-level: 2\n  do-not-query-localhost: no\n\
-             \x20 access-control: 127.0.0.0/8 allow\n  module-config: \"subnetcache validator iterator\"\n\
-             \x20 send-client-subnet: {ip}\n  client-subnet-always-forward: yes\n  max-client-subnet-ipv4: 24\n\
-             \x20 cache-max-ttl: 0\n  cache-max-negative-ttl: 0\n  qname-minimisation: no\n\
-             \x20 trust-anchor: \"{ZONE}. DNSKEY {anchor}\"\n\
-             stub-zone:\n  name: \"{ZONE}\"\n  stub-addr: {ip}@{ns_port}\n",
-            d = dir.display(),
-            ip = ns.ip(),
-            ns_port = ns.port(),
-        );
-        std::fs::write(dir.join("unbound.conf"), conf).expect("writing unbound.conf");
-        let log = std::fs::File::create(dir.join("unbound.log")).expect("unbound.log");
-        let child = command(netns, "unbound")
-            .args(["-d", "-c"])
-            .arg(dir.join("unbound.conf"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log fd"))
-            .stderr(log)
-            .spawn()
-            .expect("starting unbound");
-        let mut u = Unbound { child, port, dir: dir.to_path_buf(), netns };
-        // Up when it answers at all (SERVFAIL included): bounded.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while u.dig(&[ZONE, "SOA"]).status.is_empty() {
-            if u.child.try_wait().ok().flatten().is_some() && u.log().contains("could not open ports") {
-                return None;
-            }
-            assert!(Instant::now() < deadline, "unbound did not answer within 10 s:\n{}", u.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Some(u)
-    }
-
-    fn dig(&self, args: &[&str]) -> Dig {
-        let out = command(self.netns, "dig")
-            .args(["@127.0.0.1", "-p", &self.port.to_string(), "+time=5", "+tries=1"])
-            .args(args)
-            .output()
-            .expect("running dig");
-        Dig::parse(&String::from_utf8_lossy(&out.stdout))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("unbound.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Unbound<'_> {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A port free for UDP and TCP on 127.0.0.1 when asked (Unbound binds both).
-fn free_port() -> u16 {
-    loop {
-        let port = UdpSocket::bind("127.0.0.1:0").expect("a free UDP port").local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 /// Turns signing on for the demo zone (its NS hosts as `--demo` made them).
 fn sign_the_zone(d: &Daemon) {
@@ -209,7 +97,7 @@ fn unbound_and_delv_validate_every_kind_of_answer_and_a_wrong_anchor_fails() {
     answer_every_kind(&d);
     let anchor = ksk(&d);
     let dir = tempfile::tempdir().expect("unbound dir");
-    let unbound = Unbound::start(dir.path(), d.dns, &anchor);
+    let unbound = Unbound::start(dir.path(), ZONE, d.dns, Anchor::Static(&anchor));
 
     let r = unbound.dig(&[ZONE, "A", SHENZHEN]);
     assert_validated(&r, "NOERROR", "A, Shenzhen Telecom");
@@ -308,7 +196,7 @@ fn unbound_validates_the_kernels_signed_answer_and_a_flipped_signature_byte_fail
     }
     let dir = tempfile::tempdir().expect("unbound dir");
     let server = std::net::SocketAddr::from((pair.server_addr, 53));
-    let unbound = Unbound::start_in(Some(&pair.client), dir.path(), server, &anchor);
+    let unbound = Unbound::start_in(Some(&pair.client), dir.path(), ZONE, server, Anchor::Static(&anchor));
     let before = answered();
     let r = unbound.dig(&[ZONE, "A", SHENZHEN]);
     assert_validated(&r, "NOERROR", "A from the kernel");
@@ -321,7 +209,7 @@ fn unbound_validates_the_kernels_signed_answer_and_a_flipped_signature_byte_fail
     // A fresh Unbound, with nothing cached: the question goes to the NS host.
     drop(unbound);
     let dir = tempfile::tempdir().expect("unbound dir");
-    let unbound = Unbound::start_in(Some(&pair.client), dir.path(), server, &anchor);
+    let unbound = Unbound::start_in(Some(&pair.client), dir.path(), ZONE, server, Anchor::Static(&anchor));
     let r = unbound.dig(&[ZONE, "A", SHENZHEN]);
     assert_eq!(r.status, "SERVFAIL", "a flipped signature byte fails validation: {}\n{}", r.text, unbound.log());
     assert!(!r.has_flag("ad"), "{}", r.text);

@@ -13,102 +13,15 @@
 //! independent of the code under test. The CDS RRset is checked on its own:
 //! both KSKs during the roll, the new one after, each answer validated.
 
-use std::net::{TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{Daemon, Dig, Options, have_tool, lagran_cli};
+use crate::support::{Daemon, Options, have_tool, lagran_cli};
+use crate::unbound::{Anchor, Unbound};
 
 const ZONE: &str = "edge.lagran.net";
 const SHENZHEN: &str = "+subnet=58.60.0.0/24";
-
-/// Unbound with an RFC 5011 trust anchor for the zone, the NS host as stub.
-struct Unbound {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Unbound {
-    fn start(dir: &Path, ns: std::net::SocketAddr, ksk: &str) -> Unbound {
-        std::fs::write(dir.join("anchor.key"), format!("{ZONE}. 2 IN DNSKEY {ksk}\n")).expect("writing the anchor");
-        for _ in 0..5 {
-            let port = free_port();
-            let conf = format!(
-                "server:\n  interface: 127.0.0.1@{port}\n  port: {port}\n  do-daemonize: no\n  username: \"\"\n\
-                 \x20 chroot: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  use-syslog: no\n\
-                 \x20 logfile: \"\"\n  verbosity: 1\n  val-log-level: 2\n  do-not-query-localhost: no\n\
-                 \x20 access-control: 127.0.0.0/8 allow\n  module-config: \"subnetcache validator iterator\"\n\
-                 \x20 send-client-subnet: {ip}\n  client-subnet-always-forward: yes\n  max-client-subnet-ipv4: 24\n\
-                 \x20 qname-minimisation: no\n  auto-trust-anchor-file: \"{d}/anchor.key\"\n\
-                 \x20 permit-small-holddown: yes\n  add-holddown: 2\n  del-holddown: 2\n\
-                 stub-zone:\n  name: \"{ZONE}\"\n  stub-addr: {ip}@{ns_port}\n",
-                d = dir.display(),
-                ip = ns.ip(),
-                ns_port = ns.port(),
-            );
-            std::fs::write(dir.join("unbound.conf"), conf).expect("writing unbound.conf");
-            let log = std::fs::File::create(dir.join("unbound.log")).expect("unbound.log");
-            let child = Command::new("unbound")
-                .args(["-d", "-c"])
-                .arg(dir.join("unbound.conf"))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("log fd"))
-                .stderr(log)
-                .spawn()
-                .expect("starting unbound");
-            let mut u = Unbound { child, port, dir: dir.to_path_buf() };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if !u.dig(&[ZONE, "SOA"]).status.is_empty() {
-                    return u;
-                }
-                if u.child.try_wait().ok().flatten().is_some() || Instant::now() >= deadline {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            assert!(u.log().contains("could not open ports"), "unbound did not start:\n{}", u.log());
-        }
-        panic!("unbound could not bind a port in 5 tries");
-    }
-
-    fn dig(&self, args: &[&str]) -> Dig {
-        let out = Command::new("dig")
-            .args(["@127.0.0.1", "-p", &self.port.to_string(), "+time=3", "+tries=1"])
-            .args(args)
-            .output()
-            .expect("running dig");
-        Dig::parse(&String::from_utf8_lossy(&out.stdout))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("unbound.log")).unwrap_or_default()
-    }
-
-    fn anchors(&self) -> String {
-        std::fs::read_to_string(self.dir.join("anchor.key")).unwrap_or_default()
-    }
-}
-
-impl Drop for Unbound {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    loop {
-        let port = UdpSocket::bind("127.0.0.1:0").expect("a free UDP port").local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 /// The zone signed on a compressed clock; the ZSK rolls every `zsk_lifetime` s.
 fn sign_the_zone(d: &Daemon, zsk_lifetime: u32) {
@@ -209,7 +122,7 @@ fn a_zsk_and_a_ksk_rollover_keep_every_answer_validated() {
     let (old_ksk, old_zsk) = (tags_in(&start, "ksk", "active"), tags_in(&start, "zsk", "active"));
     assert_eq!((old_ksk.len(), old_zsk.len()), (1, 1), "{start:?}");
     let dir = tempfile::tempdir().expect("unbound dir");
-    let unbound = Unbound::start(dir.path(), d.dns, &ksk);
+    let unbound = Unbound::start(dir.path(), ZONE, d.dns, Anchor::Rfc5011(&ksk));
     let mut seen = Seen::default();
 
     // ZSK: its six-second lifetime starts the roll; it ends when the old ZSK is removed.

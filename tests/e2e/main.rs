@@ -33,6 +33,7 @@ mod steering;
 mod steering_netem;
 mod support;
 mod topology;
+mod unbound;
 mod unlocated;
 mod world_geo;
 mod xdp;
