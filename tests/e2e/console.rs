@@ -80,6 +80,18 @@ async fn screenshot(c: &Client, name: &str) {
     std::fs::write(screenshot_dir().join(format!("{name}.png")), png).expect("saving the screenshot");
 }
 
+/// A WebDriver session with headless Chromium (sandbox and GPU off, as
+/// under root in CI), `args` added to its command line.
+pub(crate) async fn headless_chromium(driver: &Driver, args: &[String]) -> Client {
+    let mut all: Vec<String> =
+        ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"].map(String::from).to_vec();
+    all.extend_from_slice(args);
+    let caps = json!({"goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": all}});
+    let mut b = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
+    b.capabilities(caps.as_object().expect("an object").clone());
+    b.connect(&driver.url).await.expect("a WebDriver session with headless Chromium")
+}
+
 /// Waits (bounded) until `f` returns `Some`, re-running it every 200 ms.
 pub(crate) async fn wait_for<T, F, Fut>(within: Duration, what: &str, mut f: F) -> T
 where
@@ -130,16 +142,7 @@ fn the_console_shows_who_answers_whom_and_follows_changes_live() {
     let driver = Driver::start();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let caps = json!({
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1500,1500", "--lang=zh-CN"]
-            }
-        });
-        let mut b = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
-        b.capabilities(caps.as_object().unwrap().clone());
-        let c = b.connect(&driver.url).await.expect("a WebDriver session with headless Chromium");
+        let c = headless_chromium(&driver, &["--window-size=1500,1500".into(), "--lang=zh-CN".into()]).await;
         let result = drive(&c, &d).await;
         let _ = c.close().await;
         result

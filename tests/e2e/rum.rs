@@ -11,10 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fantoccini::ClientBuilder;
 use serde_json::{Value, json};
 
-use crate::console::{Driver, have_browser, js, wait_for};
+use crate::console::{Driver, have_browser, headless_chromium, js, wait_for};
 use crate::support::lagran_bin;
 
 /// The edge's beacon rate per /24, a minute.
@@ -149,6 +148,21 @@ fn rum_samples(reports: &Mutex<Vec<Value>>, node: &str) -> u64 {
     all.iter().filter(|m| m["source"] == "rum" && m["node"] == node).map(|m| m["samples"].as_u64().unwrap()).sum()
 }
 
+/// Headless Chromium, every `*.rum.test` mapped to `edge`, loads `page` and
+/// waits for `rum.js`'s outcome (`data-lagran-rum` on the document: "sent",
+/// or why not).
+pub(crate) async fn rum_outcome(driver: &Driver, edge: &str, page: &str) -> String {
+    let c = headless_chromium(driver, &[format!("--host-resolver-rules=MAP *.rum.test {edge}")]).await;
+    c.goto(page).await.unwrap();
+    let state = wait_for(Duration::from_secs(30), "rum.js to finish", || async {
+        let v = js(&c, "return document.documentElement.dataset.lagranRum || ''").await;
+        v.as_str().filter(|s| !s.is_empty() && *s != "running").map(str::to_owned)
+    })
+    .await;
+    let _ = c.close().await;
+    state
+}
+
 /// POSTs `body` as a beacon from 127.0.0.1; the status.
 fn post_beacon(port: u16, body: &str) -> u16 {
     let url = format!("http://127.0.0.1:{port}/.well-known/lagran/beacon");
@@ -171,23 +185,7 @@ fn a_browser_beacon_is_forwarded_as_rum_and_a_flood_only_up_to_the_rate() {
     let driver = Driver::start();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let caps = json!({
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--host-resolver-rules=MAP *.rum.test 127.0.0.1"]
-            }
-        });
-        let mut b = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
-        b.capabilities(caps.as_object().unwrap().clone());
-        let c = b.connect(&driver.url).await.expect("a WebDriver session with headless Chromium");
-        c.goto(&format!("http://cdn.rum.test:{port}/page.html")).await.unwrap();
-        let state = wait_for(Duration::from_secs(30), "rum.js to finish", || async {
-            let v = js(&c, "return document.documentElement.dataset.lagranRum || ''").await;
-            v.as_str().filter(|s| !s.is_empty() && *s != "running").map(str::to_owned)
-        })
-        .await;
-        let _ = c.close().await;
+        let state = rum_outcome(&driver, "127.0.0.1", &format!("http://cdn.rum.test:{port}/page.html")).await;
         assert_eq!(state, "sent", "the script's outcome");
     });
     drop(driver);

@@ -31,14 +31,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fantoccini::ClientBuilder;
 use lagran::xdp::netns::NetNs;
 use serde_json::{Value, json};
 
-use crate::console::{Driver, have_browser, js, wait_for};
+use crate::console::{Driver, have_browser};
 use crate::delay_line::{DelayLine, End};
 use crate::edge_config::{Edge, start_edge};
-use crate::rum::start_origin;
+use crate::rum::{rum_outcome, start_origin};
 use crate::support::{Daemon, Dig, Options, have_tool, lagran_bin};
 
 const ZONE: &str = "edge.lagran.net";
@@ -435,26 +434,7 @@ fn browse(net: &RumNet) -> String {
     let run = || {
         let driver = Driver::start();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async {
-            let caps = json!({
-                "goog:chromeOptions": {
-                    "binary": "/usr/bin/chromium",
-                    "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                             format!("--host-resolver-rules=MAP *.rum.test {RUM_EDGE}")]
-                }
-            });
-            let mut b = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
-            b.capabilities(caps.as_object().unwrap().clone());
-            let c = b.connect(&driver.url).await.expect("a WebDriver session with headless Chromium");
-            c.goto("http://cdn.rum.test/page.html").await.unwrap();
-            let state = wait_for(Duration::from_secs(30), "rum.js to finish", || async {
-                let v = js(&c, "return document.documentElement.dataset.lagranRum || ''").await;
-                v.as_str().filter(|s| !s.is_empty() && *s != "running").map(str::to_owned)
-            })
-            .await;
-            let _ = c.close().await;
-            state
-        })
+        rt.block_on(async { rum_outcome(&driver, RUM_EDGE, "http://cdn.rum.test/page.html").await })
     };
     net.browser.enter(run).expect("entering the browser's namespace")
 }
