@@ -54,7 +54,7 @@ pub use loader::{
     AttachMode, LoadedXdp, RunStats, TestRunOutput, XdpHandle, XdpOptions, expand_listen, object_bytes, object_path,
 };
 pub use maps::Maps;
-pub use writer::{MapWriter, SyncStats};
+pub use writer::{MapWriter, SyncStats, SyncStep};
 
 /// Something the fast path could not do. Each variant names the object and, where
 /// there is one, what to try next.
