@@ -45,9 +45,11 @@ impl Bench {
     }
 
     /// Node-state change → map entry on the demo: `PATCH` gz-01 offline and
-    /// online, polling the pinned maps from inside the daemon's namespaces.
-    pub(super) fn failover(&self, daemon: &Bg) -> anyhow::Result<Results> {
-        eprintln!("==> failover: PATCH gz-01 offline/online, polling the pinned maps");
+    /// online, polling the pinned maps from inside the daemon's namespaces;
+    /// `signed`: the zone is signed, and the new answer's RRSIG is timed too.
+    pub(super) fn failover(&self, daemon: &Bg, signed: bool) -> anyhow::Result<Results> {
+        let zone = if signed { "signed" } else { "unsigned" };
+        eprintln!("==> failover ({zone} zone): PATCH gz-01 offline/online, polling the pinned maps");
         let mut cmd = self.helper_beside(&daemon.pid().to_string(), &["-m", "-n"]);
         cmd.args([
             "failover",
@@ -60,7 +62,10 @@ impl Bench {
             "--client",
             "58.60.1.1",
         ]);
-        Ok(parse_results(&util::output(&mut cmd).context("measuring node-down → map")?))
+        if signed {
+            cmd.arg("--rrsig");
+        }
+        Ok(parse_results(&util::output(&mut cmd).with_context(|| format!("measuring node-down → map, {zone}"))?))
     }
 
     /// The fleet step, announced, with the daemon checked alive after it.

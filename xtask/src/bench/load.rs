@@ -88,7 +88,7 @@ impl Bench {
     pub(super) fn xdp_phase(&self, t: &Topology, gens: &[String], m: &mut Measured) -> anyhow::Result<()> {
         let (mut daemon, secs) = self.start_lagran(t, true)?;
         m.startup.insert("xdp", secs);
-        m.failover = self.failover(&daemon)?;
+        m.failover = self.failover(&daemon, false)?;
         daemon.check_alive()?;
         if util::which("unbound").is_none() {
             m.notes.push("resolver as client: skipped, unbound not installed (`cargo xtask setup`)".into());
@@ -103,8 +103,11 @@ impl Bench {
             m.fleet = self.fleet_step(&mut daemon)?;
         }
         // Last: signing the zone changes what the steps above measure.
+        self.sign_demo_zone(t, &daemon)?;
+        m.failover_signed = self.failover(&daemon, true)?;
+        daemon.check_alive()?;
         if gens.iter().any(|g| g == "gun") {
-            self.signed_qps(t, &daemon, m)?;
+            self.signed_qps(t, m)?;
             daemon.check_alive()?;
         }
         daemon.stop();
