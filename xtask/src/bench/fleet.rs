@@ -47,9 +47,12 @@ impl Bench {
     /// Node-state change → map entry on the demo: `PATCH` gz-01 offline and
     /// online, polling the pinned maps from inside the daemon's namespaces;
     /// `signed`: the zone is signed, and the new answer's RRSIG is timed too.
-    pub(super) fn failover(&self, daemon: &Bg, signed: bool) -> anyhow::Result<Results> {
+    /// After the fleet step (`fleet`) gz-01 may no longer serve the probe
+    /// client: the node that does goes offline instead, as in that step.
+    pub(super) fn failover(&self, daemon: &Bg, signed: bool, fleet: bool) -> anyhow::Result<Results> {
         let zone = if signed { "signed" } else { "unsigned" };
-        eprintln!("==> failover ({zone} zone): PATCH gz-01 offline/online, polling the pinned maps");
+        let node = if fleet { "auto" } else { "gz-01" };
+        eprintln!("==> failover ({zone} zone): PATCH {node} offline/online, polling the pinned maps");
         let mut cmd = self.helper_beside(&daemon.pid().to_string(), &["-m", "-n"]);
         cmd.args([
             "failover",
@@ -58,7 +61,7 @@ impl Bench {
             "--api",
             "127.0.0.1:8080",
             "--node",
-            "gz-01",
+            node,
             "--client",
             "58.60.1.1",
         ]);
