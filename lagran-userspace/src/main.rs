@@ -366,8 +366,10 @@ async fn main() -> Result<()> {
             print!("{}", lagran::cli::ops::node_set(&client(&cli.api, &config), &name, &assignments).await?);
         }
         Command::Maps { command: MapsCommand::Dump { limit } } => {
-            let maps = lagran::xdp::Maps::open_pinned(std::path::Path::new(lagran::xdp::PIN_DIR))
-                .context("opening the pinned maps (is `lagran serve --xdp IFACE` running on this host?)")?;
+            let dir = lagran::xdp::pin_dir_override().unwrap_or_else(|| lagran::xdp::PIN_DIR.into());
+            let maps = lagran::xdp::Maps::open_pinned(&dir).with_context(|| {
+                format!("opening the maps pinned in {} (is `lagran serve --xdp IFACE` running?)", dir.display())
+            })?;
             print!("{}", maps.dump(limit)?);
         }
         Command::Monitor { ns, zone, watch, listen: Some(listen), expect, dot } => {

@@ -652,6 +652,8 @@ fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
 }
 
+#[path = "xdp_fixtures/repoint.rs"]
+mod repoint;
 #[path = "xdp_fixtures/signed.rs"]
 mod signed;
 

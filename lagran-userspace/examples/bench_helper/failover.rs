@@ -2,6 +2,9 @@
 //! `{"status":"offline"}` (then back `online`), while the pinned maps are polled
 //! for the answer of a client the node serves. Run it inside the daemon's mount
 //! and network namespaces (`nsenter -t PID -m -n`), where its API and its bpffs are.
+//!
+//! With `--rrsig` (a signed zone) it also times the new answer's RRSIG in
+//! `lagran_rrsig` and counts the changes whose route was seen before it.
 
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -9,11 +12,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use aya::maps::{Array, LpmTrie, Map, MapData, lpm_trie::Key};
+use aya::maps::{Array, HashMap, LpmTrie, Map, MapData, lpm_trie::Key};
 use lagran_common::{
     answers::AnswerV4,
     route_v4::{FULL_PREFIX, RouteV4Data, RouteValue},
     route_v4_flat as flat,
+    rrsig::{RrsigKey, RrsigValue},
 };
 
 use lagran::xdp::name_slots::NameSlots;
@@ -42,6 +46,9 @@ pub struct Args {
     /// Give up on one change after this many milliseconds.
     #[arg(long, default_value_t = 5000)]
     timeout_ms: u64,
+    /// The zone is signed: time the new answer's RRSIG in `lagran_rrsig` too.
+    #[arg(long)]
+    rrsig: bool,
 }
 
 struct Pinned {
@@ -50,6 +57,8 @@ struct Pinned {
     /// `lagran_route4_l1` and `_l2`, when pinned (a daemon that has them pins them).
     flat: Option<(Array<MapData, u64>, Array<MapData, u64>)>,
     names: NameSlots,
+    /// `lagran_rrsig`, with `--rrsig`.
+    rrsigs: Option<HashMap<MapData, RrsigKey, RrsigValue>>,
     wire: Vec<u8>,
     name_id: u32,
     client: u32,
@@ -72,11 +81,16 @@ impl Pinned {
                 None
             }
         };
+        let rrsigs = match a.rrsig {
+            true => Some(HashMap::try_from(open(lagran_common::rrsig::MAP_NAME)?)?),
+            false => None,
+        };
         Ok(Pinned {
             routes: LpmTrie::try_from(open(lagran_common::route_v4::MAP_NAME)?)?,
             answers: Array::try_from(open(lagran_common::answers::MAP_NAME)?)?,
             flat,
             names,
+            rrsigs,
             wire,
             name_id,
             client: u32::from(a.client),
@@ -89,14 +103,32 @@ impl Pinned {
     /// writer writes the arrays before the trie's routes of /24 and shorter,
     /// so polling the trie alone would see a change after the packets do.
     fn answer(&self) -> Option<Ipv4Addr> {
-        let answer_id = match self.flat_route()? {
+        self.answer_of(self.answer_id()?)
+    }
+
+    /// The answer id the fast path sends the client right now.
+    fn answer_id(&self) -> Option<u32> {
+        Some(match self.flat_route()? {
             Some(id) => id,
             None => {
                 self.routes.get(&Key::new(FULL_PREFIX, RouteV4Data::new(self.name_id, self.client)), 0).ok()?.answer_id
             }
-        };
+        })
+    }
+
+    fn answer_of(&self, answer_id: u32) -> Option<Ipv4Addr> {
         let a = self.answers.get(&answer_id, 0).ok()?;
         (a.count > 0).then(|| Ipv4Addr::from(a.addrs[0]))
+    }
+
+    /// The answer ids of the name that have an `A` RRSIG in `lagran_rrsig`.
+    fn signed_answers(&self) -> Vec<u32> {
+        let Some(map) = &self.rrsigs else { return Vec::new() };
+        map.keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.name_id == self.name_id && k.aaaa == 0)
+            .map(|k| k.answer_id)
+            .collect()
     }
 
     /// `Some(Some(answer id))` from the flat arrays, `Some(None)` "ask the
@@ -147,32 +179,88 @@ fn http(api: SocketAddr, method: &str, path: &str, body: &str) -> anyhow::Result
     Ok(status)
 }
 
+/// One node-state change as the maps showed it.
+struct Change {
+    /// PATCH → the client's answer changed in the maps.
+    map_ms: f64,
+    /// PATCH → the API's response.
+    api_ms: f64,
+    answer: Ipv4Addr,
+    /// With `--rrsig`: PATCH → the new answer's RRSIG in `lagran_rrsig` (0
+    /// when the answer was signed before the PATCH), and whether the route
+    /// was seen pointing at the answer before its RRSIG was there.
+    rrsig: Option<(f64, bool)>,
+}
+
 /// Sends the PATCH on another thread and polls the maps until the answer is no
-/// longer `from`; returns (map change ms, API response ms, new answer).
-fn change(a: &Args, maps: &Pinned, status: &str, from: Ipv4Addr) -> anyhow::Result<(f64, f64, Ipv4Addr)> {
+/// longer `from` (and, with `--rrsig`, until the new answer's RRSIG is in).
+fn change(a: &Args, maps: &Pinned, status: &str, from: Ipv4Addr) -> anyhow::Result<Change> {
     let (api, path, body) = (a.api, format!("/api/v1/nodes/{}", a.node), format!("{{\"status\":\"{status}\"}}"));
+    let signed_before = maps.signed_answers();
+    // Answer ids whose RRSIG appeared after the PATCH, and when.
+    let mut appeared: Vec<(u32, Duration)> = Vec::new();
     let t0 = Instant::now();
     let req = std::thread::spawn(move || {
         let code = http(api, "PATCH", &path, &body);
         (code, t0.elapsed())
     });
     let timeout = Duration::from_millis(a.timeout_ms);
-    let (took, now) = loop {
-        let now = maps.answer();
-        if now.is_some_and(|n| n != from) {
-            break (t0.elapsed(), now.unwrap());
+    let (took, id, now) = loop {
+        if maps.rrsigs.is_some() {
+            let at = t0.elapsed();
+            for id in maps.signed_answers() {
+                if !signed_before.contains(&id) && !appeared.iter().any(|(a, _)| *a == id) {
+                    appeared.push((id, at));
+                }
+            }
+        }
+        if let Some(id) = maps.answer_id()
+            && let Some(now) = maps.answer_of(id).filter(|n| *n != from)
+        {
+            break (t0.elapsed(), id, now);
         }
         if t0.elapsed() > timeout {
             bail!("the map still answers {from:?} {} ms after PATCH status={status}", a.timeout_ms);
         }
         std::thread::sleep(Duration::from_micros(50));
     };
+    let rrsig = match maps.rrsigs {
+        Some(_) => Some(rrsig_of(maps, id, &signed_before, &appeared, t0, timeout)?),
+        None => None,
+    };
     let (code, api_took) = req.join().map_err(|_| anyhow::anyhow!("the PATCH thread panicked"))?;
     let code = code?;
     if code != 200 {
         bail!("PATCH /api/v1/nodes/{} status={status} answered HTTP {code}", a.node);
     }
-    Ok((took.as_secs_f64() * 1e3, api_took.as_secs_f64() * 1e3, now))
+    Ok(Change { map_ms: took.as_secs_f64() * 1e3, api_ms: api_took.as_secs_f64() * 1e3, answer: now, rrsig })
+}
+
+/// When answer `id`'s RRSIG was in `lagran_rrsig` (ms after the PATCH) and
+/// whether the route got there first (then polled until the RRSIG is in).
+fn rrsig_of(
+    maps: &Pinned,
+    id: u32,
+    signed_before: &[u32],
+    appeared: &[(u32, Duration)],
+    t0: Instant,
+    timeout: Duration,
+) -> anyhow::Result<(f64, bool)> {
+    if signed_before.contains(&id) {
+        return Ok((0.0, false));
+    }
+    if let Some((_, at)) = appeared.iter().find(|(a, _)| *a == id) {
+        return Ok((at.as_secs_f64() * 1e3, false));
+    }
+    loop {
+        if maps.signed_answers().contains(&id) {
+            return Ok((t0.elapsed().as_secs_f64() * 1e3, true));
+        }
+        if t0.elapsed() > timeout {
+            bail!("answer {id} is served without an RRSIG in lagran_rrsig {timeout:?} after the PATCH");
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 /// The node whose public address is `ip` (`GET /api/v1/nodes`).
@@ -206,11 +294,18 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     eprintln!("failover: {} for {} answers {before} (node {})", a.name, a.client, a.node);
     let (mut down, mut up) = (Vec::new(), Vec::new());
     let mut api_ms = Vec::new();
+    let (mut rrsig_ms, mut routes_first) = (Vec::new(), 0);
     for round in 0..a.rounds {
-        let (ms, api, other) = change(&a, &maps, "offline", before)?;
+        let c = change(&a, &maps, "offline", before)?;
+        let (ms, api, other) = (c.map_ms, c.api_ms, c.answer);
         eprintln!("failover: round {round}: offline → map says {other} after {ms:.2} ms (API answered in {api:.2} ms)");
         down.push(ms);
         api_ms.push(api);
+        if let Some((at, late)) = c.rrsig {
+            eprintln!("failover: round {round}: its RRSIG in lagran_rrsig after {at:.2} ms");
+            rrsig_ms.push(at);
+            routes_first += usize::from(late);
+        }
         if auto {
             let code = http(a.api, "PATCH", &format!("/api/v1/nodes/{}", a.node), r#"{"status":"online"}"#)?;
             if code != 200 {
@@ -222,7 +317,9 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
             eprintln!("failover: round {round}: online → map says {before} (node {})", a.node);
             continue;
         }
-        let (ms, api, back) = change(&a, &maps, "online", other)?;
+        let c = change(&a, &maps, "online", other)?;
+        let (ms, api, back) = (c.map_ms, c.api_ms, c.answer);
+        routes_first += c.rrsig.map_or(0, |r| usize::from(r.1));
         if back != before {
             bail!("after status=online the map answers {back}, expected {before} again");
         }
@@ -247,6 +344,12 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
         result("online_max_ms", format!("{up_max:.2}"));
     }
     result("api_median_ms", format!("{api_med:.2}"));
+    if !rrsig_ms.is_empty() {
+        let (med, max) = stats(&mut rrsig_ms);
+        result("rrsig_offline_median_ms", format!("{med:.2}"));
+        result("rrsig_offline_max_ms", format!("{max:.2}"));
+        result("routes_before_rrsig", routes_first);
+    }
     result("rounds", a.rounds);
     Ok(())
 }

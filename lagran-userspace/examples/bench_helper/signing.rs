@@ -17,13 +17,12 @@ use anyhow::Context as _;
 use lagran::config::ScheduleSettings;
 use lagran::dnssec::keeper::{ChildKeys, ZoneKeySet};
 use lagran::dnssec::{KeyRole, KeySnapshot, TableSigner, ZoneKey};
-use lagran::model::{DEFAULT_POOL, DnssecAlgorithm, Node, NodeStatus, Zone, ZoneDnssec};
+use lagran::model::{DEFAULT_POOL, DnssecAlgorithm, NodeStatus, Zone, ZoneDnssec};
 use lagran::route_table::RouteTable;
 use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
-use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 
 use crate::result;
-use crate::tables::{bench_domains, bench_node, now_ms, synthetic_partitions};
+use crate::tables::{bench_domains, bench_fleet, now_ms};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -56,14 +55,7 @@ fn signatures_in(table: &RouteTable) -> usize {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let (tuples, partitions) = synthetic_partitions(a.partitions)?;
-    let mut rng = StdRng::seed_from_u64(39);
-    let nodes: Vec<Node> = (0..a.nodes)
-        .map(|i| {
-            let (p, c, isp) = &tuples[rng.gen_range(0..tuples.len())];
-            bench_node(i, ["CN", p, c, isp], &mut rng)
-        })
-        .collect();
+    let (nodes, partitions) = bench_fleet(a.partitions, a.nodes, 39)?;
     let schedule = ScheduleSettings::default();
     let policy = schedule.policy();
     let now = now_ms();

@@ -37,7 +37,7 @@ use lagran::steering::subnet::client_subnet;
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 
 use crate::result;
-use crate::tables::{bench_domains, bench_node, now_ms, stats, synthetic_partitions};
+use crate::tables::{bench_domains, bench_fleet, now_ms, stats};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -75,14 +75,7 @@ struct World {
 
 impl World {
     fn build(a: &Args) -> anyhow::Result<World> {
-        let (tuples, partitions) = synthetic_partitions(a.partitions)?;
-        let mut rng = StdRng::seed_from_u64(35);
-        let nodes: Vec<Node> = (0..a.nodes)
-            .map(|i| {
-                let (p, c, isp) = &tuples[rng.gen_range(0..tuples.len())];
-                bench_node(i, ["CN", p, c, isp], &mut rng)
-            })
-            .collect();
+        let (nodes, partitions) = bench_fleet(a.partitions, a.nodes, 35)?;
         let mut subnets = vec![None; partitions.locations().len()];
         for &(start, end, id) in partitions.v4_ranges() {
             let net = (start.saturating_add(255)) & !0xff;

@@ -285,6 +285,21 @@ pub(crate) fn bench_domains(zone: &Zone, n: usize, pool: impl Fn(usize) -> Strin
 /// A synthetic partition's (province, city, ISP).
 pub(crate) type Tuple = (String, String, String);
 
+/// The fleet the signing and steering benchmarks build on: the synthetic
+/// partitions of [`synthetic_partitions`] and `nodes` nodes, each at a
+/// partition's location drawn from `seed`.
+pub(crate) fn bench_fleet(partitions: usize, nodes: usize, seed: u64) -> anyhow::Result<(Vec<Node>, PartitionTable)> {
+    let (tuples, partitions) = synthetic_partitions(partitions)?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let nodes = (0..nodes)
+        .map(|i| {
+            let (p, c, isp) = &tuples[rng.gen_range(0..tuples.len())];
+            bench_node(i, ["CN", p, c, isp], &mut rng)
+        })
+        .collect();
+    Ok((nodes, partitions))
+}
+
 /// The recompute benchmark's synthetic geo data: `parts_n` distinct
 /// (province, city, ISP) tuples, each over ten ranges of the IPv4 space.
 pub(crate) fn synthetic_partitions(parts_n: usize) -> anyhow::Result<(Vec<Tuple>, PartitionTable)> {

@@ -1,7 +1,8 @@
 //! `xdp-insns`: how many BPF instructions the XDP program executes to answer one
 //! query — the length of its path, which no clock on a busy guest disturbs.
 //!
-//! The object's `xdp` section is run by a small interpreter over one frame, with
+//! The object's `xdp` section (with the functions it calls in `.text`, as the
+//! loader appends them) is run by a small interpreter over one frame, with
 //! its maps stood in by memory holding what the map writer would put there (the
 //! name in its `lagran_names` slot, a `/16` split into `/24`s in the flat IPv4
 //! arrays, one answer, the listen set holding the destination). The count is of
@@ -35,8 +36,9 @@ pub struct Args {
     #[arg(long)]
     object: Option<PathBuf>,
     /// Also write, per query kind, how often each instruction ran
-    /// (`DIR/<kind>.txt`: index and count per line), to read beside
-    /// `llvm-objdump -d -l --section=xdp`.
+    /// (`DIR/<kind>.txt`: index and count per line; the `xdp` section's
+    /// instructions first, then `.text`'s), to read beside `llvm-objdump -d
+    /// -l --section=xdp --section=.text`.
     #[arg(long)]
     trace: Option<PathBuf>,
 }
@@ -114,39 +116,62 @@ pub struct Count {
     pub hits: Vec<u32>,
 }
 
-/// The `xdp` section's instructions and which map or global each `lddw` names.
+/// Which map or global an `lddw` names.
 enum Target {
     Map(String),
     Rodata(u64),
 }
 
+/// `call` with this source register: a BPF-to-BPF call (`BPF_PSEUDO_CALL`),
+/// its `imm` the callee's offset; else a helper call, `imm` its number.
+const PSEUDO_CALL: u8 = 1;
+
 struct Program {
+    /// The `xdp` section's instructions, then `.text`'s (the functions the
+    /// program calls, which the compiler does not inline).
     insns: Vec<[u8; 8]>,
     /// Instruction index → the map (by name) or the `.rodata` offset it loads.
     lddw: HashMap<usize, Target>,
+    /// Index of a relocated BPF-to-BPF call → the callee's first instruction.
+    calls: HashMap<usize, usize>,
     rodata: Vec<u8>,
 }
 
 impl Program {
     fn parse(obj: &[u8]) -> anyhow::Result<Program> {
         let file = object::File::parse(obj).context("parsing the BPF object")?;
-        let section = file.section_by_name("xdp").context("no `xdp` section")?;
-        let data = section.data()?;
-        ensure!(data.len() % 8 == 0, "the xdp section is not whole instructions");
-        let insns = data.chunks_exact(8).map(|c| c.try_into().expect("8 bytes")).collect();
-        let mut lddw = HashMap::new();
-        for (offset, reloc) in section.relocations() {
-            let RelocationTarget::Symbol(i) = reloc.target() else { continue };
-            let sym = file.symbol_by_index(i)?;
-            let target = match sym.section_index().and_then(|s| file.section_by_index(s).ok()) {
-                Some(s) if s.name()? == ".rodata" => Target::Rodata(sym.address()),
-                _ => Target::Map(sym.name()?.to_string()),
-            };
-            lddw.insert(offset as usize / 8, target);
+        let xdp = file.section_by_name("xdp").context("no `xdp` section")?;
+        let text = file.section_by_name(".text");
+        let mut p = Program { insns: Vec::new(), lddw: HashMap::new(), calls: HashMap::new(), rodata: Vec::new() };
+        let text_base = xdp.size() as usize / 8;
+        for (section, base) in std::iter::once((xdp, 0)).chain(text.map(|t| (t, text_base))) {
+            let data = section.data()?;
+            ensure!(data.len() % 8 == 0, "section {} is not whole instructions", section.name()?);
+            p.insns.extend(data.chunks_exact(8).map(|c| <[u8; 8]>::try_from(c).expect("8 bytes")));
+            for (offset, reloc) in section.relocations() {
+                let RelocationTarget::Symbol(i) = reloc.target() else { continue };
+                let sym = file.symbol_by_index(i)?;
+                let at = base + offset as usize / 8;
+                let in_section = sym.section_index().and_then(|s| file.section_by_index(s).ok());
+                let ins = p.insns[at];
+                if ins[0] == CALL && ins[1] >> 4 == PSEUDO_CALL {
+                    // As libbpf resolves it: the symbol's instruction, plus `imm` + 1.
+                    ensure!(in_section.is_some_and(|s| s.name().ok() == Some(".text")), "a call outside .text");
+                    let imm = i32::from_le_bytes([ins[4], ins[5], ins[6], ins[7]]) as i64;
+                    let callee = (text_base as i64 + sym.address() as i64 / 8 + imm + 1) as usize;
+                    p.calls.insert(at, callee);
+                    continue;
+                }
+                let target = match in_section {
+                    Some(s) if s.name()? == ".rodata" => Target::Rodata(sym.address()),
+                    _ => Target::Map(sym.name()?.to_string()),
+                };
+                p.lddw.insert(at, target);
+            }
         }
-        let rodata =
+        p.rodata =
             file.section_by_name(".rodata").map(|s| s.data().map(<[u8]>::to_vec)).transpose()?.unwrap_or_default();
-        Ok(Program { insns, lddw, rodata })
+        Ok(p)
     }
 
     /// Runs the program over `frame`; the count and the frame it left.
@@ -160,6 +185,10 @@ impl Program {
 }
 
 const XDP_TX: u64 = 3;
+/// `BPF_JMP | BPF_CALL`.
+const CALL: u8 = 0x85;
+/// Most nested BPF-to-BPF calls (the kernel's bound), each with its own stack.
+const MAX_FRAMES: usize = 8;
 /// Room before and after the frame, as an XDP buffer has.
 const HEADROOM: usize = 256;
 const BUF: usize = 2048;
@@ -202,7 +231,7 @@ impl<'p> Machine<'p> {
         let regions = vec![
             Region { base: CTX, bytes: vec![0; 24] },
             Region { base: PACKET, bytes: buf },
-            Region { base: STACK_BASE, bytes: vec![0; STACK] },
+            Region { base: STACK_BASE, bytes: vec![0; STACK * MAX_FRAMES] },
             Region { base: RODATA, bytes: p.rodata.clone() },
         ];
         let data = PACKET + HEADROOM as u64;
@@ -360,8 +389,10 @@ impl<'p> Machine<'p> {
     fn run(&mut self) -> anyhow::Result<u64> {
         let mut r = [0u64; 11];
         r[1] = CTX;
-        r[10] = STACK_BASE + STACK as u64;
+        r[10] = STACK_BASE + (STACK * MAX_FRAMES) as u64;
         let mut pc = 0usize;
+        // The callers' return addresses and their R6–R9 and R10 (callee-saved).
+        let mut frames: Vec<(usize, [u64; 5])> = Vec::new();
         loop {
             ensure!(self.insns < LIMIT, "more than {LIMIT} instructions");
             let ins = *self.p.insns.get(pc).context("jumped out of the program")?;
@@ -414,12 +445,23 @@ impl<'p> Machine<'p> {
                 4 | 7 => alu(op, class == 7, &mut r, dst, src, off, imm)?,
                 5 | 6 => {
                     let o = op & 0xf0;
+                    if class == 5 && o == 0x80 && src == PSEUDO_CALL as usize {
+                        ensure!(frames.len() + 1 < MAX_FRAMES, "calls nested deeper than {MAX_FRAMES}");
+                        frames.push((pc, [r[6], r[7], r[8], r[9], r[10]]));
+                        r[10] -= STACK as u64;
+                        let local = pc.checked_add_signed(imm as isize).context("a call before the program");
+                        pc = self.p.calls.get(&(pc - 1)).copied().map_or(local, Ok)?;
+                        continue;
+                    }
                     if class == 5 && o == 0x80 {
                         self.call(imm, &mut r)?;
                         continue;
                     }
                     if class == 5 && o == 0x90 {
-                        return Ok(r[0]);
+                        let Some((back, saved)) = frames.pop() else { return Ok(r[0]) };
+                        r[6..11].copy_from_slice(&saved);
+                        pc = back;
+                        continue;
                     }
                     if o == 0x00 {
                         let d = if class == 5 { off as i64 } else { imm as i64 };

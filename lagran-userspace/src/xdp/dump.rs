@@ -8,6 +8,7 @@ use lagran_common::{
     config, cookie, counters, listen, names,
     route_v4::{self, RouteValue},
     route_v6,
+    rrsig::{self, FIXED_RDATA_LEN, HEAD_LEN, RrsigKey, RrsigValue},
 };
 
 use super::XdpError;
@@ -79,12 +80,48 @@ impl Maps {
         }
         write_routes(&mut out, route_v4::MAP_NAME, self.routes4(), route_limit, 18)?;
         write_routes(&mut out, route_v6::MAP_NAME, self.routes6(), route_limit, 24)?;
+        if self.has_rrsig() {
+            write_rrsigs(&mut out, self.rrsigs()?, crate::clock::now_ms() / 1000);
+        }
         let _ = writeln!(out, "{}:", counters::MAP_NAME);
         for (c, v) in self.counters()?.iter() {
             let _ = writeln!(out, "  {:<18} {v}", c.name());
         }
         Ok(out)
     }
+}
+
+/// `lagran_rrsig`'s entries sorted by name id, answer id and type: each
+/// RRSIG's length as sent, algorithm, key tag and expiry (`now`: Unix seconds).
+fn write_rrsigs(out: &mut String, mut entries: Vec<(RrsigKey, RrsigValue)>, now: i64) {
+    entries.sort_by_key(|(k, _)| (k.name_id, k.answer_id, k.aaaa));
+    let _ = writeln!(out, "{} ({} entries):", rrsig::MAP_NAME, entries.len());
+    for (k, v) in &entries {
+        let ty = if k.aaaa == 0 { "A" } else { "AAAA" };
+        let _ = writeln!(
+            out,
+            "  name={:<4} answer #{:<6} {ty:<4} -> {}",
+            k.name_id,
+            k.answer_id,
+            rrsig_text(v.bytes(), now)
+        );
+    }
+}
+
+/// An RRSIG record as the program sends it (see `lagran_common::rrsig`),
+/// read by hand: its fixed RDATA fields sit at fixed offsets (RFC 4034 §3.1),
+/// and the record starts with a compression pointer a message decoder would
+/// need the question for.
+fn rrsig_text(record: &[u8], now: i64) -> String {
+    let Some(rdata) = record.get(HEAD_LEN..HEAD_LEN + FIXED_RDATA_LEN) else {
+        return format!("len={} (shorter than an RRSIG)", record.len());
+    };
+    let be32 = |o: usize| u32::from_be_bytes([rdata[o], rdata[o + 1], rdata[o + 2], rdata[o + 3]]);
+    let (algorithm, expiration, key_tag) = (rdata[2], be32(8), u16::from_be_bytes([rdata[16], rdata[17]]));
+    let left = i64::from(expiration) - now;
+    let when =
+        if left <= 0 { "EXPIRED".to_string() } else { format!("in {}d{:02}h", left / 86_400, left % 86_400 / 3600) };
+    format!("len={} algorithm={algorithm} key_tag={key_tag} expires={expiration} ({when})", record.len())
 }
 
 /// A trie's entries: how many, and the first `limit` of them sorted by name
@@ -112,4 +149,34 @@ fn write_routes<A: Ord + std::fmt::Display>(
         let _ = writeln!(out, "  name={name_id:<4} {block:<width$} -> answer #{} scope /{}", v.answer_id, v.scope);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_rrsig_entry_shows_its_length_algorithm_key_tag_and_expiry() {
+        // type covered A, algorithm 13, 3 labels, original TTL 30, expiration,
+        // inception, key tag 4242, signer `x.`, a four-octet signature.
+        let now = 1_800_000_000i64;
+        let expires = (now + 2 * 86_400 + 5 * 3600 + 59) as u32;
+        let mut rdata = vec![0, 1, 13, 3, 0, 0, 0, 30];
+        rdata.extend(expires.to_be_bytes());
+        rdata.extend(1_700_000_000u32.to_be_bytes());
+        rdata.extend(4242u16.to_be_bytes());
+        rdata.extend([1, b'x', 0, 9, 9, 9, 9]);
+        let v = RrsigValue::new(30, &rdata).expect("fits");
+        let mut out = String::new();
+        write_rrsigs(&mut out, vec![(RrsigKey { name_id: 7, answer_id: 3, aaaa: 1 }, v)], now);
+        assert_eq!(
+            out,
+            format!(
+                "lagran_rrsig (1 entries):\n  name=7    answer #3      AAAA -> len={} algorithm=13 key_tag=4242 \
+                 expires={expires} (in 2d05h)\n",
+                HEAD_LEN + rdata.len()
+            )
+        );
+        assert!(rrsig_text(v.bytes(), i64::from(expires) + 1).ends_with("(EXPIRED)"));
+    }
 }

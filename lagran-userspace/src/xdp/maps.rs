@@ -166,7 +166,7 @@ impl Maps {
                 .map_err(|source| XdpError::OpenPinned { path: path.clone(), source: Box::new(source) })?;
             Map::from_map_data(data).map_err(|source| XdpError::OpenPinned { path, source: Box::new(source) })
         };
-        Maps::from_maps(
+        let mut maps = Maps::from_maps(
             [
                 open(config::MAP_NAME)?,
                 open(listen::MAP_NAME)?,
@@ -179,7 +179,12 @@ impl Maps {
                 open(cookie::MAP_NAME)?,
             ],
             false,
-        )
+        )?;
+        // Pinned only by an object that answers signed.
+        if dir.join(rrsig::MAP_NAME).exists() {
+            maps.rrsig = Some(HashMap::try_from(open(rrsig::MAP_NAME)?).map_err(map_err(rrsig::MAP_NAME))?);
+        }
+        Ok(maps)
     }
 
     /// The maps in [`MAP_NAMES`] order; `writable`: the names' mapping too.

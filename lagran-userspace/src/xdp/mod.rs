@@ -50,11 +50,17 @@ use std::path::PathBuf;
 
 pub use counters::CounterSnapshot;
 pub use lagran_common::PIN_DIR;
+
+/// Where `LAGRAN_PIN_DIR` moves the pins from [`PIN_DIR`] (tests and
+/// benchmarks running beside a production instance), when set.
+pub fn pin_dir_override() -> Option<std::path::PathBuf> {
+    std::env::var_os("LAGRAN_PIN_DIR").filter(|p| !p.is_empty()).map(std::path::PathBuf::from)
+}
 pub use loader::{
     AttachMode, LoadedXdp, RunStats, TestRunOutput, XdpHandle, XdpOptions, expand_listen, object_bytes, object_path,
 };
 pub use maps::Maps;
-pub use writer::{MapWriter, SyncStats};
+pub use writer::{MapWriter, SyncStats, SyncStep};
 
 /// Something the fast path could not do. Each variant names the object and, where
 /// there is one, what to try next.

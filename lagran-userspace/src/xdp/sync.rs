@@ -45,8 +45,7 @@ pub fn start(
 ) -> Result<tokio::task::JoinHandle<()>, XdpError> {
     let Follow { table, mut versions, confirmation, cookies, rrl, dnstap } = follow;
     let obj = object_bytes()?;
-    // LAGRAN_PIN_DIR moves the pins (tests and benchmarks running beside a production instance).
-    let pin_dir = std::env::var_os("LAGRAN_PIN_DIR").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
+    let pin_dir = crate::xdp::pin_dir_override();
     let mut opts =
         XdpOptions { udp_payload: settings.max_udp_payload, listen: listen.to_vec(), ..XdpOptions::default() };
     let dns_port = listen.first().map_or(53, std::net::SocketAddr::port);

@@ -121,6 +121,21 @@ struct Plan {
     rrsigs: rrsig::Entries,
 }
 
+/// The steps of [`MapWriter::sync`], in the order it takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncStep {
+    /// New answers and every RRSIG of the table's signed answers written.
+    Answers,
+    /// Route entries inserted, re-pointed and deleted for the names served.
+    Routes,
+    /// Names placed (and those no longer served given up).
+    Names,
+    /// Routes of names gone and RRSIGs of answers no longer signed removed.
+    Removed,
+    /// Answers nothing points at freed.
+    Freed,
+}
+
 /// Keeps the maps equal to the route table, writing only differences.
 pub struct MapWriter {
     maps: Maps,
@@ -275,11 +290,23 @@ impl MapWriter {
 
     /// Makes the maps answer what `table` answers, for `A` and `AAAA` queries.
     pub fn sync(&mut self, table: &RouteTable, settings: &DnsSettings) -> Result<SyncStats, XdpError> {
+        self.sync_observed(table, settings, &mut |_| {})
+    }
+
+    /// [`MapWriter::sync`], calling `observe` after each of its steps with
+    /// the maps as packets then see them (the fixtures check what the
+    /// program answers between the steps).
+    pub fn sync_observed(
+        &mut self,
+        table: &RouteTable,
+        settings: &DnsSettings,
+        observe: &mut dyn FnMut(SyncStep),
+    ) -> Result<SyncStats, XdpError> {
         let started = Instant::now();
         if self.needs_reset {
             self.reset()?;
         }
-        match self.sync_inner(table, settings) {
+        match self.sync_inner(table, settings, observe) {
             Ok(mut stats) => {
                 // Version 0 is "no table": userspace answers fallback or SERVFAIL.
                 self.synced = table.version != 0;
@@ -296,27 +323,39 @@ impl MapWriter {
         }
     }
 
-    fn sync_inner(&mut self, table: &RouteTable, settings: &DnsSettings) -> Result<SyncStats, XdpError> {
+    fn sync_inner(
+        &mut self,
+        table: &RouteTable,
+        settings: &DnsSettings,
+        observe: &mut dyn FnMut(SyncStep),
+    ) -> Result<SyncStats, XdpError> {
         let started = Instant::now();
         let mut stats = SyncStats::default();
-        // 1. Desired names, answers (written now, before anything points at them)
-        //    and trie entries.
+        // 1. Desired names, answers (written now, before anything points at
+        //    them) with their RRSIGs (so a route re-pointed at a new answer
+        //    of a signed zone is answered signed from its first packet), and
+        //    trie entries.
         let mut plan = self.plan(table, settings, &mut stats)?;
         stats.rrsigs_written = self.rrsigs.write_changed(&mut self.maps, &plan.rrsigs)?;
+        observe(SyncStep::Answers);
         // 2. Trie inserts, updates and deletes for every name still served.
         self.write_routes4(&mut plan, started, &mut stats)?;
         self.write_routes6(&plan, &mut stats)?;
+        observe(SyncStep::Routes);
         // 3. Names.
         let (names, order) = (std::mem::take(&mut plan.names), std::mem::take(&mut plan.order));
         let placed = self.write_names(names, order, &plan.signed, &mut stats)?;
+        observe(SyncStep::Names);
         // 4. Trie entries of names no longer served, and RRSIGs of answers no longer signed.
         self.remove_gone_routes(&plan, &mut stats)?;
         stats.rrsigs_removed = self.rrsigs.remove_gone(&mut self.maps, &plan.rrsigs)?;
+        observe(SyncStep::Removed);
         // 5. Answers nothing points at any more.
         self.free_unused_answers(&plan.used, &mut stats)?;
         if let Some(flat) = self.maps.flat_mut() {
             flat.end_sync();
         }
+        observe(SyncStep::Freed);
         self.names = placed;
         self.routes6 = plan.routes6;
         self.written = plan.written;

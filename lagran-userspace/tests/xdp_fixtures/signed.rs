@@ -38,7 +38,7 @@ pub(super) fn signed_table_at(now: u32) -> RouteTable {
 }
 
 /// One KSK and one ZSK for `zone`, made for the test.
-fn keys_of(zone: &str) -> KeySnapshot {
+pub(super) fn keys_of(zone: &str) -> KeySnapshot {
     let policy = ZoneDnssec::default();
     let key = |role| Arc::new(ZoneKey::generate(role, policy.algorithm).expect("a test key"));
     let (ksk, zsk) = (key(KeyRole::Ksk), key(KeyRole::Zsk));

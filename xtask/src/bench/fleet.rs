@@ -45,9 +45,14 @@ impl Bench {
     }
 
     /// Node-state change → map entry on the demo: `PATCH` gz-01 offline and
-    /// online, polling the pinned maps from inside the daemon's namespaces.
-    pub(super) fn failover(&self, daemon: &Bg) -> anyhow::Result<Results> {
-        eprintln!("==> failover: PATCH gz-01 offline/online, polling the pinned maps");
+    /// online, polling the pinned maps from inside the daemon's namespaces;
+    /// `signed`: the zone is signed, and the new answer's RRSIG is timed too.
+    /// After the fleet step (`fleet`) gz-01 may no longer serve the probe
+    /// client: the node that does goes offline instead, as in that step.
+    pub(super) fn failover(&self, daemon: &Bg, signed: bool, fleet: bool) -> anyhow::Result<Results> {
+        let zone = if signed { "signed" } else { "unsigned" };
+        let node = if fleet { "auto" } else { "gz-01" };
+        eprintln!("==> failover ({zone} zone): PATCH {node} offline/online, polling the pinned maps");
         let mut cmd = self.helper_beside(&daemon.pid().to_string(), &["-m", "-n"]);
         cmd.args([
             "failover",
@@ -56,11 +61,14 @@ impl Bench {
             "--api",
             "127.0.0.1:8080",
             "--node",
-            "gz-01",
+            node,
             "--client",
             "58.60.1.1",
         ]);
-        Ok(parse_results(&util::output(&mut cmd).context("measuring node-down → map")?))
+        if signed {
+            cmd.arg("--rrsig");
+        }
+        Ok(parse_results(&util::output(&mut cmd).with_context(|| format!("measuring node-down → map, {zone}"))?))
     }
 
     /// The fleet step, announced, with the daemon checked alive after it.

@@ -7,20 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::row::{Row, render};
 use super::{Options, Results, parse_results};
 use crate::util;
-
-/// One row of the report: metric, value, target, met (`None`: no target).
-pub(super) type Row = (String, String, String, Option<bool>);
-
-pub(super) fn row(
-    metric: impl Into<String>,
-    value: impl Into<String>,
-    target: impl Into<String>,
-    ok: Option<bool>,
-) -> Row {
-    (metric.into(), value.into(), target.into(), ok)
-}
 
 /// `bench_helper <subcommand>`'s results.
 pub(super) fn run(helper: &Path, subcommand: &str) -> anyhow::Result<Results> {
@@ -56,12 +45,8 @@ pub(super) fn exec_only(
     let results = run(&helper, subcommand)?;
     let mut table = Vec::new();
     rows(&results, &mut table);
-    let mut md = "| metric | value | target | ok? |\n|---|---|---|---|\n".to_string();
-    for (metric, value, target, ok) in &table {
-        let ok = ok.map_or("-", |o| if o { "ok" } else { "MISS" });
-        println!("{metric}: {value} (target {target}) {ok}");
-        md += &format!("| {metric} | {value} | {target} | {ok} |\n");
-    }
+    let (text, md) = render(&table);
+    print!("{text}");
     let work = target.join("bench");
     std::fs::create_dir_all(&work)?;
     let raw: String = results.iter().map(|(k, v)| format!("{k} {v}\n")).collect();

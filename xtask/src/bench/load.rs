@@ -8,7 +8,7 @@ use anyhow::bail;
 use super::search::{Best, Run, find_best};
 use super::servers::Server;
 use super::topology::Topology;
-use super::{Bench, Measured, RESOLVER_QUERIES};
+use super::{AFTER_FLEET, Bench, Measured, RESOLVER_QUERIES};
 use crate::{busy, util};
 
 impl Bench {
@@ -88,7 +88,7 @@ impl Bench {
     pub(super) fn xdp_phase(&self, t: &Topology, gens: &[String], m: &mut Measured) -> anyhow::Result<()> {
         let (mut daemon, secs) = self.start_lagran(t, true)?;
         m.startup.insert("xdp", secs);
-        m.failover = self.failover(&daemon)?;
+        m.failover = self.failover(&daemon, false, false)?;
         daemon.check_alive()?;
         if util::which("unbound").is_none() {
             m.notes.push("resolver as client: skipped, unbound not installed (`cargo xtask setup`)".into());
@@ -103,8 +103,15 @@ impl Bench {
             m.fleet = self.fleet_step(&mut daemon)?;
         }
         // Last: signing the zone changes what the steps above measure.
+        self.sign_demo_zone(t, &daemon)?;
+        let fleet = !self.opts.no_fleet;
+        m.failover_signed = self.failover(&daemon, true, fleet)?;
+        if fleet {
+            m.failover_signed.insert(AFTER_FLEET.into(), "1".into());
+        }
+        daemon.check_alive()?;
         if gens.iter().any(|g| g == "gun") {
-            self.signed_qps(t, &daemon, m)?;
+            self.signed_qps(t, m)?;
             daemon.check_alive()?;
         }
         daemon.stop();

@@ -19,7 +19,8 @@
 //!    equivalent static zone is measured beside it when installed.
 //! 2. Node-state change → updated map entry: `PATCH /api/v1/nodes/gz-01`
 //!    `{"status":"offline"}` and back, polling the pinned maps (`bench_helper
-//!    failover`, run inside the daemon's namespaces).
+//!    failover`, run inside the daemon's namespaces); again with the demo zone
+//!    signed, timing the new answer's RRSIG in `lagran_rrsig` too.
 //! 3. Kernel lookup cost at full real-database size: LPM trie entries after a
 //!    sync with the real xdb and the demo nodes; `BPF_PROG_TEST_RUN` per-packet
 //!    cost for a tiny, a 1 024-entry, the full real, and an unmerged
@@ -52,6 +53,7 @@ mod edge_section;
 mod fleet;
 mod generators;
 mod helper_step;
+mod knot_signed;
 mod load;
 mod metrics;
 mod peers;
@@ -59,6 +61,7 @@ mod process;
 mod recompute;
 mod report;
 mod resolver;
+mod row;
 mod search;
 mod servers;
 mod signed;
@@ -94,6 +97,8 @@ const PROBE_SUBNET: &str = "58.60.1.0/24";
 /// Queries the resolver-as-client step sends through Unbound.
 const RESOLVER_QUERIES: u32 = 300;
 const PROBE_ANSWER: &str = "203.0.113.21";
+/// The key marking the signed failover measured after the fleet step.
+const AFTER_FLEET: &str = "after_fleet";
 
 #[derive(Debug, Clone, clap::Parser)]
 pub struct Options {
@@ -226,6 +231,9 @@ struct Measured {
     tables: Results,
     recompute: Results,
     failover: Results,
+    /// The same with the demo zone signed, and its RRSIG timings (with
+    /// [`AFTER_FLEET`] when measured with the fleet in, as the fleet step's).
+    failover_signed: Results,
     fleet: Results,
     world: Results,
     steering: Results,

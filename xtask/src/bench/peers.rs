@@ -1,5 +1,6 @@
 //! The peers on the same generators and pinning: knotd on UDP, knotd in its own
-//! XDP mode, and a bare XDP_TX reflector (the ceiling of the box).
+//! XDP mode (also with the zone pre-signed, against Lagran's signed rate), and
+//! a bare XDP_TX reflector (the ceiling of the box).
 
 use super::servers::Server;
 use super::topology::Topology;
@@ -18,17 +19,20 @@ impl Bench {
             m.notes.push("peer authoritative server: skipped, knotd not installed (`apt-get install knot`)".into());
             return Ok(());
         }
-        let mut knot = self.start_knot(t, false)?;
+        let mut knot = self.start_knot(t, false, false)?;
         self.qps(t, Server::Knot, gens, &mut m.qps)?;
         knot.check_alive()?;
         drop(knot);
         // The strongest peer: knotd in its own XDP mode.
-        match self.start_knot(t, true) {
+        match self.start_knot(t, true, false) {
             Ok(mut knot) => {
                 self.qps(t, Server::KnotXdp, gens, &mut m.qps)?;
                 knot.check_alive()?;
             }
             Err(e) => m.notes.push(format!("knotd XDP: did not start ({e:#})")),
+        }
+        if gens.iter().any(|g| g == "gun") {
+            self.knot_signed(t, m)?;
         }
         Ok(())
     }

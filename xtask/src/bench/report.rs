@@ -7,43 +7,10 @@ use std::time::Instant;
 use anyhow::Context as _;
 
 use super::resolver::ResolverShare;
+use super::row::{Row, render, row};
 use super::search::{Best, Run, cpu_per_answer};
 use super::servers::Server;
 use super::{Bench, Measured, Results, num};
-
-pub(super) struct Row {
-    pub(super) metric: String,
-    pub(super) value: String,
-    pub(super) target: String,
-    pub(super) ok: Option<bool>,
-}
-
-pub(super) fn row(
-    metric: impl Into<String>,
-    value: impl Into<String>,
-    target: impl Into<String>,
-    ok: Option<bool>,
-) -> Row {
-    Row { metric: metric.into(), value: value.into(), target: target.into(), ok }
-}
-
-pub(super) fn render(rows: &[Row]) -> (String, String) {
-    let w = |f: fn(&Row) -> &str| rows.iter().map(|r| f(r).chars().count()).max().unwrap_or(0);
-    let (w0, w1, w2) = (w(|r| &r.metric).max(6), w(|r| &r.value).max(5), w(|r| &r.target).max(6));
-    let ok = |o: Option<bool>| match o {
-        Some(true) => "ok",
-        Some(false) => "MISS",
-        None => "-",
-    };
-    let pad = |s: &str, n: usize| format!("{s}{}", " ".repeat(n.saturating_sub(s.chars().count())));
-    let mut text = format!("{}  {}  {}  ok?\n", pad("metric", w0), pad("value", w1), pad("target", w2));
-    let mut md = "| metric | value | target | ok? |\n|---|---|---|---|\n".to_string();
-    for r in rows {
-        let _ = writeln!(text, "{}  {}  {}  {}", pad(&r.metric, w0), pad(&r.value, w1), pad(&r.target, w2), ok(r.ok));
-        let _ = writeln!(md, "| {} | {} | {} | {} |", r.metric, r.value, r.target, ok(r.ok));
-    }
-    (text, md)
-}
 
 pub(super) fn fmt_ns(r: &Results, key: &str) -> String {
     r.get(key).map_or("-".into(), |v| format!("{v} ns"))
@@ -61,14 +28,10 @@ fn rows(m: &mut Measured, gens: &[String], no_recompute: bool) -> Vec<Row> {
     table_rows(&m.tables, &mut rows);
     answered_rows(&m.tables, &m.live, &mut rows);
     correctness_rows(&m.tables, &mut rows);
-    let mut world = Vec::new();
-    super::world::rows(&m.world, &mut world);
-    rows.extend(world.into_iter().map(|r| row(r.metric, r.value, r.target, r.ok)));
+    super::world::rows(&m.world, &mut rows);
     recompute_rows(m, no_recompute, &mut rows);
-    let mut helper_rows = Vec::new();
-    super::steering::rows(&m.steering, &mut helper_rows);
-    super::signing::rows(&m.signing, &mut helper_rows);
-    rows.extend(helper_rows.into_iter().map(|(metric, value, target, ok)| Row { metric, value, target, ok }));
+    super::steering::rows(&m.steering, &mut rows);
+    super::signing::rows(&m.signing, &mut rows);
     rows
 }
 
@@ -185,24 +148,7 @@ fn service_rows(m: &Measured, rows: &mut Vec<Row>) {
             Some(*upstream > 0 && in_kernel >= upstream),
         ));
     }
-    if let Some(v) = num(&m.failover, "offline_median_ms") {
-        let max = num(&m.failover, "offline_max_ms").unwrap_or(v);
-        rows.push(row(
-            "node offline → map entry (median / max)",
-            format!("{v:.1} / {max:.1} ms"),
-            "< 100 ms",
-            Some(max < 100.0),
-        ));
-    }
-    if let Some(v) = num(&m.failover, "online_median_ms") {
-        let max = num(&m.failover, "online_max_ms").unwrap_or(v);
-        rows.push(row(
-            "node online → map entry (median / max)",
-            format!("{v:.1} / {max:.1} ms"),
-            "< 100 ms",
-            Some(max < 100.0),
-        ));
-    }
+    failover_rows(m, rows);
     if let Some(v) = num(&m.fleet, "fleet_offline_median_ms") {
         let max = num(&m.fleet, "fleet_offline_max_ms").unwrap_or(v);
         let nodes = m.fleet.get("fleet_nodes_added").map_or("-", String::as_str);
@@ -223,6 +169,47 @@ fn service_rows(m: &Measured, rows: &mut Vec<Row>) {
             format!("{rate:.0}/s (of {target:.0}/s); p99 {idle:.0} → {loaded:.0} µs"),
             "≥ 1 000/s, p99 unchanged",
             Some(rate >= 1000.0 && loaded <= idle * 1.25 + 100.0),
+        ));
+    }
+}
+
+/// Node offline and online → map entry, the zone unsigned and signed side
+/// by side, and when the new answer's RRSIG was in `lagran_rrsig`. The
+/// signed times measured after the fleet step stand beside the fleet
+/// step's unsigned ones.
+fn failover_rows(m: &Measured, rows: &mut Vec<Row>) {
+    let times = |r: &Results, key: &str| {
+        let v = num(r, &format!("{key}_median_ms"))?;
+        Some((v, num(r, &format!("{key}_max_ms")).unwrap_or(v)))
+    };
+    let show = |t: Option<(f64, f64)>| t.map_or("-".to_string(), |(v, max)| format!("{v:.1} / {max:.1} ms"));
+    let fleet = m.failover_signed.contains_key(super::AFTER_FLEET);
+    let mut pair = |what: String, unsigned: Option<(f64, f64)>, signed: Option<(f64, f64)>| {
+        if unsigned.is_some() || signed.is_some() {
+            rows.push(row(
+                format!("{what}, unsigned | signed zone (median / max)"),
+                format!("{} | {}", show(unsigned), show(signed)),
+                "< 100 ms both",
+                Some([unsigned, signed].iter().flatten().all(|(_, max)| *max < 100.0)),
+            ));
+        }
+    };
+    for change in ["offline", "online"] {
+        let signed = if fleet { None } else { times(&m.failover_signed, change) };
+        pair(format!("node {change} → map entry, demo"), times(&m.failover, change), signed);
+    }
+    if fleet {
+        let (unsigned, signed) = (times(&m.fleet, "fleet_offline"), times(&m.failover_signed, "offline"));
+        pair("node offline → map entry, with the fleet".to_string(), unsigned, signed);
+    }
+    if let Some((v, max)) = times(&m.failover_signed, "rrsig_offline") {
+        let first = num(&m.failover_signed, "routes_before_rrsig").unwrap_or(f64::NAN);
+        rows.push(row(
+            "signed zone, node offline → the new answer's RRSIG in lagran_rrsig (median / max; 0: signed before); \
+             routes seen before their RRSIG",
+            format!("{v:.1} / {max:.1} ms; {first:.0}"),
+            "≤ the map entry; 0",
+            Some(first == 0.0),
         ));
     }
 }
@@ -463,11 +450,14 @@ fn results_doc(summary: &str) -> String {
 /// Every raw result and every load run, as a fenced block.
 fn raw(m: &Measured) -> String {
     let mut doc = "\nRaw results:\n\n```\n".to_string();
+    let signed_failover: Vec<(String, &String)> =
+        m.failover_signed.iter().map(|(k, v)| (format!("signed_{k}"), v)).collect();
     for (k, v) in m
         .tables
         .iter()
         .chain(m.recompute.iter())
         .chain(m.failover.iter())
+        .chain(signed_failover.iter().map(|(k, v)| (k, *v)))
         .chain(m.fleet.iter())
         .chain(m.world.iter())
         .chain(m.steering.iter())
@@ -513,6 +503,15 @@ fn signed_rows(m: &Measured, x: Option<&Best>, rows: &mut Vec<Row>) {
             format!("{ratio:.2}×"),
             format!("≥ {target}×"),
             Some(ratio >= target),
+        ));
+    }
+    if let Some(k) = m.qps.get(&(Server::KnotXdp, super::signed::GUN_DO.to_string())) {
+        rows.push(row("QPS knotd XDP, the zone pre-signed (ECDSA P-256), DO set [gun]", k.describe(), "-", None));
+        rows.push(row(
+            "lagran XDP signed / knotd XDP pre-signed, DO set [gun]",
+            format!("{:.2}×", s.qps / k.qps.max(1.0)),
+            "-",
+            None,
         ));
     }
 }

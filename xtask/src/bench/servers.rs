@@ -110,19 +110,39 @@ impl Bench {
         }
     }
 
-    pub(super) fn start_knot(&self, t: &Topology, xdp: bool) -> anyhow::Result<Bg> {
-        let dir = self.work.join(if xdp { "knot-xdp" } else { "knot" });
+    /// knotd serving the static zone; `xdp`: from its own XDP path; `signed`:
+    /// the zone signed by knotd as it loads it (before serving), ECDSA P-256.
+    pub(super) fn start_knot(&self, t: &Topology, xdp: bool, signed: bool) -> anyhow::Result<Bg> {
+        let name = match (xdp, signed) {
+            (false, false) => "knotd",
+            (true, false) => "knotd-xdp",
+            (false, true) => "knotd-signed",
+            (true, true) => "knotd-xdp-signed",
+        };
+        let dir = self.work.join(name);
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
+        // The database directory, where a signing knotd keeps its keys.
+        std::fs::create_dir_all(dir.join("db"))?;
         let zone = "$ORIGIN edge.lagran.net.\n$TTL 30\n@ SOA ns1 hostmaster 1 3600 600 604800 60\n@ NS ns1\n@ NS ns2\nns1 A 198.51.100.53\nns2 A 198.51.100.54\n@ A 203.0.113.21\n";
         std::fs::write(dir.join("edge.lagran.net.zone"), zone)?;
         let d = dir.display();
+        // Automatic signing: knotd makes the keys (its KASP database under
+        // the storage) and signs the whole zone when it loads it, so every
+        // answer is pre-signed before the first query, as Lagran's are. (A
+        // policy is defined before the zone that names it, or knotd refuses it.)
+        let (policy, signing) = match signed {
+            true => (
+                "policy:\n  - id: p256\n    algorithm: ecdsap256sha256\n    nsec3: off\n",
+                "    dnssec-signing: on\n    dnssec-policy: p256\n",
+            ),
+            false => ("", ""),
+        };
         let conf = format!(
             "server:\n    rundir: \"{d}\"\n    listen: {SRV_IP}@53\n    udp-workers: 1\n    tcp-workers: 1\n    background-workers: 1\n\
              database:\n    storage: \"{d}/db\"\ncontrol:\n    listen: \"{d}/knot.sock\"\n\
              log:\n  - target: stderr\n    any: warning\n\
              template:\n  - id: default\n    storage: \"{d}\"\n    semantic-checks: off\n\
-             zone:\n  - domain: edge.lagran.net\n    file: edge.lagran.net.zone\n"
+             {policy}zone:\n  - domain: edge.lagran.net\n    file: edge.lagran.net.zone\n{signing}"
         );
         // Knot's own fast path: AF_XDP on the server veth, UDP only.
         let conf = if xdp { format!("{conf}xdp:\n    listen: {SRV_IF}@53\n    udp: on\n    tcp: off\n") } else { conf };
@@ -130,8 +150,7 @@ impl Bench {
         let cpu = self.opts.server_cpu.to_string();
         let cfg = dir.join("knot.conf").display().to_string();
         let mut cmd = t.exec(&t.srv, &["taskset", "-c", &cpu, "knotd", "-c", &cfg]);
-        let name = if xdp { "knotd (XDP)" } else { "knotd" };
-        let log = self.work.join(if xdp { "knotd-xdp.log" } else { "knotd.log" });
+        let log = self.work.join(format!("{name}.log"));
         let mut bg = Bg::spawn(name, &mut cmd, &log)?;
         let r = self.wait_answer(t, &mut bg, 20.0)?;
         eprintln!("==> {name} answers {:?}", r.get("answer"));

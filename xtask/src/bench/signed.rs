@@ -1,7 +1,8 @@
 //! The XDP rate of a signed zone: the demo zone signed over the API, then the
 //! QPS search again with `gun --dnssec-ok` (DO set), so that the XDP program
 //! answers every query with its `A` record and the RRSIG from
-//! `lagran_rrsig`. Reported beside the unsigned rate, with their ratio.
+//! `lagran_rrsig`. Reported beside the unsigned rate, with their ratio (and
+//! beside knotd's rate on the same zone pre-signed, see `peers`).
 
 use std::time::{Duration, Instant};
 
@@ -24,10 +25,10 @@ pub(super) const TARGET_RATIO: f64 = 0.8;
 const SIGN_BODY: &str = r#"{"ns_hosts":[{"name":"ns1.edge.lagran.net","ipv4":"198.51.100.53"},{"name":"ns2.edge.lagran.net","ipv4":"198.51.100.54"}],"dnssec":true}"#;
 
 impl Bench {
-    /// Signs the demo zone on the running XDP daemon, waits for the RRSIGs
-    /// to reach `lagran_rrsig`, and searches the rate of `gun --dnssec-ok`.
-    pub(super) fn signed_qps(&self, t: &Topology, daemon: &Bg, m: &mut Measured) -> anyhow::Result<()> {
-        eprintln!("==> signed zone: PUT dnssec=true on the demo zone, then QPS with DO set [gun]");
+    /// Signs the demo zone on the running XDP daemon and waits for the
+    /// RRSIGs to reach `lagran_rrsig`.
+    pub(super) fn sign_demo_zone(&self, t: &Topology, daemon: &Bg) -> anyhow::Result<()> {
+        eprintln!("==> signed zone: PUT dnssec=true on the demo zone");
         let url = "http://127.0.0.1:8080/api/v1/zones/edge.lagran.net";
         let auth = std::env::var("ADMIN_TOKEN").map(|t| format!("Authorization: Bearer {t}")).unwrap_or_default();
         let mut args = vec!["curl", "-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT"];
@@ -39,7 +40,12 @@ impl Bench {
         if code.trim() != "200" {
             bail!("PUT {url} with dnssec answered HTTP {}", code.trim());
         }
-        self.wait_rrsigs(daemon)?;
+        self.wait_rrsigs(daemon)
+    }
+
+    /// The rate of `gun --dnssec-ok` against the signed demo zone.
+    pub(super) fn signed_qps(&self, t: &Topology, m: &mut Measured) -> anyhow::Result<()> {
+        eprintln!("==> signed zone: QPS with DO set [gun]");
         let best = find_best("lagran XDP, signed (DO) / gun", 25_000, self.opts.max_rate, |rate| {
             self.load_run(t, Server::LagranXdp, GUN_DO, rate)
         })?;

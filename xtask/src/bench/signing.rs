@@ -4,7 +4,7 @@
 //! (algorithm 13) and Ed25519 (algorithm 15). `--only-signing` runs just
 //! this step (see [`super::helper_step`]).
 
-use super::helper_step::{Row, row};
+use super::row::{Row, row};
 use super::{Bench, Options, Results, num};
 
 impl Bench {

@@ -4,7 +4,7 @@
 //! for 10 nodes), and the matrix's memory. `--only-steering` runs just this
 //! step (see [`super::helper_step`]).
 
-use super::helper_step::{Row, row};
+use super::row::{Row, row};
 use super::{Bench, Options, Results, num};
 
 /// "ingest ≥ 100 000 measurements/s on one core".

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
+use super::row::{Row, render, row};
 use super::{Bench, Results, num, parse_results};
 use crate::util;
 
@@ -34,11 +35,7 @@ impl Bench {
         let w = self.world()?;
         let mut rows = Vec::new();
         self::rows(&w, &mut rows);
-        let mut md = "| metric | value | target | ok? |\n|---|---|---|---|\n".to_string();
-        for r in &rows {
-            let ok = r.ok.map_or("-", |ok| if ok { "ok" } else { "MISS" });
-            md.push_str(&format!("| {} | {} | {} | {ok} |\n", r.metric, r.value, r.target));
-        }
+        let (_, md) = render(&rows);
         println!("\nLagran bench, world step ({:.0} s)\n{md}", started.elapsed().as_secs_f64());
         let raw: String = w.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
         let path = self.work.join("world.md");
@@ -49,17 +46,6 @@ impl Bench {
 }
 
 /// One row of the report's table (the report makes its rows of these).
-pub(super) struct Row {
-    pub(super) metric: String,
-    pub(super) value: String,
-    pub(super) target: String,
-    pub(super) ok: Option<bool>,
-}
-
-fn row(metric: impl Into<String>, value: impl Into<String>, target: impl Into<String>, ok: Option<bool>) -> Row {
-    Row { metric: metric.into(), value: value.into(), target: target.into(), ok }
-}
-
 /// `ip2r → world` of one key (`<data>_<key>`), with `unit`.
 fn beside(w: &Results, key: &str, unit: &str) -> String {
     let v = |data: &str| w.get(&format!("{data}_{key}")).map_or("-".to_string(), |v| format!("{v}{unit}"));
