@@ -30,9 +30,9 @@ use tracing::debug;
 use crate::access_log::Line;
 use crate::body::{self, Counted, EdgeBody, OnDone};
 use crate::origin::Forward;
-use crate::outcome::{CacheResult, Outcome};
+use crate::outcome::{Answer, CacheResult};
 use crate::reply::{proxy, text};
-use crate::{Edge, acme_challenge, cached, host, rum};
+use crate::{Edge, Site, acme_challenge, cached, host, rum};
 
 /// What the handler knows about the connection a request came on.
 #[derive(Debug)]
@@ -50,17 +50,17 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
     edge.stats.requests.fetch_add(1, Ordering::Relaxed);
     let start = Instant::now();
     let version = req.version();
-    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-    let site = request_host(&req).and_then(|h| edge.site(&h));
-    let mut resp = handle(edge, conn, req).await;
+    // The URI shares the request head's buffer: a reference, not a copy of the path.
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    let host = request_host(&req);
+    let site = host.as_deref().and_then(|h| edge.site(h));
+    let Answer { response: mut resp, outcome } = handle(edge, conn, req, host.as_deref(), site.as_ref()).await;
     let via = match version {
         Version::HTTP_2 => "2 lagran-edge",
         Version::HTTP_10 => "1.0 lagran-edge",
         _ => "1.1 lagran-edge",
     };
     resp.headers_mut().append(header::VIA, HeaderValue::from_static(via));
-    let outcome =
-        resp.extensions_mut().remove::<Outcome>().unwrap_or(Outcome { cache: CacheResult::None, origin_time: None });
     let status = resp.status().as_u16();
     let on_done: Option<OnDone> = match site.is_none() && edge.access_log.is_none() {
         true => None,
@@ -76,13 +76,13 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
                     site: site.as_ref().map_or("-", |s| s.host.as_str()),
                     client,
                     method: method.as_str(),
-                    path: &path,
+                    path: uri.path(),
                     status,
                     bytes,
                     cache: outcome.cache.as_str(),
-                    origin_ms: outcome.origin_time.map(|t| t.as_secs_f64() * 1e3),
+                    origin: outcome.origin_time,
                     tls,
-                    duration_ms: start.elapsed().as_secs_f64() * 1e3,
+                    duration: start.elapsed(),
                 });
             }))
         }
@@ -101,8 +101,13 @@ fn request_host(req: &Request<Incoming>) -> Option<String> {
 
 /// Whether a path has a `.` or `..` segment, also percent-encoded or split by `\\`.
 pub fn has_dot_segment(path: &str) -> bool {
+    let is_dot = |seg: &str| seg == "." || seg == "..";
+    // Nothing to decode: the segments as they are (no copy).
+    if !path.contains('%') {
+        return path.split(['/', '\\']).any(is_dot);
+    }
     let decoded = percent_decode(path);
-    decoded.split(['/', '\\']).any(|seg| seg == "." || seg == "..")
+    decoded.split(['/', '\\']).any(is_dot)
 }
 
 /// `%XX` decoded (twice, so `%252e` is caught too); invalid escapes stay as they are.
@@ -166,44 +171,53 @@ fn healthz(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> Response<EdgeBo
     text(StatusCode::OK, "ok")
 }
 
-async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
+/// Answers `req`, whose host (normalized) and site the caller looked up.
+async fn handle(
+    edge: &Arc<Edge>,
+    conn: &Conn,
+    req: Request<Incoming>,
+    host: Option<&str>,
+    site: Option<&Arc<Site>>,
+) -> Answer {
     if req.uri().path() == "/healthz" {
-        return healthz(edge, conn, &req);
+        return healthz(edge, conn, &req).into();
     }
     if req.uri().path() == "/metrics" && req.method() == Method::GET && may_read_metrics(edge, conn, &req) {
-        return metrics(edge);
+        return metrics(edge).into();
     }
     if let Some(name) = req.uri().path().strip_prefix(rum::PREFIX) {
         let name = name.to_owned();
-        return edge.rum.respond(&name, conn.peer.ip(), req).await.map(body::full);
+        return edge.rum.respond(&name, conn.peer.ip(), req).await.map(body::full).into();
     }
     if let (Some(acme), Some(token)) = (&edge.acme, req.uri().path().strip_prefix(acme_challenge::PREFIX))
         && conn.scheme == Scheme::HTTP
         && (req.method() == Method::GET || req.method() == Method::HEAD)
     {
-        return acme.answer(token, conn.peer.ip().to_canonical()).await;
+        return acme.answer(token, conn.peer.ip().to_canonical()).await.into();
     }
     if has_dot_segment(req.uri().path()) {
-        return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n");
+        return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n").into();
     }
-    let Some(host) = request_host(&req) else {
-        return text(StatusCode::BAD_REQUEST, "missing Host header\n");
+    let Some(host) = host else {
+        return text(StatusCode::BAD_REQUEST, "missing Host header\n").into();
     };
-    let Some(site) = edge.site(&host) else {
-        return text(StatusCode::MISDIRECTED_REQUEST, format!("no site is configured for host {host}\n"));
+    let Some(site) = site else {
+        return text(StatusCode::MISDIRECTED_REQUEST, format!("no site is configured for host {host}\n")).into();
     };
     // A connection's certificate vouches for its SNI's site only (no domain fronting).
     if let Some(sni) = &conn.sni
+        && sni != host
         && edge.site(sni).is_none_or(|s| s.host != site.host)
     {
-        return text(StatusCode::MISDIRECTED_REQUEST, format!("host {host} does not match TLS server name {sni}\n"));
+        let msg = format!("host {host} does not match TLS server name {sni}\n");
+        return text(StatusCode::MISDIRECTED_REQUEST, msg).into();
     }
 
     let ip = conn.peer.ip().to_canonical();
     let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok());
     if let Err(block) = site.waf.check(ip, req.uri().path(), user_agent) {
         debug!(%ip, %host, path = req.uri().path(), %block, "waf block");
-        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n"));
+        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n")).into();
     }
     if let Some(limiter) = &site.limiter
         && !limiter.allow(ip, Instant::now())
@@ -211,11 +225,11 @@ async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Respon
         debug!(%ip, %host, "rate limited");
         let mut resp = text(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return resp;
+        return resp.into();
     }
     if let Err(block) = site.waf.check_referer(req.headers().get(header::REFERER).map(HeaderValue::as_bytes)) {
         debug!(%ip, %host, "hotlink block");
-        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n"));
+        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n")).into();
     }
 
     let method = req.method().clone();
@@ -223,10 +237,10 @@ async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Respon
         && !site.cache_ttl.is_zero()
         && !req.headers().contains_key(header::AUTHORIZATION)
         && !req.headers().contains_key(header::COOKIE);
-    let forward = Forward { host: &host, client_ip: ip, scheme: &conn.scheme };
+    let forward = Forward { host, client_ip: ip, scheme: &conn.scheme };
     if !cacheable {
-        return proxy(&site, req.map(body::incoming), forward, CacheResult::Bypass).await;
+        return proxy(site, req.map(body::incoming), forward, CacheResult::Bypass).await;
     }
     let (parts, _) = req.into_parts();
-    cached::serve(edge, &site, parts, forward).await
+    cached::serve(edge, site, parts, forward).await
 }
