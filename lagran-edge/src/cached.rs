@@ -282,8 +282,10 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
+/// The origin's headers as stored: without `Age`, with room for what answers add.
 fn without_age(mut headers: HeaderMap) -> HeaderMap {
     headers.remove(header::AGE);
+    headers.reserve(cache::ANSWER_HEADERS);
     headers
 }
 
@@ -345,19 +347,14 @@ fn not_modified_for(object: &CachedObject, asked: &HeaderMap) -> bool {
     date(&object.headers, header::LAST_MODIFIED).is_some_and(|modified| modified <= since)
 }
 
-/// The stored headers for an answer with a body of `body_len` bytes, in a map
-/// sized for the four the answer adds (`Accept-Ranges`, `Age`, `X-Cache`,
-/// `Content-Range`), so adding them allocates nothing; the stored
-/// `Content-Length` is kept when it is already the body's (no new value).
+/// The stored headers for an answer with a body of `body_len` bytes: a copy
+/// of the stored map (no header hashed again, unlike a map built entry by
+/// entry; its index already has room, see [`cache::ANSWER_HEADERS`]); the
+/// stored `Content-Length` is kept when it is already the body's (no new value).
 fn served_headers(stored: &HeaderMap, body_len: u64) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(stored.len() + 4);
-    let same_length = content_length(stored) == Some(body_len);
-    for (name, value) in stored {
-        if name != header::CONTENT_LENGTH || same_length {
-            headers.append(name.clone(), value.clone());
-        }
-    }
-    if !same_length {
+    let mut headers = stored.clone();
+    headers.reserve(cache::ANSWER_HEADERS);
+    if content_length(stored) != Some(body_len) {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
     }
     headers

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use hyper::Response;
-use hyper::header::{HeaderMap, HeaderValue};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::body::EdgeBody;
 
@@ -38,8 +38,10 @@ impl CacheResult {
 
     /// Sets `x-cache` (nothing for [`CacheResult::None`]).
     pub fn set(self, headers: &mut HeaderMap) {
+        // A constant name: a `&str` would be parsed into one on every response.
+        const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
         if self != CacheResult::None {
-            headers.insert("x-cache", HeaderValue::from_static(self.as_str()));
+            headers.insert(X_CACHE, HeaderValue::from_static(self.as_str()));
         }
     }
 }

@@ -47,6 +47,11 @@ pub use fill::{Chunk, DiskFill};
 use memory::MemoryTier;
 pub use payload::{FileRange, Payload};
 
+/// Headers an answer from the cache adds to the stored ones (`Accept-Ranges`,
+/// `Age`, `X-Cache`, `Content-Range`, `Via`). A stored map has room for them in
+/// its index, which its copies keep, so a hit's copy is never re-indexed.
+pub const ANSWER_HEADERS: usize = 5;
+
 #[derive(Debug, Clone)]
 pub struct CachedObject {
     pub headers: HeaderMap,
