@@ -56,6 +56,9 @@ struct Asked {
     headers: HeaderMap,
 }
 
+/// The origin's futures (a fetch, a pass-through) are boxed: inline they would
+/// make this future, and every request's with it, kilobytes large, and HTTP/2
+/// moves each request's future into a task of its own.
 pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Forward<'_>) -> Answer {
     let asked = Asked { head_only: parts.method == Method::HEAD, uri: parts.uri, headers: parts.headers };
     let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
@@ -83,10 +86,10 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
         *req.method_mut() = Method::HEAD;
         *req.uri_mut() = asked.uri;
         *req.headers_mut() = asked.headers;
-        return reply::proxy(site, req, forward, CacheResult::Miss).await;
+        return Box::pin(reply::proxy(site, req, forward, CacheResult::Miss)).await;
     }
     match edge.collapser.turn(&key) {
-        Turn::Lead(_leader) => fetch(edge, site, &asked, (stored, ticket), forward).await,
+        Turn::Lead(_leader) => Box::pin(fetch(edge, site, &asked, (stored, ticket), forward)).await,
         Turn::Follow(follower) => {
             follower.wait().await;
             let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
@@ -95,7 +98,7 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
             {
                 return from_cache(&object, &asked, CacheResult::Hit, None);
             }
-            fetch(edge, site, &asked, (stored, ticket), forward).await
+            Box::pin(fetch(edge, site, &asked, (stored, ticket), forward)).await
         }
     }
 }

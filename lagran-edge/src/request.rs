@@ -171,7 +171,9 @@ fn healthz(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> Response<EdgeBo
     text(StatusCode::OK, "ok")
 }
 
-/// Answers `req`, whose host (normalized) and site the caller looked up.
+/// Answers `req`, whose host (normalized) and site the caller looked up. Paths
+/// other than the cache's are boxed, as in [`cached::serve`], so the future of
+/// a cached hit stays small.
 async fn handle(
     edge: &Arc<Edge>,
     conn: &Conn,
@@ -187,13 +189,13 @@ async fn handle(
     }
     if let Some(name) = req.uri().path().strip_prefix(rum::PREFIX) {
         let name = name.to_owned();
-        return edge.rum.respond(&name, conn.peer.ip(), req).await.map(body::full).into();
+        return Box::pin(edge.rum.respond(&name, conn.peer.ip(), req)).await.map(body::full).into();
     }
     if let (Some(acme), Some(token)) = (&edge.acme, req.uri().path().strip_prefix(acme_challenge::PREFIX))
         && conn.scheme == Scheme::HTTP
         && (req.method() == Method::GET || req.method() == Method::HEAD)
     {
-        return acme.answer(token, conn.peer.ip().to_canonical()).await.into();
+        return Box::pin(acme.answer(token, conn.peer.ip().to_canonical())).await.into();
     }
     if has_dot_segment(req.uri().path()) {
         return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n").into();
@@ -239,7 +241,7 @@ async fn handle(
         && !req.headers().contains_key(header::COOKIE);
     let forward = Forward { host, client_ip: ip, scheme: &conn.scheme };
     if !cacheable {
-        return proxy(site, req.map(body::incoming), forward, CacheResult::Bypass).await;
+        return Box::pin(proxy(site, req.map(body::incoming), forward, CacheResult::Bypass)).await;
     }
     let (parts, _) = req.into_parts();
     cached::serve(edge, site, parts, forward).await

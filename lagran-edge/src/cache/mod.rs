@@ -222,7 +222,8 @@ impl Cache {
         if let Some(object) = self.memory.get(key) {
             return Some(object);
         }
-        let object = Arc::new(self.disk.as_ref()?.get(key).await?);
+        // Boxed: only a memory miss carries the disk lookup's state.
+        let object = Arc::new(Box::pin(self.disk.as_ref()?.get(key)).await?);
         if object.body.in_memory().is_some() {
             self.memory.insert(key.to_owned(), object.clone());
         }
