@@ -56,9 +56,10 @@ struct Asked {
     headers: HeaderMap,
 }
 
-/// The origin's futures (a fetch, a pass-through) are boxed: inline they would
-/// make this future, and every request's with it, kilobytes large, and HTTP/2
-/// moves each request's future into a task of its own.
+/// What is not answered from the cache as it is goes on in a boxed future
+/// ([`not_fresh`]): inline, the origin's futures would make this one, and
+/// every request's with it, kilobytes large, and HTTP/2 moves each request's
+/// future into a task of its own.
 pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Forward<'_>) -> Answer {
     let asked = Asked { head_only: parts.method == Method::HEAD, uri: parts.uri, headers: parts.headers };
     let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
@@ -81,15 +82,28 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
             State::Stale { .. } => {}
         }
     }
+    Box::pin(not_fresh(edge, site, asked, (stored, ticket), key, forward)).await
+}
+
+/// A miss, or a stale object to revalidate: one request for the object goes
+/// to the origin at a time, the others wait for what it stored.
+async fn not_fresh(
+    edge: &Edge,
+    site: &Site,
+    asked: Asked,
+    (stored, ticket): (Option<Arc<CachedObject>>, Ticket),
+    key: String,
+    forward: Forward<'_>,
+) -> Answer {
     if stored.is_none() && asked.head_only {
         let mut req = Request::new(body::empty());
         *req.method_mut() = Method::HEAD;
         *req.uri_mut() = asked.uri;
         *req.headers_mut() = asked.headers;
-        return Box::pin(reply::proxy(site, req, forward, CacheResult::Miss)).await;
+        return reply::proxy(site, req, forward, CacheResult::Miss).await;
     }
     match edge.collapser.turn(&key) {
-        Turn::Lead(_leader) => Box::pin(fetch(edge, site, &asked, (stored, ticket), forward)).await,
+        Turn::Lead(_leader) => fetch(edge, site, &asked, (stored, ticket), forward).await,
         Turn::Follow(follower) => {
             follower.wait().await;
             let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
@@ -98,7 +112,7 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
             {
                 return from_cache(&object, &asked, CacheResult::Hit, None);
             }
-            Box::pin(fetch(edge, site, &asked, (stored, ticket), forward)).await
+            fetch(edge, site, &asked, (stored, ticket), forward).await
         }
     }
 }

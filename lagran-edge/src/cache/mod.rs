@@ -96,7 +96,12 @@ impl CachedObject {
 
 /// The URL part of a cache key.
 pub fn key(host: &str, uri: &Uri) -> String {
-    format!("{host}{}", uri.path_and_query().map_or("/", |pq| pq.as_str()))
+    let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    // Two pieces, no `format!` machinery: this runs on every request.
+    let mut key = String::with_capacity(host.len() + path.len());
+    key.push_str(host);
+    key.push_str(path);
+    key
 }
 
 /// The header names a response's `Vary` lists (lower-case, in order).
