@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::http::uri::Scheme;
@@ -45,8 +44,9 @@ pub struct Conn {
     pub tls_version: Option<&'static str>,
 }
 
-/// Answers `req`, then counts and logs it when its body is done.
-pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
+/// Answers `req`, then counts and logs it when its body is done. The counting
+/// body is the response's own type, not boxed again: one allocation less per request.
+pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<Counted> {
     edge.stats.requests.fetch_add(1, Ordering::Relaxed);
     let start = Instant::now();
     let version = req.version();
@@ -87,7 +87,7 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
             }))
         }
     };
-    resp.map(|b| Counted::new(b, edge.stats.clone(), on_done).boxed())
+    resp.map(|b| Counted::new(b, edge.stats.clone(), on_done))
 }
 
 /// The request's host: the URI authority (HTTP/2, absolute-form) or the Host header.
