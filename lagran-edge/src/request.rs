@@ -15,6 +15,7 @@
 //! - Requests with a `Cookie` or `Authorization` are not answered from the cache
 //!   nor stored (`x-cache: BYPASS`): what the origin sends them may be personal.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,7 +24,7 @@ use std::time::{Instant, SystemTime};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::http::uri::Scheme;
-use hyper::{Method, Request, Response, StatusCode, Version};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use tracing::debug;
 
 use crate::access_log::Line;
@@ -50,9 +51,11 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
     edge.stats.requests.fetch_add(1, Ordering::Relaxed);
     let start = Instant::now();
     let version = req.version();
-    // The URI shares the request head's buffer: a reference, not a copy of the path.
+    // The URI and the Host value share the request head's buffer: references,
+    // not copies; the host is borrowed from them unless it needs lower-casing.
     let (method, uri) = (req.method().clone(), req.uri().clone());
-    let host = request_host(&req);
+    let host_header = req.headers().get(header::HOST).cloned();
+    let host = request_host(&uri, host_header.as_ref());
     let site = host.as_deref().and_then(|h| edge.site(h));
     let Answer { response: mut resp, outcome } = handle(edge, conn, req, host.as_deref(), site.as_ref()).await;
     let via = match version {
@@ -90,13 +93,14 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
     resp.map(|b| Counted::new(b, edge.stats.clone(), on_done))
 }
 
-/// The request's host: the URI authority (HTTP/2, absolute-form) or the Host header.
-fn request_host(req: &Request<Incoming>) -> Option<String> {
-    let host = match req.uri().host() {
+/// The request's host, normalized: the URI authority (HTTP/2, absolute-form)
+/// or the Host header.
+fn request_host<'a>(uri: &'a Uri, host_header: Option<&'a HeaderValue>) -> Option<Cow<'a, str>> {
+    let host = match uri.host() {
         Some(h) => h,
-        None => req.headers().get(header::HOST)?.to_str().ok()?,
+        None => host_header?.to_str().ok()?,
     };
-    Some(host::normalize(host)).filter(|h| !h.is_empty())
+    Some(host::normalized(host)).filter(|h| !h.is_empty())
 }
 
 /// Whether a path has a `.` or `..` segment, also percent-encoded or split by `\\`.
@@ -161,7 +165,7 @@ fn metrics(edge: &Edge) -> Response<EdgeBody> {
 /// `ok`, unless this client asks too often (the site's limiter, then the edge's).
 fn healthz(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> Response<EdgeBody> {
     let (ip, now) = (conn.peer.ip().to_canonical(), Instant::now());
-    let site = request_host(req).and_then(|h| edge.site(&h));
+    let site = request_host(req.uri(), req.headers().get(header::HOST)).and_then(|h| edge.site(&h));
     let site_allows = site.as_ref().and_then(|s| s.limiter.as_ref()).is_none_or(|l| l.allow(ip, now));
     if !site_allows || !edge.healthz_limiter.allow(ip, now) {
         let mut resp = text(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
