@@ -10,6 +10,10 @@
 //! slows clients. The file is rotated by size: past `access_log_max_bytes` it
 //! is renamed to `<name>.1` (replacing the previous one) and a new file is
 //! started, between lines.
+//!
+//! Lines are written by [`Line::write_json`] rather than through `serde_json`:
+//! the keys are fixed, so they are copied as they are instead of escaped one by
+//! one, and numbers skip `fmt`: less than half the instructions per line.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -19,7 +23,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use serde::{Serialize, Serializer};
 use tracing::warn;
 
 /// Bytes after which the writer is woken to write them.
@@ -30,10 +33,9 @@ const MAX_PENDING: usize = 4 * 1024 * 1024;
 const IDLE_FLUSH: Duration = Duration::from_millis(200);
 
 /// One request, as logged.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Line<'a> {
     /// RFC 3339, UTC, milliseconds.
-    #[serde(serialize_with = "rfc3339_str")]
     pub time: SystemTime,
     pub site: &'a str,
     pub client: IpAddr,
@@ -42,15 +44,101 @@ pub struct Line<'a> {
     pub status: u16,
     pub bytes: u64,
     pub cache: &'static str,
-    /// Milliseconds to the origin's response head; absent when the origin was not asked.
-    pub origin_ms: Option<f64>,
+    /// Time to the origin's response head (`origin_ms`); `null` when the origin was not asked.
+    pub origin: Option<Duration>,
     pub tls: Option<&'static str>,
-    /// Milliseconds from the request head to the end of the response body.
-    pub duration_ms: f64,
+    /// From the request head to the end of the response body (`duration_ms`).
+    pub duration: Duration,
 }
 
-fn rfc3339_str<S: Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&Rfc3339(*time))
+impl Line<'_> {
+    /// Appends the line as one JSON object (no newline); milliseconds with
+    /// three decimals.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"time\":\"");
+        write_rfc3339(out, self.time);
+        out.extend_from_slice(b"\",\"site\":");
+        json_str(out, self.site);
+        out.extend_from_slice(b",\"client\":\"");
+        match self.client {
+            IpAddr::V4(v4) => {
+                let mut digits = itoa::Buffer::new();
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b'.');
+                    }
+                    out.extend_from_slice(digits.format(octet).as_bytes());
+                }
+            }
+            IpAddr::V6(v6) => {
+                let _ = write!(out, "{v6}");
+            }
+        }
+        out.extend_from_slice(b"\",\"method\":");
+        json_str(out, self.method);
+        out.extend_from_slice(b",\"path\":");
+        json_str(out, self.path);
+        out.extend_from_slice(b",\"status\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
+        out.extend_from_slice(b",\"bytes\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.bytes).as_bytes());
+        out.extend_from_slice(b",\"cache\":");
+        json_str(out, self.cache);
+        out.extend_from_slice(b",\"origin_ms\":");
+        match self.origin {
+            Some(took) => write_ms(out, took),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"tls\":");
+        match self.tls {
+            Some(tls) => json_str(out, tls),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"duration_ms\":");
+        write_ms(out, self.duration);
+        out.push(b'}');
+    }
+}
+
+/// `s` as a JSON string: `"` and `\` escaped, control characters as `\u00XX`
+/// (RFC 8259 §7); everything else, UTF-8 included, as it is.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut plain = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
+        }
+        out.extend_from_slice(&bytes[plain..i]);
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+            }
+        }
+        plain = i + 1;
+    }
+    out.extend_from_slice(&bytes[plain..]);
+    out.push(b'"');
+}
+
+/// A duration in milliseconds with three decimals (`12.345`).
+fn write_ms(out: &mut Vec<u8>, d: Duration) {
+    let micros = d.as_micros();
+    out.extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
+    out.push(b'.');
+    push_padded(out, (micros % 1000) as u64, 3);
+}
+
+/// `n` in decimal, zero-padded to `width` digits.
+fn push_padded(out: &mut Vec<u8>, n: u64, width: usize) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n);
+    out.extend(std::iter::repeat_n(b'0', width.saturating_sub(digits.len())));
+    out.extend_from_slice(digits.as_bytes());
 }
 
 /// What the request path and the writer share.
@@ -98,7 +186,7 @@ impl AccessLog {
             return;
         }
         let before = pending.bytes.len();
-        serde_json::to_writer(&mut pending.bytes, line).expect("a log line serializes into memory");
+        line.write_json(&mut pending.bytes);
         pending.bytes.push(b'\n');
         let full = before < BATCH && pending.bytes.len() >= BATCH;
         drop(pending);
@@ -218,17 +306,21 @@ fn whole_lines_within(bytes: &[u8], room: u64) -> usize {
     bytes[..limit].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
 }
 
-/// Shows a time as RFC 3339 in UTC with milliseconds, without allocating.
-struct Rfc3339(SystemTime);
-
-impl std::fmt::Display for Rfc3339 {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let since = self.0.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        let (days, secs) = ((since.as_secs() / 86_400) as i64, since.as_secs() % 86_400);
-        let (y, m, d) = civil_from_days(days);
-        let (h, min, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-        write!(f, "{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{:03}Z", since.subsec_millis())
+/// Appends a time as RFC 3339 in UTC with milliseconds (`2026-12-04T23:45:07.042Z`).
+fn write_rfc3339(out: &mut Vec<u8>, time: SystemTime) {
+    let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let (days, secs) = ((since.as_secs() / 86_400) as i64, since.as_secs() % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    push_padded(out, y.max(0) as u64, 4);
+    for (sep, n) in
+        [(b'-', u64::from(m)), (b'-', u64::from(d)), (b'T', secs / 3600), (b':', secs / 60 % 60), (b':', secs % 60)]
+    {
+        out.push(sep);
+        push_padded(out, n, 2);
     }
+    out.push(b'.');
+    push_padded(out, u64::from(since.subsec_millis()), 3);
+    out.push(b'Z');
 }
 
 /// Year, month, day of a count of days since 1970-01-01 (the proleptic Gregorian
@@ -251,7 +343,11 @@ mod tests {
 
     #[test]
     fn formats_rfc3339() {
-        let rfc3339 = |t| Rfc3339(t).to_string();
+        let rfc3339 = |t| {
+            let mut out = Vec::new();
+            write_rfc3339(&mut out, t);
+            String::from_utf8(out).unwrap()
+        };
         let t = httpdate::parse_http_date("Fri, 04 Dec 2026 23:45:07 GMT").unwrap() + Duration::from_millis(42);
         assert_eq!(rfc3339(t), "2026-12-04T23:45:07.042Z");
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
@@ -269,10 +365,36 @@ mod tests {
             status: 200,
             bytes: 5,
             cache: "HIT",
-            origin_ms: None,
+            origin: None,
             tls: Some("TLSv1.3"),
-            duration_ms: 0.5,
+            duration: Duration::from_micros(500),
         }
+    }
+
+    #[test]
+    fn a_line_is_json_with_odd_characters_escaped() {
+        let mut out = Vec::new();
+        let odd = "/a\"b\\c\u{1}d/é";
+        let v6 = Line {
+            client: "2001:db8::1".parse().unwrap(),
+            origin: Some(Duration::from_micros(12_345)),
+            tls: None,
+            ..line(odd)
+        };
+        v6.write_json(&mut out);
+        let parsed: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+        assert_eq!(parsed["path"], odd);
+        assert_eq!(parsed["client"], "2001:db8::1");
+        assert_eq!((parsed["origin_ms"].as_f64(), parsed["duration_ms"].as_f64()), (Some(12.345), Some(0.5)));
+        assert!(parsed["tls"].is_null());
+        let mut v4 = Vec::new();
+        line("/x").write_json(&mut v4);
+        let parsed: serde_json::Value = serde_json::from_slice(&v4).unwrap();
+        assert_eq!(
+            (parsed["client"].as_str(), parsed["status"].as_u64(), parsed["bytes"].as_u64()),
+            (Some("127.0.0.1"), Some(200), Some(5))
+        );
+        assert!(parsed["time"].as_str().unwrap().ends_with('Z'));
     }
 
     #[test]

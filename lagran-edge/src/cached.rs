@@ -43,7 +43,7 @@ use crate::cache::{self, CachedObject, Payload, Ticket};
 use crate::collapse::Turn;
 use crate::freshness::{self, Freshness, State};
 use crate::origin::{Forward, RequestHead};
-use crate::outcome::CacheResult;
+use crate::outcome::{Answer, CacheResult};
 use crate::range::{self, ByteRange};
 use crate::reply::{self, origin_failed, text, with_outcome};
 use crate::{Edge, Site};
@@ -56,7 +56,11 @@ struct Asked {
     headers: HeaderMap,
 }
 
-pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Forward<'_>) -> Response<EdgeBody> {
+/// What is not answered from the cache as it is goes on in a boxed future
+/// ([`not_fresh`]): inline, the origin's futures would make this one, and
+/// every request's with it, kilobytes large, and HTTP/2 moves each request's
+/// future into a task of its own.
+pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Forward<'_>) -> Answer {
     let asked = Asked { head_only: parts.method == Method::HEAD, uri: parts.uri, headers: parts.headers };
     let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
     let ticket = edge.cache.ticket();
@@ -78,6 +82,19 @@ pub async fn serve(edge: &Arc<Edge>, site: &Arc<Site>, parts: Parts, forward: Fo
             State::Stale { .. } => {}
         }
     }
+    Box::pin(not_fresh(edge, site, asked, (stored, ticket), key, forward)).await
+}
+
+/// A miss, or a stale object to revalidate: one request for the object goes
+/// to the origin at a time, the others wait for what it stored.
+async fn not_fresh(
+    edge: &Edge,
+    site: &Site,
+    asked: Asked,
+    (stored, ticket): (Option<Arc<CachedObject>>, Ticket),
+    key: String,
+    forward: Forward<'_>,
+) -> Answer {
     if stored.is_none() && asked.head_only {
         let mut req = Request::new(body::empty());
         *req.method_mut() = Method::HEAD;
@@ -121,8 +138,8 @@ fn revalidate_in_background(edge: &Arc<Edge>, site: &Arc<Site>, asked: &Asked, f
         }
         let forward = Forward { host: &host, client_ip, scheme: &scheme };
         let asked = Asked { head_only: true, ..asked };
-        let resp = fetch(&edge, &site, &asked, (stored, ticket), forward).await;
-        debug!(%host, status = %resp.status(), "revalidated in the background");
+        let answer = fetch(&edge, &site, &asked, (stored, ticket), forward).await;
+        debug!(%host, status = %answer.response.status(), "revalidated in the background");
     });
 }
 
@@ -145,7 +162,7 @@ async fn fetch(
     asked: &Asked,
     (stored, ticket): (Option<Arc<CachedObject>>, Ticket),
     forward: Forward<'_>,
-) -> Response<EdgeBody> {
+) -> Answer {
     let mut head = RequestHead { method: Method::GET, uri: asked.uri.clone(), headers: asked.headers.clone() };
     for name in [
         header::RANGE,
@@ -234,7 +251,7 @@ async fn fill(
     resp: Response<EdgeBody>,
     freshness: Freshness,
     exchange: Exchange,
-) -> Response<EdgeBody> {
+) -> Answer {
     let Exchange { request_time, response_time, took, ticket } = exchange;
     let ranged = asked.headers.contains_key(header::RANGE);
     let (parts, incoming) = resp.into_parts();
@@ -273,7 +290,7 @@ async fn fill(
         Err(e) => {
             warn!(host = forward.host, error = %crate::error_chain(&*e), "origin body failed");
             site.metrics.origin_failed();
-            text(StatusCode::BAD_GATEWAY, "origin response failed\n")
+            text(StatusCode::BAD_GATEWAY, "origin response failed\n").into()
         }
     }
 }
@@ -282,8 +299,10 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
+/// The origin's headers as stored: without `Age`, with room for what answers add.
 fn without_age(mut headers: HeaderMap) -> HeaderMap {
     headers.remove(header::AGE);
+    headers.reserve(cache::ANSWER_HEADERS);
     headers
 }
 
@@ -325,7 +344,7 @@ fn refresh(
 }
 
 /// Asks the origin for just the range a client wants, passed through uncached.
-async fn range_from_origin(site: &Site, asked: &Asked, forward: Forward<'_>) -> Response<EdgeBody> {
+async fn range_from_origin(site: &Site, asked: &Asked, forward: Forward<'_>) -> Answer {
     let mut req = Request::new(body::empty());
     *req.uri_mut() = asked.uri.clone();
     *req.headers_mut() = asked.headers.clone();
@@ -340,42 +359,31 @@ fn not_modified_for(object: &CachedObject, asked: &HeaderMap) -> bool {
         return inm.split(',').any(|t| t.trim() == "*" || weak(t) == weak(etag));
     }
     let date = |h: &HeaderMap, name| httpdate::parse_http_date(h.get(name)?.to_str().ok()?).ok();
-    match (date(asked, header::IF_MODIFIED_SINCE), date(&object.headers, header::LAST_MODIFIED)) {
-        (Some(since), Some(modified)) => modified <= since,
-        _ => false,
-    }
+    // The stored date is read only when the client sent one to compare it with.
+    let Some(since) = date(asked, header::IF_MODIFIED_SINCE) else { return false };
+    date(&object.headers, header::LAST_MODIFIED).is_some_and(|modified| modified <= since)
 }
 
-/// The stored headers for an answer with a body of `body_len` bytes, in a map
-/// sized for the four the answer adds (`Accept-Ranges`, `Age`, `X-Cache`,
-/// `Content-Range`), so adding them allocates nothing; the stored
-/// `Content-Length` is kept when it is already the body's (no new value).
+/// The stored headers for an answer with a body of `body_len` bytes: a copy
+/// of the stored map (no header hashed again, unlike a map built entry by
+/// entry; its index already has room, see [`cache::ANSWER_HEADERS`]); the
+/// stored `Content-Length` is kept when it is already the body's (no new value).
 fn served_headers(stored: &HeaderMap, body_len: u64) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(stored.len() + 4);
-    let same_length = content_length(stored) == Some(body_len);
-    for (name, value) in stored {
-        if name != header::CONTENT_LENGTH || same_length {
-            headers.append(name.clone(), value.clone());
-        }
-    }
-    if !same_length {
+    let mut headers = stored.clone();
+    headers.reserve(cache::ANSWER_HEADERS);
+    if content_length(stored) != Some(body_len) {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
     }
     headers
 }
 
 /// [`from_cache`] for a hit, with the clock already read.
-fn from_cache_at(object: &CachedObject, asked: &Asked, result: CacheResult, now: SystemTime) -> Response<EdgeBody> {
+fn from_cache_at(object: &CachedObject, asked: &Asked, result: CacheResult, now: SystemTime) -> Answer {
     answer(object, asked, (result, None), now)
 }
 
 /// The answer from a stored object: whole, a range of it, or `304`.
-fn from_cache(
-    object: &CachedObject,
-    asked: &Asked,
-    result: CacheResult,
-    origin_time: Option<Duration>,
-) -> Response<EdgeBody> {
+fn from_cache(object: &CachedObject, asked: &Asked, result: CacheResult, origin_time: Option<Duration>) -> Answer {
     answer(object, asked, (result, origin_time), SystemTime::now())
 }
 
@@ -384,7 +392,7 @@ fn answer(
     asked: &Asked,
     (result, origin_time): (CacheResult, Option<Duration>),
     now: SystemTime,
-) -> Response<EdgeBody> {
+) -> Answer {
     let len = object.body.len();
     let age = HeaderValue::from(object.age(now).as_secs());
     if not_modified_for(object, &asked.headers) {

@@ -6,10 +6,16 @@
 //! where the wildcard character is embedded within an A-label or U-label"; one label
 //! only). Exact entries win over wildcard ones.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// Lower-cases `host` and strips a `:port` suffix, IPv6 brackets and a trailing dot.
 pub fn normalize(host: &str) -> String {
+    normalized(host).into_owned()
+}
+
+/// [`normalize`], borrowing `host` when it is already in that form (the usual case).
+pub fn normalized(host: &str) -> Cow<'_, str> {
     let host = host.trim();
     let host = if let Some(rest) = host.strip_prefix('[') {
         rest.split(']').next().unwrap_or(rest)
@@ -18,7 +24,11 @@ pub fn normalize(host: &str) -> String {
     } else {
         host
     };
-    host.trim_end_matches('.').to_ascii_lowercase()
+    let host = host.trim_end_matches('.');
+    match host.bytes().any(|b| b.is_ascii_uppercase()) {
+        true => Cow::Owned(host.to_ascii_lowercase()),
+        false => Cow::Borrowed(host),
+    }
 }
 
 /// Whether `pattern` is a name or `*.suffix` (the site schema's rule).
@@ -58,8 +68,8 @@ impl<T> HostMap<T> {
 
     /// The value for `host` (any case, with or without port): exact, then wildcard.
     pub fn get(&self, host: &str) -> Option<&T> {
-        let host = normalize(host);
-        self.exact.get(&host).or_else(|| {
+        let host = normalized(host);
+        self.exact.get(&*host).or_else(|| {
             let (label, suffix) = host.split_once('.')?;
             if label.is_empty() { None } else { self.wildcard.get(suffix) }
         })

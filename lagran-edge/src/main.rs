@@ -27,8 +27,25 @@ struct Args {
     insecure_control: bool,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    runtime()?.block_on(run())
+}
+
+/// The scheduler for the CPUs this process may run on. With one (a pinned
+/// process, a one-CPU machine or container) the current-thread scheduler: a
+/// multi-thread one would run a single worker anyway and pay for work stealing,
+/// cross-thread wake-ups and parking on every request. Otherwise one worker per
+/// CPU.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut builder = match cpus {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    builder.enable_all().build()
+}
+
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .init();

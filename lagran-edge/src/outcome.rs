@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use hyper::header::{HeaderMap, HeaderValue};
+use hyper::Response;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::body::EdgeBody;
 
 /// How the cache took part in an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,16 +38,34 @@ impl CacheResult {
 
     /// Sets `x-cache` (nothing for [`CacheResult::None`]).
     pub fn set(self, headers: &mut HeaderMap) {
+        // A constant name: a `&str` would be parsed into one on every response.
+        const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
         if self != CacheResult::None {
-            headers.insert("x-cache", HeaderValue::from_static(self.as_str()));
+            headers.insert(X_CACHE, HeaderValue::from_static(self.as_str()));
         }
     }
 }
 
-/// Put in a response's extensions by the handler.
+/// What the handler says became of a request, beside its response.
 #[derive(Debug, Clone, Copy)]
 pub struct Outcome {
     pub cache: CacheResult,
     /// Time to the origin's response head, when the origin was asked.
     pub origin_time: Option<Duration>,
+}
+
+/// A response and its [`Outcome`]. Carried beside the response rather than in
+/// its extensions: those are a map allocated on first insert, two or three
+/// allocations on every cached hit.
+#[derive(Debug)]
+pub struct Answer {
+    pub response: Response<EdgeBody>,
+    pub outcome: Outcome,
+}
+
+impl From<Response<EdgeBody>> for Answer {
+    /// A response answered before the cache stage.
+    fn from(response: Response<EdgeBody>) -> Answer {
+        Answer { response, outcome: Outcome { cache: CacheResult::None, origin_time: None } }
+    }
 }

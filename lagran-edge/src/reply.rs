@@ -12,7 +12,7 @@ use tracing::warn;
 use crate::Site;
 use crate::body::{self, EdgeBody};
 use crate::origin::{Forward, OriginError, RequestHead};
-use crate::outcome::{CacheResult, Outcome};
+use crate::outcome::{Answer, CacheResult, Outcome};
 
 pub fn text(status: StatusCode, msg: impl Into<String>) -> Response<EdgeBody> {
     let mut resp = Response::new(body::full(msg.into()));
@@ -23,12 +23,7 @@ pub fn text(status: StatusCode, msg: impl Into<String>) -> Response<EdgeBody> {
 }
 
 /// Passes `req` to the origin and its answer back, uncached.
-pub async fn proxy(
-    site: &Site,
-    req: Request<EdgeBody>,
-    forward: Forward<'_>,
-    result: CacheResult,
-) -> Response<EdgeBody> {
+pub async fn proxy(site: &Site, req: Request<EdgeBody>, forward: Forward<'_>, result: CacheResult) -> Answer {
     let sent = match req.body().is_end_stream() {
         true => {
             let (parts, _) = req.into_parts();
@@ -46,18 +41,13 @@ pub async fn proxy(
     }
 }
 
-/// `resp` marked with its cache result (header and extension).
-pub fn with_outcome(
-    mut resp: Response<EdgeBody>,
-    cache: CacheResult,
-    origin_time: Option<Duration>,
-) -> Response<EdgeBody> {
+/// `resp` marked with its cache result (`x-cache`), with its outcome beside it.
+pub fn with_outcome(mut resp: Response<EdgeBody>, cache: CacheResult, origin_time: Option<Duration>) -> Answer {
     cache.set(resp.headers_mut());
-    resp.extensions_mut().insert(Outcome { cache, origin_time });
-    resp
+    Answer { response: resp, outcome: Outcome { cache, origin_time } }
 }
 
-pub fn origin_failed(site: &Site, host: &str, e: OriginError) -> Response<EdgeBody> {
+pub fn origin_failed(site: &Site, host: &str, e: OriginError) -> Answer {
     site.metrics.origin_failed();
     warn!(%host, error = %crate::error_chain(&e), "origin fetch failed");
     let resp = match e {

@@ -15,24 +15,24 @@
 //! - Requests with a `Cookie` or `Authorization` are not answered from the cache
 //!   nor stored (`x-cache: BYPASS`): what the origin sends them may be personal.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::http::uri::Scheme;
-use hyper::{Method, Request, Response, StatusCode, Version};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use tracing::debug;
 
 use crate::access_log::Line;
 use crate::body::{self, Counted, EdgeBody, OnDone};
 use crate::origin::Forward;
-use crate::outcome::{CacheResult, Outcome};
+use crate::outcome::{Answer, CacheResult};
 use crate::reply::{proxy, text};
-use crate::{Edge, acme_challenge, cached, host, rum};
+use crate::{Edge, Site, acme_challenge, cached, host, rum};
 
 /// What the handler knows about the connection a request came on.
 #[derive(Debug)]
@@ -45,22 +45,25 @@ pub struct Conn {
     pub tls_version: Option<&'static str>,
 }
 
-/// Answers `req`, then counts and logs it when its body is done.
-pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
+/// Answers `req`, then counts and logs it when its body is done. The counting
+/// body is the response's own type, not boxed again: one allocation less per request.
+pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<Counted> {
     edge.stats.requests.fetch_add(1, Ordering::Relaxed);
     let start = Instant::now();
     let version = req.version();
-    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-    let site = request_host(&req).and_then(|h| edge.site(&h));
-    let mut resp = handle(edge, conn, req).await;
+    // The URI and the Host value share the request head's buffer: references,
+    // not copies; the host is borrowed from them unless it needs lower-casing.
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    let host_header = req.headers().get(header::HOST).cloned();
+    let host = request_host(&uri, host_header.as_ref());
+    let site = host.as_deref().and_then(|h| edge.site(h));
+    let Answer { response: mut resp, outcome } = handle(edge, conn, req, host.as_deref(), site.as_ref()).await;
     let via = match version {
         Version::HTTP_2 => "2 lagran-edge",
         Version::HTTP_10 => "1.0 lagran-edge",
         _ => "1.1 lagran-edge",
     };
     resp.headers_mut().append(header::VIA, HeaderValue::from_static(via));
-    let outcome =
-        resp.extensions_mut().remove::<Outcome>().unwrap_or(Outcome { cache: CacheResult::None, origin_time: None });
     let status = resp.status().as_u16();
     let on_done: Option<OnDone> = match site.is_none() && edge.access_log.is_none() {
         true => None,
@@ -76,33 +79,39 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
                     site: site.as_ref().map_or("-", |s| s.host.as_str()),
                     client,
                     method: method.as_str(),
-                    path: &path,
+                    path: uri.path(),
                     status,
                     bytes,
                     cache: outcome.cache.as_str(),
-                    origin_ms: outcome.origin_time.map(|t| t.as_secs_f64() * 1e3),
+                    origin: outcome.origin_time,
                     tls,
-                    duration_ms: start.elapsed().as_secs_f64() * 1e3,
+                    duration: start.elapsed(),
                 });
             }))
         }
     };
-    resp.map(|b| Counted::new(b, edge.stats.clone(), on_done).boxed())
+    resp.map(|b| Counted::new(b, edge.stats.clone(), on_done))
 }
 
-/// The request's host: the URI authority (HTTP/2, absolute-form) or the Host header.
-fn request_host(req: &Request<Incoming>) -> Option<String> {
-    let host = match req.uri().host() {
+/// The request's host, normalized: the URI authority (HTTP/2, absolute-form)
+/// or the Host header.
+fn request_host<'a>(uri: &'a Uri, host_header: Option<&'a HeaderValue>) -> Option<Cow<'a, str>> {
+    let host = match uri.host() {
         Some(h) => h,
-        None => req.headers().get(header::HOST)?.to_str().ok()?,
+        None => host_header?.to_str().ok()?,
     };
-    Some(host::normalize(host)).filter(|h| !h.is_empty())
+    Some(host::normalized(host)).filter(|h| !h.is_empty())
 }
 
 /// Whether a path has a `.` or `..` segment, also percent-encoded or split by `\\`.
 pub fn has_dot_segment(path: &str) -> bool {
+    let is_dot = |seg: &str| seg == "." || seg == "..";
+    // Nothing to decode: the segments as they are (no copy).
+    if !path.contains('%') {
+        return path.split(['/', '\\']).any(is_dot);
+    }
     let decoded = percent_decode(path);
-    decoded.split(['/', '\\']).any(|seg| seg == "." || seg == "..")
+    decoded.split(['/', '\\']).any(is_dot)
 }
 
 /// `%XX` decoded (twice, so `%252e` is caught too); invalid escapes stay as they are.
@@ -156,7 +165,7 @@ fn metrics(edge: &Edge) -> Response<EdgeBody> {
 /// `ok`, unless this client asks too often (the site's limiter, then the edge's).
 fn healthz(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> Response<EdgeBody> {
     let (ip, now) = (conn.peer.ip().to_canonical(), Instant::now());
-    let site = request_host(req).and_then(|h| edge.site(&h));
+    let site = request_host(req.uri(), req.headers().get(header::HOST)).and_then(|h| edge.site(&h));
     let site_allows = site.as_ref().and_then(|s| s.limiter.as_ref()).is_none_or(|l| l.allow(ip, now));
     if !site_allows || !edge.healthz_limiter.allow(ip, now) {
         let mut resp = text(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
@@ -166,44 +175,55 @@ fn healthz(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> Response<EdgeBo
     text(StatusCode::OK, "ok")
 }
 
-async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Response<EdgeBody> {
+/// Answers `req`, whose host (normalized) and site the caller looked up. Paths
+/// other than the cache's are boxed, as in [`cached::serve`], so the future of
+/// a cached hit stays small.
+async fn handle(
+    edge: &Arc<Edge>,
+    conn: &Conn,
+    req: Request<Incoming>,
+    host: Option<&str>,
+    site: Option<&Arc<Site>>,
+) -> Answer {
     if req.uri().path() == "/healthz" {
-        return healthz(edge, conn, &req);
+        return healthz(edge, conn, &req).into();
     }
     if req.uri().path() == "/metrics" && req.method() == Method::GET && may_read_metrics(edge, conn, &req) {
-        return metrics(edge);
+        return metrics(edge).into();
     }
     if let Some(name) = req.uri().path().strip_prefix(rum::PREFIX) {
         let name = name.to_owned();
-        return edge.rum.respond(&name, conn.peer.ip(), req).await.map(body::full);
+        return Box::pin(edge.rum.respond(&name, conn.peer.ip(), req)).await.map(body::full).into();
     }
     if let (Some(acme), Some(token)) = (&edge.acme, req.uri().path().strip_prefix(acme_challenge::PREFIX))
         && conn.scheme == Scheme::HTTP
         && (req.method() == Method::GET || req.method() == Method::HEAD)
     {
-        return acme.answer(token, conn.peer.ip().to_canonical()).await;
+        return Box::pin(acme.answer(token, conn.peer.ip().to_canonical())).await.into();
     }
     if has_dot_segment(req.uri().path()) {
-        return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n");
+        return text(StatusCode::BAD_REQUEST, "a path with \".\" or \"..\" segments is not served\n").into();
     }
-    let Some(host) = request_host(&req) else {
-        return text(StatusCode::BAD_REQUEST, "missing Host header\n");
+    let Some(host) = host else {
+        return text(StatusCode::BAD_REQUEST, "missing Host header\n").into();
     };
-    let Some(site) = edge.site(&host) else {
-        return text(StatusCode::MISDIRECTED_REQUEST, format!("no site is configured for host {host}\n"));
+    let Some(site) = site else {
+        return text(StatusCode::MISDIRECTED_REQUEST, format!("no site is configured for host {host}\n")).into();
     };
     // A connection's certificate vouches for its SNI's site only (no domain fronting).
     if let Some(sni) = &conn.sni
+        && sni != host
         && edge.site(sni).is_none_or(|s| s.host != site.host)
     {
-        return text(StatusCode::MISDIRECTED_REQUEST, format!("host {host} does not match TLS server name {sni}\n"));
+        let msg = format!("host {host} does not match TLS server name {sni}\n");
+        return text(StatusCode::MISDIRECTED_REQUEST, msg).into();
     }
 
     let ip = conn.peer.ip().to_canonical();
     let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok());
     if let Err(block) = site.waf.check(ip, req.uri().path(), user_agent) {
         debug!(%ip, %host, path = req.uri().path(), %block, "waf block");
-        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n"));
+        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n")).into();
     }
     if let Some(limiter) = &site.limiter
         && !limiter.allow(ip, Instant::now())
@@ -211,11 +231,11 @@ async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Respon
         debug!(%ip, %host, "rate limited");
         let mut resp = text(StatusCode::TOO_MANY_REQUESTS, "too many requests\n");
         resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return resp;
+        return resp.into();
     }
     if let Err(block) = site.waf.check_referer(req.headers().get(header::REFERER).map(HeaderValue::as_bytes)) {
         debug!(%ip, %host, "hotlink block");
-        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n"));
+        return text(StatusCode::FORBIDDEN, format!("forbidden: {block}\n")).into();
     }
 
     let method = req.method().clone();
@@ -223,10 +243,10 @@ async fn handle(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> Respon
         && !site.cache_ttl.is_zero()
         && !req.headers().contains_key(header::AUTHORIZATION)
         && !req.headers().contains_key(header::COOKIE);
-    let forward = Forward { host: &host, client_ip: ip, scheme: &conn.scheme };
+    let forward = Forward { host, client_ip: ip, scheme: &conn.scheme };
     if !cacheable {
-        return proxy(&site, req.map(body::incoming), forward, CacheResult::Bypass).await;
+        return Box::pin(proxy(site, req.map(body::incoming), forward, CacheResult::Bypass)).await;
     }
     let (parts, _) = req.into_parts();
-    cached::serve(edge, &site, parts, forward).await
+    cached::serve(edge, site, parts, forward).await
 }

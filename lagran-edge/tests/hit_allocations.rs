@@ -51,9 +51,10 @@ fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
-/// The headers a static file server sends with a 1 KiB object.
+/// The headers a static file server sends with a 1 KiB object, as the cache
+/// stores them (with room for what an answer adds).
 fn origin_headers() -> HeaderMap {
-    [
+    let mut headers: HeaderMap = [
         ("content-type", "application/octet-stream"),
         ("cache-control", "max-age=3600"),
         ("etag", "\"6570a1b2-400\""),
@@ -64,7 +65,9 @@ fn origin_headers() -> HeaderMap {
     ]
     .into_iter()
     .map(|(k, v)| (HeaderName::from_static(k), HeaderValue::from_static(v)))
-    .collect()
+    .collect();
+    headers.reserve(lagran_edge::cache::ANSWER_HEADERS);
+    headers
 }
 
 #[test]
@@ -95,8 +98,14 @@ fn a_cached_hit_allocates_little() {
     let mut heads = heads.into_iter();
     runtime.block_on(async {
         for parts in heads.by_ref().take(100) {
-            let resp = lagran_edge::cached::serve(&edge, &site, parts, forward).await;
-            assert_eq!(resp.headers()["x-cache"], "HIT");
+            let serving = lagran_edge::cached::serve(&edge, &site, parts, forward);
+            // HTTP/2 moves every request's future into a task: the origin's
+            // paths are boxed so a hit's stays small.
+            let size = std::mem::size_of_val(&serving);
+            assert!(size <= 900, "the future of a cached hit is {size} bytes (880 when this was written)");
+            let answer = serving.await;
+            assert_eq!(answer.response.headers()["x-cache"], "HIT");
+            assert_eq!(answer.outcome.cache, lagran_edge::outcome::CacheResult::Hit);
         }
         let before = allocations();
         for parts in heads {
@@ -104,6 +113,6 @@ fn a_cached_hit_allocates_little() {
         }
         let per_hit = (allocations() - before) as f64 / 1000.0;
         eprintln!("allocations per cached hit: {per_hit:.1}");
-        assert!(per_hit <= 13.0, "{per_hit} allocations per cached hit (11 when this was written)");
+        assert!(per_hit <= 7.0, "{per_hit} allocations per cached hit (7 when this was written)");
     });
 }

@@ -73,7 +73,7 @@ impl Record {
     }
 
     fn into_object(self, body: Payload) -> Option<CachedObject> {
-        let mut headers = HeaderMap::new();
+        let mut headers = HeaderMap::with_capacity(self.headers.len() + super::ANSWER_HEADERS);
         for (k, v) in self.headers {
             headers.append(HeaderName::from_bytes(k.as_bytes()).ok()?, HeaderValue::from_bytes(&v).ok()?);
         }

@@ -47,6 +47,11 @@ pub use fill::{Chunk, DiskFill};
 use memory::MemoryTier;
 pub use payload::{FileRange, Payload};
 
+/// Headers an answer from the cache adds to the stored ones (`Accept-Ranges`,
+/// `Age`, `X-Cache`, `Content-Range`, `Via`). A stored map has room for them in
+/// its index, which its copies keep, so a hit's copy is never re-indexed.
+pub const ANSWER_HEADERS: usize = 5;
+
 #[derive(Debug, Clone)]
 pub struct CachedObject {
     pub headers: HeaderMap,
@@ -91,7 +96,12 @@ impl CachedObject {
 
 /// The URL part of a cache key.
 pub fn key(host: &str, uri: &Uri) -> String {
-    format!("{host}{}", uri.path_and_query().map_or("/", |pq| pq.as_str()))
+    let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    // Two pieces, no `format!` machinery: this runs on every request.
+    let mut key = String::with_capacity(host.len() + path.len());
+    key.push_str(host);
+    key.push_str(path);
+    key
 }
 
 /// The header names a response's `Vary` lists (lower-case, in order).
@@ -217,7 +227,8 @@ impl Cache {
         if let Some(object) = self.memory.get(key) {
             return Some(object);
         }
-        let object = Arc::new(self.disk.as_ref()?.get(key).await?);
+        // Boxed: only a memory miss carries the disk lookup's state.
+        let object = Arc::new(Box::pin(self.disk.as_ref()?.get(key)).await?);
         if object.body.in_memory().is_some() {
             self.memory.insert(key.to_owned(), object.clone());
         }
