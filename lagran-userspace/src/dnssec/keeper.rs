@@ -257,7 +257,7 @@ impl KeyKeeper {
                 continue;
             }
             let timing = view.timing(zone, self.delete_wait_secs);
-            let algorithm = zone.dnssec.map(|p| p.algorithm).unwrap_or_default();
+            let algorithm = zone.dnssec.as_ref().map(|p| p.algorithm).unwrap_or_default();
             for event in rollover::due(rollover::events(&of_zone, zone.dnssec.is_some(), &timing), now_ms) {
                 tracing::info!(zone = zone.name, event = event.what, "DNSSEC key event");
                 let mut moves = Vec::new();
@@ -343,7 +343,7 @@ impl KeyKeeper {
             served.push(self.open(k).await?);
         }
         let algorithm = zsk.algorithm;
-        let policy = zone.dnssec.unwrap_or(ZoneDnssec { algorithm, ..ZoneDnssec::default() });
+        let policy = zone.dnssec.clone().unwrap_or(ZoneDnssec { algorithm, ..ZoneDnssec::default() });
         let child = if withdrawing { ChildKeys::Delete } else { ChildKeys::Keys(ksks.clone()) };
         Ok(Some(ZoneKeySet { policy, served, zsk, ksks, child }))
     }
