@@ -55,6 +55,24 @@ pub struct KeySnapshot {
     pub next: BTreeMap<String, Event>,
 }
 
+impl KeySnapshot {
+    /// One new KSK and one new ZSK of `policy`'s algorithm for `zone`, both
+    /// served, the CDS/CDNSKEY naming the KSK: the keys of a table signed
+    /// outside the keeper (tests, fixtures), kept in no database.
+    pub fn single(zone: &str, policy: ZoneDnssec) -> Result<KeySnapshot, KeyError> {
+        let ksk = Arc::new(ZoneKey::generate(KeyRole::Ksk, policy.algorithm)?);
+        let zsk = Arc::new(ZoneKey::generate(KeyRole::Zsk, policy.algorithm)?);
+        let set = ZoneKeySet {
+            policy,
+            served: vec![ksk.clone(), zsk.clone()],
+            zsk,
+            ksks: vec![ksk.clone()],
+            child: ChildKeys::Keys(vec![ksk]),
+        };
+        Ok(KeySnapshot { zones: [(zone.to_string(), set)].into(), ..KeySnapshot::default() })
+    }
+}
+
 /// The key keeper (see the module documentation).
 pub struct KeyKeeper {
     store: Store,
