@@ -29,7 +29,7 @@ use super::keys::{KeyError, ZoneKey};
 use super::nsec3::{nsec3_chain, nsec3param};
 use super::signer::{Rrset, RrsetSigner};
 use crate::dns::answer::{MAX_ANSWERS, fqdn, negative_ttl, soa_record_at};
-use crate::model::{Denial, Zone};
+use crate::model::{Denial, Zone, ZoneDnssec};
 use crate::route_table::{Answer, NodeHost, RouteTable, ZoneRoutes};
 use crate::zone_signatures::{Nsec3Chain, ZoneSignatures};
 
@@ -219,7 +219,7 @@ fn denial_records(
     content: &mut ZoneContent,
     zone: &Zone,
     apex: &Name,
-    policy: &crate::model::ZoneDnssec,
+    policy: &ZoneDnssec,
 ) -> Result<DenialRecords, KeyError> {
     match policy.denial {
         Denial::Nsec => Ok(DenialRecords { chain: content.names.nsec_chain(negative_ttl(zone)), param: None }),
