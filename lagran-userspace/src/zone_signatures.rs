@@ -1,7 +1,8 @@
 //! A signed zone's DNSSEC records as the route table carries them: the
-//! DNSKEY RRset, the CDS and CDNSKEY RRsets (RFC 7344), the NSEC chain and
-//! an RRSIG for every RRset the zone can answer, all made on the control plane, so an NS host answers signed
-//! without holding any private key.
+//! DNSKEY RRset, the CDS and CDNSKEY RRsets (RFC 7344), the NSEC chain or
+//! the NSEC3 chain with its NSEC3PARAM ([`nsec3`]), and an RRSIG for every
+//! RRset the zone can answer, all made on the control plane, so an NS host
+//! answers signed without holding any private key.
 //!
 //! An RRSIG is found by the RRset it covers ([`rrset_key`]: the owner, the
 //! type and a digest of the records' data), so the responder builds its
@@ -15,6 +16,10 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 use hickory_proto::serialize::binary::{BinDecodable, BinEncodable};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+pub mod nsec3;
+
+pub use nsec3::Nsec3Chain;
 
 /// The identity of an RRset: lowercase owner, type, and the first 64 bits of
 /// SHA-256 over its records' data in sorted order (the order the responder
@@ -43,6 +48,8 @@ pub struct ZoneSignatures {
     /// The NSEC records in canonical order of their owners; one owner may
     /// hold several (one per set of types its answers can have).
     nsec: Vec<Record>,
+    /// The NSEC3 chain, for a zone denying with NSEC3 (then `nsec` is empty).
+    nsec3: Option<Nsec3Chain>,
     /// [`rrset_key`] -> the RRSIG records covering that RRset.
     rrsigs: HashMap<String, Vec<Record>>,
 }
@@ -55,6 +62,12 @@ struct SignaturesWire {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     child_keys: Vec<String>,
     nsec: Vec<String>,
+    /// The NSEC3PARAM record, for a zone denying with NSEC3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nsec3param: Option<String>,
+    /// The NSEC3 records, for a zone denying with NSEC3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    nsec3: Vec<String>,
     /// `(rrset key, RRSIG record)`.
     rrsig: Vec<(String, String)>,
 }
@@ -79,7 +92,14 @@ impl TryFrom<SignaturesWire> for ZoneSignatures {
         for (key, record) in &w.rrsig {
             rrsigs.entry(key.clone()).or_default().push(decode(record)?);
         }
-        Ok(ZoneSignatures::new(dnskeys, nsec, rrsigs).with_child_keys(child_keys))
+        let signatures = ZoneSignatures::new(dnskeys, nsec, rrsigs).with_child_keys(child_keys);
+        match w.nsec3param {
+            Some(param) => {
+                let records = w.nsec3.iter().map(|r| decode(r)).collect::<Result<Vec<_>, _>>()?;
+                Ok(signatures.with_nsec3(Nsec3Chain::new(decode(&param)?, records)?))
+            }
+            None => Ok(signatures),
+        }
     }
 }
 
@@ -92,6 +112,8 @@ impl From<ZoneSignatures> for SignaturesWire {
             dnskey: z.dnskeys.iter().map(encode).collect(),
             child_keys: z.child_keys.iter().map(encode).collect(),
             nsec: z.nsec.iter().map(encode).collect(),
+            nsec3param: z.nsec3.as_ref().map(|c| encode(c.param_record())),
+            nsec3: z.nsec3.iter().flat_map(|c| c.records().iter().map(encode)).collect(),
             rrsig,
         }
     }
@@ -101,7 +123,13 @@ impl ZoneSignatures {
     /// The records of one signed zone; `nsec` is sorted here.
     pub fn new(dnskeys: Vec<Record>, mut nsec: Vec<Record>, rrsigs: HashMap<String, Vec<Record>>) -> Self {
         nsec.sort_by(|a, b| a.name().cmp(b.name()));
-        ZoneSignatures { dnskeys, child_keys: Vec::new(), nsec, rrsigs }
+        ZoneSignatures { dnskeys, child_keys: Vec::new(), nsec, nsec3: None, rrsigs }
+    }
+
+    /// These records with `chain` as the zone's denial.
+    pub fn with_nsec3(mut self, chain: Nsec3Chain) -> Self {
+        self.nsec3 = Some(chain);
+        self
     }
 
     /// These records with the apex's CDS and CDNSKEY records.
@@ -119,9 +147,16 @@ impl ZoneSignatures {
         &self.child_keys
     }
 
-    /// Every key record the apex answers: DNSKEY, CDS and CDNSKEY.
-    pub fn apex_keys(&self) -> impl Iterator<Item = &Record> {
-        self.dnskeys.iter().chain(&self.child_keys)
+    /// Every DNSSEC record the apex answers: DNSKEY, CDS, CDNSKEY and, with
+    /// NSEC3, NSEC3PARAM.
+    pub fn apex_records(&self) -> impl Iterator<Item = &Record> {
+        let param = self.nsec3.as_ref().map(Nsec3Chain::param_record);
+        self.dnskeys.iter().chain(&self.child_keys).chain(param)
+    }
+
+    /// The NSEC3 chain, when the zone denies with NSEC3.
+    pub fn nsec3(&self) -> Option<&Nsec3Chain> {
+        self.nsec3.as_ref()
     }
 
     pub fn nsec(&self) -> &[Record] {

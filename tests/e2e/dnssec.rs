@@ -15,9 +15,9 @@ use serde_json::json;
 use crate::support::{Daemon, Dig, Options, XdpNamespaces, have_tool, metric_value};
 use crate::unbound::{Anchor, Unbound};
 
-const ZONE: &str = "edge.lagran.net";
-const CDN: &str = "cdn.edge.lagran.net";
-const SHENZHEN: &str = "+subnet=58.60.0.0/24";
+pub(crate) const ZONE: &str = "edge.lagran.net";
+pub(crate) const CDN: &str = "cdn.edge.lagran.net";
+pub(crate) const SHENZHEN: &str = "+subnet=58.60.0.0/24";
 const GZ_V6: &str = "2001:db8:21::1";
 
 /// Turns signing on for the demo zone (its NS hosts as `--demo` made them).
@@ -35,7 +35,7 @@ fn sign_the_zone(d: &Daemon) {
 }
 
 /// The KSK's DNSKEY rdata (`257 3 13 <base64>`), once the NS host answers it.
-fn ksk(d: &Daemon) -> String {
+pub(crate) fn ksk(d: &Daemon) -> String {
     let r = d.dig_until(&[ZONE, "DNSKEY", "+dnssec"], Duration::from_secs(15), |r| !r.answers("DNSKEY").is_empty());
     let keys = r.answers("DNSKEY");
     assert_eq!(keys.len(), 2, "a KSK and a ZSK: {}", r.text);
@@ -45,7 +45,7 @@ fn ksk(d: &Daemon) -> String {
 
 /// Gives gz-01 an IPv6 address, every demo node a hostname in the zone, and
 /// puts `cdn.<zone>` in CNAME mode.
-fn answer_every_kind(d: &Daemon) {
+pub(crate) fn answer_every_kind(d: &Daemon) {
     let (s, v) = d.http("PATCH", "/api/v1/nodes/gz-01", Some(json!({"public_ipv6": GZ_V6})), &[]);
     assert_eq!(s, 200, "{v}");
     for node in ["gz-01", "hk-01", "kr-01"] {
@@ -60,12 +60,12 @@ fn answer_every_kind(d: &Daemon) {
     assert_eq!(r.answers("CNAME"), vec!["gz-01.edge.lagran.net."], "{}", r.text);
 }
 
-fn assert_validated(r: &Dig, status: &str, what: &str) {
+pub(crate) fn assert_validated(r: &Dig, status: &str, what: &str) {
     assert_eq!(r.status, status, "{what}: {}", r.text);
     assert!(r.has_flag("ad"), "{what}: the validator sets AD: {}", r.text);
 }
 
-fn delv(d: &Daemon, anchor_file: &Path, args: &[&str]) -> String {
+pub(crate) fn delv(d: &Daemon, anchor_file: &Path, args: &[&str]) -> String {
     let out = Command::new("delv")
         .args([format!("@{}", d.dns.ip()), "-p".into(), d.dns.port().to_string()])
         .arg("-a")
@@ -77,7 +77,7 @@ fn delv(d: &Daemon, anchor_file: &Path, args: &[&str]) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-fn write_anchor(path: &Path, ksk: &str) {
+pub(crate) fn write_anchor(path: &Path, ksk: &str) {
     let key = ksk.strip_prefix("257 3 13 ").expect("an algorithm 13 KSK").replace(' ', "");
     let text = format!("trust-anchors {{ {ZONE}. static-key 257 3 13 \"{key}\"; }};\n");
     std::fs::write(path, text).expect("writing the delv anchor");

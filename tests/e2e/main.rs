@@ -13,6 +13,7 @@ mod console;
 mod delay_line;
 mod dns;
 mod dnssec;
+mod dnssec_nsec3;
 mod dnssec_off;
 mod dnssec_rollover;
 mod dnstap;

@@ -91,7 +91,7 @@ pub async fn rollover(
     let name = zone.trim_end_matches('.').to_ascii_lowercase();
     let zones = state.store.list_zones().await?;
     let zone = zones.iter().find(|z| z.name == name).ok_or_else(|| ApiError::not_found(format!("no zone {name}")))?;
-    let policy = zone.dnssec.ok_or_else(|| ApiError::bad_field("zone", format!("{name} is not signed")))?;
+    let policy = zone.dnssec.clone().ok_or_else(|| ApiError::bad_field("zone", format!("{name} is not signed")))?;
     let signing = state
         .scheduler
         .dnssec()
@@ -124,7 +124,7 @@ pub async fn console_warnings(State(state): State<AppState>) -> Json<Vec<crate::
     let zones = table.zones.iter().filter_map(|z| {
         let signatures = table.signatures.get(&z.zone.name)?;
         let oldest = crate::signature_expiry::oldest(signatures);
-        let refresh_secs = z.zone.dnssec.map_or(crate::model::DEFAULT_REFRESH_SECS, |p| p.refresh_secs);
+        let refresh_secs = z.zone.dnssec.as_ref().map_or(crate::model::DEFAULT_REFRESH_SECS, |p| p.refresh_secs);
         let next = snapshot.as_ref().and_then(|s| s.next.get(&z.zone.name));
         Some(ZoneState {
             zone: &z.zone.name,

@@ -11,7 +11,8 @@ use serde::Deserialize;
 use super::AppState;
 use super::error::{ApiError, parse_json};
 use crate::model::{
-    AnswerMode, DEFAULT_POOL, Denial, DnssecAlgorithm, Domain, NsHost, Steering, Strategy, Zone, ZoneDnssec,
+    AnswerMode, DEFAULT_POOL, Denial, DnssecAlgorithm, Domain, MAX_NSEC3_ITERATIONS, NsHost, Nsec3Salt, Steering,
+    Strategy, Zone, ZoneDnssec,
 };
 
 /// `PUT /api/v1/zones/{name}` body; absent fields keep their defaults.
@@ -36,8 +37,12 @@ pub struct ZoneBody {
     pub dnssec_validity_secs: Option<u32>,
     /// A signature with fewer seconds left is renewed (default 10 days).
     pub dnssec_refresh_secs: Option<u32>,
-    /// `"nsec"`, the only denial offered.
+    /// `"nsec"` (default) or `"nsec3"`.
     pub dnssec_denial: Option<String>,
+    /// Additional NSEC3 hash iterations (default 0, at most 50).
+    pub dnssec_nsec3_iterations: Option<u16>,
+    /// The NSEC3 salt in hex (default none).
+    pub dnssec_nsec3_salt: Option<String>,
     /// A ZSK rolls this long after it started signing (0: never by itself).
     pub dnssec_zsk_lifetime_secs: Option<u32>,
     /// A KSK rolls this long after it started signing (0: never by itself).
@@ -112,6 +117,8 @@ fn dnssec_from_body(body: &ZoneBody) -> Result<Option<ZoneDnssec>, ApiError> {
         || body.dnssec_validity_secs.is_some()
         || body.dnssec_refresh_secs.is_some()
         || body.dnssec_denial.is_some()
+        || body.dnssec_nsec3_iterations.is_some()
+        || body.dnssec_nsec3_salt.is_some()
         || body.dnssec_zsk_lifetime_secs.is_some()
         || body.dnssec_ksk_lifetime_secs.is_some()
         || body.dnssec_ds_wait_secs.is_some()
@@ -128,17 +135,7 @@ fn dnssec_from_body(body: &ZoneBody) -> Result<Option<ZoneDnssec>, ApiError> {
             ApiError::bad_field("dnssec_algorithm", format!("{a:?} is neither \"ecdsap256sha256\" nor \"ed25519\""))
         })?;
     }
-    match body.dnssec_denial.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("nsec") => policy.denial = Denial::Nsec,
-        Some(other) => {
-            return Err(ApiError::bad_field(
-                "dnssec_denial",
-                format!(
-                    "{other:?} is not offered: NSEC only (a CDN zone's names are public, NSEC3 would hide nothing)"
-                ),
-            ));
-        }
-    }
+    denial_from_body(body, &mut policy)?;
     policy.validity_secs = body.dnssec_validity_secs.unwrap_or(policy.validity_secs);
     policy.refresh_secs = body.dnssec_refresh_secs.unwrap_or(policy.refresh_secs);
     policy.zsk_lifetime_secs = body.dnssec_zsk_lifetime_secs.unwrap_or(policy.zsk_lifetime_secs);
@@ -147,6 +144,38 @@ fn dnssec_from_body(body: &ZoneBody) -> Result<Option<ZoneDnssec>, ApiError> {
     policy.propagation_secs = body.dnssec_propagation_secs.unwrap_or(policy.propagation_secs);
     policy.check().map_err(|reason| ApiError::bad_field("dnssec_refresh_secs", reason))?;
     Ok(Some(policy))
+}
+
+/// The denial (`dnssec_denial`) and its NSEC3 parameters.
+fn denial_from_body(body: &ZoneBody, policy: &mut ZoneDnssec) -> Result<(), ApiError> {
+    if let Some(d) = &body.dnssec_denial {
+        policy.denial = Denial::parse(d)
+            .ok_or_else(|| ApiError::bad_field("dnssec_denial", format!("{d:?} is neither \"nsec\" nor \"nsec3\"")))?;
+    }
+    let nsec3 = policy.denial == Denial::Nsec3;
+    if let Some(iterations) = body.dnssec_nsec3_iterations {
+        if !nsec3 {
+            return Err(ApiError::bad_field("dnssec_nsec3_iterations", "needs \"dnssec_denial\": \"nsec3\""));
+        }
+        if iterations > MAX_NSEC3_ITERATIONS {
+            return Err(ApiError::bad_field(
+                "dnssec_nsec3_iterations",
+                format!(
+                    "{iterations} is above {MAX_NSEC3_ITERATIONS}: validators treat many iterations as insecure \
+                     (RFC 9276 advises 0)"
+                ),
+            ));
+        }
+        policy.nsec3_iterations = iterations;
+    }
+    if let Some(salt) = &body.dnssec_nsec3_salt {
+        if !nsec3 {
+            return Err(ApiError::bad_field("dnssec_nsec3_salt", "needs \"dnssec_denial\": \"nsec3\""));
+        }
+        policy.nsec3_salt =
+            Nsec3Salt::parse(salt).map_err(|reason| ApiError::bad_field("dnssec_nsec3_salt", reason))?;
+    }
+    Ok(())
 }
 
 pub async fn list_zones(State(state): State<AppState>) -> Result<Json<Vec<Zone>>, ApiError> {
@@ -218,4 +247,67 @@ pub async fn delete_domain(State(state): State<AppState>, Path(name): Path<Strin
     }
     state.after_write().await;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::{ZoneBody, zone_from_body};
+    use crate::model::{Denial, Nsec3Salt};
+
+    fn body(json: serde_json::Value) -> ZoneBody {
+        let mut full =
+            serde_json::json!({"ns_hosts": [{"name": "ns1.example.net", "ipv4": "192.0.2.53"}], "dnssec": true});
+        full.as_object_mut().unwrap().extend(json.as_object().unwrap().clone());
+        serde_json::from_value(full).unwrap()
+    }
+
+    fn refused(json: serde_json::Value) -> (String, String) {
+        let e = zone_from_body("edge.example.net", body(json)).unwrap_err();
+        assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", e.message);
+        (e.field.unwrap_or_default(), e.message)
+    }
+
+    #[test]
+    fn nsec3_is_chosen_with_its_parameters_and_nsec_stays_the_default() {
+        let zone = zone_from_body("edge.example.net", body(serde_json::json!({}))).unwrap();
+        let policy = zone.dnssec.unwrap();
+        assert_eq!(
+            (policy.denial, policy.nsec3_iterations, policy.nsec3_salt),
+            (Denial::Nsec, 0, Nsec3Salt::default())
+        );
+        let json = serde_json::json!({"dnssec_denial": "NSEC3", "dnssec_nsec3_iterations": 5, "dnssec_nsec3_salt": "AABBccdd"});
+        let policy = zone_from_body("edge.example.net", body(json)).unwrap().dnssec.unwrap();
+        assert_eq!(policy.denial, Denial::Nsec3);
+        assert_eq!((policy.nsec3_iterations, policy.nsec3_salt.0.clone()), (5, vec![0xaa, 0xbb, 0xcc, 0xdd]));
+        // Stored as the policy's JSON and read back the same.
+        let stored = serde_json::to_string(&policy).unwrap();
+        assert!(stored.contains(r#""nsec3_salt":"aabbccdd""#), "{stored}");
+        assert_eq!(serde_json::from_str::<crate::model::ZoneDnssec>(&stored).unwrap(), policy);
+        let older = r#"{"algorithm":"ecdsap256sha256","validity_secs":7200,"refresh_secs":3600,"denial":"nsec"}"#;
+        let policy: crate::model::ZoneDnssec = serde_json::from_str(older).unwrap();
+        assert_eq!((policy.denial, policy.nsec3_iterations), (Denial::Nsec, 0), "a policy stored before NSEC3");
+    }
+
+    #[test]
+    fn bad_nsec3_parameters_are_refused_naming_the_field() {
+        let (field, message) = refused(serde_json::json!({"dnssec_denial": "nsec5"}));
+        assert_eq!(field, "dnssec_denial");
+        assert!(message.contains("nsec3"), "{message}");
+        let (field, message) = refused(serde_json::json!({"dnssec_denial": "nsec3", "dnssec_nsec3_iterations": 51}));
+        assert_eq!(field, "dnssec_nsec3_iterations");
+        assert!(message.contains("50"), "{message}");
+        let (field, _) = refused(serde_json::json!({"dnssec_denial": "nsec3", "dnssec_nsec3_salt": "xyz"}));
+        assert_eq!(field, "dnssec_nsec3_salt");
+        let (field, message) =
+            refused(serde_json::json!({"dnssec_denial": "nsec3", "dnssec_nsec3_salt": "ab".repeat(256)}));
+        assert_eq!(field, "dnssec_nsec3_salt");
+        assert!(message.contains("256 octets"), "{message}");
+        let (field, message) = refused(serde_json::json!({"dnssec_nsec3_iterations": 1}));
+        assert_eq!(field, "dnssec_nsec3_iterations");
+        assert!(message.contains("nsec3"), "{message}");
+        let ok = serde_json::json!({"dnssec_denial": "nsec3", "dnssec_nsec3_iterations": 50, "dnssec_nsec3_salt": "ab".repeat(255)});
+        assert!(zone_from_body("edge.example.net", body(ok)).is_ok(), "the caps themselves are accepted");
+    }
 }

@@ -1,6 +1,7 @@
 //! Authenticated denial of existence (RFC 4035 §3.1.3) without an online
 //! key: the names of a zone are all known when its table is built, so the
-//! NSEC chain (RFC 4034 §4) is made then and signed like any other RRset.
+//! NSEC chain (RFC 4034 §4), or the NSEC3 chain ([`super::nsec3`]), is made
+//! then and signed like any other RRset.
 //!
 //! A scheduled name answers different clients with different types (a node
 //! without IPv6 gives some partitions no AAAA; a CNAME-mode name falls back
@@ -38,19 +39,33 @@ impl ZoneNames {
         self.owners.entry(owner.to_lowercase()).or_default().variants.insert(types);
     }
 
+    /// Each name in canonical order with the sets of types it answers with:
+    /// one set when its types are the same for every client, else one per
+    /// variant (each with the fixed types).
+    pub fn type_sets(&self) -> impl Iterator<Item = (&Name, Vec<BTreeSet<RecordType>>)> {
+        self.owners.iter().map(|(owner, types)| {
+            let sets = if types.variants.is_empty() {
+                vec![types.fixed.clone()]
+            } else {
+                types.variants.iter().map(|v| v.union(&types.fixed).copied().collect()).collect()
+            };
+            (owner, sets)
+        })
+    }
+
+    /// Whether `name` owns records.
+    pub fn contains(&self, name: &Name) -> bool {
+        self.owners.contains_key(name)
+    }
+
     /// The NSEC chain in canonical order, each record with `ttl` (RFC 4034
     /// §4: "The NSEC RR SHOULD have the same TTL value as the SOA minimum TTL
     /// field"). The last name's next name is the apex, the first owner.
     pub fn nsec_chain(&self, ttl: u32) -> Vec<Record> {
         let owners: Vec<&Name> = self.owners.keys().collect();
         let mut chain = Vec::new();
-        for (i, (owner, types)) in self.owners.iter().enumerate() {
+        for (i, (owner, sets)) in self.type_sets().enumerate() {
             let next = owners[(i + 1) % owners.len()].clone();
-            let sets: Vec<BTreeSet<RecordType>> = if types.variants.is_empty() {
-                vec![types.fixed.clone()]
-            } else {
-                types.variants.iter().map(|v| v.union(&types.fixed).copied().collect()).collect()
-            };
             for set in sets {
                 let nsec = NSEC::new_cover_self(next.clone(), set.into_iter().chain([RecordType::RRSIG]));
                 chain.push(Record::from_rdata(owner.clone(), ttl, RData::DNSSEC(DNSSECRData::NSEC(nsec))));

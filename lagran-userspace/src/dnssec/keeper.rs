@@ -55,6 +55,24 @@ pub struct KeySnapshot {
     pub next: BTreeMap<String, Event>,
 }
 
+impl KeySnapshot {
+    /// One new KSK and one new ZSK of `policy`'s algorithm for `zone`, both
+    /// served, the CDS/CDNSKEY naming the KSK: the keys of a table signed
+    /// outside the keeper (tests, fixtures), kept in no database.
+    pub fn single(zone: &str, policy: ZoneDnssec) -> Result<KeySnapshot, KeyError> {
+        let ksk = Arc::new(ZoneKey::generate(KeyRole::Ksk, policy.algorithm)?);
+        let zsk = Arc::new(ZoneKey::generate(KeyRole::Zsk, policy.algorithm)?);
+        let set = ZoneKeySet {
+            policy,
+            served: vec![ksk.clone(), zsk.clone()],
+            zsk,
+            ksks: vec![ksk.clone()],
+            child: ChildKeys::Keys(vec![ksk]),
+        };
+        Ok(KeySnapshot { zones: [(zone.to_string(), set)].into(), ..KeySnapshot::default() })
+    }
+}
+
 /// The key keeper (see the module documentation).
 pub struct KeyKeeper {
     store: Store,
@@ -257,7 +275,7 @@ impl KeyKeeper {
                 continue;
             }
             let timing = view.timing(zone, self.delete_wait_secs);
-            let algorithm = zone.dnssec.map(|p| p.algorithm).unwrap_or_default();
+            let algorithm = zone.dnssec.as_ref().map(|p| p.algorithm).unwrap_or_default();
             for event in rollover::due(rollover::events(&of_zone, zone.dnssec.is_some(), &timing), now_ms) {
                 tracing::info!(zone = zone.name, event = event.what, "DNSSEC key event");
                 let mut moves = Vec::new();
@@ -343,7 +361,7 @@ impl KeyKeeper {
             served.push(self.open(k).await?);
         }
         let algorithm = zsk.algorithm;
-        let policy = zone.dnssec.unwrap_or(ZoneDnssec { algorithm, ..ZoneDnssec::default() });
+        let policy = zone.dnssec.clone().unwrap_or(ZoneDnssec { algorithm, ..ZoneDnssec::default() });
         let child = if withdrawing { ChildKeys::Delete } else { ChildKeys::Keys(ksks.clone()) };
         Ok(Some(ZoneKeySet { policy, served, zsk, ksks, child }))
     }

@@ -1,6 +1,6 @@
 //! DNSSEC on the control plane: each signed zone's keys, the signing of
-//! every RRset the NS hosts can answer, and the NSEC chain that proves what
-//! does not exist — all made when a route table is built and carried in it
+//! every RRset the NS hosts can answer, and the NSEC or NSEC3 chain that
+//! proves what does not exist — all made when a route table is built and carried in it
 //! ([`crate::zone_signatures`]), so the NS hosts answer signed without any
 //! private key.
 //!
@@ -10,7 +10,8 @@
 //! - `rollover`: when each key moves to its next state (RFC 7583 timings);
 //! - `keeper`: the keys in the database, moved along on the leader;
 //! - `signer`: signing one RRset, keeping signatures until they near expiry;
-//! - `denial`: the NSEC chain;
+//! - `denial`: the names and types of a zone, and its NSEC chain;
+//! - `nsec3`: its NSEC3 chain, when the zone asks for NSEC3;
 //! - `zone_signer`: a whole table, zone by zone.
 //!
 //! Keys are ECDSA P-256 (algorithm 13) unless a zone asks for Ed25519
@@ -23,6 +24,7 @@ pub mod keeper;
 pub mod key_store;
 pub mod keys;
 pub mod metrics;
+pub mod nsec3;
 pub mod rollover;
 pub mod sealing;
 pub mod signer;
@@ -30,6 +32,8 @@ pub mod zone_signer;
 
 #[cfg(test)]
 mod keeper_tests;
+#[cfg(test)]
+mod nsec3_tests;
 #[cfg(test)]
 mod rollover_tests;
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub struct Timing {
 impl Timing {
     /// The timing of a zone with `policy` (`None`: signing off).
     pub fn of(policy: Option<&ZoneDnssec>, dnskey_ttl: u32, max_ttl: u32, delete_wait: u32) -> Timing {
-        let p = policy.copied().unwrap_or_default();
+        let p = policy.cloned().unwrap_or_default();
         Timing {
             dnskey_ttl,
             max_ttl: max_ttl.max(dnskey_ttl),

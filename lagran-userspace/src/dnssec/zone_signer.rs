@@ -1,11 +1,12 @@
 //! Signing a route table: for every signed zone, its DNSKEY RRset, an RRSIG
 //! for every RRset the responder can answer from the table, and the NSEC
-//! chain, gathered into the table's [`ZoneSignatures`].
+//! chain or the NSEC3 chain with its NSEC3PARAM (the zone's `denial`),
+//! gathered into the table's [`ZoneSignatures`].
 //!
 //! What is signed: SOA, NS and the in-zone NS hosts' addresses; each distinct
 //! scheduled answer (its `A` and `AAAA` RRsets as the responder writes them,
 //! at most [`MAX_ANSWERS`] addresses, or its `CNAME`); the node hostnames'
-//! addresses (a CNAME's target); the NSEC records. `whoami` and `_version`
+//! addresses (a CNAME's target); the NSEC or NSEC3 records and the NSEC3PARAM. `whoami` and `_version`
 //! stay unsigned diagnostics: their text is made per query on the NS host,
 //! which holds no key, so a validating resolver finds them bogus — ask the
 //! NS host directly, or with checking disabled (`+cd`). The chain lists them
@@ -25,11 +26,12 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 use super::denial::ZoneNames;
 use super::keeper::{ChildKeys, KeySnapshot, ZoneKeySet};
 use super::keys::{KeyError, ZoneKey};
+use super::nsec3::{nsec3_chain, nsec3param};
 use super::signer::{Rrset, RrsetSigner};
 use crate::dns::answer::{MAX_ANSWERS, fqdn, negative_ttl, soa_record_at};
-use crate::model::Zone;
+use crate::model::{Denial, Zone, ZoneDnssec};
 use crate::route_table::{Answer, NodeHost, RouteTable, ZoneRoutes};
-use crate::zone_signatures::ZoneSignatures;
+use crate::zone_signatures::{Nsec3Chain, ZoneSignatures};
 
 /// The Original TTL of a node hostname's addresses: the responder serves them
 /// with its own DNS_TTL, which the control plane does not know; a validator
@@ -162,7 +164,7 @@ fn sign_zone(
         content.add(&owner, NODE_HOST_ORIGINAL_TTL, host.ipv4.map(|a| RData::A(A(a))).into_iter().collect());
         content.add(&owner, NODE_HOST_ORIGINAL_TTL, host.ipv6.map(|a| RData::AAAA(AAAA(a))).into_iter().collect());
     }
-    let nsec = content.names.nsec_chain(negative_ttl(zone));
+    let denial = denial_records(&mut content, zone, &apex, policy)?;
     let mut rrsigs: HashMap<String, Vec<Record>> = HashMap::new();
     let mut sign = |rrset: &Rrset, key: &ZoneKey| -> Result<(), KeyError> {
         let (id, rrsig) = signer.sign(rrset, key, &apex, policy, now)?;
@@ -175,7 +177,9 @@ fn sign_zone(
     for rrset in &content.rrsets {
         sign(rrset, &keys.zsk)?;
     }
-    for record in &nsec {
+    // Each NSEC or NSEC3 record is signed alone: a name may own several
+    // (one per set of types), and an answer carries only the one it needs.
+    for record in denial.chain.iter().chain(&denial.param) {
         sign(&Rrset::new(record.name(), record.ttl(), vec![record.data().clone()]), &keys.zsk)?;
     }
     let dnskeys: Vec<RData> =
@@ -194,7 +198,39 @@ fn sign_zone(
     let at_apex = |r: RData| Record::from_rdata(apex.clone(), zone.ns_ttl, r);
     let dnskey_records = dnskeys.into_iter().map(at_apex).collect();
     let child_records = cds.into_iter().chain(cdnskey).map(at_apex).collect();
-    Ok(ZoneSignatures::new(dnskey_records, nsec, rrsigs).with_child_keys(child_records))
+    let signatures = match denial.param {
+        None => ZoneSignatures::new(dnskey_records, denial.chain, rrsigs),
+        Some(param) => ZoneSignatures::new(dnskey_records, Vec::new(), rrsigs)
+            .with_nsec3(Nsec3Chain::new(param, denial.chain).map_err(|e| KeyError::new("the NSEC3 chain", e))?),
+    };
+    Ok(signatures.with_child_keys(child_records))
+}
+
+/// A zone's denial records: the NSEC chain, or the NSEC3 chain and its
+/// NSEC3PARAM record.
+struct DenialRecords {
+    chain: Vec<Record>,
+    param: Option<Record>,
+}
+
+/// The denial records the zone's policy asks for, each with the negative
+/// TTL (the NSEC3PARAM with the apex's TTL).
+fn denial_records(
+    content: &mut ZoneContent,
+    zone: &Zone,
+    apex: &Name,
+    policy: &ZoneDnssec,
+) -> Result<DenialRecords, KeyError> {
+    match policy.denial {
+        Denial::Nsec => Ok(DenialRecords { chain: content.names.nsec_chain(negative_ttl(zone)), param: None }),
+        Denial::Nsec3 => {
+            let param = nsec3param(policy);
+            content.names.add(apex, [RecordType::NSEC3PARAM]);
+            let chain = nsec3_chain(&content.names, apex, &param, negative_ttl(zone))?;
+            let param = Record::from_rdata(apex.clone(), zone.ns_ttl, RData::DNSSEC(DNSSECRData::NSEC3PARAM(param)));
+            Ok(DenialRecords { chain, param: Some(param) })
+        }
+    }
 }
 
 /// The CDS (the DS a parent should hold, SHA-256) and CDNSKEY records

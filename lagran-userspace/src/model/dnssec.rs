@@ -1,5 +1,6 @@
 //! A zone's DNSSEC policy: whether it is signed, with which algorithm, for
-//! how long each signature is valid and when it is renewed.
+//! how long each signature is valid and when it is renewed, and how missing
+//! names and types are proven (NSEC or NSEC3, with its parameters).
 
 use serde::{Deserialize, Serialize};
 
@@ -41,19 +42,76 @@ impl DnssecAlgorithm {
     }
 }
 
-/// How missing names and types are proven (RFC 4035 §3.1.3). Only NSEC: the
-/// names of a CDN zone are public (they are what clients ask for), so the
-/// zone walking NSEC3 hides against gains nothing, and a precomputed NSEC
-/// chain needs no hashing and no online key.
+/// How missing names and types are proven (RFC 4035 §3.1.3). NSEC by
+/// default: the names of a CDN zone are public (they are what clients ask
+/// for), so the zone walking NSEC3 hides against gains nothing, and an NSEC
+/// chain needs no hashing on the NS hosts. NSEC3 (RFC 5155) for operators
+/// whose policy or registry asks for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Denial {
     #[default]
     Nsec,
+    Nsec3,
+}
+
+impl Denial {
+    pub fn parse(s: &str) -> Option<Denial> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "nsec" => Some(Denial::Nsec),
+            "nsec3" => Some(Denial::Nsec3),
+            _ => None,
+        }
+    }
+}
+
+/// The most additional NSEC3 hash iterations a zone may ask for. RFC 9276
+/// §3.1: "the number of additional iterations ... SHOULD be 0"; §3.2 lets a
+/// validator treat any count above 0 as insecure, and validators do so above
+/// a limit of their own (Unbound: 150), which would silently unsign the
+/// zone's denials. 50 stays well below those limits.
+pub const MAX_NSEC3_ITERATIONS: u16 = 50;
+
+/// The longest NSEC3 salt: its length is one octet on the wire (RFC 5155
+/// §3.2).
+pub const MAX_NSEC3_SALT_OCTETS: usize = 255;
+
+/// An NSEC3 salt, hex in JSON (`""` for none, as RFC 9276 §3.1 advises:
+/// "Operators SHOULD NOT use a salt").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Nsec3Salt(pub Vec<u8>);
+
+impl Nsec3Salt {
+    /// The salt from hex digits (`""` or `"-"`: no salt), at most
+    /// [`MAX_NSEC3_SALT_OCTETS`] octets.
+    pub fn parse(hex_digits: &str) -> Result<Nsec3Salt, String> {
+        let digits = hex_digits.trim();
+        if digits.is_empty() || digits == "-" {
+            return Ok(Nsec3Salt::default());
+        }
+        let salt = hex::decode(digits).map_err(|e| format!("{hex_digits:?} is not hex: {e}"))?;
+        if salt.len() > MAX_NSEC3_SALT_OCTETS {
+            return Err(format!("{} octets, more than the {MAX_NSEC3_SALT_OCTETS} an NSEC3 salt can hold", salt.len()));
+        }
+        Ok(Nsec3Salt(salt))
+    }
+}
+
+impl Serialize for Nsec3Salt {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Nsec3Salt {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let digits = String::deserialize(d)?;
+        Nsec3Salt::parse(&digits).map_err(serde::de::Error::custom)
+    }
 }
 
 /// A signed zone's policy (`None` on [`super::Zone`]: the zone is unsigned).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ZoneDnssec {
     #[serde(default)]
     pub algorithm: DnssecAlgorithm,
@@ -65,6 +123,12 @@ pub struct ZoneDnssec {
     pub refresh_secs: u32,
     #[serde(default)]
     pub denial: Denial,
+    /// Additional NSEC3 hash iterations (with [`Denial::Nsec3`]).
+    #[serde(default)]
+    pub nsec3_iterations: u16,
+    /// The NSEC3 salt (with [`Denial::Nsec3`]).
+    #[serde(default)]
+    pub nsec3_salt: Nsec3Salt,
     /// A ZSK is rolled (pre-publication) this long after it started
     /// signing; 0: never by itself.
     #[serde(default = "default_zsk_lifetime")]
@@ -127,6 +191,8 @@ impl Default for ZoneDnssec {
             validity_secs: DEFAULT_VALIDITY_SECS,
             refresh_secs: DEFAULT_REFRESH_SECS,
             denial: Denial::Nsec,
+            nsec3_iterations: 0,
+            nsec3_salt: Nsec3Salt::default(),
             zsk_lifetime_secs: DEFAULT_ZSK_LIFETIME_SECS,
             ksk_lifetime_secs: DEFAULT_KSK_LIFETIME_SECS,
             ds_wait_secs: DEFAULT_DS_WAIT_SECS,
@@ -137,8 +203,16 @@ impl Default for ZoneDnssec {
 
 impl ZoneDnssec {
     /// Why this policy cannot be used, if it cannot: a signature must be
-    /// renewed before it expires, with at least an hour between the two.
+    /// renewed before it expires, with at least an hour between the two, and
+    /// NSEC3 iterate at most [`MAX_NSEC3_ITERATIONS`] times.
     pub fn check(&self) -> Result<(), String> {
+        if self.nsec3_iterations > MAX_NSEC3_ITERATIONS {
+            return Err(format!(
+                "nsec3_iterations {} is above {MAX_NSEC3_ITERATIONS}: validators would treat the denials as insecure \
+                 (RFC 9276 advises 0)",
+                self.nsec3_iterations
+            ));
+        }
         if self.validity_secs < 2 * 3600 {
             return Err(format!("validity_secs {} is below two hours", self.validity_secs));
         }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 pub use dnssec::{
     DEFAULT_DELETE_WAIT_SECS, DEFAULT_REFRESH_SECS, DEFAULT_VALIDITY_SECS, Denial, DnssecAlgorithm, KeyRole, KeyState,
-    ZoneDnssec,
+    MAX_NSEC3_ITERATIONS, Nsec3Salt, ZoneDnssec,
 };
 pub use geo_override::GeoOverride;
 pub use line::{Line, LineAnswer};

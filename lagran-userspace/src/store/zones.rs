@@ -204,7 +204,7 @@ impl Store {
         .bind(i64::from(zone.soa_expire))
         .bind(i64::from(zone.soa_minimum))
         .bind(i64::from(zone.ns_ttl))
-        .bind(zone.dnssec.map(|d| serde_json::to_string(&d).unwrap_or_default()))
+        .bind(zone.dnssec.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default()))
         .execute(&mut *tx)
         .await
         .ctx(|| format!("writing zone {name:?}"))?;

@@ -9,11 +9,10 @@ use std::net::Ipv4Addr;
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
-use lagran::dnssec::TableSigner;
+use lagran::dnssec::{KeySnapshot, TableSigner};
 use lagran::model::ZoneDnssec;
 use lagran::xdp::SyncStep;
 
-use super::signed::keys_of;
 use super::*;
 
 /// What the program did with a DO query for `edge.lagran.net`: its A
@@ -38,8 +37,9 @@ fn after_the_node_went_down() -> RouteTable {
     zone.zone.dnssec = Some(ZoneDnssec::default());
     std::sync::Arc::make_mut(&mut zone.names[0].answers)[1] = answer(10, &["192.0.2.21"]);
     let t = RouteTable::new(9, now_ms(), t.zones);
-    let signatures =
-        TableSigner::new().sign(&t, &keys_of(&t.zones[0].zone.name), COOKIE_NOW).expect("signing the table");
+    let signatures = TableSigner::new()
+        .sign(&t, &KeySnapshot::single(&t.zones[0].zone.name, ZoneDnssec::default()).expect("test keys"), COOKIE_NOW)
+        .expect("signing the table");
     t.with_signatures(signatures)
 }
 

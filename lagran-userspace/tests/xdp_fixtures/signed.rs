@@ -5,10 +5,8 @@
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
-use std::sync::Arc;
 
-use lagran::dnssec::keeper::{ChildKeys, ZoneKeySet};
-use lagran::dnssec::{KeyRole, KeySnapshot, TableSigner, ZoneKey};
+use lagran::dnssec::{KeySnapshot, TableSigner};
 use lagran::model::ZoneDnssec;
 
 use super::*;
@@ -32,24 +30,9 @@ pub(super) fn signed_table_at(now: u32) -> RouteTable {
         v6: PrefixMapV6::uniform(0),
     });
     let t = RouteTable::new(8, now_ms(), t.zones);
-    let keys = keys_of(&t.zones[0].zone.name);
+    let keys = KeySnapshot::single(&t.zones[0].zone.name, ZoneDnssec::default()).expect("the test keys");
     let signatures = TableSigner::new().sign(&t, &keys, now).expect("signing the fixture table");
     t.with_signatures(signatures)
-}
-
-/// One KSK and one ZSK for `zone`, made for the test.
-pub(super) fn keys_of(zone: &str) -> KeySnapshot {
-    let policy = ZoneDnssec::default();
-    let key = |role| Arc::new(ZoneKey::generate(role, policy.algorithm).expect("a test key"));
-    let (ksk, zsk) = (key(KeyRole::Ksk), key(KeyRole::Zsk));
-    let set = ZoneKeySet {
-        policy,
-        served: vec![ksk.clone(), zsk.clone()],
-        zsk,
-        ksks: vec![ksk.clone()],
-        child: ChildKeys::Keys(vec![ksk]),
-    };
-    KeySnapshot { zones: [(zone.to_string(), set)].into(), ..KeySnapshot::default() }
 }
 
 pub(super) fn signed_table() -> RouteTable {

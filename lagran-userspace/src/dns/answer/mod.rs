@@ -10,15 +10,16 @@
 //!   `context`: what a query is answered against ([`AnswerContext`]);
 //! - `parse`: reading the query (header, question, OPT record);
 //! - `draft`: the response under construction;
-//! - `zone_records` (SOA, NS, glue, negative answers), `signed` (DNSSEC
-//!   records for a query with DO set) and `resolve` (deciding the response
-//!   from the route table);
+//! - `zone_records` (SOA, NS, glue, negative answers), `nsec3_proof` and
+//!   `signed` (DNSSEC records for a query with DO set) and `resolve`
+//!   (deciding the response from the route table);
 //! - `encode`: writing the response, truncated or padded as needed;
 //! - this module: [`answer()`], which drives them.
 
 mod context;
 mod draft;
 mod encode;
+mod nsec3_proof;
 mod parse;
 mod reply;
 mod resolve;

@@ -14,7 +14,7 @@ use super::reply::{ClientInfo, Outcome};
 use super::signed::key_answer;
 use super::wire::{
     CLASS_IN, RCODE_NOERROR, RCODE_REFUSED, RCODE_SERVFAIL, TYPE_A, TYPE_AAAA, TYPE_ANY, TYPE_AXFR, TYPE_CDNSKEY,
-    TYPE_CDS, TYPE_CNAME, TYPE_DNSKEY, TYPE_IXFR, TYPE_NS, TYPE_SOA, TYPE_TXT,
+    TYPE_CDS, TYPE_CNAME, TYPE_DNSKEY, TYPE_IXFR, TYPE_NS, TYPE_NSEC3PARAM, TYPE_SOA, TYPE_TXT,
 };
 use super::zone_records::{
     fqdn, glue_answer, is_empty_non_terminal, negative, negative_ttl, nodata, ns_answer, nxdomain, soa_answer,
@@ -80,7 +80,7 @@ pub(super) fn resolve<'q>(
                 match question.qtype {
                     TYPE_SOA => soa_answer(r, question, zone),
                     TYPE_NS => ns_answer(r, question, zone),
-                    TYPE_DNSKEY | TYPE_CDS | TYPE_CDNSKEY => key_answer(r, table, question, zone),
+                    TYPE_DNSKEY | TYPE_CDS | TYPE_CDNSKEY | TYPE_NSEC3PARAM => key_answer(r, table, question, zone),
                     _ => nodata(r, question, zone),
                 }
             } else if is_empty_non_terminal(table, zone, &client.name) {
@@ -116,7 +116,7 @@ fn scheduled_name<'q>(
         }
         TYPE_SOA if apex => soa_answer(r, question, zone),
         TYPE_NS if apex => ns_answer(r, question, zone),
-        TYPE_DNSKEY | TYPE_CDS | TYPE_CDNSKEY if apex => key_answer(r, ctx.table, question, zone),
+        TYPE_DNSKEY | TYPE_CDS | TYPE_CDNSKEY | TYPE_NSEC3PARAM if apex => key_answer(r, ctx.table, question, zone),
         // RFC 1034 §4.3.2 step 3a: "If the data at the node is a CNAME, and
         // QTYPE doesn't match CNAME, copy the CNAME RR into the answer section"
         // — whatever the QTYPE, so a name in CNAME mode answers its CNAME

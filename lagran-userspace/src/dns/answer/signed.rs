@@ -1,7 +1,8 @@
 //! Answers for a signed zone to a query with the DO bit (RFC 3225, RFC 4035
-//! §3.1): every RRset with its RRSIGs, negative answers with the NSEC
-//! records that prove them, and the key RRsets at the apex (DNSKEY, and the
-//! CDS and CDNSKEY a parent scans for, RFC 7344). Everything
+//! §3.1): every RRset with its RRSIGs, negative answers with the NSEC or
+//! NSEC3 records that prove them ([`super::nsec3_proof`]), and the DNSSEC
+//! RRsets of the apex (DNSKEY, the CDS and CDNSKEY a parent scans for,
+//! RFC 7344, and NSEC3PARAM). Everything
 //! comes precomputed from the route table ([`crate::zone_signatures`]); a
 //! record the table has no signature for goes out unsigned (a validator
 //! then finds it bogus rather than this server inventing a signature).
@@ -11,19 +12,20 @@
 use hickory_proto::rr::{Name, Record, RecordType};
 
 use super::draft::Draft;
+use super::nsec3_proof;
 use super::parse::Question;
 use super::wire::{RCODE_NOERROR, RCODE_NXDOMAIN};
-use super::zone_records::nodata;
+use super::zone_records::{fqdn, nodata};
 use crate::model::Zone;
 use crate::route_table::RouteTable;
 use crate::zone_signatures::{ZoneSignatures, rrset_key};
 
-/// The DNSKEY, CDS or CDNSKEY RRset of a signed zone's apex (the question's
-/// type); NODATA for an unsigned zone.
+/// The DNSKEY, CDS, CDNSKEY or NSEC3PARAM RRset of a signed zone's apex (the
+/// question's type); NODATA for an unsigned zone or one without it.
 pub(super) fn key_answer<'q>(mut r: Draft<'q>, table: &RouteTable, question: &'q Question, zone: &Zone) -> Draft<'q> {
     let Some(signatures) = table.signatures.get(&zone.name) else { return nodata(r, question, zone) };
     let rtype = RecordType::from(question.qtype);
-    let keys: Vec<&Record> = signatures.apex_keys().filter(|k| k.record_type() == rtype).collect();
+    let keys: Vec<&Record> = signatures.apex_records().filter(|k| k.record_type() == rtype).collect();
     if keys.is_empty() {
         return nodata(r, question, zone);
     }
@@ -44,11 +46,14 @@ pub(super) fn add_dnssec<'q>(mut r: Draft<'q>, table: &RouteTable, question: &Qu
         let last = r.answer.iter().rev().find_map(|a| a.data().as_cname().map(|c| c.0.clone()));
         let name = last.unwrap_or_else(|| question.name.clone()).to_lowercase();
         let key = name.to_ascii();
-        if let Some((_, signatures)) = table.signed_zone_of(key.trim_end_matches('.')) {
-            let proof = if r.rcode == RCODE_NXDOMAIN {
-                nxdomain_proof(signatures, &name)
-            } else {
-                nodata_proof(signatures, &name, RecordType::from(question.qtype))
+        if let Some((zone, signatures)) = table.signed_zone_of(key.trim_end_matches('.')) {
+            let qtype = RecordType::from(question.qtype);
+            let nxdomain = r.rcode == RCODE_NXDOMAIN;
+            let proof = match (signatures.nsec3(), fqdn(&zone.name)) {
+                (Some(chain), Some(apex)) if nxdomain => nsec3_proof::nxdomain_proof(chain, &apex, &name),
+                (Some(chain), _) => nsec3_proof::nodata_proof(chain, &name, qtype),
+                (None, _) if nxdomain => nxdomain_proof(signatures, &name),
+                (None, _) => nodata_proof(signatures, &name, qtype),
             };
             r.authority.extend(proof);
         }

@@ -11,6 +11,7 @@ pub const TYPE_AAAA: u16 = 28;
 pub const TYPE_DNSKEY: u16 = 48;
 pub const TYPE_CDS: u16 = 59;
 pub const TYPE_CDNSKEY: u16 = 60;
+pub const TYPE_NSEC3PARAM: u16 = 51;
 pub const TYPE_OPT: u16 = 41;
 pub const TYPE_IXFR: u16 = 251;
 pub const TYPE_AXFR: u16 = 252;
