@@ -71,6 +71,12 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<crate::model::InvalidZone> for ApiError {
+    fn from(e: crate::model::InvalidZone) -> Self {
+        ApiError::bad_field(e.field, e.reason)
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {

@@ -9,6 +9,7 @@ mod dnssec;
 mod geo_override;
 mod line;
 mod rule;
+mod zone_spec;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -21,6 +22,7 @@ pub use dnssec::{
 pub use geo_override::GeoOverride;
 pub use line::{Line, LineAnswer};
 pub use rule::{Rule, RuleKind};
+pub use zone_spec::{InvalidZone, ZoneSpec, normalise_name};
 
 pub use crate::steering::Steering;
 pub use crate::steering::strategy::Strategy;
