@@ -8,6 +8,7 @@
 //! module check it against the README, the deserializer, the environment and
 //! the command line.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -20,6 +21,7 @@ pub use crate::dns::settings::{DnsSettings, TlsSettings};
 pub use crate::dnstap::DnstapSettings;
 pub use crate::geo::settings::{DEFAULT_GEOIP_PATH, GeoSettings};
 pub use crate::health::HealthSettings;
+use crate::model::{Zone, ZoneSpec};
 pub use crate::redirect::settings::HttpRedirectSettings;
 pub use crate::scheduler::settings::ScheduleSettings;
 use crate::settings::{InvalidSetting, no_repeated_address, one_or_many};
@@ -88,6 +90,9 @@ pub struct Config {
     pub acme: crate::acme::AcmeSettings,
     /// `[cluster]`: NS-host report retention.
     pub cluster: crate::ns_reports::ClusterSettings,
+    /// `[zones."name"]`: zones a control process declares when it starts,
+    /// each as `PUT /api/v1/zones/{name}` with the same fields would.
+    pub zones: BTreeMap<String, ZoneSpec>,
 }
 
 impl Default for Config {
@@ -119,6 +124,7 @@ impl Default for Config {
             steering: Default::default(),
             acme: Default::default(),
             cluster: Default::default(),
+            zones: BTreeMap::new(),
         }
     }
 }
@@ -131,6 +137,16 @@ impl Config {
         let keeper =
             crate::dnssec::KeyKeeper::new(store, self.dnssec_key_file.clone(), import, self.dnssec_delete_wait_secs);
         crate::dnssec::Signing::new(keeper)
+    }
+
+    /// The zones of `[zones."name"]`, checked as the API checks a zone.
+    pub fn declared_zones(&self) -> Result<Vec<Zone>, InvalidSetting> {
+        self.zones
+            .iter()
+            .map(|(name, spec)| {
+                spec.clone().into_zone(name).map_err(|e| InvalidSetting::new("zones", format!("zone {name:?}: {e}")))
+            })
+            .collect()
     }
 
     /// Reads `path` (if given), then applies the environment.
@@ -280,6 +296,7 @@ impl Config {
         self.rrl.validate()?;
         self.acme.validate()?;
         self.cluster.validate()?;
+        self.declared_zones()?;
         Ok(())
     }
 }

@@ -18,7 +18,7 @@ use crate::health::HealthMonitor;
 use crate::metrics::Metrics;
 use crate::route_table::empty_shared;
 use crate::scheduler::{Scheduler, SchedulerError};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, redact_url};
 use crate::supervisor::Supervisor;
 
 /// Flags of `lagran serve` beyond the configuration file.
@@ -39,6 +39,8 @@ pub enum DaemonError {
     Store { url: String, source: StoreError },
     #[error("installing the demo data: {0}")]
     Demo(StoreError),
+    #[error("the zones of the configuration: {0}")]
+    DeclaredZones(#[from] crate::declared_zones::DeclaredZoneError),
     #[error("the first route computation failed: {0}")]
     FirstRecompute(SchedulerError),
     #[error("binding the DNS listener on {addr} (UDP and TCP): {source}")]
@@ -70,7 +72,7 @@ pub enum DaemonError {
 /// How often `[cookies] secret_file` is checked for a new secret.
 const COOKIE_SECRET_POLL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Response rate limiting and server cookies of the responder (issue: hostile traffic).
+/// Response rate limiting and server cookies of the responder.
 struct Guards {
     rrl: Option<Arc<crate::dns::rrl::RateLimiter>>,
     cookies: Arc<crate::dns::cookie::CookieJar>,
@@ -215,8 +217,8 @@ impl ControlPlane {
 async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) -> Result<ControlPlane, DaemonError> {
     let store = Store::connect(&config.database_url)
         .await
-        .map_err(|source| DaemonError::Store { url: redact(&config.database_url), source })?;
-    tracing::info!(database = %redact(&config.database_url), backend = store.backend().as_str(), "store ready");
+        .map_err(|source| DaemonError::Store { url: redact_url(&config.database_url), source })?;
+    tracing::info!(database = %redact_url(&config.database_url), backend = store.backend().as_str(), "store ready");
     let sqlite_lock = match crate::store::sqlite_file(&config.database_url) {
         Some(path) => Some(crate::cluster::lock_sqlite(&path)?),
         None => None,
@@ -225,11 +227,12 @@ async fn start_control(config: &Config, opts: &ServeOptions, clusterable: bool) 
     if opts.demo {
         crate::demo::install(&store).await.map_err(DaemonError::Demo)?;
     }
+    crate::declared_zones::install(config, &store).await?;
     let mut sources = crate::geo::Sources::of_settings(&config.geo);
     sources.asn_carriers_api = store
         .asn_carrier_map()
         .await
-        .map_err(|source| DaemonError::Store { url: redact(&config.database_url), source })?;
+        .map_err(|source| DaemonError::Store { url: redact_url(&config.database_url), source })?;
     let geo = GeoDb::load_sources(&sources);
     if geo.v4().is_none() && geo.v6().is_none() {
         tracing::warn!(
@@ -727,20 +730,6 @@ fn flatten(what: &'static str, r: Result<std::io::Result<()>, tokio::task::JoinE
     }
 }
 
-/// A database URL with any password replaced, for logs.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.find('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -789,11 +778,5 @@ mod tests {
         assert_eq!(body["panicked_tasks"][0]["message"], "the follower broke");
         shutdown.cancel();
         task.await.unwrap();
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(super::redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
-        assert_eq!(super::redact("sqlite://./x.db"), "sqlite://./x.db");
     }
 }

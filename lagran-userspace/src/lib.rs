@@ -31,6 +31,7 @@ pub mod console;
 pub mod control_tls;
 pub mod control_url;
 pub mod daemon;
+pub mod declared_zones;
 pub mod demo;
 pub mod dns;
 pub mod dnssec;

@@ -251,3 +251,34 @@ fn flip_signatures(path: &str) -> usize {
     }
     entries.len()
 }
+
+/// The demo zone declared signed in the configuration file, with NSEC3: the
+/// control process writes it at start, and Unbound validates its answers.
+#[test]
+fn a_zone_declared_signed_in_the_configuration_file_is_served_signed() {
+    if !have_tool("dig", "dnssec") || !have_tool("unbound", "dnssec") {
+        return;
+    }
+    let config = format!(
+        "[zones.\"{ZONE}\"]\n\
+         ns_hosts = [{{ name = \"ns1.{ZONE}\", ipv4 = \"198.51.100.53\" }}]\n\
+         dnssec = true\n\
+         dnssec_denial = \"nsec3\"\n"
+    );
+    let d = Daemon::start(Options { config: Some(config), ..Options::default() });
+    let (s, v) = d.http("GET", &format!("/api/v1/zones/{ZONE}"), None, &[]);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["dnssec"]["denial"], "nsec3", "the zone as the file declares it: {v}");
+    assert_eq!(v["ns_hosts"].as_array().map(Vec::len), Some(1), "the file's NS set replaced the demo's: {v}");
+    let anchor = ksk(&d);
+    let dir = tempfile::tempdir().expect("unbound dir");
+    let unbound = Unbound::start(dir.path(), ZONE, d.dns, Anchor::Static(&anchor));
+    let r = unbound.dig(&[ZONE, "A", SHENZHEN]);
+    assert_validated(&r, "NOERROR", "A from the declared zone");
+    assert_eq!(r.answers("A"), vec!["203.0.113.21"], "{}", r.text);
+    let r = unbound.dig(&[&format!("nosuch.{ZONE}"), "A", SHENZHEN]);
+    assert_validated(&r, "NXDOMAIN", "NXDOMAIN proven by NSEC3");
+    let direct = d.dig(&[&format!("nosuch.{ZONE}"), "A", "+dnssec"]);
+    assert!(direct.authority.iter().any(|r| r.rtype == "NSEC3"), "the proof is NSEC3: {}", direct.text);
+    drop(unbound);
+}

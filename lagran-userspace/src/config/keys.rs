@@ -70,6 +70,15 @@ pub const TOP_LEVEL_KEYS: &[Key] = &[
          served unsigned",
     )
     .env("DNSSEC_DELETE_WAIT_SECS"),
+    Key::toml(
+        "zones",
+        KeyDefault::Toml("{}"),
+        "{ \"cdn.example.net\" = { ns_hosts = [{ name = \"ns1.cdn.example.net\", ipv4 = \"192.0.2.53\" }], \
+         dnssec = true } }",
+        "zones declared at each control start, one `[zones.\"name\"]` table each with the fields of `PUT \
+         /api/v1/zones/{name}` (SOA, `ns_hosts`, `dnssec`, `dnssec_*`); the file wins over API changes to them at \
+         the next start",
+    ),
 ];
 
 /// Options of the command line that have no TOML key.
