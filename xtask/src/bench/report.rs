@@ -505,6 +505,15 @@ fn signed_rows(m: &Measured, x: Option<&Best>, rows: &mut Vec<Row>) {
             Some(ratio >= target),
         ));
     }
+    let live = |g: &str| m.live.get(g).map(|(ns, _)| *ns);
+    if let (Some(signed), Some(unsigned)) = (live(super::signed::GUN_DO), live("gun")) {
+        rows.push(row(
+            "XDP per packet under load, signed (DO) | unsigned [gun] (bpf_stats at each best rate)",
+            format!("{signed:.1} ns | {unsigned:.1} ns ({:.2}×)", signed / unsigned.max(1.0)),
+            "-",
+            None,
+        ));
+    }
     if let Some(k) = m.qps.get(&(Server::KnotXdp, super::signed::GUN_DO.to_string())) {
         rows.push(row("QPS knotd XDP, the zone pre-signed (ECDSA P-256), DO set [gun]", k.describe(), "-", None));
         rows.push(row(

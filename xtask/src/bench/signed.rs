@@ -50,6 +50,13 @@ impl Bench {
             self.load_run(t, Server::LagranXdp, GUN_DO, rate)
         })?;
         eprintln!("==> lagran XDP, signed (DO) / gun: {}", best.describe());
+        if best.qps > 0.0 {
+            eprintln!("==> lagran XDP, signed (DO) / gun: the program's own cost per packet (bpf_stats)");
+            match self.live_cost(t, GUN_DO, best.qps as u64)? {
+                Some(cost) => _ = m.live.insert(GUN_DO.to_string(), cost),
+                None => m.notes.push("XDP per packet under load, signed: no bpf_stats accounting".into()),
+            }
+        }
         m.qps.insert((Server::LagranXdp, GUN_DO.to_string()), best);
         Ok(())
     }
