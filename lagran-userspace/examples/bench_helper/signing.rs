@@ -10,13 +10,11 @@
 //!   by the same signer, which keeps every signature whose RRset did not
 //!   change (what the leader does at each recompute).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
 use lagran::config::ScheduleSettings;
-use lagran::dnssec::keeper::{ChildKeys, ZoneKeySet};
-use lagran::dnssec::{KeyRole, KeySnapshot, TableSigner, ZoneKey};
+use lagran::dnssec::{KeySnapshot, TableSigner};
 use lagran::model::{DEFAULT_POOL, DnssecAlgorithm, NodeStatus, Zone, ZoneDnssec};
 use lagran::route_table::RouteTable;
 use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
@@ -36,17 +34,7 @@ pub struct Args {
 
 /// One KSK and one ZSK of `algorithm` for `zone`, made for the run.
 fn keys(zone: &str, algorithm: DnssecAlgorithm) -> anyhow::Result<KeySnapshot> {
-    let key = |role| ZoneKey::generate(role, algorithm).map(Arc::new);
-    let (ksk, zsk) = (key(KeyRole::Ksk)?, key(KeyRole::Zsk)?);
-    let policy = ZoneDnssec { algorithm, ..ZoneDnssec::default() };
-    let set = ZoneKeySet {
-        policy,
-        served: vec![ksk.clone(), zsk.clone()],
-        zsk,
-        ksks: vec![ksk.clone()],
-        child: ChildKeys::Keys(vec![ksk]),
-    };
-    Ok(KeySnapshot { zones: [(zone.to_string(), set)].into(), ..KeySnapshot::default() })
+    Ok(KeySnapshot::single(zone, ZoneDnssec { algorithm, ..ZoneDnssec::default() })?)
 }
 
 /// The RRSIG records a signed table carries.
