@@ -306,7 +306,7 @@ fn whole_lines_within(bytes: &[u8], room: u64) -> usize {
     bytes[..limit].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
 }
 
-/// Appends a time as RFC 3339 in UTC with milliseconds (`2026-12-04T23:45:07.042Z`).
+/// Appends a time as RFC 3339 in UTC with milliseconds (`YYYY-MM-DDThh:mm:ss.sssZ`).
 fn write_rfc3339(out: &mut Vec<u8>, time: SystemTime) {
     let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let (days, secs) = ((since.as_secs() / 86_400) as i64, since.as_secs() % 86_400);

@@ -20,16 +20,12 @@ use lagran::route_table::RouteTable;
 use lagran::scheduler::{BuildState, Change, Inputs, build_route_table};
 
 use crate::result;
-use crate::tables::{bench_domains, bench_fleet, now_ms};
+use crate::tables::{FleetSize, bench_domains, bench_fleet, now_ms};
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long, default_value_t = 1_000)]
-    nodes: usize,
-    #[arg(long, default_value_t = 5_000)]
-    partitions: usize,
-    #[arg(long, default_value_t = 10)]
-    names: usize,
+    #[command(flatten)]
+    size: FleetSize,
 }
 
 /// One KSK and one ZSK of `algorithm` for `zone`, made for the run.
@@ -43,7 +39,7 @@ fn signatures_in(table: &RouteTable) -> usize {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let (nodes, partitions) = bench_fleet(a.partitions, a.nodes, 39)?;
+    let (nodes, partitions) = bench_fleet(a.size.partitions, a.size.nodes, 39)?;
     let schedule = ScheduleSettings::default();
     let policy = schedule.policy();
     let now = now_ms();
@@ -51,7 +47,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for (label, algorithm) in [("ecdsa", DnssecAlgorithm::Ecdsap256sha256), ("ed25519", DnssecAlgorithm::Ed25519)] {
         let mut zone = Zone::new("bench.lagran.net");
         zone.dnssec = Some(ZoneDnssec { algorithm, ..ZoneDnssec::default() });
-        let domains = bench_domains(&zone, a.names, |_| DEFAULT_POOL.to_string());
+        let domains = bench_domains(&zone, a.size.names, |_| DEFAULT_POOL.to_string());
         let mut inputs =
             Inputs { nodes: nodes.clone(), zones: vec![zone.clone()], domains, now_ms: now, ..Inputs::default() };
         let mut state = BuildState::default();

@@ -37,16 +37,12 @@ use lagran::steering::subnet::client_subnet;
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 
 use crate::result;
-use crate::tables::{bench_domains, bench_fleet, now_ms, stats};
+use crate::tables::{FleetSize, bench_domains, bench_fleet, now_ms, stats};
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long, default_value_t = 1_000)]
-    nodes: usize,
-    #[arg(long, default_value_t = 5_000)]
-    partitions: usize,
-    #[arg(long, default_value_t = 10)]
-    names: usize,
+    #[command(flatten)]
+    size: FleetSize,
     /// Nodes measured per partition.
     #[arg(long, default_value_t = 10)]
     measured: usize,
@@ -75,7 +71,7 @@ struct World {
 
 impl World {
     fn build(a: &Args) -> anyhow::Result<World> {
-        let (nodes, partitions) = bench_fleet(a.partitions, a.nodes, 35)?;
+        let (nodes, partitions) = bench_fleet(a.size.partitions, a.size.nodes, 35)?;
         let mut subnets = vec![None; partitions.locations().len()];
         for &(start, end, id) in partitions.v4_ranges() {
             let net = (start.saturating_add(255)) & !0xff;
@@ -229,7 +225,7 @@ fn recompute(a: &Args, world: &World, matrix: &mut Matrix, settings: SteeringSet
     let schedule = ScheduleSettings::default();
     let policy = schedule.policy();
     for steering in [Steering::Latency, Steering::Geo] {
-        let mut domains = bench_domains(&zone, a.names, |_| DEFAULT_POOL.to_string());
+        let mut domains = bench_domains(&zone, a.size.names, |_| DEFAULT_POOL.to_string());
         for d in &mut domains {
             d.steering = steering;
         }
@@ -283,7 +279,7 @@ fn recompute(a: &Args, world: &World, matrix: &mut Matrix, settings: SteeringSet
         }
         eprintln!(
             "steering: {} names by {}: view {views:?} ms, build {builds:?} ms; {steered} of {located} partitions by latency",
-            a.names,
+            a.size.names,
             steering.as_str()
         );
     }

@@ -23,6 +23,17 @@ mod kernel;
 use crate::cost;
 use crate::result;
 
+/// The recompute benchmark's size: nodes, partitions, scheduled names.
+#[derive(Clone, Copy, clap::Args)]
+pub struct FleetSize {
+    #[arg(long, default_value_t = 1_000)]
+    pub nodes: usize,
+    #[arg(long, default_value_t = 5_000)]
+    pub partitions: usize,
+    #[arg(long, default_value_t = 10)]
+    pub names: usize,
+}
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The real ip2region file.
@@ -51,13 +62,9 @@ pub struct Args {
     /// Skip the recompute benchmark.
     #[arg(long)]
     no_recompute: bool,
-    /// Recompute benchmark size: nodes, partitions, names.
-    #[arg(long, default_value_t = 1_000)]
-    nodes: usize,
-    #[arg(long, default_value_t = 5_000)]
-    partitions: usize,
-    #[arg(long, default_value_t = 10)]
-    names: usize,
+    /// Recompute benchmark size.
+    #[command(flatten)]
+    size: FleetSize,
     /// Timed builds per recompute configuration (the median is reported).
     #[arg(long, default_value_t = 1)]
     builds: usize,
@@ -321,7 +328,7 @@ pub(crate) fn synthetic_partitions(parts_n: usize) -> anyhow::Result<(Vec<Tuple>
 }
 
 fn recompute(a: &Args) -> anyhow::Result<()> {
-    let (parts_n, nodes_n, names_n) = (a.partitions, a.nodes, a.names);
+    let (parts_n, nodes_n, names_n) = (a.size.partitions, a.size.nodes, a.size.names);
     let mut rng = StdRng::seed_from_u64(5000);
     let (tuples, partitions) = synthetic_partitions(parts_n)?;
     result("recompute_partitions", partitions.locations().len());
@@ -469,7 +476,7 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
             })
             .collect();
         let zone = Zone::new("bench.lagran.net");
-        let domains = bench_domains(&zone, a.names, |_| DEFAULT_POOL.to_string());
+        let domains = bench_domains(&zone, a.size.names, |_| DEFAULT_POOL.to_string());
         let mut inputs = Inputs { nodes, zones: vec![zone], domains, now_ms: now_ms(), ..Inputs::default() };
         let mut state = BuildState::default();
         let mut full = Vec::new();
@@ -532,7 +539,7 @@ fn recompute_real(a: &Args) -> anyhow::Result<()> {
         eprintln!(
             "tables: {label}: {nodes_n} nodes × {} partitions × {} names: full {full:?} ms, one node down {downs:?} ms",
             locations.len(),
-            a.names
+            a.size.names
         );
     }
     Ok(())
