@@ -96,11 +96,27 @@ impl PinDir {
     /// A directory of its own per test (`tag`): the tests of one binary run
     /// side by side under one process id, and each removes its directory.
     fn create(tag: &str) -> PinDir {
+        host_bpffs();
         let dir = PathBuf::from(format!("/sys/fs/bpf/lagran-ops-e2e-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a directory on /sys/fs/bpf (root, bpffs mounted)");
         chown(&dir, Some(NOBODY), Some(NOBODY)).expect("chown nobody");
         PinDir(dir)
     }
+}
+
+/// Mounts the host's bpffs on /sys/fs/bpf when nothing is mounted there, as
+/// systemd does at boot (a fresh CI machine may not have it yet: the daemons of
+/// other tests mount it only when they pin there). It stays mounted: it is the
+/// system's own mount point, and tests running beside this one may pin on it.
+fn host_bpffs() {
+    let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
+    if mounts.lines().any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf")) {
+        return;
+    }
+    let status = Command::new("mount").args(["-t", "bpf", "bpf", "/sys/fs/bpf"]).status().expect("running mount");
+    // A test beside this one may have mounted it in the meantime.
+    let mounted = std::fs::read_to_string("/proc/mounts").is_ok_and(|m| m.contains(" /sys/fs/bpf bpf "));
+    assert!(status.success() || mounted, "mounting bpffs on /sys/fs/bpf (root needed)");
 }
 
 impl Drop for PinDir {
