@@ -360,8 +360,11 @@ impl DiskTier {
     }
 
     /// Removes every object `doomed` picks (by key and tags); returns their keys.
+    /// Fills under way that it picks are no longer found by new requests
+    /// (their files are not kept: their tickets predate the purge).
     pub fn remove_where(&self, mut doomed: impl FnMut(&str, &[String]) -> bool) -> Vec<String> {
         let mut index = self.lock();
+        index.fills.retain(|k, f| !doomed(k, &super::tags(&f.head.headers)));
         let keys: Vec<String> =
             index.entries.iter().filter(|(k, e)| doomed(k, &e.tags)).map(|(k, _)| k.clone()).collect();
         for k in &keys {

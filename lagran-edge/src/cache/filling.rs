@@ -7,7 +7,8 @@
 //! ([`super::disk::DiskTier::filling`]), from before the response head of the
 //! fetch reaches the request collapser until the file is in the index or
 //! gone, so every request for the object that misses in that time finds
-//! either the file or this.
+//! either the file or this (unless a purge picked it: its bytes predate the
+//! purge).
 //!
 //! The writer publishes its progress after each write ([`Publisher`]);
 //! readers send what is written and wait for more until [`Stage::Done`].

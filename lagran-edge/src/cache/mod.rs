@@ -644,5 +644,13 @@ mod tests {
         assert!(cache.filling("a/fail").is_none());
         cache.flush().await;
         assert!(cache.get("a/fail").await.is_none() && files(dir.path()).len() == 1);
+
+        let fill =
+            cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/purged", "", &[]), Some(6)).unwrap();
+        assert!(cache.filling("a/purged").is_some());
+        cache.purge(|k, _| k == "a/purged");
+        assert!(cache.filling("a/purged").is_none(), "a purge hides the fill under way from new requests");
+        let (_, mut closed) = tokio::sync::mpsc::channel(1);
+        tokio::task::spawn_blocking(move || fill.write(&mut closed)).await.unwrap();
     }
 }
