@@ -1,6 +1,6 @@
 //! Response bodies: one boxed type for everything the edge sends, a body that replays
-//! what was already read from the origin before the rest, a body cut off at a
-//! deadline, and a byte counter feeding the agent's bandwidth figure and, when the
+//! what was already read from the origin before the rest, a body fed by a task
+//! through a channel, a body cut off at a deadline, and a byte counter feeding the agent's bandwidth figure and, when the
 //! body is done, the request's access log line and metrics.
 
 use std::collections::VecDeque;
@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::sync::mpsc;
 
 use crate::Stats;
 
@@ -77,6 +78,23 @@ impl Body for Replay {
 
     fn is_end_stream(&self) -> bool {
         self.head.is_empty() && self.rest.is_end_stream()
+    }
+}
+
+/// The chunks a task sends through `rx`, until it closes its end; an error
+/// ends the body with it (hyper then cuts the response short).
+pub fn channel(rx: mpsc::Receiver<Result<Bytes, BoxError>>) -> EdgeBody {
+    Channel(rx).boxed()
+}
+
+struct Channel(mpsc::Receiver<Result<Bytes, BoxError>>);
+
+impl Body for Channel {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.get_mut().0.poll_recv(cx).map(|next| next.map(|r| r.map(Frame::data)))
     }
 }
 

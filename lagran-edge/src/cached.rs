@@ -17,11 +17,16 @@
 //!   storable, that fetch is abandoned and the range itself is asked from the
 //!   origin, so the client never receives more than it asked for.
 //! - Bodies over `cache_max_object_bytes` are never read whole: they stream to
-//!   the client as they arrive and, when the origin announced their length and
-//!   the disk tier has room, into the disk tier at once ([`crate::tee`]); later
+//!   the client as they arrive and, when the disk tier has room, into the disk
+//!   tier at once ([`crate::tee`]), with or without a `Content-Length`; later
 //!   requests, `Range` ones included, are served from the file. Requests that
-//!   waited for the fetch of such an object find nothing stored when its head
-//!   arrives and make a fetch each, streamed through without a second file.
+//!   miss the object while its file is written (those that waited for its
+//!   fetch among them) make no fetch of their own: they are answered from the
+//!   file as it grows ([`from_filling`]), marked `HIT` (the origin was not
+//!   asked for them), and cut short if that fetch fails. A `Range` or `HEAD`
+//!   request waits for the file to be complete and is answered from it. Without
+//!   a disk tier, or without room in it, each such request fetches the object
+//!   itself, streamed through.
 //! - A client's own `If-None-Match` / `If-Modified-Since` is answered `304` from a
 //!   stored object that matches. A client's `Cache-Control` is not obeyed: the
 //!   origin's says how long objects are good for, and one client's `no-cache`
@@ -39,7 +44,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use tracing::{debug, warn};
 
 use crate::body::{self, EdgeBody, Read};
-use crate::cache::{self, CachedObject, Payload, Ticket};
+use crate::cache::{self, CachedObject, Payload, Stage, Ticket};
 use crate::collapse::Turn;
 use crate::freshness::{self, Freshness, State};
 use crate::origin::{Forward, RequestHead};
@@ -103,7 +108,14 @@ async fn not_fresh(
         return reply::proxy(site, req, forward, CacheResult::Miss).await;
     }
     match edge.collapser.turn(&key) {
-        Turn::Lead(_leader) => fetch(edge, site, &asked, (stored, ticket), forward).await,
+        Turn::Lead(_leader) => {
+            // The fetch that wrote this file may have handed over its turn
+            // between this request's look in the cache and its own turn.
+            if let Some(answer) = from_filling(edge, &asked, &key).await {
+                return answer;
+            }
+            fetch(edge, site, &asked, (stored, ticket), forward).await
+        }
         Turn::Follow(follower) => {
             follower.wait().await;
             let key = edge.cache.key_from(cache::key(forward.host, &asked.uri), &asked.headers);
@@ -112,9 +124,52 @@ async fn not_fresh(
             {
                 return from_cache(&object, &asked, CacheResult::Hit, None);
             }
+            if let Some(answer) = from_filling(edge, &asked, &key).await {
+                return answer;
+            }
             fetch(edge, site, &asked, (stored, ticket), forward).await
         }
     }
+}
+
+/// The answer from the file of the object under `key` being written, when
+/// one is and has not failed: its stored head and its body as it is written
+/// (`HIT`: no origin request was made for it), or a `304` from the head when
+/// the client's validators match it. A `Range` or `HEAD` request is answered
+/// from the cache once the file is complete. `None` (the caller fetches) when
+/// no file is being written, the fill failed, or its file was not kept.
+async fn from_filling(edge: &Edge, asked: &Asked, key: &str) -> Option<Answer> {
+    let filling = edge.cache.filling(key)?;
+    if filling.progress().stage == Stage::Failed {
+        return None;
+    }
+    let now = SystemTime::now();
+    let head = &filling.head;
+    if asked.head_only || asked.headers.contains_key(header::RANGE) {
+        if filling.settled().await == Stage::Failed {
+            return None;
+        }
+        let object = edge.cache.get(key).await?;
+        return Some(from_cache(&object, asked, CacheResult::Hit, None));
+    }
+    if not_modified_for(head, &asked.headers) {
+        return Some(from_cache_at(head, asked, CacheResult::Hit, now));
+    }
+    let mut headers = match filling.len {
+        Some(len) => served_headers(&head.headers, len),
+        None => {
+            let mut headers = head.headers.clone();
+            headers.remove(header::CONTENT_LENGTH);
+            headers
+        }
+    };
+    if filling.len.is_some() {
+        headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    }
+    headers.insert(header::AGE, HeaderValue::from(head.age(now).as_secs()));
+    let mut resp = Response::new(crate::file_body::growing(filling));
+    *resp.headers_mut() = headers;
+    Some(with_outcome(resp, CacheResult::Hit, None))
 }
 
 /// Starts one background revalidation of the object under `key`, unless one
@@ -242,7 +297,8 @@ struct Exchange {
 }
 
 /// Reads a storable `200`, stores it and answers from it; a body past
-/// `cache_max_object_bytes` streams through instead.
+/// `cache_max_object_bytes` streams through instead, and into the disk tier
+/// when it has room.
 async fn fill(
     edge: &Edge,
     site: &Site,
@@ -266,8 +322,8 @@ async fn fill(
     };
     let max = edge.cache.max_object_bytes() as u64;
     if let Some(len) = content_length(&parts.headers).filter(|&len| len > max) {
-        let body = match edge.cache.begin_disk_fill(ticket, &asked.headers, &head(parts.headers.clone(), empty()), len)
-        {
+        let head = head(parts.headers.clone(), empty());
+        let body = match edge.cache.begin_disk_fill(ticket, &asked.headers, &head, Some(len)) {
             Some(fill) => crate::tee::tee(incoming, fill),
             None => incoming,
         };
@@ -285,7 +341,13 @@ async fn fill(
                 drop(rest);
                 return range_from_origin(site, asked, forward).await;
             }
-            with_outcome(Response::from_parts(parts, rest.boxed()), CacheResult::Miss, Some(took))
+            // No `Content-Length`: the file's reservation grows as it is written.
+            let body =
+                match edge.cache.begin_disk_fill(ticket, &asked.headers, &head(parts.headers.clone(), empty()), None) {
+                    Some(fill) => crate::tee::tee(rest.boxed(), fill),
+                    None => rest.boxed(),
+                };
+            with_outcome(Response::from_parts(parts, body), CacheResult::Miss, Some(took))
         }
         Err(e) => {
             warn!(host = forward.host, error = %crate::error_chain(&*e), "origin body failed");

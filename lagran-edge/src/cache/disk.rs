@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use super::CachedObject;
+use super::filling::Filling;
 use super::payload::{FileRange, Payload};
 use crate::freshness::Freshness;
 
@@ -125,6 +126,8 @@ struct Index {
     reserved: u64,
     /// Keys whose file is being written.
     filling: HashSet<String>,
+    /// Those of them readable while they are written.
+    fills: HashMap<String, Arc<Filling>>,
 }
 
 #[derive(Debug)]
@@ -226,15 +229,18 @@ impl DiskTier {
 
     /// Counts `key` in, evicting least recently used files beyond the budget.
     pub(super) fn admit(&self, key: &str, size: u64, tags: Vec<String>) -> bool {
+        self.admit_in(&mut self.lock(), key, size, tags)
+    }
+
+    fn admit_in(&self, index: &mut Index, key: &str, size: u64, tags: Vec<String>) -> bool {
         if size > self.max_bytes {
             return false;
         }
-        let mut index = self.lock();
         if let Some(old) = index.entries.remove(key) {
             index.lru.remove(&old.tick);
             index.bytes -= old.size;
         }
-        self.make_room(&mut index, size);
+        self.make_room(index, size);
         index.tick += 1;
         let tick = index.tick;
         index.lru.insert(tick, key.to_owned());
@@ -260,11 +266,49 @@ impl DiskTier {
         true
     }
 
-    /// Gives back what [`DiskTier::reserve`] took.
-    pub(super) fn release(&self, key: &str, size: u64) {
+    /// Reserves `size` bytes more for the file of `key` being written
+    /// (one whose length was not known), evicting others to make room; false
+    /// when they cannot fit.
+    pub(super) fn grow(&self, size: u64) -> bool {
         let mut index = self.lock();
-        index.reserved -= size;
+        self.make_room(&mut index, size);
+        if index.bytes + index.reserved + size > self.max_bytes {
+            return false;
+        }
+        index.reserved += size;
+        true
+    }
+
+    /// Makes the file of `key` being written readable by the requests that
+    /// miss it meanwhile ([`DiskTier::filling`]).
+    pub(super) fn register(&self, key: &str, filling: Arc<Filling>) {
+        self.lock().fills.insert(key.to_owned(), filling);
+    }
+
+    /// The file of `key` being written, if it is.
+    pub fn filling(&self, key: &str) -> Option<Arc<Filling>> {
+        self.lock().fills.get(key).cloned()
+    }
+
+    /// Gives back the `reserved` bytes [`DiskTier::reserve`] and
+    /// [`DiskTier::grow`] took for `key`.
+    pub(super) fn release(&self, key: &str, reserved: u64) {
+        let mut index = self.lock();
+        Self::release_in(&mut index, key, reserved);
+    }
+
+    fn release_in(index: &mut Index, key: &str, reserved: u64) {
+        index.reserved -= reserved;
         index.filling.remove(key);
+        index.fills.remove(key);
+    }
+
+    /// [`DiskTier::release`] and [`DiskTier::admit`] at once: a request
+    /// looking for `key` finds the fill under way or the file, never neither.
+    pub(super) fn settle(&self, key: &str, reserved: u64, size: u64, tags: Vec<String>) -> bool {
+        let mut index = self.lock();
+        Self::release_in(&mut index, key, reserved);
+        self.admit_in(&mut index, key, size, tags)
     }
 
     /// Queues the rename of `tmp` into the place of `key`'s file; `then` is
@@ -316,8 +360,11 @@ impl DiskTier {
     }
 
     /// Removes every object `doomed` picks (by key and tags); returns their keys.
+    /// Fills under way that it picks are no longer found by new requests
+    /// (their files are not kept: their tickets predate the purge).
     pub fn remove_where(&self, mut doomed: impl FnMut(&str, &[String]) -> bool) -> Vec<String> {
         let mut index = self.lock();
+        index.fills.retain(|k, f| !doomed(k, &super::tags(&f.head.headers)));
         let keys: Vec<String> =
             index.entries.iter().filter(|(k, e)| doomed(k, &e.tags)).map(|(k, _)| k.clone()).collect();
         for k in &keys {

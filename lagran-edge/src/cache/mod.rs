@@ -13,8 +13,10 @@
 //!
 //! Every object goes to both tiers when stored; an object found only on disk is
 //! read back into memory. Objects over `cache_max_object_bytes` live on disk
-//! only: written as they stream to their first client ([`fill`]) and served
-//! from their file ([`Payload::File`]).
+//! only: written as they stream to their first client ([`fill`]), readable
+//! while they are written by the requests that miss them meanwhile
+//! ([`Filling`], [`Cache::filling`]), and served from their file
+//! ([`Payload::File`]).
 //!
 //! Each object's tags are the origin's `Surrogate-Key` and `Cache-Tag` response
 //! headers (values separated by spaces or commas), kept with it in both tiers
@@ -28,6 +30,7 @@
 
 mod disk;
 mod fill;
+mod filling;
 mod memory;
 mod payload;
 
@@ -44,6 +47,7 @@ use hyper::header::{self, HeaderMap, HeaderName};
 use crate::freshness::{Freshness, State};
 use disk::DiskTier;
 pub use fill::{Chunk, DiskFill};
+pub use filling::{Filling, Progress, Reader, Stage};
 use memory::MemoryTier;
 pub use payload::{FileRange, Payload};
 
@@ -289,21 +293,28 @@ impl Cache {
     }
 
     /// A place in the disk tier for an object whose body of `body_len` bytes
-    /// will be streamed to its client and written at once (`head` is the object
-    /// without it); `None` without a disk tier, when it does not fit, or when
-    /// the same object is being written already.
+    /// (`None`: not known) will be streamed to its client and written at once
+    /// (`head` is the object without it); `None` without a disk tier, when it
+    /// does not fit, or when the same object is being written already. From
+    /// now until the fill ends, [`Cache::filling`] finds it.
     pub fn begin_disk_fill(
         &self,
         ticket: Ticket,
         request: &HeaderMap,
         head: &CachedObject,
-        body_len: u64,
+        body_len: Option<u64>,
     ) -> Option<DiskFill> {
         let disk = self.disk.as_ref()?;
         let key = self.key_of(request, head);
         let fill = DiskFill::begin(disk, key, head, body_len, (self.purges.clone(), ticket))?;
         self.arrived(head);
         Some(fill)
+    }
+
+    /// The object under `key` whose file is being written, if one is: for
+    /// misses only (it takes the disk tier's lock).
+    pub fn filling(&self, key: &str) -> Option<Arc<Filling>> {
+        self.disk.as_ref()?.filling(key)
     }
 
     pub fn remove(&self, key: &str) {
@@ -471,14 +482,15 @@ mod tests {
         assert_eq!(files, objects, "evicted files are deleted");
     }
 
-    /// Streams `body` through a fill of `key` begun now (`None`: refused), the
-    /// channel ended by `End` when `complete`.
+    /// Streams `body` through a fill of `key` begun now (false: refused), the
+    /// channel ended by `End` when `complete`; stops sending when the writer
+    /// gives up.
     async fn stream_fill(
         cache: &Cache,
         ticket: Ticket,
         key: &str,
         body: &[u8],
-        announced: u64,
+        announced: Option<u64>,
         complete: bool,
     ) -> bool {
         let Some(fill) = cache.begin_disk_fill(ticket, &HeaderMap::new(), &object(key, "", &[]), announced) else {
@@ -486,11 +498,15 @@ mod tests {
         };
         let (tx, mut rx) = tokio::sync::mpsc::channel(2);
         let writer = tokio::task::spawn_blocking(move || fill.write(&mut rx));
+        let mut open = true;
         for chunk in body.chunks(1000) {
-            tx.send(Chunk::Data(Bytes::copy_from_slice(chunk))).await.unwrap();
+            open = tx.send(Chunk::Data(Bytes::copy_from_slice(chunk))).await.is_ok();
+            if !open {
+                break;
+            }
         }
-        if complete {
-            tx.send(Chunk::End).await.unwrap();
+        if complete && open {
+            let _ = tx.send(Chunk::End).await;
         }
         drop(tx);
         writer.await.unwrap();
@@ -511,7 +527,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::with_disk(1 << 16, 1 << 10, dir.path(), 1 << 20).unwrap();
         let body: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
-        assert!(stream_fill(&cache, cache.ticket(), "a/big", &body, body.len() as u64, true).await);
+        assert!(stream_fill(&cache, cache.ticket(), "a/big", &body, Some(body.len() as u64), true).await);
         assert_eq!(cache.disk_usage().0, 1);
         let stored = cache.get("a/big").await.expect("on disk");
         let Payload::File(range) = &stored.body else { panic!("a large object is not read into memory") };
@@ -530,27 +546,111 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::with_disk(1 << 16, 1 << 10, dir.path(), 1 << 20).unwrap();
         let body = vec![7u8; 5000];
-        assert!(stream_fill(&cache, cache.ticket(), "a/short", &body, 6000, true).await, "shorter than announced");
-        assert!(stream_fill(&cache, cache.ticket(), "a/cut", &body, 5000, false).await, "the origin failed");
+        assert!(
+            stream_fill(&cache, cache.ticket(), "a/short", &body, Some(6000), true).await,
+            "shorter than announced"
+        );
+        assert!(stream_fill(&cache, cache.ticket(), "a/cut", &body, Some(5000), false).await, "the origin failed");
         let before = cache.ticket();
         cache.purge(|_, _| true);
-        assert!(stream_fill(&cache, before, "a/purged", &body, 5000, true).await);
+        assert!(stream_fill(&cache, before, "a/purged", &body, Some(5000), true).await);
         assert_eq!((cache.disk_usage(), files(dir.path())), ((0, 0), vec![]));
-        assert!(stream_fill(&cache, cache.ticket(), "a/cut", &body, 5000, true).await, "its reservation was released");
+        assert!(
+            stream_fill(&cache, cache.ticket(), "a/cut", &body, Some(5000), true).await,
+            "its reservation was released"
+        );
         assert_eq!(cache.disk_usage().0, 1);
-        assert!(!stream_fill(&cache, cache.ticket(), "a/huge", &body, 2 << 20, true).await, "over the disk budget");
+        assert!(
+            !stream_fill(&cache, cache.ticket(), "a/huge", &body, Some(2 << 20), true).await,
+            "over the disk budget"
+        );
         let half = DiskFill::begin(
             cache.disk.as_ref().unwrap(),
             "a/half".into(),
             &object("a/half", "", &[]),
-            600 << 10,
+            Some(600 << 10),
             (cache.purges.clone(), cache.ticket()),
         )
         .expect("room for one");
-        let other = cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/other", "", &[]), 600 << 10);
+        let other =
+            cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/other", "", &[]), Some(600 << 10));
         assert!(other.is_none(), "what is left is promised to the fill under way");
         let (_, mut closed) = tokio::sync::mpsc::channel(1);
         tokio::task::spawn_blocking(move || half.write(&mut closed)).await.unwrap();
-        assert!(stream_fill(&cache, cache.ticket(), "a/other", &body, 5000, true).await, "released by the write");
+        assert!(stream_fill(&cache, cache.ticket(), "a/other", &body, Some(5000), true).await, "released by the write");
+    }
+
+    #[tokio::test]
+    async fn a_body_of_unknown_length_reserves_as_it_grows_and_counts_its_real_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::with_disk(1 << 16, 1 << 10, dir.path(), 4 << 20).unwrap();
+        let body: Vec<u8> = (0..2_500_000u32).map(|i| (i % 253) as u8).collect();
+        assert!(stream_fill(&cache, cache.ticket(), "a/chunked", &body, None, true).await);
+        let (objects, bytes) = cache.disk_usage();
+        let file = dir.path().join(&files(dir.path())[0]);
+        assert_eq!((objects, bytes), (1, std::fs::metadata(file).unwrap().len()), "counted with its real size");
+        let stored = cache.get("a/chunked").await.expect("on disk");
+        assert_eq!(stored.body.len(), body.len() as u64);
+        let fits = (4 << 20) - bytes - 1000;
+        let next = cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/next", "", &[]), Some(fits));
+        assert!(next.is_some(), "no reservation is left over");
+    }
+
+    #[tokio::test]
+    async fn a_body_of_unknown_length_past_the_budget_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::with_disk(1 << 16, 1 << 10, dir.path(), 3 << 20).unwrap();
+        let body = vec![1u8; 3 << 20];
+        assert!(stream_fill(&cache, cache.ticket(), "a/endless", &body, None, true).await);
+        assert_eq!((cache.disk_usage(), files(dir.path())), ((0, 0), vec![]));
+        assert!(stream_fill(&cache, cache.ticket(), "a/small", &body[..5000], None, true).await, "all given back");
+        assert_eq!(cache.disk_usage().0, 1);
+    }
+
+    #[tokio::test]
+    async fn a_fill_is_found_while_written_then_the_file_is() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::with_disk(1 << 16, 1 << 10, dir.path(), 1 << 20).unwrap();
+        assert!(cache.filling("a/grow").is_none());
+        let fill =
+            cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/grow", "", &[]), Some(6)).unwrap();
+        let filling = cache.filling("a/grow").expect("found from its start");
+        assert_eq!((filling.len, filling.progress()), (Some(6), Progress { written: 0, stage: Stage::Writing }));
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        let writer = tokio::task::spawn_blocking(move || fill.write(&mut rx));
+        let mut watch = filling.watch();
+        tx.send(Chunk::Data(Bytes::from_static(b"abc"))).await.unwrap();
+        watch.wait_for(|p| p.written == 3).await.unwrap();
+        let mut read = [0; 3];
+        filling.file.read_exact_at(&mut read, filling.body_offset).unwrap();
+        assert_eq!(&read, b"abc", "what is published is in the file");
+        tx.send(Chunk::Data(Bytes::from_static(b"def"))).await.unwrap();
+        tx.send(Chunk::End).await.unwrap();
+        assert_eq!(filling.settled().await, Stage::Done);
+        writer.await.unwrap();
+        assert!(cache.filling("a/grow").is_none(), "gone once the file is in the index");
+        assert_eq!(cache.get("a/grow").await.map(|o| o.body.len()), Some(6));
+
+        let fill =
+            cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/fail", "", &[]), Some(6)).unwrap();
+        let filling = cache.filling("a/fail").unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        let writer = tokio::task::spawn_blocking(move || fill.write(&mut rx));
+        tx.send(Chunk::Data(Bytes::from_static(b"ab"))).await.unwrap();
+        drop(tx);
+        assert_eq!(filling.settled().await, Stage::Failed, "the origin failed");
+        writer.await.unwrap();
+        assert!(cache.filling("a/fail").is_none());
+        cache.flush().await;
+        assert!(cache.get("a/fail").await.is_none() && files(dir.path()).len() == 1);
+
+        let fill =
+            cache.begin_disk_fill(cache.ticket(), &HeaderMap::new(), &object("a/purged", "", &[]), Some(6)).unwrap();
+        assert!(cache.filling("a/purged").is_some());
+        cache.purge(|k, _| k == "a/purged");
+        assert!(cache.filling("a/purged").is_none(), "a purge hides the fill under way from new requests");
+        let (_, mut closed) = tokio::sync::mpsc::channel(1);
+        tokio::task::spawn_blocking(move || fill.write(&mut closed)).await.unwrap();
     }
 }
