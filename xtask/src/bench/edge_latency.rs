@@ -139,7 +139,8 @@ impl Rounds {
              its delay, so a stall of the server delays the requests that should have been sent meanwhile \
              instead of timing them (coordinated omission), and the high percentiles read low. No open-loop \
              generator (wrk2, oha, vegeta) is packaged for Debian 12; `hey -q` paces each worker the same \
-             closed-loop way. The comparison holds as all three servers are measured alike.\n",
+             closed-loop way. The three servers are measured the same way, but one with rare long stalls reads \
+             better than it is.\n",
         );
         md
     }
