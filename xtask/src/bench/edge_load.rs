@@ -18,11 +18,12 @@ const H2_STREAMS: u32 = 16;
 const LARGE_CONNECTIONS: u32 = 8;
 /// The fixed-rate run: `RATE_CONNECTIONS` connections, each sending one request
 /// every `RATE_DELAY_MS` (wrk's `delay()`), about 2 000 requests/s in all.
-const RATE_CONNECTIONS: u32 = 20;
-const RATE_DELAY_MS: u32 = 10;
+pub(super) const RATE_CONNECTIONS: u32 = 20;
+pub(super) const RATE_DELAY_MS: u32 = 10;
 /// The miss storm: this many clients, one request each, all at once.
 pub(super) const STORM_CLIENTS: u32 = 1_000;
 
+#[derive(Clone, Copy)]
 pub(super) struct Load<'a> {
     pub(super) dir: &'a Path,
     pub(super) cpu: u32,

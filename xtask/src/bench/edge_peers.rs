@@ -3,7 +3,8 @@
 //! site and origin in the run's directory, with its access log and a disk-backed
 //! cache, pinned to the server CPU. lagran-edge and nginx also serve the site
 //! over TLS (HTTP/1.1 and HTTP/2 by ALPN on one listener) with the same
-//! self-signed certificate; Varnish has no TLS.
+//! self-signed certificate; Varnish has no TLS. The three run side by side,
+//! each with its own ports and its own subdirectory of the run's directory.
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -76,7 +77,20 @@ pub(super) fn self_signed(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
 
 /// A free loopback port (bound, then released for the server to take).
 pub(super) fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(free_ports::<1>()?[0])
+}
+
+/// `N` distinct free loopback ports: all bound at once (so none is handed
+/// out twice), then released for a server to take.
+fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let mut held = Vec::with_capacity(N);
+    let mut ports = [0; N];
+    for port in &mut ports {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        *port = l.local_addr()?.port();
+        held.push(l);
+    }
+    Ok(ports)
 }
 
 /// The origin: nginx serving the objects with `Cache-Control: max-age=3600`,
@@ -133,18 +147,13 @@ pub(super) struct Tools<'a> {
     pub(super) key: &'a Path,
 }
 
-/// Starts `server` for the site, waits until it serves the small object.
+/// Starts `server` for the site on free ports, waits until it serves the small object.
 pub(super) fn start(server: EdgeServer, t: &Tools) -> anyhow::Result<Running> {
-    let h1 = free_port()?;
+    // The servers already running hold their ports; the new one's are distinct.
+    let [h1, h2, tls] = free_ports()?;
     let mut running = match server {
-        EdgeServer::Lagran => {
-            let tls = free_port()?;
-            Running { procs: vec![start_lagran(t, h1, tls)?], h1, h2: h1, tls: Some(tls) }
-        }
-        EdgeServer::Nginx => {
-            let (h2, tls) = (free_port()?, free_port()?);
-            Running { procs: vec![start_nginx_cache(t, h1, h2, tls)?], h1, h2, tls: Some(tls) }
-        }
+        EdgeServer::Lagran => Running { procs: vec![start_lagran(t, h1, tls)?], h1, h2: h1, tls: Some(tls) },
+        EdgeServer::Nginx => Running { procs: vec![start_nginx_cache(t, h1, h2, tls)?], h1, h2, tls: Some(tls) },
         EdgeServer::Varnish => Running { procs: start_varnish(t, h1)?, h1, h2: h1, tls: None },
     };
     wait_ready(&mut running.procs[0], running.h1, SMALL)?;

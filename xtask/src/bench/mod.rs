@@ -47,6 +47,7 @@
 
 mod build;
 mod edge;
+mod edge_latency;
 mod edge_load;
 mod edge_peers;
 mod edge_section;
@@ -165,6 +166,11 @@ pub struct Options {
     /// Seconds per load run of the edge comparison.
     #[arg(long, default_value_t = 10)]
     pub seconds: u32,
+    /// Rounds of the edge comparison's fixed-rate latency runs, each running
+    /// every server once (in an order rotated from round to round); the latency
+    /// rows are the medians over the rounds.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..))]
+    pub latency_rounds: u32,
     /// Skip the world step (MaxMind City + ASN merged over ip2region).
     #[arg(long)]
     pub no_world: bool,
