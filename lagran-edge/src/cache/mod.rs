@@ -401,7 +401,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn bounded_by_bytes_evicting_least_recently_used() {
+    async fn bounded_by_bytes_evicting_the_unused_first() {
         let one = object("k0", "x", &[]).cost("k0");
         let cache = Cache::new(one * 3, 1024);
         for k in ["k0", "k1", "k2"] {
@@ -410,7 +410,7 @@ mod tests {
         assert!(cache.get("k0").await.is_some(), "touch k0 so k1 is the oldest");
         cache.insert(&HeaderMap::new(), object("k3", "x", &[]));
         assert!(cache.bytes() <= one * 3);
-        assert!(cache.get("k1").await.is_none(), "the least recently used went first");
+        assert!(cache.get("k1").await.is_none(), "the object not used since went first");
         assert!(cache.get("k0").await.is_some() && cache.get("k3").await.is_some());
     }
 
