@@ -38,6 +38,8 @@ use crate::{Edge, Stats, host};
 
 pub use crate::request::has_dot_segment;
 
+mod gathered;
+
 /// How long open connections may finish their requests after shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -151,6 +153,8 @@ impl Drop for OpenConn {
     }
 }
 
+/// Serves one connection; what it writes in a turn of its task leaves in one
+/// write ([`gathered`]).
 async fn serve_conn<I>(io: I, conn: Conn, edge: Arc<Edge>, shutdown: CancellationToken)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -159,7 +163,7 @@ where
     let peer = conn.peer;
     let conn = Arc::new(conn);
     let (activity, idle_timeout) = (Activity::new(), edge.idle_timeout);
-    let io = Watched::new(io, activity.clone());
+    let (io, gather) = gathered::gathered(Watched::new(io, activity.clone()));
     let service = service_fn(move |req| {
         let (edge, conn) = (edge.clone(), conn.clone());
         async move { Ok::<_, Infallible>(request::respond(&edge, &conn, req).await) }
@@ -168,19 +172,24 @@ where
     builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     let served = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(served);
-    let result = tokio::select! {
-        result = served.as_mut() => result,
-        () = shutdown.cancelled() => {
-            served.as_mut().graceful_shutdown();
-            served.await
-        }
-        () = activity.idle(idle_timeout) => {
-            debug!(%peer, idle = ?idle_timeout, "connection idle; closed");
-            return;
+    let serving = async {
+        tokio::select! {
+            result = served.as_mut() => result,
+            () = shutdown.cancelled() => {
+                served.as_mut().graceful_shutdown();
+                served.await
+            }
+            () = activity.idle(idle_timeout) => {
+                debug!(%peer, idle = ?idle_timeout, "connection idle; closed");
+                Ok(())
+            }
         }
     };
-    if let Err(e) = result {
-        debug!(%peer, error = %crate::error_chain(&*e), "connection ended with an error");
+    tokio::pin!(serving);
+    match gather.run(serving).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(%peer, error = %crate::error_chain(&*e), "connection ended with an error"),
+        Err(e) => debug!(%peer, error = %e, "connection ended: a write failed"),
     }
 }
 
