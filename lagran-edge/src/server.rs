@@ -18,11 +18,12 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use hyper::http::uri::Scheme;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -168,7 +169,7 @@ where
         let (edge, conn) = (edge.clone(), conn.clone());
         async move { Ok::<_, Infallible>(request::respond(&edge, &conn, req).await) }
     });
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(FirstPollInline);
     builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     let served = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(served);
@@ -193,11 +194,62 @@ where
     }
 }
 
+/// Runs each HTTP/2 stream hyper hands over: polled once at once, on the
+/// connection's task, and spawned only if it is not done. A cached hit
+/// answers in that first poll, so it costs no task of its own (allocation,
+/// scheduling, a move of its future) and its frames leave in the
+/// connection's next write. The first poll's waker does nothing: a stream
+/// that is not done is spawned, and its task polls it again. As for HTTP/1,
+/// whose requests are served on the connection's task, a panic in that
+/// first poll ends the connection, not just the stream.
+#[derive(Clone, Copy, Debug, Default)]
+struct FirstPollInline;
+
+impl<F> hyper::rt::Executor<F> for FirstPollInline
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        let mut fut = Box::pin(fut);
+        if fut.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending() {
+            tokio::spawn(fut);
+        }
+    }
+}
+
 /// How the access log names a TLS version.
 fn tls_version_name(version: rustls::ProtocolVersion) -> &'static str {
     match version {
         rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
         rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
         _ => "TLS",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use hyper::rt::Executor;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stream_done_at_once_runs_inline_and_one_that_waits_is_spawned() {
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        FirstPollInline.execute(async move { flag.store(true, Ordering::Relaxed) });
+        assert!(ran.load(Ordering::Relaxed), "done within execute, on the caller's task");
+
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        FirstPollInline.execute(async move {
+            let _ = done_tx.send(rx.await.unwrap() + 1);
+        });
+        tx.send(41).unwrap();
+        // The first poll's waker was a no-op: the spawned task's own poll is what hears the send.
+        let got = tokio::time::timeout(Duration::from_secs(5), done_rx).await.expect("the waiting stream ran on");
+        assert_eq!(got.unwrap(), 42);
     }
 }
