@@ -12,6 +12,9 @@
 //!   limiter when the host is a site, and by the edge's own ([`crate::HEALTHZ_RPS`]),
 //!   since it is answered on any host.
 
+mod conn_timer;
+mod gathered;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -23,7 +26,7 @@ use std::time::Duration;
 
 use hyper::http::uri::Scheme;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -32,14 +35,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use self::conn_timer::ConnTimer;
 use crate::conn_limit::ConnLimit;
 use crate::idle::{Activity, Watched};
 use crate::request::{self, Conn};
 use crate::{Edge, Stats, host};
 
 pub use crate::request::has_dot_segment;
-
-mod gathered;
 
 /// How long open connections may finish their requests after shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -170,7 +172,7 @@ where
         async move { Ok::<_, Infallible>(request::respond(&edge, &conn, req).await) }
     });
     let mut builder = auto::Builder::new(FirstPollInline);
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http1().timer(ConnTimer::default()).header_read_timeout(HEADER_READ_TIMEOUT);
     let served = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(served);
     let serving = async {
