@@ -15,6 +15,7 @@
 //! the keys are fixed, so they are copied as they are instead of escaped one by
 //! one, and numbers skip `fmt`: less than half the instructions per line.
 
+use std::cell::Cell;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::net::IpAddr;
@@ -306,10 +307,44 @@ fn whole_lines_within(bytes: &[u8], room: u64) -> usize {
     bytes[..limit].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
 }
 
+/// The text of one second (`YYYY-MM-DDThh:mm:ss`), kept per thread: the
+/// lines of a second share it, and only the milliseconds are written anew.
+#[derive(Clone, Copy)]
+struct SecondText {
+    /// Seconds since 1970-01-01.
+    second: u64,
+    len: usize,
+    text: [u8; 32],
+}
+
+thread_local! {
+    static LAST_SECOND: Cell<SecondText> = const { Cell::new(SecondText { second: u64::MAX, len: 0, text: [0; 32] }) };
+}
+
 /// Appends a time as RFC 3339 in UTC with milliseconds (`YYYY-MM-DDThh:mm:ss.sssZ`).
 fn write_rfc3339(out: &mut Vec<u8>, time: SystemTime) {
     let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let (days, secs) = ((since.as_secs() / 86_400) as i64, since.as_secs() % 86_400);
+    let last = LAST_SECOND.with(Cell::get);
+    if last.second == since.as_secs() {
+        out.extend_from_slice(&last.text[..last.len]);
+    } else {
+        let start = out.len();
+        write_second(out, since.as_secs());
+        let written = &out[start..];
+        if written.len() <= 32 {
+            let mut text = [0u8; 32];
+            text[..written.len()].copy_from_slice(written);
+            LAST_SECOND.with(|c| c.set(SecondText { second: since.as_secs(), len: written.len(), text }));
+        }
+    }
+    out.push(b'.');
+    push_padded(out, u64::from(since.subsec_millis()), 3);
+    out.push(b'Z');
+}
+
+/// `YYYY-MM-DDThh:mm:ss` of a count of seconds since 1970-01-01.
+fn write_second(out: &mut Vec<u8>, second: u64) {
+    let (days, secs) = ((second / 86_400) as i64, second % 86_400);
     let (y, m, d) = civil_from_days(days);
     push_padded(out, y.max(0) as u64, 4);
     for (sep, n) in
@@ -318,9 +353,6 @@ fn write_rfc3339(out: &mut Vec<u8>, time: SystemTime) {
         out.push(sep);
         push_padded(out, n, 2);
     }
-    out.push(b'.');
-    push_padded(out, u64::from(since.subsec_millis()), 3);
-    out.push(b'Z');
 }
 
 /// Year, month, day of a count of days since 1970-01-01 (the proleptic Gregorian
@@ -350,6 +382,8 @@ mod tests {
         };
         let t = httpdate::parse_http_date("Fri, 04 Dec 2026 23:45:07 GMT").unwrap() + Duration::from_millis(42);
         assert_eq!(rfc3339(t), "2026-12-04T23:45:07.042Z");
+        assert_eq!(rfc3339(t + Duration::from_millis(900)), "2026-12-04T23:45:07.942Z", "the same second");
+        assert_eq!(rfc3339(t + Duration::from_millis(958)), "2026-12-04T23:45:08.000Z", "the next one");
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let leap = httpdate::parse_http_date("Tue, 29 Feb 2028 00:00:00 GMT").unwrap();
         assert_eq!(rfc3339(leap), "2028-02-29T00:00:00.000Z");

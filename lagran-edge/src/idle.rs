@@ -35,14 +35,20 @@ impl Activity {
         self.opened.elapsed().saturating_sub(Duration::from_millis(self.last_ms.load(Ordering::Relaxed)))
     }
 
-    /// Resolves once nothing has moved for `timeout` (checked a few times per timeout).
+    /// Resolves once nothing has moved for `timeout`. One timer, checked when
+    /// it fires and set again to `timeout` after the last activity: the
+    /// connection's task polls it on every wake-up, where a pending timer
+    /// costs less than an interval's tick.
     pub async fn idle(&self, timeout: Duration) {
-        let mut check = tokio::time::interval((timeout / 4).max(Duration::from_millis(10)));
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
         loop {
-            check.tick().await;
-            if self.idle_for() >= timeout {
+            deadline.as_mut().await;
+            let idle = self.idle_for();
+            if idle >= timeout {
                 return;
             }
+            deadline.as_mut().reset(tokio::time::Instant::now() + (timeout - idle));
         }
     }
 }

@@ -12,17 +12,21 @@
 //!   limiter when the host is a site, and by the edge's own ([`crate::HEALTHZ_RPS`]),
 //!   since it is answered on any host.
 
+mod conn_timer;
+mod gathered;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use hyper::http::uri::Scheme;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -31,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use self::conn_timer::ConnTimer;
 use crate::conn_limit::ConnLimit;
 use crate::idle::{Activity, Watched};
 use crate::request::{self, Conn};
@@ -151,6 +156,8 @@ impl Drop for OpenConn {
     }
 }
 
+/// Serves one connection; what it writes in a turn of its task leaves in one
+/// write ([`gathered`]).
 async fn serve_conn<I>(io: I, conn: Conn, edge: Arc<Edge>, shutdown: CancellationToken)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -159,28 +166,57 @@ where
     let peer = conn.peer;
     let conn = Arc::new(conn);
     let (activity, idle_timeout) = (Activity::new(), edge.idle_timeout);
-    let io = Watched::new(io, activity.clone());
+    let (io, gather) = gathered::gathered(Watched::new(io, activity.clone()));
     let service = service_fn(move |req| {
         let (edge, conn) = (edge.clone(), conn.clone());
         async move { Ok::<_, Infallible>(request::respond(&edge, &conn, req).await) }
     });
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let mut builder = auto::Builder::new(FirstPollInline);
+    builder.http1().timer(ConnTimer::default()).header_read_timeout(HEADER_READ_TIMEOUT);
     let served = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(served);
-    let result = tokio::select! {
-        result = served.as_mut() => result,
-        () = shutdown.cancelled() => {
-            served.as_mut().graceful_shutdown();
-            served.await
-        }
-        () = activity.idle(idle_timeout) => {
-            debug!(%peer, idle = ?idle_timeout, "connection idle; closed");
-            return;
+    let serving = async {
+        tokio::select! {
+            result = served.as_mut() => result,
+            () = shutdown.cancelled() => {
+                served.as_mut().graceful_shutdown();
+                served.await
+            }
+            () = activity.idle(idle_timeout) => {
+                debug!(%peer, idle = ?idle_timeout, "connection idle; closed");
+                Ok(())
+            }
         }
     };
-    if let Err(e) = result {
-        debug!(%peer, error = %crate::error_chain(&*e), "connection ended with an error");
+    tokio::pin!(serving);
+    match gather.run(serving).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(%peer, error = %crate::error_chain(&*e), "connection ended with an error"),
+        Err(e) => debug!(%peer, error = %e, "connection ended: a write failed"),
+    }
+}
+
+/// Runs each HTTP/2 stream hyper hands over: polled once at once, on the
+/// connection's task, and spawned only if it is not done. A cached hit
+/// answers in that first poll, so it costs no task of its own (allocation,
+/// scheduling, a move of its future) and its frames leave in the
+/// connection's next write. The first poll's waker does nothing: a stream
+/// that is not done is spawned, and its task polls it again. As for HTTP/1,
+/// whose requests are served on the connection's task, a panic in that
+/// first poll ends the connection, not just the stream.
+#[derive(Clone, Copy, Debug, Default)]
+struct FirstPollInline;
+
+impl<F> hyper::rt::Executor<F> for FirstPollInline
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        let mut fut = Box::pin(fut);
+        if fut.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending() {
+            tokio::spawn(fut);
+        }
     }
 }
 
@@ -190,5 +226,32 @@ fn tls_version_name(version: rustls::ProtocolVersion) -> &'static str {
         rustls::ProtocolVersion::TLSv1_3 => "TLSv1.3",
         rustls::ProtocolVersion::TLSv1_2 => "TLSv1.2",
         _ => "TLS",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use hyper::rt::Executor;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stream_done_at_once_runs_inline_and_one_that_waits_is_spawned() {
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        FirstPollInline.execute(async move { flag.store(true, Ordering::Relaxed) });
+        assert!(ran.load(Ordering::Relaxed), "done within execute, on the caller's task");
+
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        FirstPollInline.execute(async move {
+            let _ = done_tx.send(rx.await.unwrap() + 1);
+        });
+        tx.send(41).unwrap();
+        // The first poll's waker was a no-op: the spawned task's own poll is what hears the send.
+        let got = tokio::time::timeout(Duration::from_secs(5), done_rx).await.expect("the waiting stream ran on");
+        assert_eq!(got.unwrap(), 42);
     }
 }

@@ -287,3 +287,46 @@ async fn connections_past_max_connections_are_closed() {
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(get(edge.addr, "cdn.test", "/static.txt", &[]).await.status, StatusCode::OK, "slots come back");
 }
+
+/// HTTP/2 (prior knowledge): many streams at once on one connection, misses
+/// (answered later, from the origin) and hits (answered at once), each with
+/// its own body.
+#[tokio::test]
+async fn concurrent_http2_streams_each_get_their_answer() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let origin = start_origin().await;
+    let edge = start_edge(&sites(origin.addr)).await;
+    let tcp = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let fetch = |path: &'static str| {
+        let req = hyper::Request::get(format!("http://cdn.test{path}")).body(Empty::<bytes::Bytes>::new()).unwrap();
+        let mut sender = sender.clone();
+        async move {
+            let resp = sender.send_request(req).await.expect("the edge answers");
+            let cache = resp.headers().get("x-cache").map(|v| v.to_str().unwrap().to_owned());
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (path, cache, body)
+        }
+    };
+    for round in 0..2 {
+        let paths = ["/static.txt", "/big", "/nostore"].into_iter().cycle().take(24);
+        let streams: Vec<_> = paths.map(|path| tokio::spawn(fetch(path))).collect();
+        for stream in streams {
+            let (path, cache, body) = tokio::time::timeout(TIMEOUT, stream).await.unwrap().unwrap();
+            let want = match path {
+                "/static.txt" => STATIC_BODY.to_owned(),
+                "/big" => "0123456789".repeat(100),
+                _ => "fresh every time".to_owned(),
+            };
+            assert_eq!(body, want.as_bytes(), "{path} in round {round}");
+            if round == 1 && path != "/nostore" {
+                assert_eq!(cache.as_deref(), Some("HIT"), "{path} is cached by the second round");
+            }
+        }
+    }
+    assert_eq!(origin.hits("/nostore"), 16, "every uncacheable stream reached the origin");
+}
