@@ -222,24 +222,11 @@ mod tests {
     #[tokio::test]
     async fn a_purge_by_tag_empties_both_tiers_across_a_restart() {
         use crate::cache::{Cache, CachedObject};
-        use crate::freshness::Freshness;
         use hyper::header::{HeaderMap, HeaderValue};
         let object = |primary: &str, tags: &'static str| {
             let mut headers = HeaderMap::new();
             headers.insert("surrogate-key", HeaderValue::from_static(tags));
-            Arc::new(CachedObject {
-                headers,
-                body: bytes::Bytes::from_static(b"body").into(),
-                response_time: SystemTime::now(),
-                initial_age: Duration::ZERO,
-                freshness: Freshness {
-                    lifetime: Duration::from_secs(60),
-                    stale_while_revalidate: Duration::ZERO,
-                    stale_if_error: Duration::ZERO,
-                },
-                primary: primary.to_owned(),
-                vary: Vec::new(),
-            })
+            Arc::new(CachedObject::fresh(primary, headers, bytes::Bytes::from_static(b"body").into()))
         };
         let dir = tempfile::tempdir().unwrap();
         {

@@ -141,23 +141,9 @@ impl Drop for Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::freshness::Freshness;
-    use std::time::{Duration, SystemTime};
 
     fn filling() -> (Arc<Filling>, Publisher) {
-        let head = CachedObject {
-            headers: Default::default(),
-            body: bytes::Bytes::new().into(),
-            response_time: SystemTime::now(),
-            initial_age: Duration::ZERO,
-            freshness: Freshness {
-                lifetime: Duration::from_secs(60),
-                stale_while_revalidate: Duration::ZERO,
-                stale_if_error: Duration::ZERO,
-            },
-            primary: "a/x".into(),
-            vary: Vec::new(),
-        };
+        let head = CachedObject::fresh("a/x", Default::default(), bytes::Bytes::new().into());
         let file = tempfile::tempfile().unwrap();
         Filling::new(head, Arc::new(file), 0, Some(10))
     }

@@ -293,28 +293,13 @@ impl fmt::Debug for MemoryTier {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, SystemTime};
-
     use bytes::Bytes;
     use hyper::header::HeaderMap;
 
     use super::*;
-    use crate::freshness::Freshness;
 
     fn object(key: &str, body_len: usize) -> Arc<CachedObject> {
-        Arc::new(CachedObject {
-            headers: HeaderMap::new(),
-            body: Bytes::from(vec![b'x'; body_len]).into(),
-            response_time: SystemTime::now(),
-            initial_age: Duration::ZERO,
-            freshness: Freshness {
-                lifetime: Duration::from_secs(60),
-                stale_while_revalidate: Duration::ZERO,
-                stale_if_error: Duration::ZERO,
-            },
-            primary: key.to_owned(),
-            vary: Vec::new(),
-        })
+        Arc::new(CachedObject::fresh(key, HeaderMap::new(), Bytes::from(vec![b'x'; body_len]).into()))
     }
 
     fn put(tier: &MemoryTier, key: &str, body_len: usize) -> bool {

@@ -96,6 +96,25 @@ impl CachedObject {
     pub fn is_dead(&self, now: SystemTime) -> bool {
         !self.has_validator() && self.age(now) >= self.freshness.keep_for()
     }
+
+    /// An object that just arrived, fresh for a minute, varying on nothing:
+    /// what the tests store.
+    #[cfg(test)]
+    pub(crate) fn fresh(primary: &str, headers: HeaderMap, body: Payload) -> CachedObject {
+        CachedObject {
+            headers,
+            body,
+            response_time: SystemTime::now(),
+            initial_age: Duration::ZERO,
+            freshness: Freshness {
+                lifetime: Duration::from_secs(60),
+                stale_while_revalidate: Duration::ZERO,
+                stale_if_error: Duration::ZERO,
+            },
+            primary: primary.to_owned(),
+            vary: Vec::new(),
+        }
+    }
 }
 
 /// The URL part of a cache key.
@@ -381,18 +400,10 @@ mod tests {
     fn object(primary: &str, body: &'static str, vary: &[&'static str]) -> Arc<CachedObject> {
         let mut headers = HeaderMap::new();
         headers.insert(header::ETAG, HeaderValue::from_static("\"v1\""));
+        let vary = vary.iter().map(|n| HeaderName::from_static(n)).collect();
         Arc::new(CachedObject {
-            headers,
-            body: Bytes::from_static(body.as_bytes()).into(),
-            response_time: SystemTime::now(),
-            initial_age: Duration::ZERO,
-            freshness: Freshness {
-                lifetime: Duration::from_secs(60),
-                stale_while_revalidate: Duration::ZERO,
-                stale_if_error: Duration::ZERO,
-            },
-            primary: primary.to_owned(),
-            vary: vary.iter().map(|n| HeaderName::from_static(n)).collect(),
+            vary,
+            ..CachedObject::fresh(primary, headers, Bytes::from_static(body.as_bytes()).into())
         })
     }
 

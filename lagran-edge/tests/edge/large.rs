@@ -60,17 +60,20 @@ fn peak_rss(pid: u32) -> usize {
     line.split_whitespace().nth(1).unwrap().parse::<usize>().unwrap() * 1024
 }
 
+/// The edge's settings for these tests: 1 MiB in memory, objects over 64 KiB
+/// to the disk tier under `cache`, one site `big.test` on `origin`.
+fn settings(cache: &Path, origin: std::net::SocketAddr) -> String {
+    format!(
+        "cache_max_bytes = 1048576\ncache_max_object_bytes = 65536\ncache_dir = \"{}\"\ncache_disk_max_bytes = 67108864\n\
+         [[site]]\nhost = \"big.test\"\norigin = \"http://{origin}\"\n",
+        cache.display(),
+    )
+}
+
+/// [`settings`] with a listener, as a file for an edge process.
 fn config(dir: &Path, listen: std::net::SocketAddr, origin: std::net::SocketAddr) -> std::path::PathBuf {
     let path = dir.join("edge.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "listen_http = \"{listen}\"\ncache_max_bytes = 1048576\ncache_max_object_bytes = 65536\ncache_dir = \"{}\"\ncache_disk_max_bytes = 67108864\n\
-             [[site]]\nhost = \"big.test\"\norigin = \"http://{origin}\"\n",
-            dir.join("cache").display(),
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, format!("listen_http = \"{listen}\"\n{}", settings(&dir.join("cache"), origin))).unwrap();
     path
 }
 
@@ -124,13 +127,7 @@ async fn concurrent_misses_and_a_client_that_goes_away_leave_one_whole_file() {
     let body = pattern(4 * MIB);
     let origin = origin_of(body.clone()).await;
     let cache = dir.path().join("cache");
-    let edge = start_edge(&format!(
-        "cache_max_bytes = 1048576\ncache_max_object_bytes = 65536\ncache_dir = \"{}\"\ncache_disk_max_bytes = 67108864\n\
-         [[site]]\nhost = \"big.test\"\norigin = \"http://{}\"\n",
-        cache.display(),
-        origin.addr
-    ))
-    .await;
+    let edge = start_edge(&settings(&cache, origin.addr)).await;
 
     // A client that reads the head and a little of the body, then hangs up.
     let mut conn = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
@@ -388,13 +385,7 @@ async fn a_fetch_that_fails_mid_body_cuts_its_readers_short_and_leaves_no_file()
     let pace = Pace { chunks: 100, every: Duration::from_millis(10), with_length: true, first_fails: true };
     let origin = paced(pattern(len), pace).await;
     let cache = dir.path().join("cache");
-    let edge = start_edge(&format!(
-        "cache_max_bytes = 1048576\ncache_max_object_bytes = 65536\ncache_dir = \"{}\"\ncache_disk_max_bytes = 67108864\n\
-         [[site]]\nhost = \"big.test\"\norigin = \"http://{}\"\n",
-        cache.display(),
-        origin.addr
-    ))
-    .await;
+    let edge = start_edge(&settings(&cache, origin.addr)).await;
 
     let leader = tokio::spawn(stream_get(edge.addr, "/big"));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -426,13 +417,7 @@ async fn a_fill_goes_on_for_its_readers_when_the_first_client_goes_away() {
     let pace = Pace { chunks: 100, every: Duration::from_millis(5), with_length: true, first_fails: false };
     let origin = paced(pattern(len), pace).await;
     let cache = dir.path().join("cache");
-    let edge = start_edge(&format!(
-        "cache_max_bytes = 1048576\ncache_max_object_bytes = 65536\ncache_dir = \"{}\"\ncache_disk_max_bytes = 67108864\n\
-         [[site]]\nhost = \"big.test\"\norigin = \"http://{}\"\n",
-        cache.display(),
-        origin.addr
-    ))
-    .await;
+    let edge = start_edge(&settings(&cache, origin.addr)).await;
 
     // The first client reads a little of the body, then stops reading.
     let mut conn = tokio::net::TcpStream::connect(edge.addr).await.unwrap();
