@@ -380,10 +380,12 @@ mod tests {
             write_rfc3339(&mut out, t);
             String::from_utf8(out).unwrap()
         };
-        let t = httpdate::parse_http_date("Fri, 04 Dec 2026 23:45:07 GMT").unwrap() + Duration::from_millis(42);
-        assert_eq!(rfc3339(t), "2026-12-04T23:45:07.042Z");
-        assert_eq!(rfc3339(t + Duration::from_millis(900)), "2026-12-04T23:45:07.942Z", "the same second");
-        assert_eq!(rfc3339(t + Duration::from_millis(958)), "2026-12-04T23:45:08.000Z", "the next one");
+        // A leap day of a century year divisible by 400, and its last second:
+        // the next one is in March.
+        let t = httpdate::parse_http_date("Tue, 29 Feb 2000 23:59:59 GMT").unwrap() + Duration::from_millis(42);
+        assert_eq!(rfc3339(t), "2000-02-29T23:59:59.042Z");
+        assert_eq!(rfc3339(t + Duration::from_millis(900)), "2000-02-29T23:59:59.942Z", "the same second");
+        assert_eq!(rfc3339(t + Duration::from_millis(958)), "2000-03-01T00:00:00.000Z", "the next one");
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let leap = httpdate::parse_http_date("Tue, 29 Feb 2028 00:00:00 GMT").unwrap();
         assert_eq!(rfc3339(leap), "2028-02-29T00:00:00.000Z");

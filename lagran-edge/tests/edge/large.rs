@@ -77,6 +77,35 @@ fn config(dir: &Path, listen: std::net::SocketAddr, origin: std::net::SocketAddr
     path
 }
 
+/// An edge process for these tests, in `dir`, on a free port.
+struct Process {
+    listen: std::net::SocketAddr,
+    /// Its configuration file, to start it again with.
+    config: std::path::PathBuf,
+    cache: std::path::PathBuf,
+}
+
+impl Process {
+    fn new(dir: &Path, origin: std::net::SocketAddr) -> Process {
+        let listen = free_port();
+        Process { listen, config: config(dir, listen, origin), cache: dir.join("cache") }
+    }
+
+    /// Starts the edge and waits until it answers.
+    async fn start(&self) -> EdgeProcess {
+        let edge = EdgeProcess::start(&self.config);
+        wait_ready(self.listen).await;
+        edge
+    }
+
+    /// The peak memory of a started `edge` once it has served a request: the
+    /// baseline a large object's growth is measured from.
+    async fn baseline_rss(&self, edge: &EdgeProcess) -> usize {
+        get(self.listen, "unknown.test", "/", &[]).await;
+        peak_rss(edge.pid())
+    }
+}
+
 /// Asserts a whole answer and a range of `body` from the edge at `listen`.
 async fn assert_served(listen: std::net::SocketAddr, body: &Bytes, cache: &str) {
     let r = get(listen, "big.test", "/big", &[]).await;
@@ -95,18 +124,15 @@ async fn a_20_mib_object_lands_on_disk_and_is_served_from_it_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let body = pattern(20 * MIB);
     let origin = origin_of(body.clone()).await;
-    let listen = free_port();
-    let config = config(dir.path(), listen, origin.addr);
-    let cache = dir.path().join("cache");
+    let process = Process::new(dir.path(), origin.addr);
+    let (listen, cache) = (process.listen, &process.cache);
 
-    let edge = EdgeProcess::start(&config);
-    wait_ready(listen).await;
-    get(listen, "unknown.test", "/", &[]).await;
-    let before = peak_rss(edge.pid());
+    let edge = process.start().await;
+    let before = process.baseline_rss(&edge).await;
     let r = get(listen, "big.test", "/big", &[]).await;
     assert_eq!((r.status, r.header("x-cache")), (StatusCode::OK, "MISS"));
     assert!(r.body == body, "the miss streams the whole body");
-    until_on_disk(&cache, 1).await;
+    until_on_disk(cache, 1).await;
     assert_served(listen, &body, "HIT").await;
     assert_eq!(origin.hits(), 1, "served from disk, whole and by range");
     let growth = peak_rss(edge.pid()).saturating_sub(before);
@@ -114,8 +140,7 @@ async fn a_20_mib_object_lands_on_disk_and_is_served_from_it_after_a_restart() {
     edge.stop();
     origin.kill();
 
-    let edge = EdgeProcess::start(&config);
-    wait_ready(listen).await;
+    let edge = process.start().await;
     assert_served(listen, &body, "HIT").await;
     assert_eq!(origin.hits(), 1, "after the restart the origin was not asked");
     edge.stop();
@@ -322,14 +347,11 @@ async fn fifty_concurrent_misses_of_a_20_mib_object_make_one_fetch_and_are_serve
     let len = 20 * MIB;
     let pace = Pace { chunks: 200, every: Duration::from_millis(5), with_length: true, first_fails: false };
     let origin = paced(pattern(len), pace).await;
-    let listen = free_port();
-    let config = config(dir.path(), listen, origin.addr);
-    let cache = dir.path().join("cache");
+    let process = Process::new(dir.path(), origin.addr);
+    let (listen, cache) = (process.listen, &process.cache);
 
-    let edge = EdgeProcess::start(&config);
-    wait_ready(listen).await;
-    get(listen, "unknown.test", "/", &[]).await;
-    let before = peak_rss(edge.pid());
+    let edge = process.start().await;
+    let before = process.baseline_rss(&edge).await;
     let clients: Vec<_> = (0..50).map(|_| tokio::spawn(stream_get(listen, "/big"))).collect();
     let mut misses = 0;
     for client in clients {
@@ -340,7 +362,7 @@ async fn fifty_concurrent_misses_of_a_20_mib_object_make_one_fetch_and_are_serve
     }
     assert_eq!(origin.hits(), 1, "one origin fetch for fifty misses");
     assert_eq!(misses, 1, "the others were served from the fill");
-    until_on_disk(&cache, 1).await;
+    until_on_disk(cache, 1).await;
     let growth = peak_rss(edge.pid()).saturating_sub(before);
     assert!(growth < 100 * MIB, "the edge's peak memory grew by {growth} bytes for fifty readers of 20 MiB");
     edge.stop();
@@ -352,16 +374,14 @@ async fn a_chunked_large_body_lands_on_disk_and_is_served_from_it_after_a_restar
     let body = pattern(8 * MIB);
     let pace = Pace { chunks: 128, every: Duration::from_millis(1), with_length: false, first_fails: false };
     let origin = paced(body.clone(), pace).await;
-    let listen = free_port();
-    let config = config(dir.path(), listen, origin.addr);
-    let cache = dir.path().join("cache");
+    let process = Process::new(dir.path(), origin.addr);
+    let (listen, cache) = (process.listen, &process.cache);
 
-    let edge = EdgeProcess::start(&config);
-    wait_ready(listen).await;
+    let edge = process.start().await;
     let r = get(listen, "big.test", "/big", &[]).await;
     assert_eq!((r.status, r.header("x-cache"), r.header("content-length")), (StatusCode::OK, "MISS", ""));
     assert!(r.body == body, "the miss streams the whole body");
-    until_on_disk(&cache, 1).await;
+    until_on_disk(cache, 1).await;
     let hit = async || {
         let r = get(listen, "big.test", "/big", &[]).await;
         assert_eq!((r.status, r.header("x-cache"), r.header("content-length")), (StatusCode::OK, "HIT", "8388608"));
@@ -371,8 +391,7 @@ async fn a_chunked_large_body_lands_on_disk_and_is_served_from_it_after_a_restar
     assert_eq!(origin.hits(), 1, "served from disk");
     edge.stop();
 
-    let edge = EdgeProcess::start(&config);
-    wait_ready(listen).await;
+    let edge = process.start().await;
     hit().await;
     assert_eq!(origin.hits(), 1, "after the restart the origin was not asked");
     edge.stop();
