@@ -18,6 +18,7 @@ pub mod config;
 pub mod conn_limit;
 pub mod control;
 pub mod control_api;
+pub mod fast_hit;
 pub mod file_body;
 pub mod freshness;
 pub mod host;
@@ -106,6 +107,8 @@ pub struct Stats {
     pub bytes_served: AtomicU64,
     pub open_conns: AtomicI64,
     pub requests: AtomicU64,
+    /// Requests answered on the HTTP/1.1 hit path ([`fast_hit`]), of `requests`.
+    pub hit_path_requests: AtomicU64,
 }
 
 /// One customer host as the request path sees it.

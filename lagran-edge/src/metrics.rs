@@ -80,8 +80,9 @@ impl Metrics {
         self.sites.lock().unwrap_or_else(|e| e.into_inner()).entry(host.to_owned()).or_default().clone()
     }
 
-    /// The exposition text; `extra` lines (already formatted) go at the end.
-    pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
+    /// The exposition text; the `extra` edge-wide values (name, help, type,
+    /// value) go at the end.
+    pub fn render(&self, extra: &[(&str, &str, &str, u64)]) -> String {
         let sites = self.sites.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut out = String::new();
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -130,8 +131,8 @@ impl Metrics {
             let _ = writeln!(out, "{name}_sum{{site=\"{host}\"}} {}", load(&m.origin_micros) as f64 / 1e6);
             let _ = writeln!(out, "{name}_count{{site=\"{host}\"}} {count}");
         }
-        for (name, help, value) in extra {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+        for (name, help, kind, value) in extra {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
         }
         out
     }
@@ -149,7 +150,7 @@ mod tests {
         site.request(CacheResult::Miss, 5);
         site.origin_answered(Duration::from_millis(3));
         site.origin_answered(Duration::from_secs(1));
-        let text = metrics.render(&[("lagran_edge_access_log_dropped", "Lines dropped.", 2)]);
+        let text = metrics.render(&[("lagran_edge_access_log_dropped", "Lines dropped.", "gauge", 2)]);
         for line in [
             "lagran_edge_requests_total{site=\"a.test\"} 2",
             "lagran_edge_cache_total{site=\"a.test\",result=\"hit\"} 1",

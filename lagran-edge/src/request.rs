@@ -16,7 +16,7 @@
 //!   nor stored (`x-cache: BYPASS`): what the origin sends them may be personal.
 
 use std::borrow::Cow;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
@@ -30,7 +30,7 @@ use tracing::debug;
 use crate::access_log::Line;
 use crate::body::{self, Counted, EdgeBody, OnDone};
 use crate::origin::Forward;
-use crate::outcome::{Answer, CacheResult};
+use crate::outcome::{Answer, CacheResult, Outcome};
 use crate::reply::{proxy, text};
 use crate::{Edge, Site, acme_challenge, cached, host, rum};
 
@@ -70,27 +70,48 @@ pub async fn respond(edge: &Arc<Edge>, conn: &Conn, req: Request<Incoming>) -> R
         false => {
             let (edge, client, tls) = (edge.clone(), conn.peer.ip().to_canonical(), conn.tls_version);
             Some(Box::new(move |bytes| {
-                if let Some(site) = &site {
-                    site.metrics.request(outcome.cache, bytes);
-                }
-                let Some(log) = &edge.access_log else { return };
-                log.log(&Line {
-                    time: SystemTime::now(),
-                    site: site.as_ref().map_or("-", |s| s.host.as_str()),
-                    client,
-                    method: method.as_str(),
-                    path: uri.path(),
-                    status,
-                    bytes,
-                    cache: outcome.cache.as_str(),
-                    origin: outcome.origin_time,
-                    tls,
-                    duration: start.elapsed(),
-                });
+                let done = Done { client, method: method.as_str(), path: uri.path(), status, outcome, tls, start };
+                record(&edge, site.as_deref(), &done, bytes);
             }))
         }
     };
     resp.map(|b| Counted::new(b, edge.stats.clone(), on_done))
+}
+
+/// A request whose response body is done, as its site's counters and the
+/// access log record it.
+#[derive(Debug)]
+pub struct Done<'a> {
+    pub client: IpAddr,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub status: u16,
+    pub outcome: Outcome,
+    pub tls: Option<&'static str>,
+    /// When its head was read.
+    pub start: Instant,
+}
+
+/// Counts `done` for its site (when it had one) and logs it, with the
+/// `bytes` of body sent.
+pub fn record(edge: &Edge, site: Option<&Site>, done: &Done<'_>, bytes: u64) {
+    if let Some(site) = site {
+        site.metrics.request(done.outcome.cache, bytes);
+    }
+    let Some(log) = &edge.access_log else { return };
+    log.log(&Line {
+        time: SystemTime::now(),
+        site: site.map_or("-", |s| s.host.as_str()),
+        client: done.client,
+        method: done.method,
+        path: done.path,
+        status: done.status,
+        bytes,
+        cache: done.outcome.cache.as_str(),
+        origin: done.outcome.origin_time,
+        tls: done.tls,
+        duration: done.start.elapsed(),
+    });
 }
 
 /// The request's host, normalized: the URI authority (HTTP/2, absolute-form)
@@ -101,6 +122,23 @@ fn request_host<'a>(uri: &'a Uri, host_header: Option<&'a HeaderValue>) -> Optio
         None => host_header?.to_str().ok()?,
     };
     Some(host::normalized(host)).filter(|h| !h.is_empty())
+}
+
+/// The TLS server name of `conn` when it names another site than `site`, the
+/// site of the request's `host`: a connection's certificate vouches for its
+/// SNI's site only (no domain fronting).
+pub fn fronted_by<'c>(edge: &Edge, conn: &'c Conn, host: &str, site: &Site) -> Option<&'c str> {
+    let sni = conn.sni.as_deref()?;
+    (sni != host && edge.site(sni).is_none_or(|s| s.host != site.host)).then_some(sni)
+}
+
+/// Whether `path` is one answered on any host, before the site's flow:
+/// `/healthz`, `/metrics`, the measurement and ACME challenge paths.
+pub fn answered_on_any_host(path: &str) -> bool {
+    path == "/healthz"
+        || path == "/metrics"
+        || path.starts_with(rum::PREFIX)
+        || path.starts_with(acme_challenge::PREFIX)
 }
 
 /// Whether a path has a `.` or `..` segment, also percent-encoded or split by `\\`.
@@ -150,13 +188,21 @@ fn may_read_metrics(edge: &Edge, conn: &Conn, req: &Request<Incoming>) -> bool {
 fn metrics(edge: &Edge) -> Response<EdgeBody> {
     let dropped = edge.access_log.as_ref().map_or(0, |l| l.dropped());
     let (disk_objects, disk_bytes) = edge.cache.disk_usage();
-    let extra = [
+    let gauges = [
         ("lagran_edge_access_log_dropped", "Access log lines dropped because the writer fell behind.", dropped),
         ("lagran_edge_cache_memory_bytes", "Bytes charged in the memory tier.", edge.cache.bytes() as u64),
         ("lagran_edge_cache_memory_objects", "Objects in the memory tier.", edge.cache.len() as u64),
         ("lagran_edge_cache_disk_bytes", "Bytes of the disk tier's files.", disk_bytes),
         ("lagran_edge_cache_disk_objects", "Objects in the disk tier.", disk_objects as u64),
     ];
+    let hit_path = edge.stats.hit_path_requests.load(Ordering::Relaxed);
+    let mut extra: Vec<_> = gauges.iter().map(|&(name, help, v)| (name, help, "gauge", v)).collect();
+    extra.push((
+        "lagran_edge_hit_path_requests_total",
+        "Requests answered on the HTTP/1.1 hit path, without hyper (counted in the sites' requests too).",
+        "counter",
+        hit_path,
+    ));
     let mut resp = Response::new(body::full(edge.metrics.render(&extra)));
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     resp
@@ -210,11 +256,7 @@ async fn handle(
     let Some(site) = site else {
         return text(StatusCode::MISDIRECTED_REQUEST, format!("no site is configured for host {host}\n")).into();
     };
-    // A connection's certificate vouches for its SNI's site only (no domain fronting).
-    if let Some(sni) = &conn.sni
-        && sni != host
-        && edge.site(sni).is_none_or(|s| s.host != site.host)
-    {
+    if let Some(sni) = fronted_by(edge, conn, host, site) {
         let msg = format!("host {host} does not match TLS server name {sni}\n");
         return text(StatusCode::MISDIRECTED_REQUEST, msg).into();
     }

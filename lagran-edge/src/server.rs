@@ -1,6 +1,11 @@
 //! The HTTP(S) front: accept loops and the per-connection hyper service of an edge
 //! node; each request goes to [`crate::request::respond`].
 //!
+//! - An HTTP/1.1 connection (plain, or TLS without `h2` by ALPN) starts on the
+//!   hit path ([`h1_hits`]): fresh hits from memory are answered there without
+//!   hyper ([`crate::fast_hit`]), and the connection moves to hyper at the first
+//!   request the path declines. HTTP/2 with prior knowledge is handed over at
+//!   its preface.
 //! - `/.well-known/lagran/*` (real-user measurement, see [`crate::rum`]) is
 //!   answered on any host, before site routing; every connection's RTT is read
 //!   from the kernel when it ends (see [`crate::measured_conn`]).
@@ -14,16 +19,19 @@
 
 mod conn_timer;
 mod gathered;
+mod h1_hits;
+mod prefixed;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Waker};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use hyper::http::uri::Scheme;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -36,6 +44,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use self::conn_timer::ConnTimer;
+use self::prefixed::Prefixed;
 use crate::conn_limit::ConnLimit;
 use crate::idle::{Activity, Watched};
 use crate::request::{self, Conn};
@@ -54,7 +63,7 @@ pub async fn run(listener: TcpListener, state: Arc<Edge>, shutdown: Cancellation
     let slots = state.conn_slots.clone();
     accept_loop(listener, &token, slots, move |stream, peer| {
         let conn = Conn { peer, sni: None, scheme: Scheme::HTTP, tls_version: None };
-        serve_conn(state.measure(stream, peer), conn, state.clone(), shutdown.clone())
+        serve_conn(state.measure(stream, peer), conn, state.clone(), shutdown.clone(), Protocol::Sniffed)
     })
     .await
 }
@@ -80,7 +89,12 @@ pub async fn run_tls(
             let session = tls.get_ref().1;
             let sni = session.server_name().map(host::normalize);
             let tls_version = session.protocol_version().map(tls_version_name);
-            serve_conn(tls, Conn { peer, sni, scheme: Scheme::HTTPS, tls_version }, state, shutdown).await
+            let protocol = match session.alpn_protocol() {
+                Some(b"h2") => Protocol::Http2,
+                _ => Protocol::Sniffed,
+            };
+            let conn = Conn { peer, sni, scheme: Scheme::HTTPS, tls_version };
+            serve_conn(tls, conn, state, shutdown, protocol).await
         }
     })
     .await
@@ -156,17 +170,74 @@ impl Drop for OpenConn {
     }
 }
 
-/// Serves one connection; what it writes in a turn of its task leaves in one
-/// write ([`gathered`]).
-async fn serve_conn<I>(io: I, conn: Conn, edge: Arc<Edge>, shutdown: CancellationToken)
+/// What a connection speaks, as far as it is known before its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// HTTP/2, agreed by ALPN.
+    Http2,
+    /// HTTP/1.1, or HTTP/2 with prior knowledge: told by its first bytes.
+    Sniffed,
+}
+
+/// Serves one connection: its HTTP/1.1 hits on the hit path ([`h1_hits`]),
+/// then, from the first request that path declines, or at once for HTTP/2
+/// by ALPN, in hyper.
+async fn serve_conn<I>(io: I, conn: Conn, edge: Arc<Edge>, shutdown: CancellationToken, protocol: Protocol)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let _open = OpenConn::new(&edge.stats);
+    let activity = Activity::new();
+    let mut io = Watched::new(io, activity.clone());
+    let mut unanswered = BytesMut::new();
+    if protocol == Protocol::Sniffed {
+        match hits_first(&mut io, &conn, &edge, &shutdown, &activity).await {
+            h1_hits::Ended::Closed => return,
+            h1_hits::Ended::HandOver(rest) => unanswered = rest,
+        }
+    }
+    serve_in_hyper(Prefixed::new(unanswered, io), conn, edge, shutdown, activity).await;
+}
+
+/// Runs the hit path on `io` until it closes or hands over, within the
+/// connection's idle timeout; at shutdown, a connection waiting for its next
+/// request is closed, and one in the middle of an answer finishes it first.
+async fn hits_first<I>(
+    io: &mut I,
+    conn: &Conn,
+    edge: &Edge,
+    shutdown: &CancellationToken,
+    activity: &Activity,
+) -> h1_hits::Ended
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let idle = AtomicBool::new(false);
+    let hits = h1_hits::serve(io, conn, edge, shutdown, &idle);
+    tokio::pin!(hits);
+    tokio::select! {
+        ended = hits.as_mut() => ended,
+        () = shutdown.cancelled() => match idle.load(Ordering::Relaxed) {
+            true => h1_hits::Ended::Closed,
+            false => hits.await,
+        },
+        () = activity.idle(edge.idle_timeout) => {
+            debug!(peer = %conn.peer, idle = ?edge.idle_timeout, "connection idle; closed");
+            h1_hits::Ended::Closed
+        }
+    }
+}
+
+/// Serves a connection in hyper; what it writes in a turn of its task leaves
+/// in one write ([`gathered`]).
+async fn serve_in_hyper<I>(io: I, conn: Conn, edge: Arc<Edge>, shutdown: CancellationToken, activity: Activity)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let peer = conn.peer;
     let conn = Arc::new(conn);
-    let (activity, idle_timeout) = (Activity::new(), edge.idle_timeout);
-    let (io, gather) = gathered::gathered(Watched::new(io, activity.clone()));
+    let idle_timeout = edge.idle_timeout;
+    let (io, gather) = gathered::gathered(io);
     let service = service_fn(move |req| {
         let (edge, conn) = (edge.clone(), conn.clone());
         async move { Ok::<_, Infallible>(request::respond(&edge, &conn, req).await) }

@@ -1,7 +1,8 @@
 //! Heap allocations per cached hit, counted by a counting allocator around the
 //! system one on the test's own thread: what [`lagran_edge::cached::serve`]
-//! costs for a fresh object in memory, the request head already parsed and
-//! the response dropped unsent. A bound, so the hot path does not grow.
+//! (hyper's flow) and [`lagran_edge::fast_hit::answer`] (the HTTP/1.1 hit
+//! path) cost for a fresh object in memory, the request head already parsed
+//! and the response not sent. Bounds, so the hot paths do not grow.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -15,8 +16,10 @@ use hyper::http::uri::Scheme;
 use lagran_edge::Edge;
 use lagran_edge::cache::CachedObject;
 use lagran_edge::config::Config;
+use lagran_edge::fast_hit::{self, Head};
 use lagran_edge::freshness::Freshness;
 use lagran_edge::origin::Forward;
+use lagran_edge::request::Conn;
 
 struct Counting;
 
@@ -70,11 +73,10 @@ fn origin_headers() -> HeaderMap {
     headers
 }
 
-#[test]
-fn a_cached_hit_allocates_little() {
+/// An edge with a fresh 1 KiB object under `bench.test/1k.bin`.
+fn edge_with_object() -> Arc<Edge> {
     let config = Config::parse("[[site]]\nhost = \"bench.test\"\norigin = \"http://127.0.0.1:9\"\n", "test").unwrap();
     let edge = Arc::new(Edge::new(&config).unwrap());
-    let site = edge.site("bench.test").unwrap();
     let object = CachedObject {
         headers: origin_headers(),
         body: Bytes::from(vec![b'a'; 1024]).into(),
@@ -89,6 +91,13 @@ fn a_cached_hit_allocates_little() {
         vary: Vec::new(),
     };
     edge.cache.insert(&HeaderMap::new(), Arc::new(object));
+    edge
+}
+
+#[test]
+fn a_cached_hit_allocates_little() {
+    let edge = edge_with_object();
+    let site = edge.site("bench.test").unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let scheme = Scheme::HTTP;
     let forward = Forward { host: "bench.test", client_ip: [127, 0, 0, 1].into(), scheme: &scheme };
@@ -115,4 +124,27 @@ fn a_cached_hit_allocates_little() {
         eprintln!("allocations per cached hit: {per_hit:.1}");
         assert!(per_hit <= 7.0, "{per_hit} allocations per cached hit (7 when this was written)");
     });
+}
+
+#[test]
+fn a_hit_on_the_hit_path_allocates_only_its_key() {
+    let edge = edge_with_object();
+    let conn = Conn { peer: ([127, 0, 0, 1], 40000).into(), sni: None, scheme: Scheme::HTTP, tls_version: None };
+    let raw = b"GET /1k.bin HTTP/1.1\r\nhost: bench.test\r\nuser-agent: wrk\r\n\r\n";
+    let mut headers = [httparse::EMPTY_HEADER; 8];
+    let mut req = httparse::Request::new(&mut headers);
+    assert!(req.parse(raw).unwrap().is_complete());
+    let head = Head { method: req.method.unwrap(), target: req.path.unwrap(), minor_version: 1, headers: req.headers };
+    let mut out = Vec::with_capacity(4096);
+    let body = fast_hit::answer(&edge, &conn, &head, &mut out).expect("a hit the path answers");
+    assert_eq!(body.len(), 1024);
+    assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n") && out.ends_with(b"via: 1.1 lagran-edge\r\n\r\n"));
+    let before = allocations();
+    for _ in 0..1000 {
+        out.clear();
+        drop(fast_hit::answer(&edge, &conn, &head, &mut out));
+    }
+    let per_hit = (allocations() - before) as f64 / 1000.0;
+    eprintln!("allocations per hit on the hit path: {per_hit:.1}");
+    assert!(per_hit <= 1.0, "{per_hit} allocations per hit on the hit path (1, its key, when this was written)");
 }

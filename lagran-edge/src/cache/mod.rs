@@ -119,11 +119,15 @@ impl CachedObject {
 
 /// The URL part of a cache key.
 pub fn key(host: &str, uri: &Uri) -> String {
-    let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    url_key(host, uri.path_and_query().map_or("/", |pq| pq.as_str()))
+}
+
+/// [`key`] of a request target in origin form (`/path?query`).
+pub fn url_key(host: &str, path_and_query: &str) -> String {
     // Two pieces, no `format!` machinery: this runs on every request.
-    let mut key = String::with_capacity(host.len() + path.len());
+    let mut key = String::with_capacity(host.len() + path_and_query.len());
     key.push_str(host);
-    key.push_str(path);
+    key.push_str(path_and_query);
     key
 }
 
@@ -243,6 +247,20 @@ impl Cache {
             Some(names) => variant_key(&primary, names, request),
             None => primary,
         }
+    }
+
+    /// The key of `primary` when its URL has no variants; `None` when it has
+    /// (their keys need the request's headers, see [`Cache::key_from`]).
+    pub fn plain_key(&self, primary: String) -> Option<String> {
+        match self.lock_varies().contains_key(&primary) {
+            true => None,
+            false => Some(primary),
+        }
+    }
+
+    /// The object under `key` when the memory tier holds it (no disk read).
+    pub fn memory_get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        self.memory.get(key)
     }
 
     /// The object under `key`, from memory or else from disk.

@@ -5,6 +5,7 @@
 mod agent;
 mod cdn;
 mod flow;
+mod hit_path;
 mod large;
 mod limits;
 mod measurements;
