@@ -24,11 +24,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
-use hyper::header::{self, HeaderName};
+use hyper::header;
 
 use crate::cache::{self, CachedObject, Payload};
 use crate::freshness::State;
-use crate::outcome::{CacheResult, Outcome};
+use crate::outcome::{CacheResult, Outcome, X_CACHE};
 use crate::request::{self, Conn, Done};
 use crate::{Edge, Site, host};
 
@@ -77,8 +77,6 @@ const DECLINED: [&str; 12] = [
     "expect",
     "upgrade",
 ];
-
-const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 
 /// Answers `head` into `out` when it is a hit the fast path serves: the
 /// response head is appended to `out` and the body to send after it is

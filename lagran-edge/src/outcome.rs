@@ -7,6 +7,10 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::body::EdgeBody;
 
+/// The header an answer's [`CacheResult`] goes out in. A constant name: a
+/// `&str` would be parsed into one on every response.
+pub const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
+
 /// How the cache took part in an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheResult {
@@ -38,8 +42,6 @@ impl CacheResult {
 
     /// Sets `x-cache` (nothing for [`CacheResult::None`]).
     pub fn set(self, headers: &mut HeaderMap) {
-        // A constant name: a `&str` would be parsed into one on every response.
-        const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
         if self != CacheResult::None {
             headers.insert(X_CACHE, HeaderValue::from_static(self.as_str()));
         }

@@ -156,3 +156,20 @@ async fn requests_the_full_flow_refuses_are_refused_as_before() {
     }
     assert_eq!(hit_path_requests(&edge), 1, "only the allowed referer's hit took the hit path");
 }
+
+#[tokio::test]
+async fn a_hit_path_connection_waiting_for_its_next_request_is_closed_at_shutdown() {
+    let origin = start_origin().await;
+    let edge = start_edge(&sites(origin.addr)).await;
+    assert_eq!(get(edge.addr, "cdn.test", "/static.txt", &[]).await.header("x-cache"), "MISS");
+    let mut s = connect(edge.addr).await;
+    s.write_all(b"GET /static.txt HTTP/1.1\r\nhost: cdn.test\r\n\r\n").await.unwrap();
+    assert_eq!(read_answers(&mut s, &[false]).await[0].status, 200);
+    assert_eq!(hit_path_requests(&edge), 1);
+    edge.shutdown.cancel();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut rest)).await;
+    assert!(matches!(closed, Ok(Ok(0))), "closed at once, nothing more sent: {closed:?} {rest:?}");
+    let ended = tokio::time::timeout(Duration::from_secs(3), edge.task).await;
+    assert!(ended.is_ok(), "the server is done without waiting out its drain time");
+}

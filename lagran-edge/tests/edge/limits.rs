@@ -50,13 +50,17 @@ async fn idle_http1_and_http2_connections_are_closed() {
     let origin = start_origin().await;
     let edge = start_edge(&format!("idle_timeout_secs = 1\n{}", sites(origin.addr))).await;
 
-    // HTTP/1.1 keep-alive: one request answered, then nothing.
-    let mut h1 = TcpStream::connect(edge.addr).await.unwrap();
-    h1.write_all(b"GET /static.txt HTTP/1.1\r\nhost: cdn.test\r\n\r\n").await.unwrap();
-    let mut buf = [0u8; 512];
-    assert!(h1.read(&mut buf).await.unwrap() > 0, "answered");
-    let took = until_closed(&mut h1, Duration::from_secs(5)).await;
-    assert!(took >= Duration::from_millis(700), "closed for idleness, not at once: {took:?}");
+    // HTTP/1.1 keep-alive: one request answered, then nothing; in hyper (a
+    // miss), then on the hit path (a hit).
+    for (path, hit_path) in [("/static.txt", 0), ("/static.txt", 1)] {
+        let mut h1 = TcpStream::connect(edge.addr).await.unwrap();
+        h1.write_all(format!("GET {path} HTTP/1.1\r\nhost: cdn.test\r\n\r\n").as_bytes()).await.unwrap();
+        let mut buf = [0u8; 512];
+        assert!(h1.read(&mut buf).await.unwrap() > 0, "answered");
+        let took = until_closed(&mut h1, Duration::from_secs(5)).await;
+        assert!(took >= Duration::from_millis(700), "closed for idleness, not at once: {took:?}");
+        assert_eq!(edge.edge.stats.hit_path_requests.load(std::sync::atomic::Ordering::Relaxed), hit_path);
+    }
 
     // HTTP/2 (prior knowledge): the preface and SETTINGS, then nothing.
     let mut h2 = TcpStream::connect(edge.addr).await.unwrap();

@@ -87,7 +87,7 @@ async fn certificate_follows_sni() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(lagran_edge::server::run_tls(listener, acceptor, edge, shutdown.clone()));
+    let task = tokio::spawn(lagran_edge::server::run_tls(listener, acceptor, edge.clone(), shutdown.clone()));
 
     let mut roots = RootCertStore::empty();
     roots.add(a_der.clone()).unwrap();
@@ -97,13 +97,18 @@ async fn certificate_follows_sni() {
     assert_eq!(tls.get_ref().1.peer_certificates().unwrap()[0], a_der, "SNI a.tls.test gets its own certificate");
     let (status, body) = get_over(tls, "a.tls.test", "/static.txt").await;
     assert_eq!((status, &body[..]), (StatusCode::OK, STATIC_BODY.as_bytes()));
+    // HTTP/1.1 by ALPN: the hit is answered on the hit path.
+    let tls = connect(addr, &roots, "a.tls.test").await.unwrap();
+    let (status, body) = get_over(tls, "a.tls.test", "/static.txt").await;
+    assert_eq!((status, &body[..]), (StatusCode::OK, STATIC_BODY.as_bytes()));
+    assert_eq!(edge.stats.hit_path_requests.load(std::sync::atomic::Ordering::Relaxed), 1);
 
     let tls = connect(addr, &roots, "img.wild.test").await.expect("the wildcard certificate verifies");
     assert_eq!(tls.get_ref().1.peer_certificates().unwrap()[0], w_der, "SNI img.wild.test gets *.wild.test");
 
     let fronted = connect(addr, &roots, "img.wild.test").await.unwrap();
     let (status, _) = get_over(fronted, "a.tls.test", "/static.txt").await;
-    assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "Host must belong to the SNI's site");
+    assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "Host must belong to the SNI's site, also for a cached hit");
 
     assert!(connect(addr, &roots, "plain.test").await.is_err(), "a site without a certificate gets no handshake");
     assert!(connect(addr, &roots, "unknown.test").await.is_err(), "an unknown SNI gets no handshake");
