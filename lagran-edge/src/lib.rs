@@ -18,9 +18,9 @@ pub mod config;
 pub mod conn_limit;
 pub mod control;
 pub mod control_api;
-pub mod fast_hit;
 pub mod file_body;
 pub mod freshness;
+pub mod hit_path;
 pub mod host;
 pub mod idle;
 pub mod measured_conn;
@@ -107,7 +107,7 @@ pub struct Stats {
     pub bytes_served: AtomicU64,
     pub open_conns: AtomicI64,
     pub requests: AtomicU64,
-    /// Requests answered on the HTTP/1.1 hit path ([`fast_hit`]), of `requests`.
+    /// Requests answered on the HTTP/1.1 hit path ([`hit_path`]), of `requests`.
     pub hit_path_requests: AtomicU64,
 }
 

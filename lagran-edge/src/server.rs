@@ -3,7 +3,7 @@
 //!
 //! - An HTTP/1.1 connection (plain, or TLS without `h2` by ALPN) starts on the
 //!   hit path ([`h1_hits`]): fresh hits from memory are answered there without
-//!   hyper ([`crate::fast_hit`]), and the connection moves to hyper at the first
+//!   hyper ([`crate::hit_path`]), and the connection moves to hyper at the first
 //!   request the path declines. HTTP/2 with prior knowledge is handed over at
 //!   its preface.
 //! - `/.well-known/lagran/*` (real-user measurement, see [`crate::rum`]) is

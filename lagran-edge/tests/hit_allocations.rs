@@ -1,6 +1,6 @@
 //! Heap allocations per cached hit, counted by a counting allocator around the
 //! system one on the test's own thread: what [`lagran_edge::cached::serve`]
-//! (hyper's flow) and [`lagran_edge::fast_hit::answer`] (the HTTP/1.1 hit
+//! (hyper's flow) and [`lagran_edge::hit_path::answer`] (the HTTP/1.1 hit
 //! path) cost for a fresh object in memory, the request head already parsed
 //! and the response not sent. Bounds, so the hot paths do not grow.
 
@@ -16,8 +16,8 @@ use hyper::http::uri::Scheme;
 use lagran_edge::Edge;
 use lagran_edge::cache::CachedObject;
 use lagran_edge::config::Config;
-use lagran_edge::fast_hit::{self, Head};
 use lagran_edge::freshness::Freshness;
+use lagran_edge::hit_path::{self, Head};
 use lagran_edge::origin::Forward;
 use lagran_edge::request::Conn;
 
@@ -136,13 +136,13 @@ fn a_hit_on_the_hit_path_allocates_only_its_key() {
     assert!(req.parse(raw).unwrap().is_complete());
     let head = Head { method: req.method.unwrap(), target: req.path.unwrap(), minor_version: 1, headers: req.headers };
     let mut out = Vec::with_capacity(4096);
-    let body = fast_hit::answer(&edge, &conn, &head, &mut out).expect("a hit the path answers");
+    let body = hit_path::answer(&edge, &conn, &head, &mut out).expect("a hit the path answers");
     assert_eq!(body.len(), 1024);
     assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n") && out.ends_with(b"via: 1.1 lagran-edge\r\n\r\n"));
     let before = allocations();
     for _ in 0..1000 {
         out.clear();
-        drop(fast_hit::answer(&edge, &conn, &head, &mut out));
+        drop(hit_path::answer(&edge, &conn, &head, &mut out));
     }
     let per_hit = (allocations() - before) as f64 / 1000.0;
     eprintln!("allocations per hit on the hit path: {per_hit:.1}");

@@ -1,5 +1,5 @@
 //! The HTTP/1.1 connection loop of the hit path: request heads are read and
-//! parsed here and each fresh hit is answered by [`crate::fast_hit`], the
+//! parsed here and each fresh hit is answered by [`crate::hit_path`], the
 //! answers to one read leaving in one write. The first request it declines,
 //! and any head it cannot parse whole from what has arrived (a head split
 //! across reads, an HTTP/2 preface, a malformed head), hands the connection
@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::Edge;
-use crate::fast_hit::{self, Head};
+use crate::hit_path::{self, Head};
 use crate::request::Conn;
 
 /// Bytes read at a time; a head that does not fit goes to hyper.
@@ -106,6 +106,6 @@ fn answer_one(conn: &Conn, edge: &Edge, buf: &[u8], out: &mut Vec<u8>) -> Option
     let mut req = httparse::Request::new(&mut headers);
     let httparse::Status::Complete(len) = req.parse(buf).ok()? else { return None };
     let head = Head { method: req.method?, target: req.path?, minor_version: req.version?, headers: req.headers };
-    let body = fast_hit::answer(edge, conn, &head, out)?;
+    let body = hit_path::answer(edge, conn, &head, out)?;
     Some((len, body))
 }

@@ -10,7 +10,7 @@ use hyper::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{STATIC_BODY, TIMEOUT, TestEdge, get, sites, start_edge, start_origin};
+use crate::support::{Origin, STATIC_BODY, TIMEOUT, TestEdge, get, sites, start_edge, start_origin};
 
 /// One response as read off the wire.
 #[derive(Debug)]
@@ -65,15 +65,23 @@ fn hit_path_requests(edge: &TestEdge) -> u64 {
     edge.edge.stats.hit_path_requests.load(Ordering::Relaxed)
 }
 
+/// The test origin and an edge in front of it that has cached `paths` of `cdn.test`.
+async fn edge_with_cached(paths: &[&str]) -> (Origin, TestEdge) {
+    let origin = start_origin().await;
+    let edge = start_edge(&sites(origin.addr)).await;
+    for path in paths {
+        assert_eq!(get(edge.addr, "cdn.test", path, &[]).await.header("x-cache"), "MISS");
+    }
+    (origin, edge)
+}
+
 async fn connect(addr: SocketAddr) -> TcpStream {
     TcpStream::connect(addr).await.unwrap()
 }
 
 #[tokio::test]
 async fn a_hit_on_the_hit_path_is_the_answer_hyper_gives_byte_for_byte_but_its_age() {
-    let origin = start_origin().await;
-    let edge = start_edge(&sites(origin.addr)).await;
-    assert_eq!(get(edge.addr, "cdn.test", "/static.txt", &[]).await.header("x-cache"), "MISS");
+    let (origin, edge) = edge_with_cached(&["/static.txt"]).await;
     let mut s = connect(edge.addr).await;
     s.write_all(b"GET /static.txt HTTP/1.1\r\nHost: cdn.test\r\n\r\n").await.unwrap();
     let fast = read_answers(&mut s, &[false]).await.remove(0);
@@ -84,6 +92,7 @@ async fn a_hit_on_the_hit_path_is_the_answer_hyper_gives_byte_for_byte_but_its_a
     s.write_all(declined.as_bytes()).await.unwrap();
     let full = read_answers(&mut s, &[false]).await.remove(0);
     assert_eq!(hit_path_requests(&edge), 1, "answered by hyper");
+    assert_eq!(origin.hits("/static.txt"), 1, "both from the cache");
 
     assert_eq!((fast.status, fast.header("x-cache"), fast.body.as_slice()), (200, "HIT", STATIC_BODY.as_bytes()));
     let but_age = |a: &Answer| a.headers.iter().filter(|(n, _)| n != "age").cloned().collect::<Vec<_>>();
@@ -95,11 +104,7 @@ async fn a_hit_on_the_hit_path_is_the_answer_hyper_gives_byte_for_byte_but_its_a
 
 #[tokio::test]
 async fn pipelined_requests_get_their_answers_in_order_across_the_hand_over_to_hyper() {
-    let origin = start_origin().await;
-    let edge = start_edge(&sites(origin.addr)).await;
-    for path in ["/static.txt", "/big"] {
-        assert_eq!(get(edge.addr, "cdn.test", path, &[]).await.header("x-cache"), "MISS");
-    }
+    let (_origin, edge) = edge_with_cached(&["/static.txt", "/big"]).await;
     let mut s = connect(edge.addr).await;
     let requests = [
         "GET /static.txt HTTP/1.1\r\nhost: cdn.test\r\n\r\n",
@@ -122,9 +127,7 @@ async fn pipelined_requests_get_their_answers_in_order_across_the_hand_over_to_h
 
 #[tokio::test]
 async fn a_head_split_across_reads_goes_to_hyper_and_is_answered() {
-    let origin = start_origin().await;
-    let edge = start_edge(&sites(origin.addr)).await;
-    assert_eq!(get(edge.addr, "cdn.test", "/static.txt", &[]).await.header("x-cache"), "MISS");
+    let (_origin, edge) = edge_with_cached(&["/static.txt"]).await;
     let mut s = connect(edge.addr).await;
     s.write_all(b"GET /static.txt HTTP/1.1\r\nHo").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -138,9 +141,7 @@ async fn a_head_split_across_reads_goes_to_hyper_and_is_answered() {
 
 #[tokio::test]
 async fn requests_the_full_flow_refuses_are_refused_as_before() {
-    let origin = start_origin().await;
-    let edge = start_edge(&sites(origin.addr)).await;
-    assert_eq!(get(edge.addr, "cdn.test", "/static.txt", &[]).await.header("x-cache"), "MISS");
+    let (_origin, edge) = edge_with_cached(&["/static.txt"]).await;
     let cases: [(&str, StatusCode); 5] = [
         ("GET /static.txt HTTP/1.1\r\nhost: cdn.test\r\nuser-agent: BadBot/1\r\n\r\n", StatusCode::FORBIDDEN),
         ("GET /static.txt HTTP/1.1\r\nhost: cdn.test\r\nreferer: https://evil.test/\r\n\r\n", StatusCode::FORBIDDEN),
@@ -159,9 +160,7 @@ async fn requests_the_full_flow_refuses_are_refused_as_before() {
 
 #[tokio::test]
 async fn a_hit_path_connection_waiting_for_its_next_request_is_closed_at_shutdown() {
-    let origin = start_origin().await;
-    let edge = start_edge(&sites(origin.addr)).await;
-    assert_eq!(get(edge.addr, "cdn.test", "/static.txt", &[]).await.header("x-cache"), "MISS");
+    let (_origin, edge) = edge_with_cached(&["/static.txt"]).await;
     let mut s = connect(edge.addr).await;
     s.write_all(b"GET /static.txt HTTP/1.1\r\nhost: cdn.test\r\n\r\n").await.unwrap();
     assert_eq!(read_answers(&mut s, &[false]).await[0].status, 200);

@@ -42,7 +42,7 @@ pub struct Head<'a> {
     pub headers: &'a [httparse::Header<'a>],
 }
 
-/// A fresh hit the fast path answers.
+/// A fresh hit the hit path answers.
 #[derive(Debug)]
 struct Hit {
     site: Arc<Site>,
@@ -52,7 +52,7 @@ struct Hit {
     client: IpAddr,
 }
 
-/// The request headers that decide whether the fast path may answer.
+/// The request headers that decide whether the hit path may answer.
 #[derive(Debug, Default)]
 struct Fields<'a> {
     host: Option<&'a str>,
@@ -78,7 +78,7 @@ const DECLINED: [&str; 12] = [
     "upgrade",
 ];
 
-/// Answers `head` into `out` when it is a hit the fast path serves: the
+/// Answers `head` into `out` when it is a hit the hit path serves: the
 /// response head is appended to `out` and the body to send after it is
 /// returned (empty for `HEAD`); the request is counted and logged as the
 /// full flow does. `None`: declined, nothing written or counted.
@@ -105,7 +105,7 @@ pub fn answer(edge: &Edge, conn: &Conn, head: &Head<'_>, out: &mut Vec<u8>) -> O
     Some(body)
 }
 
-/// The hit `head` asks for, when the fast path may answer it; the site's
+/// The hit `head` asks for, when the hit path may answer it; the site's
 /// rate limit is taken last, once the answer is sure, so a declined request
 /// takes no token the full flow takes again.
 fn find(edge: &Edge, conn: &Conn, head: &Head<'_>) -> Option<Hit> {
@@ -141,7 +141,7 @@ fn find(edge: &Edge, conn: &Conn, head: &Head<'_>) -> Option<Hit> {
     Some(Hit { site, object, body, now, client })
 }
 
-/// The headers the fast path looks at; `None` when one of them (or one of
+/// The headers the hit path looks at; `None` when one of them (or one of
 /// [`DECLINED`]) means the request is the full flow's. A repeated `Host`,
 /// `User-Agent` or `Referer`, or one with bytes a `HeaderValue` would not
 /// read as text, is declined too: the full flow reads the first.
