@@ -14,7 +14,8 @@ pub const X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 /// How the cache took part in an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheResult {
-    /// Served fresh from the cache.
+    /// Served fresh from the cache, or from the file of a fetch in progress
+    /// that this request did not make.
     Hit,
     /// Fetched from the origin.
     Miss,
