@@ -45,7 +45,9 @@ where
     I: AsyncRead + AsyncWrite + Unpin,
 {
     let mut buf = BytesMut::with_capacity(READ_BUF);
-    let mut out = Vec::with_capacity(READ_BUF);
+    // Grown by the first answer and kept: a connection handed to hyper at
+    // its first request has none.
+    let mut out = Vec::new();
     loop {
         match answer_all(io, conn, edge, &mut buf, &mut out).await {
             Ok(true) => {}

@@ -30,6 +30,10 @@ impl<I: AsyncRead + Unpin> AsyncRead for Prefixed<I> {
         let n = this.prefix.len().min(buf.remaining());
         buf.put_slice(&this.prefix[..n]);
         this.prefix.advance(n);
+        if this.prefix.is_empty() {
+            // Its buffer is not kept for the connection's life.
+            this.prefix = BytesMut::new();
+        }
         Poll::Ready(Ok(()))
     }
 }
